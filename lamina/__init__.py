@@ -1,0 +1,14 @@
+"""Lamina: a columnar table format on Parquet files.
+
+    import lamina, pyarrow as pa
+    t = lamina.create_table("/tmp/t", pa.schema([("id", pa.int64())]))
+    t.append(pa.table({"id": [1, 2, 3]}))
+    t.delete("id = 2")
+    t.to_arrow()          # id: [1, 3]
+"""
+
+from lamina import errors
+from lamina.table import FragmentInfo, Table, TableStats, VersionInfo, create_table, open_table
+
+__version__ = "0.1.0"
+__all__ = ["errors", "create_table", "open_table", "Table", "FragmentInfo", "TableStats", "VersionInfo", "__version__"]

@@ -1,0 +1,95 @@
+"""Committing a transaction: put-if-absent of the next version, rebase and retry on a lost race.
+
+All commit retries live here. A lost race is normal under concurrency: the
+loser reads every version committed since its base, replays itself on top
+through the conflict matrix (``Transaction.rebase``) and tries the next
+number. Only an incompatible operation (``CommitConflict``) or an exhausted
+retry budget ends the loop; a write whose outcome is unknown is resolved by
+reading the version back and looking for this transaction's uuid.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from lamina.errors import CommitConflict, CommitStateUnknown, LaminaError, StorageError
+from lamina.manifest import Manifest, encode_manifest, manifest_path, try_load_manifest
+from lamina.retry import Backoff
+from lamina.store import ObjectStore
+from lamina.transaction import Transaction
+
+log = logging.getLogger("lamina.commit")
+
+#: Lost races are resolved by replaying, so the waits are short; many writers may contend.
+COMMIT_BACKOFF = Backoff(base_seconds=0.01, cap_seconds=1.0, max_attempts=100)
+
+
+def commit(store: ObjectStore, txn: Transaction, base: Manifest, *, backoff: Backoff = COMMIT_BACKOFF) -> Manifest:
+    """Commits ``txn`` read at ``base``; returns the manifest it became.
+
+    On CommitConflict, which guarantees nothing was committed, the files the transaction
+    wrote are removed. After any other failure the outcome may be unknown, so they are
+    left for ``Table.cleanup`` (which only removes files no version references).
+    """
+    try:
+        return _commit(store, txn, base, backoff)
+    except CommitConflict:
+        _abandon(store, txn)
+        raise
+
+
+def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backoff) -> Manifest:
+    for attempt in range(backoff.max_attempts):
+        base = catch_up(store, txn, base)
+        txn.prepare(base, store)
+        new = txn.apply(base)
+        path = manifest_path(new.version)
+        try:
+            won = store.put_if_absent(path, encode_manifest(new))
+        except StorageError as e:
+            won = _resolve_unknown(store, txn, new.version, e)
+        if won:
+            if attempt:
+                log.debug("%s committed version %d of %s after %d lost races", txn.operation, new.version, store.uri, attempt)
+            return new
+        theirs = try_load_manifest(store, new.version)
+        if theirs is not None and theirs.transaction.get("uuid") == txn.uuid:
+            return theirs  # an earlier attempt of this very request had landed
+        backoff.sleep(attempt)
+    raise CommitConflict(
+        f"{txn.operation} on table {store.uri} lost the race for the next version {backoff.max_attempts} times "
+        f"(read at version {txn.read_version}); nothing was committed: retry later or with fewer concurrent writers"
+    )
+
+
+def catch_up(store: ObjectStore, txn: Transaction, base: Manifest) -> Manifest:
+    """Replays ``txn`` over every version committed after ``base``; returns the newest."""
+    while True:
+        theirs = try_load_manifest(store, base.version + 1)
+        if theirs is None:
+            return base
+        txn.rebase(theirs, store)
+        base = theirs
+
+
+def _resolve_unknown(store: ObjectStore, txn: Transaction, version: int, error: StorageError) -> bool:
+    """After a failed put of ``version``: True if ours landed, False if another did."""
+    try:
+        theirs = try_load_manifest(store, version)
+    except LaminaError as e:
+        raise CommitStateUnknown(
+            f"{txn.operation} on table {store.uri}: writing version {version} failed ({error}) and it cannot be read back ({e}); "
+            f"reload the table and check whether version {version} holds transaction {txn.uuid} before retrying"
+        ) from error
+    if theirs is None:
+        raise error  # nothing landed: a plain failure, the operation can be retried as a whole
+    return theirs.transaction.get("uuid") == txn.uuid
+
+
+def _abandon(store: ObjectStore, txn: Transaction) -> None:
+    if not txn.written:
+        return
+    try:
+        store.delete(txn.written)
+    except Exception as e:  # cleanup() removes them later; the original error matters more
+        log.warning("could not remove %d files of the abandoned %s on %s: %s", len(txn.written), txn.operation, store.uri, e)

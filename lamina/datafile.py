@@ -1,0 +1,194 @@
+"""Reading and writing fragments' data files (Parquet, through the native writer).
+
+Writes stream: at most ``max_rows_per_file`` rows are held before a file is
+written, so memory is bounded by that setting, not by the input's size.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lamina import _native
+from lamina.deletion import live_mask, read_deleted
+from lamina.errors import CorruptFile, InvalidConfig, ObjectNotFound
+from lamina.filter import Filter
+from lamina.manifest import ADDRESS_SHIFT, DATA_DIR, Fragment, RowGroup
+from lamina.store import ObjectStore
+
+ROWADDR = "_rowaddr"
+ROWID = "_rowid"
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How appends lay out data files (stored in the manifest's ``config``)."""
+
+    max_rows_per_file: int = 1_048_576
+    row_group_rows: int = 131_072
+    row_group_bytes: int = 128 * 1024 * 1024
+    zstd_level: int = 3
+
+    BOUNDS = {
+        "max_rows_per_file": (1, 2**31 - 1),  # offsets are 32-bit
+        "row_group_rows": (1, 2**31 - 1),
+        "row_group_bytes": (1024, 2**40),
+        "zstd_level": (1, 22),
+    }
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], **overrides: Any) -> "WriteOptions":
+        values = {k: config[k] for k in cls.BOUNDS if k in config}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        for key, value in values.items():
+            lo, hi = cls.BOUNDS[key]
+            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+                raise InvalidConfig(f"{key}={value!r} must be an integer in [{lo}, {hi}]")
+        return cls(**values)
+
+    def to_config(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.BOUNDS}
+
+
+def chunk_batches(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
+    """Regroups a stream of batches into lists of exactly ``rows`` rows (the last may be shorter)."""
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        while batch.num_rows:
+            take = min(rows - held, batch.num_rows)
+            pending.append(batch.slice(0, take))
+            held += take
+            batch = batch.slice(take)
+            if held == rows:
+                yield pending
+                pending, held = [], 0
+    if held:
+        yield pending
+
+
+def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.RecordBatch], options: WriteOptions) -> Fragment:
+    """Writes one data file from ``batches``; returns its fragment (id -1 until committed)."""
+    path = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
+    batches = [b.combine_chunks() if isinstance(b, pa.Table) else b for b in batches]
+    kwargs = dict(row_group_rows=options.row_group_rows, row_group_bytes=options.row_group_bytes, zstd_level=options.zstd_level)
+    local = store.local_path(path)
+    if local is not None:
+        meta = _native.write_data_file(local, schema, batches, **kwargs)
+    else:
+        fd, tmp = tempfile.mkstemp(suffix=".parquet", prefix="lamina-", dir=os.environ.get("LAMINA_TMPDIR"))
+        os.close(fd)
+        os.remove(tmp)  # the native writer refuses to replace a file
+        try:
+            meta = _native.write_data_file(tmp, schema, batches, **kwargs)
+            store.put_file(path, tmp)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return Fragment(
+        id=-1,
+        path=path,
+        rows=int(meta["rows"]),
+        file_bytes=int(meta["file_bytes"]),
+        row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
+        file_version=str(meta["file_version"]),
+    )
+
+
+def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.RecordBatch], options: WriteOptions) -> list[Fragment]:
+    """Writes the stream into files of at most ``max_rows_per_file`` rows. On error, removes what it wrote."""
+    written: list[Fragment] = []
+    try:
+        for chunk in chunk_batches(batches, options.max_rows_per_file):
+            written.append(write_fragment(store, schema, chunk, options))
+    except BaseException:
+        store.delete([f.path for f in written])
+        raise
+    return written
+
+
+def open_parquet(store: ObjectStore, fragment: Fragment) -> pq.ParquetFile:
+    """Opens a fragment's data file, checking it against the manifest."""
+    where = store.describe(fragment.path)
+    try:
+        pf = pq.ParquetFile(store.open_input(fragment.path, fragment.file_bytes))
+    except ObjectNotFound:
+        raise ObjectNotFound(f"data file {where} of fragment {fragment.id} is missing: the table is damaged; check out an earlier version or restore the file") from None
+    except (pa.ArrowException, OSError) as e:
+        raise CorruptFile(f"data file {where} of fragment {fragment.id} is not readable Parquet ({e}): truncated or corrupt") from None
+    if pf.metadata.num_rows != fragment.rows:
+        raise CorruptFile(f"data file {where} of fragment {fragment.id} has {pf.metadata.num_rows} rows, the manifest says {fragment.rows}")
+    return pf
+
+
+def _row_ids(fragment: Fragment) -> np.ndarray:
+    if fragment.row_ids is None:
+        raise InvalidConfig("this table does not keep stable row ids; create it with stable_row_ids=True")
+    return np.concatenate([np.arange(s, e, dtype=np.uint64) for s, e in fragment.row_ids]) if fragment.row_ids else np.zeros(0, np.uint64)
+
+
+def read_fragment(
+    store: ObjectStore,
+    fragment: Fragment,
+    schema: pa.Schema,
+    columns: Sequence[str] | None = None,
+    flt: Filter | None = None,
+    with_row_address: bool = False,
+    with_row_id: bool = False,
+    with_offsets: bool = False,
+) -> pa.Table:
+    """Live rows of one fragment: projected, filtered, optionally with ``_rowaddr``/``_rowid``."""
+    out_cols = list(schema.names) if columns is None else list(columns)
+    if flt is not None and flt.columns is None:
+        needed = list(schema.names)
+    else:
+        extra = sorted((flt.columns if flt else frozenset()) - set(out_cols))
+        needed = out_cols + [c for c in extra if c not in out_cols]
+    pf = open_parquet(store, fragment)
+    try:
+        table = pf.read(columns=needed, use_threads=True)
+    except (pa.ArrowException, OSError) as e:
+        raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} cannot be decoded ({e}): corrupt") from None
+    if table.num_rows != fragment.rows:
+        raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} decoded {table.num_rows} rows, the manifest says {fragment.rows}")
+    offsets = np.arange(fragment.rows, dtype=np.uint32)
+    special: dict[str, pa.Array] = {}
+    if with_row_address:
+        special[ROWADDR] = pa.array((np.uint64(fragment.id) << np.uint64(ADDRESS_SHIFT)) | offsets.astype(np.uint64))
+    if with_row_id:
+        special[ROWID] = pa.array(_row_ids(fragment))
+    if with_offsets:
+        special["_offset"] = pa.array(offsets)
+    for name, arr in special.items():
+        table = table.append_column(name, arr)
+    mask = live_mask(fragment, read_deleted(store, fragment))
+    if mask is not None:
+        table = table.filter(pa.array(mask))
+    if flt is not None:
+        table = table.filter(flt.expression)
+    return table.select(out_cols + list(special))
+
+
+def take_rows(store: ObjectStore, fragment: Fragment, offsets: np.ndarray, columns: Sequence[str]) -> pa.Table:
+    """Rows at ``offsets`` (physical, already checked live) of one fragment, in the order given."""
+    pf = open_parquet(store, fragment)
+    bounds = np.cumsum([0] + [g.rows for g in fragment.row_groups])
+    groups = np.unique(np.searchsorted(bounds, offsets, side="right") - 1)
+    try:
+        table = pf.read_row_groups(groups.tolist(), columns=list(columns), use_threads=True)
+    except (pa.ArrowException, OSError) as e:
+        raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} cannot be decoded ({e}): corrupt") from None
+    # position of each offset within the concatenation of the selected row groups
+    starts = bounds[groups]
+    sizes = bounds[groups + 1] - starts
+    local_base = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    gi = np.searchsorted(starts, offsets, side="right") - 1
+    local = local_base[gi] + (offsets - starts[gi])
+    return table.take(pa.array(local, type=pa.int64()))

@@ -1,0 +1,85 @@
+"""Deletion files: which physical rows of a fragment are deleted (roaring, portable)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+
+import numpy as np
+import pyarrow as pa
+
+from lamina import _native
+from lamina.manifest import DELETIONS_DIR, DeletionFile, Fragment
+from lamina.store import ObjectStore
+
+_EMPTY = np.zeros(0, dtype=np.uint32)
+
+
+class _BitmapCache:
+    """Decoded deletion files by (table, path): paths are unique and never rewritten."""
+
+    def __init__(self, max_offsets: int = 16_000_000):
+        self._items: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._held = 0
+        self._max = max_offsets
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> np.ndarray | None:
+        with self._lock:
+            v = self._items.get(key)
+            if v is not None:
+                self._items.move_to_end(key)
+            return v
+
+    def put(self, key: tuple[str, str], value: np.ndarray) -> None:
+        with self._lock:
+            if key in self._items:
+                return
+            self._items[key] = value
+            self._held += len(value)
+            while self._held > self._max and len(self._items) > 1:
+                _, old = self._items.popitem(last=False)
+                self._held -= len(old)
+
+
+_CACHE = _BitmapCache()
+
+
+def read_deleted(store: ObjectStore, fragment: Fragment) -> np.ndarray:
+    """Sorted uint32 offsets deleted from ``fragment`` (empty if it has no deletion file)."""
+    if fragment.deletion is None:
+        return _EMPTY
+    key = (store.uri, fragment.deletion.path)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    data = store.get(fragment.deletion.path)
+    offsets = _native.decode_deletions(data, store.describe(fragment.deletion.path)).to_numpy(zero_copy_only=False)
+    if len(offsets) != fragment.deletion.deleted_rows or (len(offsets) and offsets[-1] >= fragment.rows):
+        from lamina.errors import CorruptFile
+
+        raise CorruptFile(
+            f"deletion file {store.describe(fragment.deletion.path)} of fragment {fragment.id} holds {len(offsets)} offsets "
+            f"(max {offsets[-1] if len(offsets) else '-'}), the manifest says {fragment.deletion.deleted_rows} of {fragment.rows} rows"
+        )
+    _CACHE.put(key, offsets)
+    return offsets
+
+
+def write_deleted(store: ObjectStore, fragment_id: int, offsets: np.ndarray) -> DeletionFile:
+    """Writes a new deletion file holding ``offsets`` (sorted, unique uint32)."""
+    path = f"{DELETIONS_DIR}{fragment_id}-{uuid.uuid4().hex}.bin"
+    data = _native.encode_deletions(pa.array(offsets, type=pa.uint32()))
+    store.put(path, data)
+    _CACHE.put((store.uri, path), offsets)
+    return DeletionFile(path, int(len(offsets)))
+
+
+def live_mask(fragment: Fragment, deleted: np.ndarray) -> np.ndarray | None:
+    """Boolean mask of live physical rows, or None when nothing is deleted."""
+    if len(deleted) == 0:
+        return None
+    mask = np.ones(fragment.rows, dtype=bool)
+    mask[deleted] = False
+    return mask

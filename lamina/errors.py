@@ -1,0 +1,79 @@
+"""Lamina's exception tree: every error a user can meet, named after what went wrong.
+
+Messages name the table, version, fragment or object involved and say what to do
+next. "Retry the work" (``CommitConflict``) is kept apart from "we do not know
+whether it was written" (``CommitStateUnknown``).
+"""
+
+from __future__ import annotations
+
+
+class LaminaError(Exception):
+    """Base class of every error raised by Lamina."""
+
+
+class InvalidArgument(LaminaError, ValueError):
+    """A call got an argument it cannot use (wrong type, out of range)."""
+
+
+class InvalidConfig(InvalidArgument):
+    """A configuration or storage option is unknown, missing or out of bounds."""
+
+
+class UnsupportedURI(InvalidConfig):
+    """A table URI has a scheme Lamina cannot store tables on."""
+
+
+class InvalidFilter(InvalidArgument):
+    """A filter does not parse, or names a column the table does not have."""
+
+
+class SchemaMismatch(InvalidArgument):
+    """Data does not match the table's schema."""
+
+
+class TableNotFound(LaminaError, FileNotFoundError):
+    """No Lamina table exists at the URI."""
+
+
+class TableExists(LaminaError, FileExistsError):
+    """``create_table`` found a table already at the URI."""
+
+
+class VersionNotFound(LaminaError, LookupError):
+    """The requested table version does not exist (never committed, or cleaned up)."""
+
+
+class RowNotFound(LaminaError, KeyError):
+    """A row address is out of range or names a deleted row."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class CorruptFile(LaminaError):
+    """Stored bytes are truncated, undecodable or inconsistent with the manifest."""
+
+
+class StorageError(LaminaError, OSError):
+    """An object store operation failed after its retries."""
+
+
+class MissingCredentials(StorageError):
+    """No credentials were found for an object store."""
+
+
+class BucketNotFound(StorageError):
+    """The bucket named in the URI does not exist."""
+
+
+class ObjectNotFound(StorageError, FileNotFoundError):
+    """An object the table needs is missing from the store."""
+
+
+class CommitConflict(LaminaError):
+    """A concurrent commit made this operation invalid; re-run it on the latest version."""
+
+
+class CommitStateUnknown(LaminaError):
+    """The commit may or may not have been written; reload the table before retrying."""

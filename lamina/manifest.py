@@ -1,0 +1,348 @@
+"""The manifest: one immutable JSON object per table version.
+
+``_versions/{version:020d}.manifest`` lists the schema, the fragments (data
+file + optional deletion file), indices, WAL watermarks and the transaction
+that produced the version. It carries a sha256 of its own canonical body so a
+truncated or altered manifest is refused instead of half-read. Field by field
+in docs/FORMAT.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from lamina.errors import CorruptFile, LaminaError, ObjectNotFound, VersionNotFound
+from lamina.store import ObjectStore, check_relative
+
+FORMAT = "lamina.manifest"
+FORMAT_VERSION = 1
+VERSIONS_DIR = "_versions/"
+DATA_DIR = "data/"
+DELETIONS_DIR = "_deletions/"
+INDICES_DIR = "_indices/"
+WAL_DIR = "_wal/"
+TRANSACTIONS_DIR = "_transactions/"
+MANIFEST_SUFFIX = ".manifest"
+
+#: Row address of a row: ``(fragment_id << 32) | offset``.
+ADDRESS_SHIFT = 32
+
+
+def manifest_path(version: int) -> str:
+    return f"{VERSIONS_DIR}{version:020d}{MANIFEST_SUFFIX}"
+
+
+def row_address(fragment_id: int, offset: int) -> int:
+    return (fragment_id << ADDRESS_SHIFT) | offset
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class DeletionFile:
+    """Roaring bitmap of deleted row offsets of one fragment."""
+
+    path: str
+    deleted_rows: int
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """One data file and what is deleted from it. ``id`` is -1 until a commit assigns it."""
+
+    id: int
+    path: str
+    rows: int  # physical rows in the data file
+    file_bytes: int
+    row_groups: tuple[RowGroup, ...]
+    file_version: str
+    deletion: DeletionFile | None = None
+    #: Stable row ids of the physical rows, as ``[start, end)`` ranges in offset order.
+    row_ids: tuple[tuple[int, int], ...] | None = None
+
+    @property
+    def deleted_rows(self) -> int:
+        return self.deletion.deleted_rows if self.deletion else 0
+
+    @property
+    def live_rows(self) -> int:
+        return self.rows - self.deleted_rows
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """A secondary index and the fragments it covers (files under ``_indices/<uuid>/``)."""
+
+    name: str
+    column: str
+    kind: str
+    uuid: str
+    fragment_ids: tuple[int, ...]
+    files: tuple[str, ...] = ()
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    version: int
+    timestamp_ms: int
+    schema: pa.Schema
+    fragments: tuple[Fragment, ...]
+    next_fragment_id: int
+    next_row_id: int
+    primary_key: tuple[str, ...] = ()
+    stable_row_ids: bool = False
+    config: dict[str, Any] = field(default_factory=dict)
+    indices: tuple[IndexEntry, ...] = ()
+    wal_watermarks: dict[str, int] = field(default_factory=dict)
+    #: Record of the transaction that produced this version (docs/FORMAT.md, "Transactions").
+    transaction: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.live_rows for f in self.fragments)
+
+    def fragment(self, fragment_id: int) -> Fragment | None:
+        for f in self.fragments:
+            if f.id == fragment_id:
+                return f
+        return None
+
+    def fragment_map(self) -> dict[int, Fragment]:
+        return {f.id: f for f in self.fragments}
+
+    def referenced_paths(self) -> set[str]:
+        """Every object this version needs (data, deletion and index files)."""
+        paths: set[str] = set()
+        for f in self.fragments:
+            paths.add(f.path)
+            if f.deletion:
+                paths.add(f.deletion.path)
+        for ix in self.indices:
+            paths.update(ix.files)
+        sidecar = self.transaction.get("sidecar")
+        if sidecar:
+            paths.add(sidecar)
+        return paths
+
+    def replace(self, **changes: Any) -> "Manifest":
+        return dataclasses.replace(self, **changes)
+
+
+# -- encoding ----------------------------------------------------------------
+def _schema_to_json(schema: pa.Schema) -> dict[str, Any]:
+    return {
+        "ipc": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
+        "fields": [f"{f.name}: {f.type}{'' if f.nullable else ' not null'}" for f in schema],
+    }
+
+
+def _fragment_to_json(f: Fragment) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "path": f.path,
+        "rows": f.rows,
+        "file_bytes": f.file_bytes,
+        "file_version": f.file_version,
+        "row_groups": [[g.rows, g.bytes] for g in f.row_groups],
+        "deletion": None if f.deletion is None else {"path": f.deletion.path, "deleted_rows": f.deletion.deleted_rows},
+        "row_ids": None if f.row_ids is None else [list(r) for r in f.row_ids],
+    }
+
+
+def _body(m: Manifest) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "version": m.version,
+        "timestamp_ms": m.timestamp_ms,
+        "schema": _schema_to_json(m.schema),
+        "primary_key": list(m.primary_key),
+        "stable_row_ids": m.stable_row_ids,
+        "config": m.config,
+        "next_fragment_id": m.next_fragment_id,
+        "next_row_id": m.next_row_id,
+        "fragments": [_fragment_to_json(f) for f in m.fragments],
+        "indices": [
+            {"name": i.name, "column": i.column, "kind": i.kind, "uuid": i.uuid,
+             "fragment_ids": list(i.fragment_ids), "files": list(i.files), "details": i.details}
+            for i in m.indices
+        ],
+        "wal_watermarks": m.wal_watermarks,
+        "transaction": m.transaction,
+    }
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def encode_manifest(m: Manifest) -> bytes:
+    body = _body(m)
+    body["checksum"] = "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
+    return json.dumps(body, sort_keys=True, indent=1).encode()
+
+
+def decode_manifest(data: bytes, where: str) -> Manifest:
+    """Parses and validates a manifest; ``where`` names it in errors."""
+    def corrupt(reason: str) -> CorruptFile:
+        return CorruptFile(f"manifest {where} is corrupt: {reason}. Open an earlier version with open_table(uri, version=N), or restore this object")
+
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise corrupt(f"not valid JSON, probably truncated ({e})") from None
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        raise corrupt("not a Lamina manifest")
+    if body.get("format_version") != FORMAT_VERSION:
+        raise LaminaError(f"manifest {where} has format version {body.get('format_version')}; this Lamina reads {FORMAT_VERSION}: upgrade Lamina")
+    checksum = body.pop("checksum", None)
+    if checksum != "sha256:" + hashlib.sha256(_canonical(body)).hexdigest():
+        raise corrupt("checksum mismatch")
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(body["schema"]["ipc"])))
+        fragments = tuple(_fragment_from_json(f, where) for f in body["fragments"])
+        indices = tuple(
+            IndexEntry(i["name"], i["column"], i["kind"], i["uuid"], tuple(i["fragment_ids"]),
+                       tuple(check_relative(p, what=f"manifest {where} index {i['name']}") for p in i["files"]), i.get("details", {}))
+            for i in body["indices"]
+        )
+        m = Manifest(
+            version=int(body["version"]),
+            timestamp_ms=int(body["timestamp_ms"]),
+            schema=schema,
+            fragments=fragments,
+            next_fragment_id=int(body["next_fragment_id"]),
+            next_row_id=int(body["next_row_id"]),
+            primary_key=tuple(body["primary_key"]),
+            stable_row_ids=bool(body["stable_row_ids"]),
+            config=dict(body["config"]),
+            indices=indices,
+            wal_watermarks={str(k): int(v) for k, v in body["wal_watermarks"].items()},
+            transaction=dict(body["transaction"]),
+        )
+    except CorruptFile:
+        raise
+    except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
+        raise corrupt(f"missing or malformed field ({type(e).__name__}: {e})") from None
+    ids = [f.id for f in m.fragments]
+    if len(set(ids)) != len(ids) or any(i < 0 or i >= m.next_fragment_id for i in ids):
+        raise corrupt("fragment ids are duplicated or out of range")
+    return m
+
+
+def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
+    what = f"manifest {where} fragment {f.get('id')}"
+    path = check_relative(f["path"], what=what)
+    if not path.startswith(DATA_DIR):
+        raise CorruptFile(f"{what}: data file {path!r} is not under {DATA_DIR}")
+    deletion = None
+    if f["deletion"] is not None:
+        dpath = check_relative(f["deletion"]["path"], what=what)
+        if not dpath.startswith(DELETIONS_DIR):
+            raise CorruptFile(f"{what}: deletion file {dpath!r} is not under {DELETIONS_DIR}")
+        deletion = DeletionFile(dpath, int(f["deletion"]["deleted_rows"]))
+    frag = Fragment(
+        id=int(f["id"]),
+        path=path,
+        rows=int(f["rows"]),
+        file_bytes=int(f["file_bytes"]),
+        row_groups=tuple(RowGroup(int(r), int(b)) for r, b in f["row_groups"]),
+        file_version=str(f["file_version"]),
+        deletion=deletion,
+        row_ids=None if f["row_ids"] is None else tuple((int(s), int(e)) for s, e in f["row_ids"]),
+    )
+    if not 0 <= frag.deleted_rows <= frag.rows or sum(g.rows for g in frag.row_groups) != frag.rows:
+        raise CorruptFile(f"{what}: row counts are inconsistent (rows={frag.rows}, deleted={frag.deleted_rows})")
+    return frag
+
+
+# -- reading -----------------------------------------------------------------
+class _ManifestCache:
+    """Manifests are immutable once written, so caching by (table, version) is always safe."""
+
+    def __init__(self, capacity: int = 256):
+        self._items: OrderedDict[tuple[str, int], Manifest] = OrderedDict()
+        self._lock = threading.Lock()
+        self._capacity = capacity
+
+    def get(self, key: tuple[str, int]) -> Manifest | None:
+        with self._lock:
+            m = self._items.get(key)
+            if m is not None:
+                self._items.move_to_end(key)
+            return m
+
+    def put(self, key: tuple[str, int], m: Manifest) -> None:
+        with self._lock:
+            self._items[key] = m
+            self._items.move_to_end(key)
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+
+
+_CACHE = _ManifestCache()
+
+
+def load_manifest(store: ObjectStore, version: int) -> Manifest:
+    """The manifest of ``version``; ``VersionNotFound`` if there is none."""
+    key = (store.uri, version)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    path = manifest_path(version)
+    try:
+        data = store.get(path)
+    except ObjectNotFound:
+        raise VersionNotFound(f"table {store.uri} has no version {version} (never committed, or removed by cleanup)") from None
+    m = decode_manifest(data, store.describe(path))
+    if m.version != version:
+        raise CorruptFile(f"manifest {store.describe(path)} says it is version {m.version}")
+    _CACHE.put(key, m)
+    return m
+
+
+def try_load_manifest(store: ObjectStore, version: int) -> Manifest | None:
+    try:
+        return load_manifest(store, version)
+    except VersionNotFound:
+        return None
+
+
+def list_versions(store: ObjectStore) -> list[int]:
+    versions = []
+    for obj in store.list(VERSIONS_DIR):
+        name = obj.path[len(VERSIONS_DIR):]
+        if name.endswith(MANIFEST_SUFFIX) and name[: -len(MANIFEST_SUFFIX)].isdigit():
+            versions.append(int(name[: -len(MANIFEST_SUFFIX)]))
+    return sorted(versions)
+
+
+def latest_version(store: ObjectStore) -> int | None:
+    versions = list_versions(store)
+    return versions[-1] if versions else None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def iter_paths(fragments: Iterable[Fragment]) -> Iterable[str]:
+    for f in fragments:
+        yield f.path
+        if f.deletion:
+            yield f.deletion.path

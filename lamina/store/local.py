@@ -1,0 +1,162 @@
+"""A table on a local (or network-mounted POSIX) directory.
+
+put-if-absent is ``link(2)`` of a fully written, fsynced temp file: atomic and
+refuses to replace, on every POSIX filesystem Lamina supports.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import uuid
+from typing import Iterable, Iterator
+
+from lamina.errors import CorruptFile, ObjectNotFound, StorageError
+from lamina.store.base import ObjectInfo, ObjectStore
+
+
+class LocalStore(ObjectStore):
+    """Objects are files below ``root``."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(os.path.expanduser(root))
+        self.uri = self.root
+
+    def __reduce__(self):
+        return (LocalStore, (self.root,))
+
+    def __repr__(self) -> str:
+        return f"LocalStore({self.root!r})"
+
+    def _full(self, path: str) -> str:
+        return os.path.join(self.root, *path.split("/"))
+
+    def local_path(self, path: str) -> str:
+        full = self._full(path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        return full
+
+    def get(self, path: str) -> bytes:
+        try:
+            with open(self._full(path), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise ObjectNotFound(f"{self.describe(path)} does not exist") from None
+        except OSError as e:
+            raise StorageError(f"reading {self.describe(path)} failed: {e}") from e
+
+    def get_range(self, path: str, start: int, length: int) -> bytes:
+        try:
+            with open(self._full(path), "rb") as f:
+                f.seek(start)
+                data = f.read(length)
+        except FileNotFoundError:
+            raise ObjectNotFound(f"{self.describe(path)} does not exist") from None
+        if len(data) != length:
+            raise CorruptFile(f"{self.describe(path)} is shorter than expected (wanted bytes {start}..{start + length}, got {len(data)}): truncated")
+        return data
+
+    def _write_temp(self, path: str, data: bytes | None = None, source: str | None = None) -> str:
+        full = self._full(path)
+        directory = os.path.dirname(full)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
+        try:
+            with open(tmp, "wb") as f:
+                if source is not None:
+                    with open(source, "rb") as src:
+                        shutil.copyfileobj(src, f, 8 << 20)
+                else:
+                    f.write(data or b"")
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            _remove_quietly(tmp)
+            raise
+        return tmp
+
+    def put(self, path: str, data: bytes) -> None:
+        tmp = self._write_temp(path, data)
+        os.replace(tmp, self._full(path))
+        _fsync_dir(os.path.dirname(self._full(path)))
+
+    def put_file(self, path: str, local_path: str) -> None:
+        if os.path.abspath(local_path) == self._full(path):
+            return
+        tmp = self._write_temp(path, source=local_path)
+        os.replace(tmp, self._full(path))
+        _fsync_dir(os.path.dirname(self._full(path)))
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        tmp = self._write_temp(path, data)
+        try:
+            os.link(tmp, self._full(path))
+        except FileExistsError:
+            return False
+        except OSError as e:
+            if e.errno == errno.EEXIST:
+                return False
+            raise StorageError(f"writing {self.describe(path)} failed: {e}") from e
+        finally:
+            _remove_quietly(tmp)
+        _fsync_dir(os.path.dirname(self._full(path)))
+        return True
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        # Walk from the deepest directory the prefix names, then filter by the prefix.
+        base_dir = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        top = self._full(base_dir) if base_dir else self.root
+        found: list[ObjectInfo] = []
+        for dirpath, _dirs, files in os.walk(top):
+            rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            for name in files:
+                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+                if not rel.startswith(prefix):
+                    continue
+                try:
+                    st = os.stat(os.path.join(dirpath, name))
+                except FileNotFoundError:
+                    continue  # removed while listing
+                found.append(ObjectInfo(rel, st.st_size, st.st_mtime))
+        found.sort(key=lambda o: o.path)
+        return iter(found)
+
+    def delete(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            _remove_quietly(self._full(path))
+
+    def size(self, path: str) -> int:
+        try:
+            return os.stat(self._full(path)).st_size
+        except FileNotFoundError:
+            raise ObjectNotFound(f"{self.describe(path)} does not exist") from None
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self._full(path))
+
+    def open_input(self, path: str, size: int | None = None) -> str:
+        full = self._full(path)
+        if not os.path.exists(full):
+            raise ObjectNotFound(f"{self.describe(path)} does not exist")
+        return full
+
+
+def _remove_quietly(full: str) -> None:
+    try:
+        os.remove(full)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,304 @@
+"""A table under ``s3://bucket/prefix`` through boto3.
+
+Credentials come from the standard chain (env, profile, instance role) unless
+``storage_options`` gives them. Every call retries throttling, 5xx, dropped
+connections and S3's 409 ``ConditionalRequestConflict`` with the shared
+backoff; put-if-absent is ``PutObject`` with ``If-None-Match: *``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+import pyarrow as pa
+
+from lamina.errors import (
+    BucketNotFound,
+    CorruptFile,
+    InvalidConfig,
+    MissingCredentials,
+    ObjectNotFound,
+    StorageError,
+)
+from lamina.retry import Backoff
+from lamina.store.base import ObjectInfo, ObjectStore, RangeReader
+
+T = TypeVar("T")
+
+#: storage_options keys the S3 store understands.
+S3_OPTIONS = {
+    "endpoint_url": "S3 endpoint, e.g. http://127.0.0.1:5000 for moto/MinIO (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS)",
+    "region": "AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / profile, else us-east-1)",
+    "aws_access_key_id": "access key (default: the standard credential chain)",
+    "aws_secret_access_key": "secret key",
+    "aws_session_token": "session token for temporary credentials",
+    "profile": "a profile from ~/.aws/config",
+    "max_attempts": "attempts per request before giving up (default 8)",
+    "multipart_threshold": "objects at least this many bytes are uploaded in parts (default 64 MiB)",
+    "multipart_chunk_size": "part size for multipart uploads (default 16 MiB, at least 5 MiB)",
+    "max_pool_connections": "HTTP connections per process (default 32)",
+}
+
+_RETRY_CODES = {
+    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests",
+    "RequestThrottled", "InternalError", "ServiceUnavailable", "RequestTimeout", "RequestTimeTooSkewed",
+    "ConditionalRequestConflict", "OperationAborted", "500", "502", "503", "504",
+}
+_MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+_MIB = 1024 * 1024
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/a/b/`` → ``("bucket", "a/b")``."""
+    rest = uri[len("s3://"):]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise InvalidConfig(f"S3 URI {uri!r} has no bucket: use s3://bucket/path/to/table")
+    return bucket, prefix.strip("/")
+
+
+class S3Store(ObjectStore):
+    """Objects are keys below ``s3://bucket/prefix/``."""
+
+    def __init__(self, uri: str, storage_options: dict[str, Any] | None = None):
+        options = dict(storage_options or {})
+        unknown = sorted(set(options) - set(S3_OPTIONS))
+        if unknown:
+            known = ", ".join(sorted(S3_OPTIONS))
+            raise InvalidConfig(f"unknown storage option(s) {unknown} for {uri}; S3 understands: {known}")
+        self.uri = uri.rstrip("/")
+        self.bucket, self.prefix = parse_s3_uri(uri)
+        self.storage_options = options
+        self.backoff = Backoff(max_attempts=_int_option(options, "max_attempts", 8, 1, 100))
+        self.multipart_threshold = _int_option(options, "multipart_threshold", 64 * _MIB, 5 * _MIB, 5 * 1024**4)
+        self.multipart_chunk_size = _int_option(options, "multipart_chunk_size", 16 * _MIB, 5 * _MIB, 5 * 1024**3)
+        self._pool = _int_option(options, "max_pool_connections", 32, 1, 1024)
+        self.endpoint_url = options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        self._local = threading.local()
+        self._client_lock = threading.Lock()
+        self._shared_client: Any = None
+        self._client()  # fail now, before any work, if credentials are missing
+
+    def __reduce__(self):
+        return (S3Store, (self.uri, self.storage_options))
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.uri!r}, endpoint={self.endpoint_url!r})"
+
+    # -- connection ---------------------------------------------------------
+    def _client(self) -> Any:
+        if self._shared_client is not None:
+            return self._shared_client
+        with self._client_lock:
+            if self._shared_client is None:
+                import boto3
+                from botocore.config import Config
+
+                o = self.storage_options
+                session = boto3.session.Session(
+                    aws_access_key_id=o.get("aws_access_key_id"),
+                    aws_secret_access_key=o.get("aws_secret_access_key"),
+                    aws_session_token=o.get("aws_session_token"),
+                    profile_name=o.get("profile"),
+                    region_name=o.get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+                )
+                if session.get_credentials() is None:
+                    raise MissingCredentials(
+                        f"no AWS credentials found for {self.uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                        "(or AWS_PROFILE), or pass storage_options={'aws_access_key_id': ..., 'aws_secret_access_key': ...}"
+                    )
+                config = Config(
+                    retries={"total_max_attempts": 1, "mode": "standard"},  # Lamina retries, with its own backoff
+                    max_pool_connections=self._pool,
+                    connect_timeout=10,
+                    read_timeout=60,
+                    s3={"addressing_style": "path"} if self.endpoint_url else None,
+                )
+                self._shared_client = session.client(
+                    "s3",
+                    endpoint_url=self.endpoint_url,
+                    region_name=session.region_name or "us-east-1",
+                    config=config,
+                )
+        return self._shared_client
+
+    def _key(self, path: str) -> str:
+        return f"{self.prefix}/{path}" if self.prefix else path
+
+    def _call(self, what: str, path: str, fn: Callable[[], T], *, missing_ok: bool = False) -> T:
+        """Runs one request with retries; maps failures onto lamina.errors."""
+        from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, HTTPClientError, NoCredentialsError
+
+        delays = self.backoff.delays()
+        while True:
+            try:
+                return fn()
+            except ClientError as e:
+                code = str(e.response.get("Error", {}).get("Code", ""))
+                status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+                if code in _RETRY_CODES or status in {"500", "502", "503", "504", "429"} or (status == "409" and code == "ConditionalRequestConflict"):
+                    delay = next(delays, None)
+                    if delay is not None:
+                        time.sleep(delay)
+                        continue
+                    raise StorageError(f"{what} {self.describe(path)} failed after {self.backoff.max_attempts} attempts: {code or status} ({e})") from e
+                raise self._translate(e, code, status, what, path) from e
+            except NoCredentialsError as e:
+                raise MissingCredentials(
+                    f"no AWS credentials for {self.uri}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or pass them in storage_options"
+                ) from e
+            except (BotoConnectionError, HTTPClientError) as e:
+                delay = next(delays, None)
+                if delay is not None:
+                    time.sleep(delay)
+                    continue
+                raise StorageError(f"{what} {self.describe(path)}: cannot reach {self.endpoint_url or 'S3'} after {self.backoff.max_attempts} attempts ({e})") from e
+
+    def _translate(self, e: Exception, code: str, status: str, what: str, path: str) -> Exception:
+        if code == "NoSuchBucket":
+            return BucketNotFound(f"bucket {self.bucket!r} does not exist at {self.endpoint_url or 'AWS S3'}: create it, or fix the URI {self.uri}")
+        if code in _MISSING_CODES:
+            return ObjectNotFound(f"{self.describe(path)} does not exist")
+        if code in {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}:
+            return MissingCredentials(f"{what} {self.describe(path)}: credentials rejected ({code}); check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the profile")
+        if code in {"AccessDenied", "403"}:
+            return StorageError(f"{what} {self.describe(path)}: access denied; the credentials need s3:GetObject/PutObject/ListBucket/DeleteObject on {self.uri}")
+        if code == "InvalidRange":
+            return CorruptFile(f"{self.describe(path)} is shorter than the manifest says: truncated")
+        return StorageError(f"{what} {self.describe(path)} failed: {code or status} ({e})")
+
+    # -- operations ---------------------------------------------------------
+    def get(self, path: str) -> bytes:
+        key = self._key(path)
+        return self._call("reading", path, lambda: self._client().get_object(Bucket=self.bucket, Key=key)["Body"].read())
+
+    def get_range(self, path: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        key = self._key(path)
+        rng = f"bytes={start}-{start + length - 1}"
+        data = self._call("reading", path, lambda: self._client().get_object(Bucket=self.bucket, Key=key, Range=rng)["Body"].read())
+        if len(data) != length:
+            raise CorruptFile(f"{self.describe(path)} is shorter than expected (wanted bytes {start}..{start + length}, got {len(data)}): truncated")
+        return data
+
+    def put(self, path: str, data: bytes) -> None:
+        key = self._key(path)
+        self._call("writing", path, lambda: self._client().put_object(Bucket=self.bucket, Key=key, Body=data))
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        from botocore.exceptions import ClientError
+
+        key = self._key(path)
+
+        def put() -> bool:
+            try:
+                self._client().put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+                return True
+            except ClientError as e:
+                if str(e.response.get("Error", {}).get("Code", "")) == "PreconditionFailed":
+                    return False
+                raise
+
+        return self._call("writing", path, put)
+
+    def put_file(self, path: str, local_path: str) -> None:
+        size = os.path.getsize(local_path)
+        key = self._key(path)
+        if size < self.multipart_threshold:
+            with open(local_path, "rb") as f:
+                data = f.read()
+            self.put(path, data)
+            return
+        client = self._client()
+        upload_id = self._call("starting upload of", path, lambda: client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"])
+        parts = []
+        try:
+            with open(local_path, "rb") as f:
+                number = 1
+                while True:
+                    chunk = f.read(self.multipart_chunk_size)
+                    if not chunk:
+                        break
+                    n = number
+                    etag = self._call(
+                        f"uploading part {n} of", path,
+                        lambda: client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=chunk)["ETag"],
+                    )
+                    parts.append({"ETag": etag, "PartNumber": n})
+                    number += 1
+            self._call(
+                "completing upload of", path,
+                lambda: client.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}),
+            )
+        except BaseException:
+            try:
+                client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except Exception:  # the original error matters more; the bucket's lifecycle rule reaps the rest
+                pass
+            raise
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        client = self._client()
+        full_prefix = self._key(prefix)
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self._call("listing", prefix, lambda: client.list_objects_v2(**kwargs))
+            for obj in page.get("Contents", []):
+                yield ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp())
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+
+    def delete(self, paths: Iterable[str]) -> None:
+        client = self._client()
+        batch: list[str] = []
+
+        def flush() -> None:
+            objs = [{"Key": self._key(p)} for p in batch]
+            result = self._call("deleting", batch[0], lambda: client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs, "Quiet": True}))
+            errors = [e for e in result.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            if errors:
+                raise StorageError(f"deleting from {self.uri} failed for {len(errors)} object(s), first: {errors[0]}")
+            batch.clear()
+
+        for p in paths:
+            batch.append(p)
+            if len(batch) == 1000:
+                flush()
+        if batch:
+            flush()
+
+    def size(self, path: str) -> int:
+        key = self._key(path)
+        return int(self._call("inspecting", path, lambda: self._client().head_object(Bucket=self.bucket, Key=key))["ContentLength"])
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.size(path)
+            return True
+        except ObjectNotFound:
+            return False
+
+    def open_input(self, path: str, size: int | None = None) -> Any:
+        if size is None:
+            size = self.size(path)
+        return pa.PythonFile(RangeReader(self, path, size), mode="r")
+
+
+def _int_option(options: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
+    raw = options.get(name, default)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise InvalidConfig(f"storage option {name}={raw!r} is not an integer") from None
+    if not lo <= value <= hi:
+        raise InvalidConfig(f"storage option {name}={value} is out of bounds [{lo}, {hi}]")
+    return value

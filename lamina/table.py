@@ -1,0 +1,440 @@
+"""The Table API: create, open, append, delete, read, take, time-travel, clean up.
+
+A ``Table`` is a view of one version. Writes commit a transaction (see
+``lamina.commit``) and move the view to the version they created; reads never
+change it. Everything a user can get wrong is checked before data is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from lamina.commit import commit
+from lamina.datafile import ROWADDR, ROWID, WriteOptions, read_fragment, take_rows, write_fragments
+from lamina.deletion import read_deleted
+from lamina.errors import (
+    CommitConflict,
+    InvalidArgument,
+    RowNotFound,
+    SchemaMismatch,
+    TableExists,
+    TableNotFound,
+)
+from lamina.filter import Filter, parse_filter
+from lamina.manifest import (
+    ADDRESS_SHIFT,
+    Manifest,
+    encode_manifest,
+    latest_version,
+    list_versions,
+    load_manifest,
+    manifest_path,
+    now_ms,
+)
+from lamina.store import ObjectStore, open_store
+from lamina.transaction import Append, Delete, Overwrite, Transaction
+
+RESERVED_COLUMNS = (ROWADDR, ROWID, "_offset")
+_PK_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+             pa.types.is_large_binary, pa.types.is_fixed_size_binary)
+
+DataLike = Any  # pa.Table | pa.RecordBatch | pa.RecordBatchReader | pandas.DataFrame | list[dict]
+
+
+@dataclass(frozen=True)
+class FragmentInfo:
+    """One fragment as ``Table.fragments()`` reports it."""
+
+    id: int
+    path: str
+    rows: int
+    deleted_rows: int
+    live_rows: int
+    bytes: int
+    row_groups: tuple[tuple[int, int], ...]  # (rows, compressed bytes)
+    file_version: str
+    deletion_path: str | None
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    version: int
+    timestamp: dt.datetime
+    operation: str
+    rows: int
+    fragments: int
+
+
+@dataclass(frozen=True)
+class TableStats:
+    uri: str
+    version: int
+    rows: int
+    deleted_rows: int
+    fragments: int
+    data_bytes: int
+    row_groups: int
+    fragments_with_deletions: int
+    mean_rows_per_fragment: float
+    versions: int
+    indices: int
+
+
+def _pool_size(n: int) -> int:
+    return max(1, min(n, int(os.environ.get("LAMINA_IO_THREADS", "8"))))
+
+
+def _map_fragments(fn, items: Sequence[Any]) -> list[Any]:
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(_pool_size(len(items)), thread_name_prefix="lamina-io") as pool:
+        return list(pool.map(fn, items))
+
+
+def _validate_schema(schema: Any) -> pa.Schema:
+    if not isinstance(schema, pa.Schema):
+        raise InvalidArgument(f"schema must be a pyarrow.Schema, not {type(schema).__name__}")
+    names = schema.names
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"schema has duplicate column names: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    bad = [n for n in names if not n or n in RESERVED_COLUMNS]
+    if bad:
+        raise InvalidArgument(f"column names {bad} are empty or reserved ({', '.join(RESERVED_COLUMNS)})")
+    return schema.remove_metadata()
+
+
+class Table:
+    """One version of a Lamina table."""
+
+    def __init__(self, store: ObjectStore, manifest: Manifest, storage_options: dict[str, Any] | None = None):
+        self._store = store
+        self._manifest = manifest
+        self._storage_options = storage_options
+
+    def __reduce__(self):
+        return (open_table, (self.uri, self.version, self._storage_options))
+
+    def __repr__(self) -> str:
+        return f"Table({self.uri!r}, version={self.version}, rows={self._manifest.rows}, fragments={len(self._manifest.fragments)})"
+
+    # -- properties ---------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        return self._store.uri
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._manifest
+
+    @property
+    def version(self) -> int:
+        return self._manifest.version
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._manifest.schema
+
+    @property
+    def primary_key(self) -> tuple[str, ...]:
+        return self._manifest.primary_key
+
+    @property
+    def write_options(self) -> WriteOptions:
+        return WriteOptions.from_config(self._manifest.config)
+
+    # -- versions -----------------------------------------------------------
+    def versions(self) -> list[VersionInfo]:
+        """Every version still on storage, oldest first."""
+        out = []
+        for v in list_versions(self._store):
+            m = load_manifest(self._store, v)
+            out.append(VersionInfo(v, dt.datetime.fromtimestamp(m.timestamp_ms / 1000, dt.timezone.utc),
+                                   m.transaction.get("operation", "?"), m.rows, len(m.fragments)))
+        return out
+
+    def checkout(self, version: int) -> "Table":
+        """The table as of ``version`` (this object is unchanged)."""
+        return Table(self._store, load_manifest(self._store, int(version)), self._storage_options)
+
+    def reload(self) -> "Table":
+        """Moves this view to the latest version; returns self."""
+        latest = latest_version(self._store)
+        if latest is not None and latest != self.version:
+            self._manifest = load_manifest(self._store, latest)
+        return self
+
+    # -- writes -------------------------------------------------------------
+    def _commit(self, txn: Transaction) -> Manifest:
+        self._manifest = commit(self._store, txn, self._manifest)
+        return self._manifest
+
+    def _batches(self, data: DataLike) -> Iterator[pa.RecordBatch]:
+        return _conform(data, self.schema)
+
+    def append(self, data: DataLike, *, max_rows_per_file: int | None = None) -> int:
+        """Appends rows; returns the new version (the current one if ``data`` is empty).
+
+        ``data`` is a pyarrow Table, RecordBatch or RecordBatchReader, a pandas
+        DataFrame, or a list of dicts. Memory held: ``max_rows_per_file`` rows.
+        """
+        options = WriteOptions.from_config(self._manifest.config, max_rows_per_file=max_rows_per_file)
+        fragments = write_fragments(self._store, self.schema, self._batches(data), options)
+        if not fragments:
+            return self.version
+        return self._commit(Append(self.version, fragments)).version
+
+    def overwrite(self, data: DataLike, *, schema: pa.Schema | None = None) -> int:
+        """Replaces every row (optionally with a new schema); returns the new version."""
+        target = _validate_schema(schema) if schema is not None else self.schema
+        options = self.write_options
+        fragments = write_fragments(self._store, target, _conform(data, target), options)
+        return self._commit(Overwrite(self.version, fragments, target if schema is not None else None)).version
+
+    def delete(self, filter: "str | pa.compute.Expression") -> int:
+        """Deletes the rows matching ``filter``; returns how many were deleted (0: no commit).
+
+        The filter is evaluated on this version; a concurrent commit is rebased over
+        (see docs/FORMAT.md, conflict matrix).
+        """
+        flt = parse_filter(filter, self.schema)
+        base = self._manifest
+
+        def matches(frag):
+            t = read_fragment(self._store, frag, self.schema, columns=[], flt=flt, with_offsets=True)
+            return frag.id, t.column("_offset").to_numpy()
+
+        deltas = {fid: offs for fid, offs in _map_fragments(matches, list(base.fragments)) if len(offs)}
+        if not deltas:
+            return 0
+        txn = Delete(base.version, deltas, predicate=flt.text)
+        self._commit(txn)
+        return txn.rows_deleted
+
+    # -- reads --------------------------------------------------------------
+    def to_arrow(self, columns: Sequence[str] | None = None, filter: "str | pa.compute.Expression | None" = None,
+                 with_row_address: bool = False, with_row_id: bool = False) -> pa.Table:
+        """Live rows as a pyarrow Table, in fragment order (``_rowaddr`` / ``_rowid`` on request)."""
+        cols = self._check_columns(columns)
+        flt = parse_filter(filter, self.schema) if filter is not None else None
+        if with_row_id and not self._manifest.stable_row_ids:
+            raise InvalidArgument(f"table {self.uri} does not keep stable row ids; create it with stable_row_ids=True")
+        parts = _map_fragments(
+            lambda f: read_fragment(self._store, f, self.schema, cols, flt, with_row_address, with_row_id),
+            list(self._manifest.fragments),
+        )
+        out_schema = self._output_schema(cols, with_row_address, with_row_id)
+        if not parts:
+            return out_schema.empty_table()
+        return pa.concat_tables(parts)
+
+    def to_pandas(self, columns: Sequence[str] | None = None, filter: "str | pa.compute.Expression | None" = None,
+                  with_row_address: bool = False, with_row_id: bool = False):
+        """``to_arrow(...).to_pandas()``."""
+        return self.to_arrow(columns, filter, with_row_address, with_row_id).to_pandas()
+
+    def count_rows(self, filter: "str | pa.compute.Expression | None" = None) -> int:
+        """Live rows, optionally only those matching ``filter`` (no data read without one)."""
+        if filter is None:
+            return self._manifest.rows
+        flt = parse_filter(filter, self.schema)
+        return sum(_map_fragments(
+            lambda f: read_fragment(self._store, f, self.schema, [], flt).num_rows, list(self._manifest.fragments)))
+
+    def take(self, row_addresses: Iterable[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows at ``row_addresses`` (as returned in ``_rowaddr``), in the order asked; repeats allowed."""
+        cols = self._check_columns(columns) or list(self.schema.names)
+        if isinstance(row_addresses, (pa.Array, pa.ChunkedArray)):
+            row_addresses = row_addresses.to_numpy(zero_copy_only=False)
+        try:
+            addrs = np.asarray(list(row_addresses) if not isinstance(row_addresses, np.ndarray) else row_addresses).astype(np.uint64)
+        except (TypeError, ValueError, OverflowError):
+            raise InvalidArgument("row_addresses must be integers (values of the _rowaddr column)") from None
+        if len(addrs) == 0:
+            return self.schema.empty_table().select(cols)
+        fids = (addrs >> np.uint64(ADDRESS_SHIFT)).astype(np.int64)
+        offs = (addrs & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        frags = self._manifest.fragment_map()
+        jobs = []
+        for fid in np.unique(fids).tolist():
+            sel = np.nonzero(fids == fid)[0]
+            frag = frags.get(fid)
+            if frag is None:
+                raise RowNotFound(f"row address {int(addrs[sel[0]])} names fragment {fid}, which version {self.version} of {self.uri} does not have")
+            o = offs[sel]
+            bad = o[(o >= frag.rows)]
+            deleted = read_deleted(self._store, frag)
+            if len(bad) == 0 and len(deleted):
+                bad = o[np.isin(o, deleted)]
+            if len(bad):
+                raise RowNotFound(f"row address {(fid << ADDRESS_SHIFT) | int(bad[0])} (fragment {fid}, offset {int(bad[0])}) is deleted or out of range at version {self.version} of {self.uri}")
+            jobs.append((frag, sel, o))
+
+        def fetch(job):
+            frag, sel, o = job
+            uniq, inverse = np.unique(o, return_inverse=True)
+            return take_rows(self._store, frag, uniq, cols).take(pa.array(inverse.ravel(), type=pa.int64()))
+
+        pieces = _map_fragments(fetch, jobs)
+        result = pa.concat_tables(pieces)
+        positions = np.concatenate([sel for _, sel, _ in jobs])
+        return result.take(pa.array(np.argsort(positions, kind="stable"), type=pa.int64()))
+
+    def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
+        if columns is None:
+            return None
+        if isinstance(columns, str):
+            raise InvalidArgument(f"columns must be a list of names, e.g. [{columns!r}]")
+        unknown = [c for c in columns if c not in self.schema.names]
+        if unknown:
+            raise InvalidArgument(f"unknown column(s) {unknown} in table {self.uri}; columns: {', '.join(self.schema.names)}")
+        return list(columns)
+
+    def _output_schema(self, cols: list[str] | None, with_row_address: bool, with_row_id: bool) -> pa.Schema:
+        fields = [self.schema.field(c) for c in (cols if cols is not None else self.schema.names)]
+        if with_row_address:
+            fields.append(pa.field(ROWADDR, pa.uint64()))
+        if with_row_id:
+            fields.append(pa.field(ROWID, pa.uint64()))
+        return pa.schema(fields)
+
+    # -- inspection ---------------------------------------------------------
+    def fragments(self) -> list[FragmentInfo]:
+        return [
+            FragmentInfo(f.id, f.path, f.rows, f.deleted_rows, f.live_rows, f.file_bytes,
+                         tuple((g.rows, g.bytes) for g in f.row_groups), f.file_version,
+                         f.deletion.path if f.deletion else None)
+            for f in self._manifest.fragments
+        ]
+
+    def stats(self) -> TableStats:
+        m = self._manifest
+        n = len(m.fragments)
+        return TableStats(
+            uri=self.uri, version=m.version, rows=m.rows,
+            deleted_rows=sum(f.deleted_rows for f in m.fragments), fragments=n,
+            data_bytes=sum(f.file_bytes for f in m.fragments),
+            row_groups=sum(len(f.row_groups) for f in m.fragments),
+            fragments_with_deletions=sum(1 for f in m.fragments if f.deletion),
+            mean_rows_per_fragment=(m.rows / n) if n else 0.0,
+            versions=len(list_versions(self._store)), indices=len(m.indices),
+        )
+
+    def cleanup(self, older_than: "dt.timedelta | dt.datetime | float" = dt.timedelta(days=7)):
+        """Removes versions older than the cutoff and every file no remaining version needs.
+
+        Files newer than the cutoff are kept even if unreferenced: they may belong to a
+        writer that has not committed yet. The latest version is always kept.
+        """
+        from lamina.cleanup import cleanup
+
+        return cleanup(self._store, older_than)
+
+
+def _conform(data: DataLike, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Batches of ``data`` in the table's schema; SchemaMismatch before anything is yielded if it can't be."""
+    if isinstance(data, pa.RecordBatchReader):
+        source_schema, batches = data.schema, iter(data)
+    elif isinstance(data, pa.Table):
+        source_schema, batches = data.schema, iter(data.to_batches())
+    elif isinstance(data, pa.RecordBatch):
+        source_schema, batches = data.schema, iter([data])
+    elif isinstance(data, list):
+        try:
+            table = pa.Table.from_pylist(data, schema=schema)
+        except (pa.ArrowException, TypeError, ValueError, KeyError) as e:
+            raise SchemaMismatch(f"rows do not match the table schema ({e}); schema: {schema}") from None
+        source_schema, batches = table.schema, iter(table.to_batches())
+    elif type(data).__name__ == "DataFrame" and hasattr(data, "columns"):
+        missing = [n for n in schema.names if n not in data.columns]
+        extra = [str(c) for c in data.columns if c not in schema.names]
+        if missing or extra:
+            raise SchemaMismatch(f"DataFrame columns differ from the table: missing {missing}, unexpected {extra}")
+        try:
+            table = pa.Table.from_pandas(data, schema=schema, preserve_index=False)
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise SchemaMismatch(f"DataFrame does not convert to the table schema ({e}); schema: {schema}") from None
+        source_schema, batches = table.schema, iter(table.to_batches())
+    else:
+        raise InvalidArgument(f"cannot append {type(data).__name__}: pass a pyarrow Table, RecordBatch, RecordBatchReader, pandas DataFrame or list of dicts")
+    order = _check_schema(source_schema, schema)
+
+    def gen() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            arrays = [batch.column(i) for i in order]
+            for field, arr in zip(schema, arrays):
+                if not field.nullable and arr.null_count:
+                    raise SchemaMismatch(f"column {field.name!r} is not nullable but the data has {arr.null_count} null(s)")
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return gen()
+
+
+def _check_schema(source: pa.Schema, target: pa.Schema) -> list[int]:
+    """Column positions of ``target``'s fields in ``source``; SchemaMismatch listing every difference."""
+    problems = []
+    missing = [n for n in target.names if n not in source.names]
+    extra = [n for n in source.names if n not in target.names]
+    if missing:
+        problems.append(f"missing column(s) {missing}")
+    if extra:
+        problems.append(f"unexpected column(s) {extra}")
+    for field in target:
+        if field.name in source.names and not source.field(field.name).type.equals(field.type):
+            problems.append(f"column {field.name!r} is {source.field(field.name).type}, the table has {field.type}")
+    if problems:
+        raise SchemaMismatch("data does not match the table schema: " + "; ".join(problems) + ". Cast the data (e.g. table.cast(schema)) and retry")
+    return [source.names.index(n) for n in target.names]
+
+
+def create_table(uri: str, schema: pa.Schema, *, primary_key: str | Sequence[str] | None = None,
+                 stable_row_ids: bool = False, storage_options: dict[str, Any] | None = None,
+                 max_rows_per_file: int | None = None, row_group_rows: int | None = None) -> Table:
+    """Creates an empty table at ``uri`` (a local path or ``s3://bucket/prefix``); version 1."""
+    schema = _validate_schema(schema)
+    pk: tuple[str, ...] = ()
+    if primary_key is not None:
+        pk = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+        for name in pk:
+            if name not in schema.names:
+                raise InvalidArgument(f"primary key column {name!r} is not in the schema ({', '.join(schema.names)})")
+            if not any(check(schema.field(name).type) for check in _PK_TYPES):
+                raise InvalidArgument(f"primary key column {name!r} has type {schema.field(name).type}; keys must be integers, strings or binary")
+    options = WriteOptions.from_config({}, max_rows_per_file=max_rows_per_file, row_group_rows=row_group_rows)
+    store = open_store(uri, storage_options)
+    if latest_version(store) is not None:
+        raise TableExists(f"a Lamina table already exists at {store.uri}; open it with lamina.open_table")
+    manifest = Manifest(
+        version=1, timestamp_ms=now_ms(), schema=schema, fragments=(), next_fragment_id=0, next_row_id=0,
+        primary_key=pk, stable_row_ids=bool(stable_row_ids), config=options.to_config(),
+        transaction={"operation": "create", "read_version": 0, "timestamp_ms": now_ms()},
+    )
+    if not store.put_if_absent(manifest_path(1), encode_manifest(manifest)):
+        raise TableExists(f"a Lamina table was created at {store.uri} concurrently; open it with lamina.open_table")
+    return Table(store, manifest, storage_options)
+
+
+def open_table(uri: str, *, version: int | None = None, storage_options: dict[str, Any] | None = None) -> Table:
+    """Opens the table at ``uri``: its latest version, or ``version``."""
+    store = open_store(uri, storage_options)
+    if version is None:
+        latest = latest_version(store)
+        if latest is None:
+            raise TableNotFound(f"no Lamina table at {store.uri} (no manifests under _versions/); create one with lamina.create_table")
+        version = latest
+    return Table(store, load_manifest(store, int(version)), storage_options)
+
+
+__all__ = ["Table", "create_table", "open_table", "FragmentInfo", "VersionInfo", "TableStats", "CommitConflict"]

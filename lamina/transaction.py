@@ -1,0 +1,419 @@
+"""Transactions: a typed record of what one operation changes, and how it replays.
+
+    operation ──► Transaction(read_version, changes)
+                     │  rebase(theirs)    for every version committed since the read
+                     │  prepare(base)     write files that depend on the base (deletion merges)
+                     ▼  apply(base)       pure: base manifest → next manifest
+                  commit.commit()         put-if-absent of version base+1, retry on a lost race
+
+``MATRIX`` is the conflict matrix of docs/FORMAT.md as data: for my operation
+(row) over theirs (column, committed first), the rule that makes replaying
+mine on top of theirs correct, or ``CONFLICT``.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable
+
+import numpy as np
+
+from lamina.errors import CommitConflict
+from lamina.manifest import DeletionFile, Fragment, IndexEntry, Manifest, now_ms
+from lamina.store import ObjectStore
+
+# Rules of the conflict matrix.
+REBASE = "rebase"  # independent: replay as is
+MERGE_DELETIONS = "merge deletions"  # union my new deletions with theirs
+REMAP_DELETIONS = "remap deletions"  # map my deletions through their rewrite mapping
+CARRY_DELETIONS = "carry deletions"  # carry their new deletions onto my outputs through my mapping
+DISJOINT = "disjoint fragments"  # conflict only if we rewrote the same fragments
+UNCOVER = "uncover"  # their rewritten fragments drop out of my index coverage
+DISTINCT_NAMES = "distinct names"  # conflict only if the same index name
+CONFLICT = "conflict"
+
+OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite")
+
+MATRIX: dict[tuple[str, str], str] = {
+    ("append", "append"): REBASE,
+    ("append", "delete"): REBASE,
+    ("append", "rewrite"): REBASE,
+    ("append", "create_index"): REBASE,
+    ("append", "overwrite"): CONFLICT,
+    ("delete", "append"): REBASE,
+    ("delete", "delete"): MERGE_DELETIONS,
+    ("delete", "rewrite"): REMAP_DELETIONS,
+    ("delete", "create_index"): REBASE,
+    ("delete", "overwrite"): CONFLICT,
+    ("rewrite", "append"): REBASE,
+    ("rewrite", "delete"): CARRY_DELETIONS,
+    ("rewrite", "rewrite"): DISJOINT,
+    ("rewrite", "create_index"): REBASE,
+    ("rewrite", "overwrite"): CONFLICT,
+    ("create_index", "append"): REBASE,
+    ("create_index", "delete"): REBASE,
+    ("create_index", "rewrite"): UNCOVER,
+    ("create_index", "create_index"): DISTINCT_NAMES,
+    ("create_index", "overwrite"): CONFLICT,
+    # An overwrite states the whole table: serializing it after anything is valid.
+    ("overwrite", "append"): REBASE,
+    ("overwrite", "delete"): REBASE,
+    ("overwrite", "rewrite"): REBASE,
+    ("overwrite", "create_index"): REBASE,
+    ("overwrite", "overwrite"): REBASE,
+}
+
+
+def _conflict(mine: "Transaction", theirs: Manifest, store: ObjectStore, why: str) -> CommitConflict:
+    op = theirs.transaction.get("operation", "unknown")
+    return CommitConflict(
+        f"{mine.operation} on table {store.uri} (read at version {mine.read_version}) conflicts with the {op} "
+        f"committed as version {theirs.version}: {why}. Nothing was committed; re-run the {mine.operation} on the latest version"
+    )
+
+
+@dataclass
+class AddressMapping:
+    """Old row → new row of a rewrite, as runs: rows ``old_start..+length`` of fragment
+    ``old_fragment`` became rows ``new_start..+length`` of output ``output`` (index into
+    the rewrite's outputs, or a fragment id once committed). A shift is one run."""
+
+    old_fragment: np.ndarray
+    old_start: np.ndarray
+    output: np.ndarray
+    new_start: np.ndarray
+    length: np.ndarray
+
+    @classmethod
+    def from_runs(cls, runs: Iterable[tuple[int, int, int, int, int]]) -> "AddressMapping":
+        arr = np.array(list(runs), dtype=np.int64).reshape(-1, 5)
+        return cls(*(arr[:, i].copy() for i in range(5)))
+
+    def runs(self) -> list[list[int]]:
+        return np.stack([self.old_fragment, self.old_start, self.output, self.new_start, self.length], axis=1).tolist()
+
+    def map(self, fragment_id: int, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(outputs, new offsets) for the offsets of ``fragment_id`` that survived the rewrite."""
+        sel = self.old_fragment == fragment_id
+        starts, outs, news, lens = self.old_start[sel], self.output[sel], self.new_start[sel], self.length[sel]
+        order = np.argsort(starts)
+        starts, outs, news, lens = starts[order], outs[order], news[order], lens[order]
+        offsets = np.asarray(offsets, dtype=np.int64)
+        run = np.searchsorted(starts, offsets, side="right") - 1
+        ok = run >= 0
+        ok[ok] &= offsets[ok] < starts[run[ok]] + lens[run[ok]]
+        run, offs = run[ok], offsets[ok]
+        return outs[run], news[run] + (offs - starts[run])
+
+
+class Transaction(abc.ABC):
+    """One operation's changes, replayable on top of newer versions."""
+
+    operation: ClassVar[str]
+
+    def __init__(self, read_version: int):
+        self.uuid = uuid.uuid4().hex
+        self.read_version = read_version
+        #: Files this transaction wrote; removed if it is abandoned.
+        self.written: list[str] = []
+
+    def rebase(self, theirs: Manifest, store: ObjectStore) -> None:
+        """Adjusts this transaction to sit on top of ``theirs``; raises CommitConflict."""
+        their_op = theirs.transaction.get("operation")
+        if their_op == "create":
+            raise _conflict(self, theirs, store, "the table was created again")
+        rule = MATRIX.get((self.operation, their_op), CONFLICT)
+        if rule == CONFLICT:
+            raise _conflict(self, theirs, store, f"{self.operation} cannot be replayed over {their_op}")
+        self._rebase(rule, theirs, store)
+
+    def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
+        """Applies a non-conflicting rule; the default, REBASE, needs nothing."""
+
+    def prepare(self, base: Manifest, store: ObjectStore) -> None:
+        """Writes the files that depend on ``base`` (called before every attempt)."""
+
+    @abc.abstractmethod
+    def apply(self, base: Manifest) -> Manifest:
+        """The next version: pure, no I/O."""
+
+    def record(self, **details: Any) -> dict[str, Any]:
+        return {"uuid": self.uuid, "operation": self.operation, "read_version": self.read_version,
+                "timestamp_ms": now_ms(), **details}
+
+    def _next(self, base: Manifest, **changes: Any) -> Manifest:
+        return base.replace(version=base.version + 1, timestamp_ms=now_ms(), **changes)
+
+
+def assign_ids(base: Manifest, fragments: Iterable[Fragment]) -> tuple[list[Fragment], int, int]:
+    """Gives new fragments ids (and stable row ids when the table keeps them)."""
+    next_id, next_row = base.next_fragment_id, base.next_row_id
+    out = []
+    for f in fragments:
+        row_ids = f.row_ids
+        if base.stable_row_ids and row_ids is None:
+            row_ids = ((next_row, next_row + f.rows),)
+            next_row += f.rows
+        out.append(dataclasses.replace(f, id=next_id, row_ids=row_ids if base.stable_row_ids else None))
+        next_id += 1
+    return out, next_id, next_row
+
+
+class Append(Transaction):
+    """New fragments added after the existing ones."""
+
+    operation = "append"
+
+    def __init__(self, read_version: int, fragments: list[Fragment]):
+        super().__init__(read_version)
+        self.fragments = fragments
+        self.written = [f.path for f in fragments]
+
+    def apply(self, base: Manifest) -> Manifest:
+        new, next_id, next_row = assign_ids(base, self.fragments)
+        return self._next(
+            base, fragments=base.fragments + tuple(new), next_fragment_id=next_id, next_row_id=next_row,
+            transaction=self.record(fragment_ids=[f.id for f in new], rows=sum(f.rows for f in new)),
+        )
+
+
+class Delete(Transaction):
+    """New deleted offsets per fragment, merged into the fragments' deletion files."""
+
+    operation = "delete"
+
+    def __init__(self, read_version: int, deltas: dict[int, np.ndarray], predicate: str = ""):
+        super().__init__(read_version)
+        self.deltas = {fid: np.unique(np.asarray(o, dtype=np.uint32)) for fid, o in deltas.items() if len(o)}
+        self.predicate = predicate
+        # fid -> (deletion path it was merged with, file written)
+        self._files: dict[int, tuple[str | None, DeletionFile]] = {}
+        self.rows_deleted = 0
+
+    def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
+        if rule == REMAP_DELETIONS:
+            moved: dict[int, list[np.ndarray]] = {}
+            ids = theirs.transaction.get("groups", [])
+            for group in ids:
+                mapping = AddressMapping.from_runs(group["mapping"])
+                new_ids = group["new_fragment_ids"]
+                for old in group["old_fragment_ids"]:
+                    if old in self.deltas:
+                        outs, offs = mapping.map(old, self.deltas.pop(old))
+                        for out, off in zip(outs.tolist(), offs.tolist()):
+                            moved.setdefault(new_ids[out], []).append(np.array([off], dtype=np.uint32))
+            for fid, parts in moved.items():
+                merged = np.concatenate([self.deltas.get(fid, np.zeros(0, np.uint32))] + parts)
+                self.deltas[fid] = np.unique(merged.astype(np.uint32))
+        # Fragments gone from theirs (fully deleted) need nothing more from me.
+        live = {f.id for f in theirs.fragments}
+        for fid in [f for f in self.deltas if f not in live]:
+            del self.deltas[fid]
+
+    def prepare(self, base: Manifest, store: ObjectStore) -> None:
+        from lamina.deletion import read_deleted, write_deleted
+
+        frags = base.fragment_map()
+        self.rows_deleted = 0
+        for fid, delta in self.deltas.items():
+            frag = frags.get(fid)
+            if frag is None:
+                continue
+            current = frag.deletion.path if frag.deletion else None
+            existing = read_deleted(store, frag)
+            merged = np.union1d(existing, delta).astype(np.uint32)
+            self.rows_deleted += len(merged) - len(existing)
+            cached = self._files.get(fid)
+            if cached is not None and cached[0] == current:
+                continue
+            if len(merged) == len(existing):
+                self._files.pop(fid, None)  # everything I delete is already deleted
+                continue
+            if len(merged) >= frag.rows:
+                self._files[fid] = (current, DeletionFile("", len(merged)))  # fragment disappears
+                continue
+            written = write_deleted(store, fid, merged)
+            self.written.append(written.path)
+            self._files[fid] = (current, written)
+
+    def apply(self, base: Manifest) -> Manifest:
+        fragments, removed, touched = [], [], []
+        for f in base.fragments:
+            entry = self._files.get(f.id)
+            if entry is None or f.id not in self.deltas:
+                fragments.append(f)
+            elif entry[1].path == "":
+                removed.append(f.id)
+            else:
+                fragments.append(dataclasses.replace(f, deletion=entry[1]))
+                touched.append(f.id)
+        return self._next(
+            base, fragments=tuple(fragments),
+            transaction=self.record(predicate=self.predicate, fragment_ids=touched, removed_fragment_ids=removed, rows=self.rows_deleted),
+        )
+
+
+@dataclass
+class RewriteGroup:
+    """Fragments ``old_fragment_ids`` replaced by ``new_fragments``, rows moving per ``mapping``
+    (whose ``output`` is an index into ``new_fragments``)."""
+
+    old_fragment_ids: tuple[int, ...]
+    new_fragments: list[Fragment]
+    mapping: AddressMapping
+    #: For each old fragment, the deletion file the rewrite read (deletions it materialized).
+    source_deletions: dict[int, str | None] = field(default_factory=dict)
+    #: Deletions committed by others after the read, carried onto outputs: output -> offsets.
+    carried: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+class Rewrite(Transaction):
+    """Groups of fragments replaced by rewritten ones (compaction), in place in the fragment order."""
+
+    operation = "rewrite"
+
+    def __init__(self, read_version: int, groups: list[RewriteGroup]):
+        super().__init__(read_version)
+        self.groups = groups
+        self.written = [f.path for g in groups for f in g.new_fragments]
+        self._carried_files: dict[tuple[int, int], tuple[int, DeletionFile]] = {}
+
+    @property
+    def old_ids(self) -> set[int]:
+        return {i for g in self.groups for i in g.old_fragment_ids}
+
+    def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
+        if rule == DISJOINT:
+            theirs_old = {i for g in theirs.transaction.get("groups", []) for i in g["old_fragment_ids"]}
+            overlap = sorted(self.old_ids & theirs_old)
+            if overlap:
+                raise _conflict(self, theirs, store, f"both rewrote fragments {overlap}")
+        elif rule == CARRY_DELETIONS:
+            from lamina.deletion import read_deleted
+
+            frags = theirs.fragment_map()
+            for group in self.groups:
+                for old in group.old_fragment_ids:
+                    now = frags.get(old)
+                    now_path = (now.deletion.path if now.deletion else None) if now else "<removed>"
+                    if now_path == group.source_deletions.get(old):
+                        continue
+                    before = group.source_deletions.get(old)
+                    before_set = self._read_path(store, old, before)
+                    if now is None:  # their delete removed every row of the fragment
+                        now_set = np.arange(self._old_rows(group, old), dtype=np.uint32)
+                    else:
+                        now_set = read_deleted(store, now)
+                    new = np.setdiff1d(now_set, before_set)
+                    outs, offs = group.mapping.map(old, new)
+                    for out in np.unique(outs).tolist():
+                        prev = group.carried.get(out, np.zeros(0, np.uint32))
+                        group.carried[out] = np.union1d(prev, offs[outs == out]).astype(np.uint32)
+                    group.source_deletions[old] = now_path
+
+    def _read_path(self, store: ObjectStore, fid: int, path: str | None) -> np.ndarray:
+        from lamina import _native
+
+        if path is None:
+            return np.zeros(0, np.uint32)
+        return _native.decode_deletions(store.get(path), store.describe(path)).to_numpy(zero_copy_only=False)
+
+    @staticmethod
+    def _old_rows(group: RewriteGroup, fid: int) -> int:
+        sel = group.mapping.old_fragment == fid
+        ends = group.mapping.old_start[sel] + group.mapping.length[sel]
+        return int(ends.max()) if len(ends) else 0
+
+    def prepare(self, base: Manifest, store: ObjectStore) -> None:
+        from lamina.deletion import write_deleted
+
+        for gi, group in enumerate(self.groups):
+            for out, offsets in group.carried.items():
+                key = (gi, out)
+                if key in self._carried_files and self._carried_files[key][0] == len(offsets):
+                    continue
+                written = write_deleted(store, -1, offsets)
+                self.written.append(written.path)
+                self._carried_files[key] = (len(offsets), written)
+
+    def apply(self, base: Manifest) -> Manifest:
+        present = {f.id for f in base.fragments}
+        for group in self.groups:
+            missing = [i for i in group.old_fragment_ids if i not in present]
+            if missing:
+                raise CommitConflict(f"rewrite of table fragments {list(group.old_fragment_ids)} cannot commit on version {base.version}: fragments {missing} no longer exist")
+        next_id, next_row = base.next_fragment_id, base.next_row_id
+        replaced: dict[int, list[Fragment]] = {}
+        groups_record = []
+        for gi, group in enumerate(self.groups):
+            new_frags = []
+            for out, f in enumerate(group.new_fragments):
+                deletion = self._carried_files.get((gi, out), (0, None))[1]
+                new_frags.append(dataclasses.replace(f, id=next_id, deletion=deletion,
+                                                     row_ids=f.row_ids if base.stable_row_ids else None))
+                next_id += 1
+            first = min(group.old_fragment_ids, key=[f.id for f in base.fragments].index)
+            replaced[first] = new_frags
+            groups_record.append({
+                "old_fragment_ids": list(group.old_fragment_ids),
+                "new_fragment_ids": [f.id for f in new_frags],
+                "mapping": group.mapping.runs(),
+            })
+        old = self.old_ids
+        fragments: list[Fragment] = []
+        for f in base.fragments:
+            if f.id in replaced:
+                fragments.extend(replaced[f.id])
+            if f.id not in old:
+                fragments.append(f)
+        indices = tuple(dataclasses.replace(ix, fragment_ids=tuple(i for i in ix.fragment_ids if i not in old)) for ix in base.indices)
+        return self._next(
+            base, fragments=tuple(fragments), next_fragment_id=next_id, next_row_id=next_row, indices=indices,
+            transaction=self.record(groups=groups_record),
+        )
+
+
+class CreateIndex(Transaction):
+    """Adds an index entry covering the fragments it was built over."""
+
+    operation = "create_index"
+
+    def __init__(self, read_version: int, index: IndexEntry):
+        super().__init__(read_version)
+        self.index = index
+        self.written = list(index.files)
+
+    def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
+        if rule == DISTINCT_NAMES and theirs.transaction.get("index") == self.index.name:
+            raise _conflict(self, theirs, store, f"both created an index named {self.index.name!r}")
+        if rule == UNCOVER:
+            gone = {i for g in theirs.transaction.get("groups", []) for i in g["old_fragment_ids"]}
+            self.index = dataclasses.replace(self.index, fragment_ids=tuple(i for i in self.index.fragment_ids if i not in gone))
+
+    def apply(self, base: Manifest) -> Manifest:
+        if any(ix.name == self.index.name for ix in base.indices):
+            raise CommitConflict(f"table already has an index named {self.index.name!r} at version {base.version}; drop it first or choose another name")
+        return self._next(base, indices=base.indices + (self.index,), transaction=self.record(index=self.index.name))
+
+
+class Overwrite(Transaction):
+    """Replaces every fragment (and the schema); indices are dropped."""
+
+    operation = "overwrite"
+
+    def __init__(self, read_version: int, fragments: list[Fragment], schema: Any = None):
+        super().__init__(read_version)
+        self.fragments = fragments
+        self.schema = schema
+        self.written = [f.path for f in fragments]
+
+    def apply(self, base: Manifest) -> Manifest:
+        new, next_id, next_row = assign_ids(base, self.fragments)
+        return self._next(
+            base, fragments=tuple(new), next_fragment_id=next_id, next_row_id=next_row, indices=(),
+            schema=self.schema if self.schema is not None else base.schema,
+            transaction=self.record(fragment_ids=[f.id for f in new], rows=sum(f.rows for f in new)),
+        )

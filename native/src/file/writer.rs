@@ -1,0 +1,204 @@
+//! The one Parquet writer behind every Lamina write path.
+//!
+//! Properties are fixed so every data file is alike (which is what lets the
+//! compaction job copy column chunks between files byte-for-byte): zstd,
+//! page-level statistics (so the column and offset indexes are written),
+//! bounded row groups, and the Lamina file version in the key-value metadata
+//! next to the `ARROW:schema` entry arrow-rs writes.
+
+use std::fs::File;
+use std::path::Path;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+
+use super::{FILE_VERSION, FILE_VERSION_KEY, WRITER_KEY};
+use crate::error::{Error, Result};
+
+/// How to lay out one data file.
+#[derive(Debug, Clone)]
+pub struct WriteOptions {
+    /// Rows per row group at most.
+    pub row_group_rows: usize,
+    /// Encoded bytes per row group at most (arrow-rs estimate), if bounded.
+    pub row_group_bytes: Option<usize>,
+    /// zstd level, 1..=22.
+    pub zstd_level: i32,
+    /// Extra key-value metadata; keys starting with `lamina.` are reserved.
+    pub extra_metadata: Vec<(String, String)>,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        Self { row_group_rows: 131_072, row_group_bytes: None, zstd_level: 3, extra_metadata: vec![] }
+    }
+}
+
+/// One row group of a written file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowGroupInfo {
+    pub rows: u64,
+    /// Compressed bytes of its column chunks.
+    pub bytes: u64,
+}
+
+/// What was written: enough for the manifest's fragment entry.
+#[derive(Debug, Clone)]
+pub struct WrittenFile {
+    pub rows: u64,
+    /// Size of the whole file on disk, footer included.
+    pub file_bytes: u64,
+    pub row_groups: Vec<RowGroupInfo>,
+    pub file_version: &'static str,
+}
+
+impl WriteOptions {
+    fn validate(&self) -> Result<()> {
+        if self.row_group_rows == 0 {
+            return Err(Error::InvalidArgument("row_group_rows must be at least 1".into()));
+        }
+        if self.row_group_bytes == Some(0) {
+            return Err(Error::InvalidArgument("row_group_bytes must be at least 1 when set".into()));
+        }
+        if let Some((key, _)) = self.extra_metadata.iter().find(|(k, _)| k.starts_with("lamina.")) {
+            return Err(Error::InvalidArgument(format!("metadata key {key:?} is reserved for Lamina")));
+        }
+        Ok(())
+    }
+
+    fn properties(&self) -> Result<WriterProperties> {
+        let level = ZstdLevel::try_new(self.zstd_level)
+            .map_err(|e| Error::InvalidArgument(format!("zstd_level {}: {e}", self.zstd_level)))?;
+        let mut metadata = vec![
+            KeyValue::new(FILE_VERSION_KEY.to_string(), FILE_VERSION.to_string()),
+            KeyValue::new(WRITER_KEY.to_string(), format!("lamina-native {}", env!("CARGO_PKG_VERSION"))),
+        ];
+        metadata.extend(self.extra_metadata.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
+        Ok(WriterProperties::builder()
+            .set_compression(Compression::ZSTD(level))
+            .set_statistics_enabled(EnabledStatistics::Page)
+            .set_max_row_group_row_count(Some(self.row_group_rows))
+            .set_max_row_group_bytes(self.row_group_bytes)
+            .set_key_value_metadata(Some(metadata))
+            .build())
+    }
+}
+
+/// Writes `batches` (all of `schema`) to a new Parquet file at `path` and syncs it.
+///
+/// On any error the partial file is removed, so a failed write leaves nothing behind.
+pub fn write_file(path: &Path, schema: SchemaRef, batches: &[RecordBatch], options: &WriteOptions) -> Result<WrittenFile> {
+    options.validate()?;
+    if let Some(bad) = batches.iter().find(|b| b.schema().fields() != schema.fields()) {
+        return Err(Error::InvalidArgument(format!(
+            "batch schema {:?} differs from the file schema {:?}",
+            bad.schema(),
+            schema
+        )));
+    }
+    let result = write_file_inner(path, schema, batches, options);
+    if result.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    result
+}
+
+fn write_file_inner(path: &Path, schema: SchemaRef, batches: &[RecordBatch], options: &WriteOptions) -> Result<WrittenFile> {
+    let display = path.display().to_string();
+    let parquet_err = |source| Error::Parquet { path: display.clone(), source };
+    let file = File::create_new(path).map_err(|e| Error::io(&display, e))?;
+    // The writer buffers internally and flushes on close; keep a handle to fsync afterwards.
+    let sync_handle = file.try_clone().map_err(|e| Error::io(&display, e))?;
+    let mut writer = ArrowWriter::try_new(file, schema, Some(options.properties()?)).map_err(parquet_err)?;
+    for batch in batches {
+        writer.write(batch).map_err(parquet_err)?;
+    }
+    let metadata = writer.close().map_err(parquet_err)?;
+    sync_handle.sync_all().map_err(|e| Error::io(&display, e))?;
+    let file_bytes = sync_handle.metadata().map_err(|e| Error::io(&display, e))?.len();
+    let row_groups: Vec<RowGroupInfo> = metadata
+        .row_groups()
+        .iter()
+        .map(|rg| RowGroupInfo { rows: rg.num_rows() as u64, bytes: rg.compressed_size() as u64 })
+        .collect();
+    Ok(WrittenFile {
+        rows: row_groups.iter().map(|rg| rg.rows).sum(),
+        file_bytes,
+        row_groups,
+        file_version: FILE_VERSION,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    use super::*;
+
+    fn batch(start: i64, n: usize) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let ids = Int64Array::from_iter_values(start..start + n as i64);
+        let names = StringArray::from_iter((0..n).map(|i| if i % 3 == 0 { None } else { Some(format!("n{i}")) }));
+        RecordBatch::try_new(schema, vec![Arc::new(ids), Arc::new(names)]).unwrap()
+    }
+
+    #[test]
+    fn writes_bounded_row_groups_and_lamina_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.parquet");
+        let batches = vec![batch(0, 2500), batch(2500, 2500)];
+        let opts = WriteOptions { row_group_rows: 1000, ..Default::default() };
+        let written = write_file(&path, batches[0].schema(), &batches, &opts).unwrap();
+        assert_eq!(written.rows, 5000);
+        assert_eq!(written.row_groups.iter().map(|r| r.rows).collect::<Vec<_>>(), vec![1000; 5]);
+        assert_eq!(written.file_bytes, std::fs::metadata(&path).unwrap().len());
+
+        let reader = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        let meta = reader.metadata();
+        assert_eq!(meta.file_metadata().num_rows(), 5000);
+        let kv = meta.file_metadata().key_value_metadata().unwrap();
+        let get = |k: &str| kv.iter().find(|e| e.key == k).and_then(|e| e.value.clone());
+        assert_eq!(get(FILE_VERSION_KEY).as_deref(), Some(FILE_VERSION));
+        assert!(get("ARROW:schema").is_some());
+        let col = meta.row_group(0).column(0);
+        assert_eq!(col.compression(), Compression::ZSTD(ZstdLevel::try_new(3).unwrap()));
+        assert!(col.column_index_offset().is_some(), "page index must be written");
+    }
+
+    #[test]
+    fn refuses_existing_file_and_reserved_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.parquet");
+        std::fs::write(&path, b"taken").unwrap();
+        let b = batch(0, 10);
+        let err = write_file(&path, b.schema(), &[b.clone()], &WriteOptions::default()).unwrap_err();
+        assert!(matches!(err, Error::Io { .. }), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"taken", "an existing file is never overwritten");
+
+        let opts = WriteOptions { extra_metadata: vec![("lamina.x".into(), "1".into())], ..Default::default() };
+        let err = write_file(&dir.path().join("b.parquet"), b.schema(), &[b], &opts).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    }
+
+    #[test]
+    fn mismatched_batch_schema_is_refused_and_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.parquet");
+        let b = batch(0, 10);
+        let other = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let err = write_file(&path, other, &[b], &WriteOptions::default()).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)));
+        assert!(!path.exists());
+    }
+}

@@ -1,0 +1,40 @@
+//! Binding for `file::writer`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow::datatypes::Schema;
+use arrow::pyarrow::PyArrowType;
+use arrow::record_batch::RecordBatch;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::without_gil;
+use crate::file::writer::{write_file, WriteOptions};
+
+/// Writes one Parquet data file; returns {rows, file_bytes, row_groups: [(rows, bytes)], file_version}.
+#[pyfunction]
+#[pyo3(signature = (path, schema, batches, *, row_group_rows, row_group_bytes=None, zstd_level=3, metadata=vec![]))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_data_file<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    schema: PyArrowType<Schema>,
+    batches: PyArrowType<Vec<RecordBatch>>,
+    row_group_rows: usize,
+    row_group_bytes: Option<usize>,
+    zstd_level: i32,
+    metadata: Vec<(String, String)>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let options = WriteOptions { row_group_rows, row_group_bytes, zstd_level, extra_metadata: metadata };
+    let schema = Arc::new(schema.0);
+    let batches = batches.0;
+    let written = without_gil(py, || write_file(&path, schema, &batches, &options))?;
+    let out = PyDict::new(py);
+    out.set_item("rows", written.rows)?;
+    out.set_item("file_bytes", written.file_bytes)?;
+    let groups: Vec<(u64, u64)> = written.row_groups.iter().map(|g| (g.rows, g.bytes)).collect();
+    out.set_item("row_groups", groups)?;
+    out.set_item("file_version", written.file_version)?;
+    Ok(out)
+}

@@ -1,0 +1,26 @@
+//! The `lamina._native` module: argument conversion only, no logic.
+//!
+//! Every call that touches more than a few bytes runs inside [`without_gil`],
+//! the one place the GIL is released.
+
+use pyo3::prelude::*;
+
+mod deletion;
+mod error;
+mod file;
+
+/// Runs `f` with the GIL released; native work must never hold it.
+pub(crate) fn without_gil<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
+    py.detach(f)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("FILE_VERSION", crate::file::FILE_VERSION)?;
+    m.add("FILE_VERSION_KEY", crate::file::FILE_VERSION_KEY)?;
+    m.add_function(wrap_pyfunction!(file::write_data_file, m)?)?;
+    m.add_function(wrap_pyfunction!(deletion::encode_deletions, m)?)?;
+    m.add_function(wrap_pyfunction!(deletion::decode_deletions, m)?)?;
+    Ok(())
+}
