@@ -119,7 +119,7 @@ class Table:
         self._storage_options = storage_options
 
     def __reduce__(self):
-        return (open_table, (self.uri, self.version, self._storage_options))
+        return (_reopen, (self.uri, self.version, self._storage_options))
 
     def __repr__(self) -> str:
         return f"Table({self.uri!r}, version={self.version}, rows={self._manifest.rows}, fragments={len(self._manifest.fragments)})"
@@ -435,6 +435,10 @@ def open_table(uri: str, *, version: int | None = None, storage_options: dict[st
             raise TableNotFound(f"no Lamina table at {store.uri} (no manifests under _versions/); create one with lamina.create_table")
         version = latest
     return Table(store, load_manifest(store, int(version)), storage_options)
+
+
+def _reopen(uri: str, version: int, storage_options: dict[str, Any] | None) -> Table:
+    return open_table(uri, version=version, storage_options=storage_options)
 
 
 __all__ = ["Table", "create_table", "open_table", "FragmentInfo", "VersionInfo", "TableStats", "CommitConflict"]

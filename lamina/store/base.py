@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import posixpath
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from lamina.errors import CorruptFile
 
@@ -95,7 +95,7 @@ class ObjectStore(abc.ABC):
         return f"{self.uri.rstrip('/')}/{path}"
 
 
-class RangeReader(BinaryIO):  # type: ignore[misc]
+class RangeReader:
     """A read-only seekable file over ranged GETs, caching the footer region.
 
     Parquet readers seek to the end first (footer), then read column chunks:
@@ -107,7 +107,7 @@ class RangeReader(BinaryIO):  # type: ignore[misc]
         self._pos = 0
         self._tail_start = max(0, size - tail_bytes)
         self._tail: bytes | None = None
-        self.closed = False
+        self._closed = False
 
     # pyarrow.PythonFile uses these
     def readable(self) -> bool:
@@ -146,8 +146,12 @@ class RangeReader(BinaryIO):  # type: ignore[misc]
         self._pos += len(data)
         return data
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
-        self.closed = True
+        self._closed = True
 
     def __enter__(self) -> "RangeReader":
         return self

@@ -1,0 +1,1 @@
+"""Lamina test suite."""

@@ -1,0 +1,34 @@
+"""Small data builders shared by the storage tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+SCHEMA = pa.schema([
+    ("id", pa.int64()),
+    ("category", pa.string()),
+    ("ts", pa.timestamp("us")),
+    ("score", pa.float64()),
+    ("vec", pa.list_(pa.float32(), 4)),
+    ("meta", pa.struct([("a", pa.int32()), ("b", pa.string())])),
+])
+
+
+def rows(start: int, n: int, seed: int = 0) -> pa.Table:
+    """``n`` rows with ids ``start..start+n``: ints, strings, timestamps, vectors, structs with nulls."""
+    rng = np.random.default_rng(seed + start)
+    ids = np.arange(start, start + n, dtype=np.int64)
+    meta = [None if i % 7 == 0 else {"a": int(i % 100), "b": None if i % 3 == 0 else f"b{i % 5}"} for i in ids.tolist()]
+    return pa.table({
+        "id": ids,
+        "category": pa.array([("a", "b", "c", None)[i % 4] for i in ids.tolist()]),
+        "ts": pa.array(np.datetime64("2024-01-01T00:00:00", "us") + ids.astype("timedelta64[s]")),
+        "score": rng.random(n),
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 4, dtype=np.float32)), 4),
+        "meta": pa.array(meta, type=SCHEMA.field("meta").type),
+    }, schema=SCHEMA)
+
+
+def ids_of(table) -> list[int]:
+    return sorted(table.to_arrow(columns=["id"]).column("id").to_pylist())
