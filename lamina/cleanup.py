@@ -20,6 +20,7 @@ from lamina.manifest import (
     INDICES_DIR,
     TRANSACTIONS_DIR,
     VERSIONS_DIR,
+    forget_manifest,
     list_versions,
     load_manifest,
     manifest_path,
@@ -65,6 +66,7 @@ def cleanup(store: ObjectStore, older_than: "dt.timedelta | dt.datetime | float 
     expired_set = set(expired)
     for v in expired:  # oldest first: a crash leaves a contiguous suffix of versions
         store.delete([manifest_path(v)])
+        forget_manifest(store, v)
     # Versions committed while we worked are kept and their files protected.
     kept = [v for v in list_versions(store) if v not in expired_set]
     referenced: set[str] = set()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 
 from lamina import _native
 from lamina.deletion import live_mask, read_deleted
-from lamina.errors import CorruptFile, InvalidConfig, ObjectNotFound
+from lamina.errors import CorruptFile, InvalidConfig, LaminaError, ObjectNotFound
 from lamina.filter import Filter
 from lamina.manifest import ADDRESS_SHIFT, DATA_DIR, Fragment, RowGroup
 from lamina.store import ObjectStore
@@ -114,15 +115,27 @@ def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.
     return written
 
 
+@contextmanager
+def reading(store: ObjectStore, fragment: Fragment, action: str) -> Iterator[None]:
+    """Turns failures while reading a data file into errors naming the file and fragment."""
+    where = store.describe(fragment.path)
+    try:
+        yield
+    except ObjectNotFound:
+        raise ObjectNotFound(f"data file {where} of fragment {fragment.id} is missing: the table is damaged; check out an earlier version or restore the file") from None
+    except CorruptFile as e:
+        raise CorruptFile(f"data file {where} of fragment {fragment.id}: {e}") from None
+    except LaminaError:
+        raise  # storage failures after retries: not corruption
+    except (pa.ArrowException, OSError) as e:
+        raise CorruptFile(f"data file {where} of fragment {fragment.id} {action} ({e}): truncated or corrupt") from None
+
+
 def open_parquet(store: ObjectStore, fragment: Fragment) -> pq.ParquetFile:
     """Opens a fragment's data file, checking it against the manifest."""
     where = store.describe(fragment.path)
-    try:
+    with reading(store, fragment, "is not readable Parquet"):
         pf = pq.ParquetFile(store.open_input(fragment.path, fragment.file_bytes))
-    except ObjectNotFound:
-        raise ObjectNotFound(f"data file {where} of fragment {fragment.id} is missing: the table is damaged; check out an earlier version or restore the file") from None
-    except (pa.ArrowException, OSError) as e:
-        raise CorruptFile(f"data file {where} of fragment {fragment.id} is not readable Parquet ({e}): truncated or corrupt") from None
     if pf.metadata.num_rows != fragment.rows:
         raise CorruptFile(f"data file {where} of fragment {fragment.id} has {pf.metadata.num_rows} rows, the manifest says {fragment.rows}")
     return pf
@@ -152,10 +165,8 @@ def read_fragment(
         extra = sorted((flt.columns if flt else frozenset()) - set(out_cols))
         needed = out_cols + [c for c in extra if c not in out_cols]
     pf = open_parquet(store, fragment)
-    try:
+    with reading(store, fragment, "cannot be decoded"):
         table = pf.read(columns=needed, use_threads=True)
-    except (pa.ArrowException, OSError) as e:
-        raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} cannot be decoded ({e}): corrupt") from None
     if table.num_rows != fragment.rows:
         raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} decoded {table.num_rows} rows, the manifest says {fragment.rows}")
     offsets = np.arange(fragment.rows, dtype=np.uint32)
@@ -181,10 +192,8 @@ def take_rows(store: ObjectStore, fragment: Fragment, offsets: np.ndarray, colum
     pf = open_parquet(store, fragment)
     bounds = np.cumsum([0] + [g.rows for g in fragment.row_groups])
     groups = np.unique(np.searchsorted(bounds, offsets, side="right") - 1)
-    try:
+    with reading(store, fragment, "cannot be decoded"):
         table = pf.read_row_groups(groups.tolist(), columns=list(columns), use_threads=True)
-    except (pa.ArrowException, OSError) as e:
-        raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} cannot be decoded ({e}): corrupt") from None
     # position of each offset within the concatenation of the selected row groups
     starts = bounds[groups]
     sizes = bounds[groups + 1] - starts

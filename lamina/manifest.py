@@ -295,7 +295,17 @@ class _ManifestCache:
                 self._items.popitem(last=False)
 
 
+    def evict(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
+
 _CACHE = _ManifestCache()
+
+
+def forget_manifest(store: ObjectStore, version: int) -> None:
+    """Drops a removed version from this process's cache."""
+    _CACHE.evict((store.uri, version))
 
 
 def load_manifest(store: ObjectStore, version: int) -> Manifest:
