@@ -46,16 +46,24 @@ class _BitmapCache:
 _CACHE = _BitmapCache()
 
 
-def read_deleted(store: ObjectStore, fragment: Fragment) -> np.ndarray:
-    """Sorted uint32 offsets deleted from ``fragment`` (empty if it has no deletion file)."""
-    if fragment.deletion is None:
+def read_offsets(store: ObjectStore, path: str | None) -> np.ndarray:
+    """Sorted uint32 offsets held by the deletion file at ``path`` (empty for None)."""
+    if path is None:
         return _EMPTY
-    key = (store.uri, fragment.deletion.path)
+    key = (store.uri, path)
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
-    data = store.get(fragment.deletion.path)
-    offsets = _native.decode_deletions(data, store.describe(fragment.deletion.path)).to_numpy(zero_copy_only=False)
+    offsets = _native.decode_deletions(store.get(path), store.describe(path)).to_numpy(zero_copy_only=False)
+    _CACHE.put(key, offsets)
+    return offsets
+
+
+def read_deleted(store: ObjectStore, fragment: Fragment) -> np.ndarray:
+    """Sorted uint32 offsets deleted from ``fragment``, checked against the manifest."""
+    if fragment.deletion is None:
+        return _EMPTY
+    offsets = read_offsets(store, fragment.deletion.path)
     if len(offsets) != fragment.deletion.deleted_rows or (len(offsets) and offsets[-1] >= fragment.rows):
         from lamina.errors import CorruptFile
 
@@ -63,7 +71,6 @@ def read_deleted(store: ObjectStore, fragment: Fragment) -> np.ndarray:
             f"deletion file {store.describe(fragment.deletion.path)} of fragment {fragment.id} holds {len(offsets)} offsets "
             f"(max {offsets[-1] if len(offsets) else '-'}), the manifest says {fragment.deletion.deleted_rows} of {fragment.rows} rows"
         )
-    _CACHE.put(key, offsets)
     return offsets
 
 

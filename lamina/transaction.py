@@ -196,15 +196,14 @@ class Delete(Transaction):
     def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
         if rule == REMAP_DELETIONS:
             moved: dict[int, list[np.ndarray]] = {}
-            ids = theirs.transaction.get("groups", [])
-            for group in ids:
+            for group in theirs.transaction.get("groups", []):
                 mapping = AddressMapping.from_runs(group["mapping"])
                 new_ids = group["new_fragment_ids"]
                 for old in group["old_fragment_ids"]:
                     if old in self.deltas:
                         outs, offs = mapping.map(old, self.deltas.pop(old))
-                        for out, off in zip(outs.tolist(), offs.tolist()):
-                            moved.setdefault(new_ids[out], []).append(np.array([off], dtype=np.uint32))
+                        for out in np.unique(outs).tolist():
+                            moved.setdefault(new_ids[out], []).append(offs[outs == out].astype(np.uint32))
             for fid, parts in moved.items():
                 merged = np.concatenate([self.deltas.get(fid, np.zeros(0, np.uint32))] + parts)
                 self.deltas[fid] = np.unique(merged.astype(np.uint32))
@@ -292,7 +291,7 @@ class Rewrite(Transaction):
             if overlap:
                 raise _conflict(self, theirs, store, f"both rewrote fragments {overlap}")
         elif rule == CARRY_DELETIONS:
-            from lamina.deletion import read_deleted
+            from lamina.deletion import read_deleted, read_offsets
 
             frags = theirs.fragment_map()
             for group in self.groups:
@@ -301,8 +300,7 @@ class Rewrite(Transaction):
                     now_path = (now.deletion.path if now.deletion else None) if now else "<removed>"
                     if now_path == group.source_deletions.get(old):
                         continue
-                    before = group.source_deletions.get(old)
-                    before_set = self._read_path(store, old, before)
+                    before_set = read_offsets(store, group.source_deletions.get(old))
                     if now is None:  # their delete removed every row of the fragment
                         now_set = np.arange(self._old_rows(group, old), dtype=np.uint32)
                     else:
@@ -313,13 +311,6 @@ class Rewrite(Transaction):
                         prev = group.carried.get(out, np.zeros(0, np.uint32))
                         group.carried[out] = np.union1d(prev, offs[outs == out]).astype(np.uint32)
                     group.source_deletions[old] = now_path
-
-    def _read_path(self, store: ObjectStore, fid: int, path: str | None) -> np.ndarray:
-        from lamina import _native
-
-        if path is None:
-            return np.zeros(0, np.uint32)
-        return _native.decode_deletions(store.get(path), store.describe(path)).to_numpy(zero_copy_only=False)
 
     @staticmethod
     def _old_rows(group: RewriteGroup, fid: int) -> int:
