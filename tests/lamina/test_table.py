@@ -128,8 +128,9 @@ def test_versions_checkout_and_time_travel(table_location):
         t.checkout(9)
 
 
-def test_fragments_and_stats_report_layout(local_table_uri):
-    t = lamina.create_table(local_table_uri, SCHEMA, row_group_rows=100)
+def test_fragments_and_stats_report_layout(table_location):
+    uri, opts = table_location
+    t = lamina.create_table(uri, SCHEMA, storage_options=opts, row_group_rows=100)
     t.append(rows(0, 250))
     t.delete("id < 10")
     [f] = t.fragments()
@@ -141,12 +142,13 @@ def test_fragments_and_stats_report_layout(local_table_uri):
     assert s.data_bytes == f.bytes
 
 
-def test_stable_row_ids_survive_rewrite(local_table_uri):
+def test_stable_row_ids_survive_rewrite(table_location):
     from lamina.commit import commit
     from lamina.rewrite import full_rewrite
     from lamina.transaction import Rewrite
 
-    t = lamina.create_table(local_table_uri, SCHEMA, stable_row_ids=True)
+    uri, opts = table_location
+    t = lamina.create_table(uri, SCHEMA, stable_row_ids=True, storage_options=opts)
     t.append(rows(0, 50))
     t.append(rows(50, 50))
     t.delete("id IN (0, 10, 20, 30, 40, 50, 60, 70, 80, 90)")
@@ -158,11 +160,12 @@ def test_stable_row_ids_survive_rewrite(local_table_uri):
     assert len(t.fragments()) == 1
     assert after.equals(before)
     with pytest.raises(InvalidArgument, match="stable row ids"):
-        lamina.create_table(local_table_uri + "2", SCHEMA).to_arrow(with_row_id=True)
+        lamina.create_table(uri + "2", SCHEMA, storage_options=opts).to_arrow(with_row_id=True)
 
 
-def test_overwrite_replaces_rows_and_schema(local_table_uri):
-    t = lamina.create_table(local_table_uri, SCHEMA)
+def test_overwrite_replaces_rows_and_schema(table_location):
+    uri, opts = table_location
+    t = lamina.create_table(uri, SCHEMA, storage_options=opts)
     t.append(rows(0, 10))
     new_schema = pa.schema([("x", pa.int32())])
     t.overwrite(pa.table({"x": pa.array([1, 2], pa.int32())}), schema=new_schema)
@@ -179,17 +182,19 @@ def test_primary_key_is_validated_and_recorded(local_table_uri):
         lamina.create_table(local_table_uri + "3", SCHEMA, primary_key="score")
 
 
-def test_table_pickles_for_ray(local_table_uri):
+def test_table_pickles_for_ray(table_location):
     import pickle
 
-    t = lamina.create_table(local_table_uri, SCHEMA)
+    uri, opts = table_location
+    t = lamina.create_table(uri, SCHEMA, storage_options=opts)
     t.append(rows(0, 5))
     t2 = pickle.loads(pickle.dumps(t))
     assert t2.version == t.version and ids_of(t2) == list(range(5))
 
 
-def test_pandas_round_trip(local_table_uri):
-    t = lamina.create_table(local_table_uri, pa.schema([("id", pa.int64()), ("v", pa.float64())]))
+def test_pandas_round_trip(table_location):
+    uri, opts = table_location
+    t = lamina.create_table(uri, pa.schema([("id", pa.int64()), ("v", pa.float64())]), storage_options=opts)
     df = pd.DataFrame({"id": [1, 2], "v": [0.5, None]})
     t.append(df)
     pd.testing.assert_frame_equal(t.to_pandas(), df)
