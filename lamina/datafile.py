@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
@@ -103,16 +104,37 @@ def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.Recor
     )
 
 
+def write_threads() -> int:
+    """Files encoded at once by one append (``LAMINA_WRITE_THREADS``, default: CPUs, at most 4)."""
+    raw = os.environ.get("LAMINA_WRITE_THREADS")
+    if raw is not None:
+        if not raw.isdigit() or int(raw) < 1:
+            raise InvalidConfig(f"LAMINA_WRITE_THREADS={raw!r} must be a positive integer")
+        return int(raw)
+    return max(1, min(4, os.cpu_count() or 1))
+
+
 def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.RecordBatch], options: WriteOptions) -> list[Fragment]:
-    """Writes the stream into files of at most ``max_rows_per_file`` rows. On error, removes what it wrote."""
-    written: list[Fragment] = []
-    try:
-        for chunk in chunk_batches(batches, options.max_rows_per_file):
-            written.append(write_fragment(store, schema, chunk, options))
-    except BaseException:
-        store.delete([f.path for f in written])
-        raise
-    return written
+    """Writes the stream into files of at most ``max_rows_per_file`` rows, in order.
+
+    Up to ``write_threads()`` files are encoded at once (the native writer releases the
+    GIL), so at most that many chunks plus one are held: memory is bounded by
+    ``(write_threads() + 1) * max_rows_per_file`` rows. On error, removes what it wrote.
+    """
+    threads = write_threads()
+    futures: list[Future[Fragment]] = []
+    with ThreadPoolExecutor(threads, thread_name_prefix="lamina-write") as pool:
+        try:
+            for chunk in chunk_batches(batches, options.max_rows_per_file):
+                in_flight = [f for f in futures if not f.done()]
+                if len(in_flight) >= threads:
+                    wait(in_flight, return_when=FIRST_COMPLETED)
+                futures.append(pool.submit(write_fragment, store, schema, chunk, options))
+            return [f.result() for f in futures]
+        except BaseException:
+            wait(futures)
+            store.delete([f.result().path for f in futures if not f.cancelled() and f.exception() is None])
+            raise
 
 
 @contextmanager
