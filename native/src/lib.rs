@@ -6,6 +6,7 @@
 //! binding lives in `py/` (feature `python`) and holds no logic, so
 //! `cargo test` runs without a Python interpreter.
 
+pub mod copy;
 pub mod deletion;
 pub mod error;
 pub mod file;

@@ -57,7 +57,7 @@ pub struct WrittenFile {
 }
 
 impl WriteOptions {
-    fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         if self.row_group_rows == 0 {
             return Err(Error::InvalidArgument("row_group_rows must be at least 1".into()));
         }
@@ -70,7 +70,7 @@ impl WriteOptions {
         Ok(())
     }
 
-    fn properties(&self) -> Result<WriterProperties> {
+    pub(crate) fn properties(&self) -> Result<WriterProperties> {
         let level = ZstdLevel::try_new(self.zstd_level)
             .map_err(|e| Error::InvalidArgument(format!("zstd_level {}: {e}", self.zstd_level)))?;
         let mut metadata = vec![

@@ -1,0 +1,391 @@
+//! Compaction's byte work: build one output data file from row groups of source files.
+//!
+//! A plan is a list of [`Action`]s in output order. `Copy` splices a source row
+//! group's encoded column chunks byte-for-byte (footer and page index rebuilt
+//! with shifted offsets). `Encode` decodes a source row group (skipping deleted
+//! rows) and feeds it to an encoder that cuts full-size row groups across
+//! source boundaries. Binary copy is all `Copy`, full rewrite all `Encode`,
+//! hybrid a mix; row order is always the order of the actions.
+//!
+//! Memory: one output row group of decoded rows (`row_group_rows`) plus its
+//! encoded pages, and the I/O buffers of a splice; never a whole file.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::compute::concat_batches;
+use arrow::datatypes::SchemaRef;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection};
+use parquet::arrow::arrow_writer::{compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn, ArrowRowGroupWriterFactory};
+use parquet::arrow::ArrowWriter;
+use parquet::column::writer::ColumnCloseResult;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
+use parquet::file::writer::SerializedFileWriter;
+
+use crate::error::{Error, Result};
+use crate::file::writer::{RowGroupInfo, WriteOptions, WrittenFile};
+use crate::file::{FILE_VERSION, FILE_VERSION_KEY};
+
+/// One source data file and the physical offsets deleted from it (sorted, unique).
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub path: PathBuf,
+    pub deleted: Vec<u32>,
+}
+
+/// What to do with one source row group, in output order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Splice the row group's column chunks as they are (the source must have no deletions).
+    Copy { source: usize, row_group: usize },
+    /// Decode the row group's live rows and re-encode them.
+    Encode { source: usize, row_group: usize },
+}
+
+/// Counters of one rewrite, for the job's metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RewriteStats {
+    pub row_groups_copied: u64,
+    pub row_groups_encoded: u64,
+    pub bytes_copied: u64,
+    pub rows_encoded: u64,
+}
+
+struct Opened {
+    path: String,
+    file: File,
+    reader_meta: ArrowReaderMetadata,
+}
+
+impl Opened {
+    fn meta(&self) -> &ParquetMetaData {
+        self.reader_meta.metadata()
+    }
+}
+
+fn open(source: &Source) -> Result<Opened> {
+    let path = source.path.display().to_string();
+    let file = File::open(&source.path).map_err(|e| Error::io(&path, e))?;
+    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+    let reader_meta = ArrowReaderMetadata::load(&file, options)
+        .map_err(|e| Error::Corrupt { object: path.clone(), reason: format!("cannot read the Parquet footer ({e})") })?;
+    let rows = reader_meta.metadata().file_metadata().num_rows();
+    if let Some(&last) = source.deleted.last() {
+        if i64::from(last) >= rows {
+            return Err(Error::InvalidArgument(format!("deleted offset {last} is beyond the {rows} rows of {path}")));
+        }
+    }
+    Ok(Opened { path, file, reader_meta })
+}
+
+/// Buffers decoded rows and writes them as row groups of `row_group_rows`.
+struct Encoder {
+    schema: SchemaRef,
+    row_group_rows: usize,
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+}
+
+impl Encoder {
+    fn push(&mut self, batch: RecordBatch, out: &mut Output) -> Result<()> {
+        self.pending_rows += batch.num_rows();
+        self.pending.push(batch);
+        while self.pending_rows >= self.row_group_rows {
+            let all = self.take_all()?;
+            let head = all.slice(0, self.row_group_rows);
+            let rest = all.slice(self.row_group_rows, all.num_rows() - self.row_group_rows);
+            out.encode_row_group(&head)?;
+            if rest.num_rows() > 0 {
+                self.pending_rows = rest.num_rows();
+                self.pending.push(rest);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes whatever is pending as one (possibly short) row group: before a copy, or at the end.
+    fn flush(&mut self, out: &mut Output) -> Result<()> {
+        if self.pending_rows > 0 {
+            let all = self.take_all()?;
+            out.encode_row_group(&all)?;
+        }
+        Ok(())
+    }
+
+    fn take_all(&mut self) -> Result<RecordBatch> {
+        let batches = std::mem::take(&mut self.pending);
+        self.pending_rows = 0;
+        concat_batches(&self.schema, &batches).map_err(|e| Error::InvalidArgument(format!("cannot combine batches: {e}")))
+    }
+}
+
+struct Output {
+    path: String,
+    writer: SerializedFileWriter<File>,
+    factory: ArrowRowGroupWriterFactory,
+    schema: SchemaRef,
+    stats: RewriteStats,
+}
+
+impl Output {
+    fn perr(&self) -> impl Fn(parquet::errors::ParquetError) -> Error + '_ {
+        move |source| Error::Parquet { path: self.path.clone(), source }
+    }
+
+    /// Encodes one row group, the columns on separate threads (the GIL is already released).
+    fn encode_row_group(&mut self, batch: &RecordBatch) -> Result<()> {
+        let index = self.writer.flushed_row_groups().len();
+        let writers = self.factory.create_column_writers(index).map_err(self.perr())?;
+        // Group the leaf writers by top-level field, so each thread owns whole fields.
+        let mut by_field: Vec<(Vec<ArrowColumnWriter>, Vec<ArrowLeafColumn>)> = Vec::new();
+        let mut writers = writers.into_iter();
+        for (field, column) in self.schema.fields().iter().zip(batch.columns()) {
+            let leaves = compute_leaves(field, column).map_err(self.perr())?;
+            let mine: Vec<ArrowColumnWriter> = writers.by_ref().take(leaves.len()).collect();
+            by_field.push((mine, leaves));
+        }
+        let path = self.path.clone();
+        let closed: Vec<Result<Vec<ArrowColumnChunk>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = by_field
+                .into_iter()
+                .map(|(mut ws, leaves)| {
+                    let path = path.clone();
+                    scope.spawn(move || -> Result<Vec<_>> {
+                        let perr = |source| Error::Parquet { path: path.clone(), source };
+                        for (w, leaf) in ws.iter_mut().zip(leaves.iter()) {
+                            w.write(leaf).map_err(perr)?;
+                        }
+                        ws.into_iter().map(|w| w.close().map_err(perr)).collect()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::InvalidArgument("a column encoder thread panicked".into()))))
+                .collect()
+        });
+        let path = self.path.clone();
+        let perr = |source| Error::Parquet { path: path.clone(), source };
+        let mut rg = self.writer.next_row_group().map_err(perr)?;
+        for chunks in closed {
+            for chunk in chunks? {
+                chunk.append_to_row_group(&mut rg).map_err(perr)?;
+            }
+        }
+        rg.close().map_err(perr)?;
+        self.stats.row_groups_encoded += 1;
+        self.stats.rows_encoded += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    fn copy_row_group(&mut self, src: &Opened, row_group: usize) -> Result<()> {
+        let meta = src.meta();
+        let rg_meta = meta.row_group(row_group);
+        let page_index = meta.page_index_for_row_group(row_group);
+        let path = self.path.clone();
+        let perr = |source| Error::Parquet { path: path.clone(), source };
+        let mut rg = self.writer.next_row_group().map_err(perr)?;
+        for (i, column) in rg_meta.columns().iter().enumerate() {
+            let close = ColumnCloseResult {
+                bytes_written: column.compressed_size() as u64,
+                rows_written: rg_meta.num_rows() as u64,
+                metadata: column.clone(),
+                bloom_filter: None,
+                column_index: page_index.column_index(i).cloned(),
+                offset_index: page_index.offset_index(i).cloned(),
+            };
+            rg.append_column(&src.file, close).map_err(|e| Error::Corrupt {
+                object: src.path.clone(),
+                reason: format!("column chunk {i} of row group {row_group} cannot be copied ({e})"),
+            })?;
+            self.stats.bytes_copied += column.compressed_size() as u64;
+        }
+        rg.close().map_err(perr)?;
+        self.stats.row_groups_copied += 1;
+        Ok(())
+    }
+}
+
+/// Live-row selection of one row group, or None when nothing in it is deleted.
+fn selection(deleted: &[u32], first_row: u64, rows: u64) -> Option<RowSelection> {
+    let lo = deleted.partition_point(|&d| u64::from(d) < first_row);
+    let hi = deleted.partition_point(|&d| u64::from(d) < first_row + rows);
+    if lo == hi {
+        return None;
+    }
+    let mut ranges = Vec::new();
+    let mut next = 0usize;
+    for &d in &deleted[lo..hi] {
+        let local = (u64::from(d) - first_row) as usize;
+        if local > next {
+            ranges.push(next..local);
+        }
+        next = local + 1;
+    }
+    if (next as u64) < rows {
+        ranges.push(next..rows as usize);
+    }
+    Some(RowSelection::from_consecutive_ranges(ranges.into_iter(), rows as usize))
+}
+
+/// Builds `output` from `sources` following `actions`; checks the result before returning.
+///
+/// `schema` is the table's Arrow schema: every source must decode to it, and the output has it.
+pub fn rewrite(
+    sources: &[Source],
+    actions: &[Action],
+    schema: SchemaRef,
+    output: &Path,
+    options: &WriteOptions,
+) -> Result<(WrittenFile, RewriteStats)> {
+    let opened: Vec<Opened> = sources.iter().map(open).collect::<Result<_>>()?;
+    for src in &opened {
+        if src.reader_meta.schema().fields() != schema.fields() {
+            return Err(Error::InvalidArgument(format!(
+                "{} has schema {:?}, the table has {:?}",
+                src.path,
+                src.reader_meta.schema(),
+                schema
+            )));
+        }
+    }
+    let mut expected_rows = 0u64;
+    for action in actions {
+        let (source, row_group) = match *action {
+            Action::Copy { source, row_group } | Action::Encode { source, row_group } => (source, row_group),
+        };
+        let src = opened
+            .get(source)
+            .ok_or_else(|| Error::InvalidArgument(format!("action names source {source}, there are {}", opened.len())))?;
+        if row_group >= src.meta().num_row_groups() {
+            return Err(Error::InvalidArgument(format!("{} has no row group {row_group}", src.path)));
+        }
+        let rows = src.meta().row_group(row_group).num_rows() as u64;
+        match action {
+            Action::Copy { .. } => {
+                check_copy(src, &sources[source])?;
+                expected_rows += rows;
+            }
+            Action::Encode { .. } => {
+                let first = first_row(src.meta(), row_group);
+                let deleted = &sources[source].deleted;
+                let lo = deleted.partition_point(|&d| u64::from(d) < first);
+                let hi = deleted.partition_point(|&d| u64::from(d) < first + rows);
+                expected_rows += rows - (hi - lo) as u64;
+            }
+        }
+    }
+
+    let display = output.display().to_string();
+    let file = File::create_new(output).map_err(|e| Error::io(&display, e))?;
+    let result = write_output(file, &display, &opened, sources, actions, schema, options, expected_rows);
+    if result.is_err() {
+        let _ = std::fs::remove_file(output);
+    }
+    result
+}
+
+fn check_copy(src: &Opened, source: &Source) -> Result<()> {
+    if !source.deleted.is_empty() {
+        return Err(Error::InvalidArgument(format!("{} has deletions: its row groups cannot be copied as they are", src.path)));
+    }
+    let version = src
+        .meta()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|e| e.key == FILE_VERSION_KEY))
+        .and_then(|e| e.value.clone());
+    if version.as_deref() != Some(FILE_VERSION) {
+        return Err(Error::InvalidArgument(format!(
+            "{} has Lamina file version {:?}; only version {FILE_VERSION} chunks can be copied",
+            src.path, version
+        )));
+    }
+    Ok(())
+}
+
+fn first_row(meta: &ParquetMetaData, row_group: usize) -> u64 {
+    meta.row_groups()[..row_group].iter().map(|rg| rg.num_rows() as u64).sum()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_output(
+    file: File,
+    display: &str,
+    opened: &[Opened],
+    sources: &[Source],
+    actions: &[Action],
+    schema: SchemaRef,
+    options: &WriteOptions,
+    expected_rows: u64,
+) -> Result<(WrittenFile, RewriteStats)> {
+    let perr = |source| Error::Parquet { path: display.to_string(), source };
+    let sync_handle = file.try_clone().map_err(|e| Error::io(display, e))?;
+    let writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(options.properties()?)).map_err(perr)?;
+    let (writer, factory) = writer.into_serialized_writer().map_err(perr)?;
+    let mut out = Output { path: display.to_string(), writer, factory, schema: Arc::clone(&schema), stats: RewriteStats::default() };
+    let mut encoder = Encoder { schema: Arc::clone(&schema), row_group_rows: options.row_group_rows, pending: vec![], pending_rows: 0 };
+
+    for action in actions {
+        match *action {
+            Action::Copy { source, row_group } => {
+                encoder.flush(&mut out)?;
+                out.copy_row_group(&opened[source], row_group)?;
+            }
+            Action::Encode { source, row_group } => {
+                let src = &opened[source];
+                let rows = src.meta().row_group(row_group).num_rows() as u64;
+                let first = first_row(src.meta(), row_group);
+                let input = src.file.try_clone().map_err(|e| Error::io(&src.path, e))?;
+                let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(input, src.reader_meta.clone())
+                    .with_row_groups(vec![row_group])
+                    .with_batch_size(options.row_group_rows.clamp(1024, 65_536));
+                if let Some(sel) = selection(&sources[source].deleted, first, rows) {
+                    builder = builder.with_row_selection(sel);
+                }
+                let corrupt = |e: &dyn std::fmt::Display| Error::Corrupt {
+                    object: src.path.clone(),
+                    reason: format!("row group {row_group} cannot be decoded ({e})"),
+                };
+                let reader = builder.build().map_err(|e| corrupt(&e))?;
+                for batch in reader {
+                    let batch = batch.map_err(|e| corrupt(&e))?;
+                    let batch = RecordBatch::try_new(Arc::clone(&schema), batch.columns().to_vec()).map_err(|e| corrupt(&e))?;
+                    encoder.push(batch, &mut out)?;
+                }
+            }
+        }
+    }
+    encoder.flush(&mut out)?;
+    let stats = out.stats.clone();
+    let metadata = out.writer.close().map_err(perr)?;
+    sync_handle.sync_all().map_err(|e| Error::io(display, e))?;
+    let file_bytes = sync_handle.metadata().map_err(|e| Error::io(display, e))?.len();
+    let row_groups: Vec<RowGroupInfo> = metadata
+        .row_groups()
+        .iter()
+        .map(|rg| RowGroupInfo { rows: rg.num_rows() as u64, bytes: rg.compressed_size() as u64 })
+        .collect();
+    let rows: u64 = row_groups.iter().map(|r| r.rows).sum();
+    if rows != expected_rows {
+        return Err(Error::Corrupt { object: display.to_string(), reason: format!("output has {rows} rows, expected {expected_rows}") });
+    }
+    verify(display, &schema, rows)?;
+    Ok((WrittenFile { rows, file_bytes, row_groups, file_version: FILE_VERSION }, stats))
+}
+
+/// Re-reads the written footer: the row count and the Arrow schema must be what was promised.
+fn verify(path: &str, schema: &SchemaRef, rows: u64) -> Result<()> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+        .map_err(|e| Error::Corrupt { object: path.to_string(), reason: format!("written file does not read back ({e})") })?;
+    if meta.metadata().file_metadata().num_rows() as u64 != rows || meta.schema().fields() != schema.fields() {
+        return Err(Error::Corrupt { object: path.to_string(), reason: "written file does not match the promised rows and schema".into() });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

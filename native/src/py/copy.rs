@@ -1,0 +1,65 @@
+//! Binding for `copy::rewrite`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayData, UInt32Array};
+use arrow::datatypes::{DataType, Schema};
+use arrow::pyarrow::PyArrowType;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::without_gil;
+use crate::copy::{rewrite, Action, Source};
+use crate::error::Error;
+use crate::file::writer::WriteOptions;
+
+/// Builds one output file from source row groups.
+///
+/// ``sources``: [(path, deleted uint32 offsets)]; ``actions``: [("copy"|"encode", source, row_group)].
+/// Returns {rows, file_bytes, row_groups, file_version, row_groups_copied, row_groups_encoded,
+/// bytes_copied, rows_encoded}.
+#[pyfunction]
+#[pyo3(signature = (sources, actions, schema, output, *, row_group_rows, row_group_bytes=None, zstd_level=3))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rewrite_data_file<'py>(
+    py: Python<'py>,
+    sources: Vec<(PathBuf, PyArrowType<ArrayData>)>,
+    actions: Vec<(String, usize, usize)>,
+    schema: PyArrowType<Schema>,
+    output: PathBuf,
+    row_group_rows: usize,
+    row_group_bytes: Option<usize>,
+    zstd_level: i32,
+) -> PyResult<Bound<'py, PyDict>> {
+    let mut srcs = Vec::with_capacity(sources.len());
+    for (path, deleted) in sources {
+        if deleted.0.data_type() != &DataType::UInt32 {
+            return Err(Error::InvalidArgument(format!("deleted offsets of {} must be uint32", path.display())).into());
+        }
+        let deleted = UInt32Array::from(deleted.0);
+        srcs.push(Source { path, deleted: deleted.values().to_vec() });
+    }
+    let actions = actions
+        .into_iter()
+        .map(|(kind, source, row_group)| match kind.as_str() {
+            "copy" => Ok(Action::Copy { source, row_group }),
+            "encode" => Ok(Action::Encode { source, row_group }),
+            other => Err(Error::InvalidArgument(format!("unknown action {other:?}: use \"copy\" or \"encode\""))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = WriteOptions { row_group_rows, row_group_bytes, zstd_level, extra_metadata: vec![] };
+    let schema = Arc::new(schema.0);
+    let (written, stats) = without_gil(py, || rewrite(&srcs, &actions, schema, &output, &options))?;
+    let out = PyDict::new(py);
+    out.set_item("rows", written.rows)?;
+    out.set_item("file_bytes", written.file_bytes)?;
+    let groups: Vec<(u64, u64)> = written.row_groups.iter().map(|g| (g.rows, g.bytes)).collect();
+    out.set_item("row_groups", groups)?;
+    out.set_item("file_version", written.file_version)?;
+    out.set_item("row_groups_copied", stats.row_groups_copied)?;
+    out.set_item("row_groups_encoded", stats.row_groups_encoded)?;
+    out.set_item("bytes_copied", stats.bytes_copied)?;
+    out.set_item("rows_encoded", stats.rows_encoded)?;
+    Ok(out)
+}
