@@ -24,8 +24,12 @@ log = logging.getLogger("lamina.commit")
 COMMIT_BACKOFF = Backoff(base_seconds=0.01, cap_seconds=1.0, max_attempts=100)
 
 
-def commit(store: ObjectStore, txn: Transaction, base: Manifest, *, backoff: Backoff = COMMIT_BACKOFF) -> Manifest:
+def commit(store: ObjectStore, txn: Transaction, base: Manifest, *, backoff: Backoff = COMMIT_BACKOFF,
+           abandon_on_conflict: bool = True) -> Manifest:
     """Commits ``txn`` read at ``base``; returns the manifest it became.
+
+    ``abandon_on_conflict=False`` keeps the written files after a CommitConflict, for a
+    caller that will commit them again in another transaction.
 
     On CommitConflict, which guarantees nothing was committed, the files the transaction
     wrote are removed. After any other failure the outcome may be unknown, so they are
@@ -34,12 +38,14 @@ def commit(store: ObjectStore, txn: Transaction, base: Manifest, *, backoff: Bac
     try:
         return _commit(store, txn, base, backoff)
     except CommitConflict:
-        _abandon(store, txn)
+        if abandon_on_conflict:
+            _abandon(store, txn)
         raise
 
 
 def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backoff) -> Manifest:
     for attempt in range(backoff.max_attempts):
+        txn.attempts = attempt + 1
         base = catch_up(store, txn, base)
         txn.prepare(base, store)
         new = txn.apply(base)

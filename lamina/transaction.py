@@ -119,6 +119,8 @@ class Transaction(abc.ABC):
         self.read_version = read_version
         #: Files this transaction wrote; removed if it is abandoned.
         self.written: list[str] = []
+        #: Put attempts the commit took (1 when it won the first race).
+        self.attempts = 0
 
     def rebase(self, theirs: Manifest, store: ObjectStore) -> None:
         """Adjusts this transaction to sit on top of ``theirs``; raises CommitConflict."""

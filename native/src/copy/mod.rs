@@ -297,6 +297,14 @@ fn check_copy(src: &Opened, source: &Source) -> Result<()> {
         .key_value_metadata()
         .and_then(|kv| kv.iter().find(|e| e.key == FILE_VERSION_KEY))
         .and_then(|e| e.value.clone());
+    if let Some(kv) = src.meta().file_metadata().key_value_metadata() {
+        if let Some(unknown) = kv.iter().find(|e| e.key != "ARROW:schema" && !e.key.starts_with("lamina.")) {
+            return Err(Error::InvalidArgument(format!(
+                "{} carries key-value metadata {:?} this writer does not understand: it cannot be copied as is",
+                src.path, unknown.key
+            )));
+        }
+    }
     if version.as_deref() != Some(FILE_VERSION) {
         return Err(Error::InvalidArgument(format!(
             "{} has Lamina file version {:?}; only version {FILE_VERSION} chunks can be copied",

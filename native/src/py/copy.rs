@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayData, UInt32Array};
+use arrow::array::{ArrayData, UInt32Array};
 use arrow::datatypes::{DataType, Schema};
 use arrow::pyarrow::PyArrowType;
 use pyo3::prelude::*;

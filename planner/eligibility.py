@@ -1,0 +1,66 @@
+"""The eligibility rules: which fragments are compaction candidates, and how a group is rewritten.
+
+Every decision carries a machine-readable reason (the constants below), shown by
+``jobs.compact --dry-run`` and in the JSON summary.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from lamina import _native
+from lamina.manifest import Fragment
+from planner.options import CompactionOptions
+
+# Modes
+BINARY_COPY = "binary_copy"
+HYBRID = "hybrid"
+FULL_REWRITE = "full_rewrite"
+
+# Why a fragment is a candidate
+SMALL = "small"  # below the row and byte targets
+DELETIONS = "deletions"  # deleted share at or above materialize_deletions_threshold
+
+# Why a group got its mode
+ELIGIBLE = "all_row_groups_large"
+SOME_SMALL_ROW_GROUPS = "some_row_groups_small"
+ALL_SMALL_ROW_GROUPS = "all_row_groups_small"
+HAS_DELETIONS = "has_deletions"
+BINARY_COPY_DISABLED = "binary_copy_disabled"
+FILE_VERSION_MISMATCH = "file_version_mismatch"
+
+
+def candidate_reason(fragment: Fragment, options: CompactionOptions) -> str | None:
+    """Why ``fragment`` should be compacted, or None if it should be left alone."""
+    if fragment.deleted_rows and fragment.deleted_rows / fragment.rows >= options.materialize_deletions_threshold:
+        return DELETIONS
+    if fragment.live_rows < options.target_rows_per_fragment and fragment.file_bytes < options.target_bytes_per_fragment:
+        return SMALL
+    return None
+
+
+def choose_mode(fragments: Sequence[Fragment], options: CompactionOptions) -> tuple[str, str]:
+    """(mode, reason) for rewriting ``fragments`` together."""
+    if any(f.deletion is not None for f in fragments):
+        return FULL_REWRITE, HAS_DELETIONS
+    if not options.enable_binary_copy:
+        return FULL_REWRITE, BINARY_COPY_DISABLED
+    if {f.file_version for f in fragments} != {_native.FILE_VERSION}:
+        return FULL_REWRITE, FILE_VERSION_MISMATCH
+    sizes = [rg.bytes for f in fragments for rg in f.row_groups]
+    small = sum(1 for b in sizes if b < options.min_row_group_bytes)
+    if small == 0:
+        return BINARY_COPY, ELIGIBLE
+    if small == len(sizes):
+        return FULL_REWRITE, ALL_SMALL_ROW_GROUPS
+    return HYBRID, SOME_SMALL_ROW_GROUPS
+
+
+def actions(fragments: Sequence[Fragment], mode: str, options: CompactionOptions) -> list[tuple[str, int, int]]:
+    """Per source row group, in order: ("copy" | "encode", source index, row group index)."""
+    out = []
+    for si, f in enumerate(fragments):
+        for ri, rg in enumerate(f.row_groups):
+            copy = mode == BINARY_COPY or (mode == HYBRID and rg.bytes >= options.min_row_group_bytes)
+            out.append(("copy" if copy else "encode", si, ri))
+    return out

@@ -1,0 +1,95 @@
+"""Compaction options: every knob, its default and its bounds, validated before any work."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any
+
+from lamina.errors import InvalidConfig
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CompactionOptions:
+    #: A fragment with fewer rows than this (and fewer bytes than the next) is a candidate.
+    target_rows_per_fragment: int = 1_048_576
+    #: Byte target of an output fragment (file size, compressed).
+    target_bytes_per_fragment: int = 512 * MiB
+    #: A fragment whose deleted share is at least this is rewritten to drop the deleted rows.
+    materialize_deletions_threshold: float = 0.1
+    #: Copy encoded column chunks without decoding when the eligibility rules allow it.
+    enable_binary_copy: bool = True
+    #: Row groups smaller than this are re-encoded (hybrid) rather than copied as they are.
+    min_row_group_bytes: int = 1 * MiB
+    #: Ranged reads of a source object on S3 are coalesced up to this many bytes per GET.
+    read_batch_bytes: int = 64 * MiB
+    #: Groups executed at once (None: the cluster's CPUs).
+    max_concurrency: int | None = None
+    #: Commit every N finished groups (0: one commit at the end).
+    partial_commit_every: int = 0
+    #: Ray retries of a group whose worker died.
+    max_task_retries: int = 3
+
+    BOUNDS = {
+        "target_rows_per_fragment": (1, 2**31 - 1),
+        "target_bytes_per_fragment": (1 * MiB, 64 * 1024 * MiB),
+        "materialize_deletions_threshold": (0.0, 1.0),
+        "min_row_group_bytes": (0, 1024 * MiB),
+        "read_batch_bytes": (1 * MiB, 1024 * MiB),
+        "max_concurrency": (1, 10_000),
+        "partial_commit_every": (0, 1_000_000),
+        "max_task_retries": (0, 100),
+    }
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "enable_binary_copy":
+                if not isinstance(value, bool):
+                    raise InvalidConfig(f"enable_binary_copy={value!r} must be true or false")
+                continue
+            if f.name == "max_concurrency" and value is None:
+                continue
+            lo, hi = self.BOUNDS[f.name]
+            numeric = (int, float) if isinstance(lo, float) else (int,)
+            if isinstance(value, bool) or not isinstance(value, numeric) or not lo <= value <= hi:
+                raise InvalidConfig(f"compaction option {f.name}={value!r} must be a number in [{lo}, {hi}]")
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> "CompactionOptions":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise InvalidConfig(f"unknown compaction option(s) {unknown}; known: {', '.join(sorted(names))}")
+        return cls(**values)
+
+    def with_overrides(self, **values: Any) -> "CompactionOptions":
+        return dataclasses.replace(self, **values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``key=value`` from the command line, with the value typed like the option's default."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    names = {f.name: f for f in fields(CompactionOptions)}
+    if not sep or key not in names:
+        raise InvalidConfig(f"--set {text!r}: expected key=value with key one of {', '.join(sorted(names))}")
+    default = getattr(CompactionOptions(), key)
+    raw = raw.strip()
+    try:
+        if key == "enable_binary_copy":
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(raw)
+            return key, raw.lower() in ("true", "1", "yes")
+        if key == "max_concurrency" and raw.lower() in ("", "none", "null"):
+            return key, None
+        if isinstance(default, float):
+            return key, float(raw)
+        return key, int(raw.replace("_", ""))
+    except ValueError:
+        raise InvalidConfig(f"--set {text!r}: {raw!r} is not a valid value for {key}") from None

@@ -1,0 +1,146 @@
+"""Planning a compaction: a manifest and options in, a serializable plan out. Pure: no I/O.
+
+    manifest ──► candidates (eligibility.candidate_reason)
+             ──► runs of adjacent candidates ──► packed up to the targets (bin_packing)
+             ──► lone fragments absorbed by a neighbour with room, or skipped
+             ──► a mode and reason per group (eligibility.choose_mode)
+             ──► CompactionPlan (groups in table order)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from lamina.manifest import Fragment, Manifest
+from planner.bin_packing import pack_adjacent
+from planner.eligibility import candidate_reason, choose_mode
+from planner.options import CompactionOptions
+
+
+@dataclass(frozen=True)
+class CompactionGroup:
+    """Adjacent fragments rewritten into one new fragment."""
+
+    index: int
+    fragment_ids: tuple[int, ...]
+    mode: str
+    reason: str
+    rows: int  # live rows
+    bytes: int  # data file bytes read
+    row_groups: int
+    candidates: tuple[str, ...]  # why each fragment was picked ("small", "deletions", "neighbour")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fragment_ids"] = list(self.fragment_ids)
+        d["candidates"] = list(self.candidates)
+        return d
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    table: str
+    read_version: int
+    options: CompactionOptions
+    groups: tuple[CompactionGroup, ...]
+    fragments_before: int
+    rows_before: int
+    #: Candidates left alone, with why: [(fragment id, reason)].
+    skipped: tuple[tuple[int, str], ...] = field(default_factory=tuple)
+
+    @property
+    def fragments_after(self) -> int:
+        return self.fragments_before - sum(len(g.fragment_ids) for g in self.groups) + len(self.groups)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "read_version": self.read_version,
+            "options": self.options.to_dict(),
+            "fragments_before": self.fragments_before,
+            "fragments_after": self.fragments_after,
+            "rows_before": self.rows_before,
+            "groups": [g.to_dict() for g in self.groups],
+            "skipped": [list(s) for s in self.skipped],
+        }
+
+    def describe(self) -> str:
+        modes: dict[str, int] = {}
+        for g in self.groups:
+            modes[g.mode] = modes.get(g.mode, 0) + 1
+        lines = [
+            f"plan for {self.table} at version {self.read_version}: {len(self.groups)} groups "
+            f"({', '.join(f'{n} {m}' for m, n in sorted(modes.items())) or 'nothing to do'}), "
+            f"{self.fragments_before} -> {self.fragments_after} fragments",
+        ]
+        for g in self.groups:
+            ids = g.fragment_ids
+            span = f"{ids[0]}..{ids[-1]}" if len(ids) > 3 else ",".join(map(str, ids))
+            lines.append(f"  group {g.index:4d}: {g.mode:12s} reason={g.reason:24s} fragments [{span}] ({len(ids)}) "
+                         f"rows={g.rows:,} bytes={g.bytes:,}")
+        for fid, why in self.skipped:
+            lines.append(f"  skipped fragment {fid}: {why}")
+        return "\n".join(lines)
+
+
+def _weights(f: Fragment) -> tuple[float, float]:
+    live_share = f.live_rows / f.rows if f.rows else 0.0
+    return float(f.live_rows), f.file_bytes * live_share
+
+
+def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str = "") -> CompactionPlan:
+    frags = list(manifest.fragments)
+    reasons = [candidate_reason(f, options) for f in frags]
+    targets = (float(options.target_rows_per_fragment), float(options.target_bytes_per_fragment))
+
+    # Runs of adjacent candidates, packed up to the targets.
+    packed: list[list[int]] = []  # positions in frags
+    run: list[int] = []
+    for pos, why in enumerate(reasons + [None]):
+        if why is not None:
+            run.append(pos)
+        elif run:
+            packed.extend(pack_adjacent(run, lambda p: _weights(frags[p]), targets))
+            run = []
+
+    # A lone fragment without deletions gains nothing alone: a neighbour with room takes it.
+    taken = {p for g in packed for p in g}
+    groups: list[list[int]] = []
+    skipped: list[tuple[int, str]] = []
+    neighbour_of: dict[int, int] = {}
+    for g in packed:
+        if len(g) > 1 or frags[g[0]].deletion is not None:
+            groups.append(g)
+            continue
+        p = g[0]
+        for q in (p - 1, p + 1):
+            if 0 <= q < len(frags) and q not in taken:
+                combined = [a + b for a, b in zip(_weights(frags[p]), _weights(frags[q]))]
+                if all(c <= t for c, t in zip(combined, targets)):
+                    groups.append(sorted([p, q]))
+                    taken.add(q)
+                    neighbour_of[q] = p
+                    break
+        else:
+            skipped.append((frags[p].id, "alone: no adjacent fragment with room to take it"))
+    groups.sort(key=lambda g: g[0])
+
+    out = []
+    for i, g in enumerate(groups):
+        members = [frags[p] for p in g]
+        mode, reason = choose_mode(members, options)
+        out.append(CompactionGroup(
+            index=i,
+            fragment_ids=tuple(f.id for f in members),
+            mode=mode,
+            reason=reason,
+            rows=sum(f.live_rows for f in members),
+            bytes=sum(f.file_bytes for f in members),
+            row_groups=sum(len(f.row_groups) for f in members),
+            candidates=tuple(reasons[p] or ("neighbour" if p in neighbour_of else "?") for p in g),
+        ))
+    return CompactionPlan(
+        table=table or "", read_version=manifest.version, options=options, groups=tuple(out),
+        fragments_before=len(frags), rows_before=manifest.rows, skipped=tuple(skipped),
+    )

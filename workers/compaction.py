@@ -1,0 +1,185 @@
+"""The compaction worker: executes one planned group and returns the new fragment, mapping and metrics.
+
+    GroupTask ──► stage sources (local path, or S3 ranged GETs of up to read_batch_bytes)
+              ──► native rewrite (copy / encode actions; binary copy falls back to a full
+                  rewrite when a source turns out not to be copyable)
+              ──► upload output (multipart on S3) ──► GroupResult
+
+``GroupCompactor`` is plain Python (unit-testable without Ray); ``compact_group``
+is the Ray task around it. A worker that dies is retried by Ray; an error in a
+group (a corrupt source, say) is returned as a failed result so other groups go on.
+Memory per task: ``read_batch_bytes`` of I/O buffer plus one output row group
+(decoded rows + encoded pages), whatever the group's size.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from lamina import _native
+from lamina.datafile import WriteOptions
+from lamina.deletion import read_deleted
+from lamina.errors import InvalidArgument, LaminaError
+from lamina.manifest import DATA_DIR, Fragment, RowGroup
+from lamina.rewrite import id_ranges, live_offsets, mapping_runs
+from lamina.store import ObjectStore, open_store
+from planner.eligibility import FULL_REWRITE, actions
+from planner.options import CompactionOptions
+from planner.plan import CompactionGroup
+
+#: Test-only fault injection: path of a marker file; the first task to run SIGKILLs its own
+#: worker process after writing its output (the marker makes the retry succeed).
+FAULT_KILL_WORKER = "LAMINA_FAULT_KILL_WORKER"
+
+
+@dataclass(frozen=True)
+class GroupTask:
+    uri: str
+    storage_options: dict[str, Any] | None
+    group: CompactionGroup
+    fragments: tuple[Fragment, ...]
+    schema: pa.Schema
+    write: WriteOptions
+    options: CompactionOptions
+    stable_row_ids: bool
+
+
+@dataclass
+class GroupResult:
+    index: int
+    fragment_ids: tuple[int, ...]
+    mode: str
+    reason: str
+    ok: bool
+    error: str | None = None
+    fragment: Fragment | None = None
+    mapping: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    source_deletions: dict[int, str | None] = field(default_factory=dict)
+    rows_in: int = 0
+    rows_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    row_groups_copied: int = 0
+    row_groups_encoded: int = 0
+    get_requests: int = 0
+    seconds: float = 0.0
+
+
+def stage(store: ObjectStore, fragment: Fragment, directory: str, batch_bytes: int) -> tuple[str, int]:
+    """A local path holding the fragment's data file, and the GET requests it took."""
+    local = store.local_path(fragment.path)
+    if local is not None:
+        return local, 0
+    dest = os.path.join(directory, f"{fragment.id}.parquet")
+    requests = 0
+    with open(dest, "wb") as f:
+        for start in range(0, fragment.file_bytes, batch_bytes):
+            f.write(store.get_range(fragment.path, start, min(batch_bytes, fragment.file_bytes - start)))
+            requests += 1
+    return dest, requests
+
+
+class GroupCompactor:
+    """Runs one group; the plain-Python core of the Ray task."""
+
+    def run(self, task: GroupTask) -> GroupResult:
+        started = time.perf_counter()
+        g = task.group
+        result = GroupResult(g.index, g.fragment_ids, g.mode, g.reason, ok=False,
+                             rows_in=g.rows, bytes_in=g.bytes)
+        try:
+            self._run(task, result)
+            result.ok = True
+        except LaminaError as e:
+            result.error = f"{type(e).__name__}: {e}"
+        except Exception as e:  # a bug must fail this group, not the job
+            result.error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
+        result.seconds = time.perf_counter() - started
+        return result
+
+    def _run(self, task: GroupTask, result: GroupResult) -> None:
+        store = open_store(task.uri, task.storage_options)
+        scratch = tempfile.mkdtemp(prefix="lamina-compact-", dir=os.environ.get("LAMINA_TMPDIR"))
+        try:
+            sources = []
+            for frag in task.fragments:
+                path, gets = stage(store, frag, scratch, task.options.read_batch_bytes)
+                result.get_requests += gets
+                sources.append((path, pa.array(read_deleted(store, frag), type=pa.uint32())))
+            out_rel = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
+            out_local = store.local_path(out_rel) or os.path.join(scratch, "output.parquet")
+            kwargs = dict(row_group_rows=task.write.row_group_rows, row_group_bytes=task.write.row_group_bytes,
+                          zstd_level=task.write.zstd_level)
+            plan = actions(task.fragments, result.mode, task.options)
+            try:
+                meta = _native.rewrite_data_file(sources, plan, task.schema, out_local, **kwargs)
+            except InvalidArgument as e:
+                if result.mode == FULL_REWRITE:
+                    raise
+                result.mode, result.reason = FULL_REWRITE, f"fallback: {e}"
+                plan = actions(task.fragments, FULL_REWRITE, task.options)
+                meta = _native.rewrite_data_file(sources, plan, task.schema, out_local, **kwargs)
+            if out_local != store.local_path(out_rel):
+                store.put_file(out_rel, out_local)
+            _maybe_die()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+        runs: list[tuple[int, int, int, int, int]] = []
+        ids: list[np.ndarray] = []
+        position = 0
+        for frag in task.fragments:
+            live = live_offsets(store, frag)
+            runs.extend(mapping_runs(frag.id, live, position, 2**31))
+            position += len(live)
+            if task.stable_row_ids and frag.row_ids is not None:
+                all_ids = np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in frag.row_ids])
+                ids.append(all_ids[live])
+        if position != int(meta["rows"]):
+            raise LaminaError(f"group {task.group.index}: wrote {meta['rows']} rows, the sources hold {position} live rows")
+        result.fragment = Fragment(
+            id=-1, path=out_rel, rows=int(meta["rows"]), file_bytes=int(meta["file_bytes"]),
+            row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
+            file_version=str(meta["file_version"]),
+            row_ids=id_ranges(np.concatenate(ids)) if task.stable_row_ids and ids else None,
+        )
+        result.mapping = runs
+        result.source_deletions = {f.id: (f.deletion.path if f.deletion else None) for f in task.fragments}
+        result.rows_out = int(meta["rows"])
+        result.bytes_out = int(meta["file_bytes"])
+        result.row_groups_copied = int(meta["row_groups_copied"])
+        result.row_groups_encoded = int(meta["row_groups_encoded"])
+
+
+def _maybe_die() -> None:
+    marker = os.environ.get(FAULT_KILL_WORKER)
+    if marker:
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def compact_group(task: GroupTask) -> GroupResult:
+    """Ray task body (see ``remote_compact_group``)."""
+    return GroupCompactor().run(task)
+
+
+def remote_compact_group(options: CompactionOptions):
+    """The Ray remote function: one CPU, retried when its worker dies, never for a group's own error."""
+    import ray
+
+    return ray.remote(num_cpus=1, max_retries=options.max_task_retries, retry_exceptions=False)(compact_group)
