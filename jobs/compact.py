@@ -145,8 +145,12 @@ def _commit_batch(table: lamina.Table, plan: CompactionPlan, base, batch: list[G
 
 
 def compact(uri: str, options: CompactionOptions, *, storage_options: dict[str, Any] | None = None,
-            dry_run: bool = False, progress: bool = False) -> tuple[CompactionPlan, CompactionSummary]:
-    """Plans and runs a compaction of the table at ``uri``; returns the plan and the summary."""
+            dry_run: bool = False, progress: bool = False,
+            runtime_env: dict[str, Any] | None = None) -> tuple[CompactionPlan, CompactionSummary]:
+    """Plans and runs a compaction of the table at ``uri``; returns the plan and the summary.
+
+    ``runtime_env`` is passed to the Ray tasks (e.g. ``{"env_vars": {"AWS_PROFILE": ...}}``).
+    """
     started = time.perf_counter()
     table = lamina.open_table(uri, storage_options=storage_options)
     base = table.manifest
@@ -166,7 +170,7 @@ def compact(uri: str, options: CompactionOptions, *, storage_options: dict[str, 
     if not ray.is_initialized():
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
-    task_fn = remote_compact_group(options)
+    task_fn = remote_compact_group(options, runtime_env)
     limit = options.max_concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
     frags = base.fragment_map()
     tasks = [GroupTask(uri, storage_options, g, tuple(frags[i] for i in g.fragment_ids), base.schema,

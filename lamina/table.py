@@ -182,13 +182,14 @@ class Table:
     def _batches(self, data: DataLike) -> Iterator[pa.RecordBatch]:
         return _conform(data, self.schema)
 
-    def append(self, data: DataLike, *, max_rows_per_file: int | None = None) -> int:
+    def append(self, data: DataLike, *, max_rows_per_file: int | None = None, row_group_rows: int | None = None) -> int:
         """Appends rows; returns the new version (the current one if ``data`` is empty).
 
         ``data`` is a pyarrow Table, RecordBatch or RecordBatchReader, a pandas
         DataFrame, or a list of dicts. Memory held: ``max_rows_per_file`` rows.
         """
-        options = WriteOptions.from_config(self._manifest.config, max_rows_per_file=max_rows_per_file)
+        options = WriteOptions.from_config(self._manifest.config, max_rows_per_file=max_rows_per_file,
+                                           row_group_rows=row_group_rows)
         fragments = write_fragments(self._store, self.schema, self._batches(data), options)
         if not fragments:
             return self.version

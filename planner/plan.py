@@ -2,7 +2,7 @@
 
     manifest ──► candidates (eligibility.candidate_reason)
              ──► runs of adjacent candidates ──► packed up to the targets (bin_packing)
-             ──► lone fragments absorbed by a neighbour with room, or skipped
+             ──► lone fragments without deletions skipped (nothing to gain)
              ──► a mode and reason per group (eligibility.choose_mode)
              ──► CompactionPlan (groups in table order)
 """
@@ -29,7 +29,7 @@ class CompactionGroup:
     rows: int  # live rows
     bytes: int  # data file bytes read
     row_groups: int
-    candidates: tuple[str, ...]  # why each fragment was picked ("small", "deletions", "neighbour")
+    candidates: tuple[str, ...]  # why each fragment was picked ("small", "deletions")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -104,27 +104,16 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
             packed.extend(pack_adjacent(run, lambda p: _weights(frags[p]), targets))
             run = []
 
-    # A lone fragment without deletions gains nothing alone: a neighbour with room takes it.
-    taken = {p for g in packed for p in g}
+    # Greedy left-to-right packing only starts a new group when the next fragment does not fit,
+    # so a lone candidate could not have joined either neighbour's group: nothing is stranded
+    # that a neighbour could take. Alone and without deletions, rewriting it gains nothing.
     groups: list[list[int]] = []
     skipped: list[tuple[int, str]] = []
-    neighbour_of: dict[int, int] = {}
     for g in packed:
         if len(g) > 1 or frags[g[0]].deletion is not None:
             groups.append(g)
-            continue
-        p = g[0]
-        for q in (p - 1, p + 1):
-            if 0 <= q < len(frags) and q not in taken:
-                combined = [a + b for a, b in zip(_weights(frags[p]), _weights(frags[q]))]
-                if all(c <= t for c, t in zip(combined, targets)):
-                    groups.append(sorted([p, q]))
-                    taken.add(q)
-                    neighbour_of[q] = p
-                    break
         else:
-            skipped.append((frags[p].id, "alone: no adjacent fragment with room to take it"))
-    groups.sort(key=lambda g: g[0])
+            skipped.append((frags[g[0]].id, "alone: no adjacent fragment has room for it"))
 
     out = []
     for i, g in enumerate(groups):
@@ -138,7 +127,7 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
             rows=sum(f.live_rows for f in members),
             bytes=sum(f.file_bytes for f in members),
             row_groups=sum(len(f.row_groups) for f in members),
-            candidates=tuple(reasons[p] or ("neighbour" if p in neighbour_of else "?") for p in g),
+            candidates=tuple(reasons[p] or "" for p in g),
         ))
     return CompactionPlan(
         table=table or "", read_version=manifest.version, options=options, groups=tuple(out),

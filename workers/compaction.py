@@ -178,8 +178,9 @@ def compact_group(task: GroupTask) -> GroupResult:
     return GroupCompactor().run(task)
 
 
-def remote_compact_group(options: CompactionOptions):
+def remote_compact_group(options: CompactionOptions, runtime_env: dict[str, Any] | None = None):
     """The Ray remote function: one CPU, retried when its worker dies, never for a group's own error."""
     import ray
 
-    return ray.remote(num_cpus=1, max_retries=options.max_task_retries, retry_exceptions=False)(compact_group)
+    extra = {"runtime_env": runtime_env} if runtime_env else {}
+    return ray.remote(num_cpus=1, max_retries=options.max_task_retries, retry_exceptions=False, **extra)(compact_group)

@@ -242,12 +242,19 @@ pub fn rewrite(
 ) -> Result<(WrittenFile, RewriteStats)> {
     let opened: Vec<Opened> = sources.iter().map(open).collect::<Result<_>>()?;
     for src in &opened {
-        if src.reader_meta.schema().fields() != schema.fields() {
+        let theirs = src.reader_meta.schema();
+        let names = |s: &arrow::datatypes::Schema| s.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>();
+        let castable = theirs.fields().len() == schema.fields().len()
+            && theirs.fields().iter().zip(schema.fields()).all(|(a, b)| {
+                a.name() == b.name() && arrow::compute::can_cast_types(a.data_type(), b.data_type())
+            });
+        if !castable {
             return Err(Error::InvalidArgument(format!(
-                "{} has schema {:?}, the table has {:?}",
+                "{} has columns {:?} of types {:?}, the table has {:?}: it cannot be rewritten into this table",
                 src.path,
-                src.reader_meta.schema(),
-                schema
+                names(theirs),
+                theirs.fields().iter().map(|f| f.data_type().to_string()).collect::<Vec<_>>(),
+                names(&schema)
             )));
         }
     }
@@ -265,7 +272,7 @@ pub fn rewrite(
         let rows = src.meta().row_group(row_group).num_rows() as u64;
         match action {
             Action::Copy { .. } => {
-                check_copy(src, &sources[source])?;
+                check_copy(src, &sources[source], &schema)?;
                 expected_rows += rows;
             }
             Action::Encode { .. } => {
@@ -287,7 +294,10 @@ pub fn rewrite(
     result
 }
 
-fn check_copy(src: &Opened, source: &Source) -> Result<()> {
+fn check_copy(src: &Opened, source: &Source, schema: &SchemaRef) -> Result<()> {
+    if src.reader_meta.schema().fields() != schema.fields() {
+        return Err(Error::InvalidArgument(format!("{} does not have exactly the table's schema: its chunks cannot be copied", src.path)));
+    }
     if !source.deleted.is_empty() {
         return Err(Error::InvalidArgument(format!("{} has deletions: its row groups cannot be copied as they are", src.path)));
     }
@@ -360,7 +370,19 @@ fn write_output(
                 let reader = builder.build().map_err(|e| corrupt(&e))?;
                 for batch in reader {
                     let batch = batch.map_err(|e| corrupt(&e))?;
-                    let batch = RecordBatch::try_new(Arc::clone(&schema), batch.columns().to_vec()).map_err(|e| corrupt(&e))?;
+                    let columns = batch
+                        .columns()
+                        .iter()
+                        .zip(schema.fields())
+                        .map(|(c, f)| {
+                            if c.data_type() == f.data_type() {
+                                Ok(Arc::clone(c))
+                            } else {
+                                arrow::compute::cast(c, f.data_type()).map_err(|e| corrupt(&e))
+                            }
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let batch = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| corrupt(&e))?;
                     encoder.push(batch, &mut out)?;
                 }
             }
