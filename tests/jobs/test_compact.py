@@ -1,0 +1,136 @@
+"""jobs.compact on a real Ray cluster: every mode end to end, races, killed workers and drivers, failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lamina
+from jobs.compact import FAULT_KILL_BEFORE_COMMIT, compact, main
+from planner import CompactionOptions
+from tests.compaction_helpers import MIXED_MODES, MIXED_OPTIONS, mixed_table
+from tests.lamina.concurrent_writer import BASE_ROWS, appended_ids, deleted_ids
+from tests.lamina.helpers import SCHEMA, ids_of, rows
+from workers.compaction import FAULT_KILL_WORKER
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_every_mode_end_to_end(ray_cluster, table_location):
+    uri, opts = table_location
+    t = mixed_table(uri, opts)
+    before = t.to_arrow()
+    plan, summary = compact(uri, MIXED_OPTIONS, storage_options=opts)
+    assert [(g.mode, g.reason) for g in plan.groups] == MIXED_MODES
+    assert summary.failed_groups == 0 and len(summary.committed_versions) == 1
+    after = lamina.open_table(uri, storage_options=opts)
+    assert after.to_arrow().equals(before), "rows must be equal and in the same order"
+    assert (summary.fragments_before, summary.fragments_after) == (8, 4)
+    assert summary.rows_before == summary.rows_after == before.num_rows
+    assert [f.deleted_rows for f in after.fragments()] == [0] * 4, "deletions materialized"
+    copied = {g["mode"]: g for g in summary.groups}
+    assert copied["binary_copy"]["row_groups_copied"] == 2 and copied["hybrid"]["row_groups_copied"] == 1
+
+
+def test_dry_run_writes_nothing_and_json_summary(ray_cluster, local_table_uri, capsys):
+    t = mixed_table(local_table_uri)
+    files = sorted(o.path for o in t.store.list(""))
+    assert main([local_table_uri, "--dry-run", "--json", "--set", "target_rows_per_fragment=8000",
+                 "--set", "min_row_group_bytes=65536"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(g["mode"], g["reason"]) for g in out["plan"]["groups"]] == MIXED_MODES
+    assert sorted(o.path for o in t.store.list("")) == files
+    assert lamina.open_table(local_table_uri).version == t.version
+
+    assert main([local_table_uri, "--json", "--set", "target_rows_per_fragment=8000", "--partial-commit-every", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("table", "read_version", "committed_versions", "groups", "fragments_before", "fragments_after",
+                "rows_before", "rows_after", "retries", "seconds"):
+        assert key in out
+    assert len(out["committed_versions"]) == 4, "one commit per finished group"
+    for g in out["groups"]:
+        assert {"mode", "reason", "fragment_ids", "rows", "bytes_in", "bytes_out", "seconds"} <= set(g)
+        assert g["status"] == "committed"
+
+
+def test_bad_config_exits_2(local_table_uri, tmp_path, capsys):
+    lamina.create_table(local_table_uri, SCHEMA)
+    assert main([local_table_uri, "--set", "target_rows_per_fragment=-1"]) == 2
+    bad = tmp_path / "c.yaml"
+    bad.write_text("compaction: {nope: 1}\n")
+    assert main([local_table_uri, "--config", str(bad)]) == 2
+    assert "unknown compaction option" in capsys.readouterr().err
+
+
+def test_compaction_racing_appenders_and_deleters(ray_cluster, local_table_uri):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    for start in range(0, BASE_ROWS, 50):
+        t.append(rows(start, 50))
+    workers = 2
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.lamina.concurrent_writer", local_table_uri, str(w), str(workers)],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}) for w in range(workers)]
+    options = CompactionOptions(target_rows_per_fragment=200, partial_commit_every=1, max_concurrency=2)
+    _, first = compact(local_table_uri, options)
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-2000:]
+    _, second = compact(local_table_uri, options)  # what the writers added meanwhile
+    expected = set(range(BASE_ROWS))
+    for w in range(workers):
+        expected -= set(deleted_ids(w, workers))
+        expected |= set(appended_ids(w))
+    got = ids_of(lamina.open_table(local_table_uri))
+    assert len(got) == len(set(got)) and set(got) == expected
+    assert first.failed_groups == second.failed_groups == 0
+
+
+def test_killed_worker_is_retried_and_orphans_are_cleaned(ray_cluster, local_table_uri, tmp_path):
+    t = mixed_table(local_table_uri)
+    before = t.to_arrow()
+    marker = tmp_path / "killed-once"
+    _, summary = compact(local_table_uri, MIXED_OPTIONS.with_overrides(max_concurrency=1),
+                         runtime_env={"env_vars": {FAULT_KILL_WORKER: str(marker)}})
+    assert marker.exists(), "a worker was SIGKILLed mid-group"
+    assert summary.failed_groups == 0
+    after = lamina.open_table(local_table_uri)
+    assert after.to_arrow().equals(before)
+    referenced = after.manifest.referenced_paths()
+    orphans = [o.path for o in after.store.list("data/") if o.path not in referenced]
+    old_files = {f.path for f in t.manifest.fragments}
+    assert len([o for o in orphans if o not in old_files]) == 1, "the killed attempt's output is an orphan"
+    after.cleanup(older_than=0)
+    assert {o.path for o in after.store.list("data/")} == {p for p in after.manifest.referenced_paths() if p.startswith("data/")}
+    assert lamina.open_table(local_table_uri).to_arrow().equals(before)
+
+
+def test_driver_killed_before_commit_leaves_table_unchanged(ray_cluster, local_table_uri):
+    t = mixed_table(local_table_uri)
+    address = ray_cluster.get_runtime_context().gcs_address
+    proc = subprocess.run([sys.executable, "-m", "jobs.compact", local_table_uri, "--json", "--set", "target_rows_per_fragment=8000"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address, FAULT_KILL_BEFORE_COMMIT: "1"})
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    after = lamina.open_table(local_table_uri)
+    assert after.version == t.version and after.to_arrow().equals(t.to_arrow())
+    written = [o.path for o in after.store.list("data/") if o.path not in after.manifest.referenced_paths()]
+    assert len(written) == 4, "outputs were written, then abandoned uncommitted"
+
+
+def test_corrupt_source_fails_its_group_and_others_commit(ray_cluster, local_table_uri):
+    t = mixed_table(local_table_uri)
+    victim = t.manifest.fragments[2]  # in the hybrid group
+    data = t.store.get(victim.path)
+    t.store.put(victim.path, data[:100])
+    _, summary = compact(local_table_uri, MIXED_OPTIONS)
+    assert summary.failed_groups == 1
+    [failed] = [g for g in summary.groups if g["status"] == "failed"]
+    assert victim.path in failed["error"] and failed["fragment_ids"] == [2, 3]
+    assert sum(1 for g in summary.groups if g["status"] == "committed") == 3
+    after = lamina.open_table(local_table_uri)
+    assert [f.id for f in after.fragments()][1:3] == [2, 3], "the failed group's fragments are untouched"
