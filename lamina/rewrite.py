@@ -29,13 +29,23 @@ def id_ranges(ids: np.ndarray) -> tuple[tuple[int, int], ...]:
 
 
 def live_offsets(store: ObjectStore, fragment: Fragment) -> np.ndarray:
-    return np.setdiff1d(np.arange(fragment.rows, dtype=np.int64), read_deleted(store, fragment).astype(np.int64))
+    """Offsets of the fragment's live rows, ascending."""
+    deleted = read_deleted(store, fragment)
+    if len(deleted) == 0:
+        return np.arange(fragment.rows, dtype=np.int64)
+    mask = np.ones(fragment.rows, dtype=bool)
+    mask[deleted] = False
+    return np.flatnonzero(mask)
 
 
 def mapping_runs(fragment_id: int, offsets: np.ndarray, first_new: int, rows_per_output: int) -> list[tuple[int, int, int, int, int]]:
     """Runs mapping live ``offsets`` (in order) to consecutive new positions from ``first_new``."""
     if len(offsets) == 0:
         return []
+    n = len(offsets)
+    if offsets[-1] - offsets[0] == n - 1 and first_new // rows_per_output == (first_new + n - 1) // rows_per_output:
+        # contiguous rows into one output: a single shift
+        return [(fragment_id, int(offsets[0]), first_new // rows_per_output, first_new % rows_per_output, n)]
     new = first_new + np.arange(len(offsets), dtype=np.int64)
     out, pos = new // rows_per_output, new % rows_per_output
     brk = np.nonzero((np.diff(offsets) != 1) | (np.diff(out) != 0))[0] + 1
