@@ -341,7 +341,7 @@ fn write_output(
 ) -> Result<(WrittenFile, RewriteStats)> {
     let perr = |source| Error::Parquet { path: display.to_string(), source };
     let sync_handle = file.try_clone().map_err(|e| Error::io(display, e))?;
-    let writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(options.properties()?)).map_err(perr)?;
+    let writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(options.properties(&schema)?)).map_err(perr)?;
     let (writer, factory) = writer.into_serialized_writer().map_err(perr)?;
     let mut out = Output { path: display.to_string(), writer, factory, schema: Arc::clone(&schema), stats: RewriteStats::default() };
     let mut encoder = Encoder { schema: Arc::clone(&schema), row_group_rows: options.row_group_rows, pending: vec![], pending_rows: 0 };
