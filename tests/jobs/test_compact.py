@@ -134,3 +134,16 @@ def test_corrupt_source_fails_its_group_and_others_commit(ray_cluster, local_tab
     assert sum(1 for g in summary.groups if g["status"] == "committed") == 3
     after = lamina.open_table(local_table_uri)
     assert [f.id for f in after.fragments()][1:3] == [2, 3], "the failed group's fragments are untouched"
+
+
+def test_stable_row_ids_and_deletions_through_compaction(ray_cluster, local_table_uri):
+    t = lamina.create_table(local_table_uri, SCHEMA, stable_row_ids=True)
+    for start in range(0, 4000, 1000):
+        t.append(rows(start, 1000), row_group_rows=1000)
+    t.delete("id IN (5, 1500, 3999)")
+    before = t.to_arrow(columns=["id"], with_row_id=True, with_row_address=True)
+    _, summary = compact(local_table_uri, CompactionOptions(target_rows_per_fragment=2000, min_row_group_bytes=0))
+    assert summary.failed_groups == 0 and {g["mode"] for g in summary.groups} == {"binary_copy", "full_rewrite"}
+    after = lamina.open_table(local_table_uri).to_arrow(columns=["id"], with_row_id=True, with_row_address=True)
+    assert after.column("id").equals(before.column("id")) and after.column("_rowid").equals(before.column("_rowid"))
+    assert not after.column("_rowaddr").equals(before.column("_rowaddr")), "addresses move, ids do not"
