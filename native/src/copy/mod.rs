@@ -25,7 +25,7 @@ use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use parquet::file::writer::SerializedFileWriter;
 
 use crate::error::{Error, Result};
-use crate::file::writer::{RowGroupInfo, WriteOptions, WrittenFile};
+use crate::file::writer::{WriteOptions, WrittenFile};
 use crate::file::{FILE_VERSION, FILE_VERSION_KEY};
 
 /// One source data file and the physical offsets deleted from it (sorted, unique).
@@ -391,19 +391,13 @@ fn write_output(
     encoder.flush(&mut out)?;
     let stats = out.stats.clone();
     let metadata = out.writer.close().map_err(perr)?;
-    sync_handle.sync_all().map_err(|e| Error::io(display, e))?;
-    let file_bytes = sync_handle.metadata().map_err(|e| Error::io(display, e))?.len();
-    let row_groups: Vec<RowGroupInfo> = metadata
-        .row_groups()
-        .iter()
-        .map(|rg| RowGroupInfo { rows: rg.num_rows() as u64, bytes: rg.compressed_size() as u64 })
-        .collect();
-    let rows: u64 = row_groups.iter().map(|r| r.rows).sum();
+    let written = WrittenFile::synced(&sync_handle, display, &metadata)?;
+    let rows = written.rows;
     if rows != expected_rows {
         return Err(Error::Corrupt { object: display.to_string(), reason: format!("output has {rows} rows, expected {expected_rows}") });
     }
     verify(display, &schema, rows)?;
-    Ok((WrittenFile { rows, file_bytes, row_groups, file_version: FILE_VERSION }, stats))
+    Ok((written, stats))
 }
 
 /// Re-reads the written footer: the row count and the Arrow schema must be what was promised.

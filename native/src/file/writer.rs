@@ -140,19 +140,21 @@ fn write_into(file: File, display: &str, schema: SchemaRef, batches: &[RecordBat
         writer.write(batch).map_err(parquet_err)?;
     }
     let metadata = writer.close().map_err(parquet_err)?;
-    sync_handle.sync_all().map_err(|e| Error::io(display, e))?;
-    let file_bytes = sync_handle.metadata().map_err(|e| Error::io(display, e))?.len();
-    let row_groups: Vec<RowGroupInfo> = metadata
-        .row_groups()
-        .iter()
-        .map(|rg| RowGroupInfo { rows: rg.num_rows() as u64, bytes: rg.compressed_size() as u64 })
-        .collect();
-    Ok(WrittenFile {
-        rows: row_groups.iter().map(|rg| rg.rows).sum(),
-        file_bytes,
-        row_groups,
-        file_version: FILE_VERSION,
-    })
+    WrittenFile::synced(&sync_handle, display, &metadata)
+}
+
+impl WrittenFile {
+    /// Fsyncs a just-closed file and describes it from the footer the writer returned.
+    pub(crate) fn synced(file: &File, display: &str, metadata: &parquet::file::metadata::ParquetMetaData) -> Result<Self> {
+        file.sync_all().map_err(|e| Error::io(display, e))?;
+        let file_bytes = file.metadata().map_err(|e| Error::io(display, e))?.len();
+        let row_groups: Vec<RowGroupInfo> = metadata
+            .row_groups()
+            .iter()
+            .map(|rg| RowGroupInfo { rows: rg.num_rows() as u64, bytes: rg.compressed_size() as u64 })
+            .collect();
+        Ok(WrittenFile { rows: row_groups.iter().map(|rg| rg.rows).sum(), file_bytes, row_groups, file_version: FILE_VERSION })
+    }
 }
 
 #[cfg(test)]

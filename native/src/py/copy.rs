@@ -51,12 +51,7 @@ pub(crate) fn rewrite_data_file<'py>(
     let options = WriteOptions { row_group_rows, row_group_bytes, zstd_level, extra_metadata: vec![] };
     let schema = Arc::new(schema.0);
     let (written, stats) = without_gil(py, || rewrite(&srcs, &actions, schema, &output, &options))?;
-    let out = PyDict::new(py);
-    out.set_item("rows", written.rows)?;
-    out.set_item("file_bytes", written.file_bytes)?;
-    let groups: Vec<(u64, u64)> = written.row_groups.iter().map(|g| (g.rows, g.bytes)).collect();
-    out.set_item("row_groups", groups)?;
-    out.set_item("file_version", written.file_version)?;
+    let out = super::file::written_dict(py, &written)?;
     out.set_item("row_groups_copied", stats.row_groups_copied)?;
     out.set_item("row_groups_encoded", stats.row_groups_encoded)?;
     out.set_item("bytes_copied", stats.bytes_copied)?;

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::without_gil;
-use crate::file::writer::{write_file, WriteOptions};
+use crate::file::writer::{write_file, WriteOptions, WrittenFile};
 
 /// Writes one Parquet data file; returns {rows, file_bytes, row_groups: [(rows, bytes)], file_version}.
 #[pyfunction]
@@ -30,6 +30,11 @@ pub(crate) fn write_data_file<'py>(
     let schema = Arc::new(schema.0);
     let batches = batches.0;
     let written = without_gil(py, || write_file(&path, schema, &batches, &options))?;
+    written_dict(py, &written)
+}
+
+/// {rows, file_bytes, row_groups: [(rows, bytes)], file_version} of a written file.
+pub(crate) fn written_dict<'py>(py: Python<'py>, written: &WrittenFile) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
     out.set_item("rows", written.rows)?;
     out.set_item("file_bytes", written.file_bytes)?;
