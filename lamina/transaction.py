@@ -35,6 +35,9 @@ UNCOVER = "uncover"  # their rewritten fragments drop out of my index coverage
 DISTINCT_NAMES = "distinct names"  # conflict only if the same index name
 CONFLICT = "conflict"
 
+#: ``RewriteGroup.source_deletions`` marker: a concurrent delete removed the whole source fragment.
+REMOVED = "<removed>"
+
 OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite")
 
 MATRIX: dict[tuple[str, str], str] = {
@@ -205,6 +208,8 @@ class Delete(Transaction):
                     if old in self.deltas:
                         outs, offs = mapping.map(old, self.deltas.pop(old))
                         for out in np.unique(outs).tolist():
+                            if new_ids[out] < 0:
+                                continue  # that output was never committed: all its rows were deleted
                             moved.setdefault(new_ids[out], []).append(offs[outs == out].astype(np.uint32))
             for fid, parts in moved.items():
                 merged = np.concatenate([self.deltas.get(fid, np.zeros(0, np.uint32))] + parts)
@@ -299,7 +304,7 @@ class Rewrite(Transaction):
             for group in self.groups:
                 for old in group.old_fragment_ids:
                     now = frags.get(old)
-                    now_path = (now.deletion.path if now.deletion else None) if now else "<removed>"
+                    now_path = (now.deletion.path if now.deletion else None) if now else REMOVED
                     if now_path == group.source_deletions.get(old):
                         continue
                     before_set = read_offsets(store, group.source_deletions.get(old))
@@ -333,26 +338,34 @@ class Rewrite(Transaction):
                 self._carried_files[key] = (len(offsets), written)
 
     def apply(self, base: Manifest) -> Manifest:
-        present = {f.id for f in base.fragments}
+        order = {f.id: i for i, f in enumerate(base.fragments)}
         for group in self.groups:
-            missing = [i for i in group.old_fragment_ids if i not in present]
-            if missing:
-                raise CommitConflict(f"rewrite of table fragments {list(group.old_fragment_ids)} cannot commit on version {base.version}: fragments {missing} no longer exist")
+            missing = [i for i in group.old_fragment_ids if i not in order]
+            # A source may only vanish because a delete removed all its rows (rebase carried them).
+            unexplained = [i for i in missing if group.source_deletions.get(i) != REMOVED]
+            if unexplained:
+                raise CommitConflict(f"rewrite of fragments {list(group.old_fragment_ids)} cannot commit on version "
+                                     f"{base.version}: fragments {unexplained} no longer exist")
         next_id, next_row = base.next_fragment_id, base.next_row_id
         replaced: dict[int, list[Fragment]] = {}
         groups_record = []
         for gi, group in enumerate(self.groups):
-            new_frags = []
+            present = [i for i in group.old_fragment_ids if i in order]
+            new_frags, new_ids = [], []
             for out, f in enumerate(group.new_fragments):
                 deletion = self._carried_files.get((gi, out), (0, None))[1]
+                if deletion is not None and deletion.deleted_rows >= f.rows:
+                    new_ids.append(-1)  # every row of this output was deleted meanwhile: not committed
+                    continue
                 new_frags.append(dataclasses.replace(f, id=next_id, deletion=deletion,
                                                      row_ids=f.row_ids if base.stable_row_ids else None))
+                new_ids.append(next_id)
                 next_id += 1
-            first = min(group.old_fragment_ids, key=[f.id for f in base.fragments].index)
-            replaced[first] = new_frags
+            if present:
+                replaced[min(present, key=order.__getitem__)] = new_frags
             groups_record.append({
                 "old_fragment_ids": list(group.old_fragment_ids),
-                "new_fragment_ids": [f.id for f in new_frags],
+                "new_fragment_ids": new_ids,
                 "mapping": group.mapping.runs(),
             })
         old = self.old_ids

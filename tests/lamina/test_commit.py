@@ -203,3 +203,25 @@ def test_conflict_cells_on_s3(s3_table_uri, s3_options):
     t.reload().overwrite(rows(6000, 5))
     with pytest.raises(CommitConflict):
         stale2.delete("id < 100")
+
+
+def test_rewrite_over_delete_that_removed_a_whole_source_fragment(local_table_uri):
+    t = make_base(local_table_uri)
+    stale = t.checkout(t.version)
+    t.delete("id >= 100 AND id < 200")  # fragment 1 disappears while the rewrite of 0 and 1 runs
+    t.delete("id = 3")
+    group = full_rewrite(stale.store, stale.manifest, [0, 1], stale.write_options)
+    commit(stale.store, Rewrite(stale.version, [group]), stale.manifest)
+    latest = lamina.open_table(local_table_uri)
+    assert set(ids_of(latest)) == BASE - set(range(100, 200)) - {3}
+    assert [f.id for f in latest.fragments()][-1] == 2 and len(latest.fragments()) == 2
+
+
+def test_rewrite_whose_sources_were_all_deleted_commits_nothing_for_them(local_table_uri):
+    t = make_base(local_table_uri)
+    stale = t.checkout(t.version)
+    t.delete("id < 200")
+    group = full_rewrite(stale.store, stale.manifest, [0, 1], stale.write_options)
+    commit(stale.store, Rewrite(stale.version, [group]), stale.manifest)
+    latest = lamina.open_table(local_table_uri)
+    assert ids_of(latest) == list(range(200, 300)) and [f.id for f in latest.fragments()] == [2]
