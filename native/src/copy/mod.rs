@@ -7,11 +7,13 @@
 //! source boundaries. Binary copy is all `Copy`, full rewrite all `Encode`,
 //! hybrid a mix; row order is always the order of the actions.
 //!
-//! Memory: one output row group of decoded rows (`row_group_rows`) plus its
-//! encoded pages, and the I/O buffers of a splice; never a whole file.
+//! Memory: up to `min(4, CPUs) + 1` output row groups of decoded rows (`row_group_rows`
+//! each) plus their encoded pages, a few decoded batches queued ahead, and the I/O buffers
+//! of a splice; never a whole file.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -42,6 +44,59 @@ pub enum Action {
     Copy { source: usize, row_group: usize },
     /// Decode the row group's live rows and re-encode them.
     Encode { source: usize, row_group: usize },
+}
+
+/// What the decoding thread hands the encoder, in action order.
+enum Item {
+    Batch(RecordBatch),
+    Copy { source: usize, row_group: usize },
+}
+
+/// Decodes the live rows of one row group into `tx`, cast to the table's types.
+/// Returns false once the receiver is gone; errors are sent, then decoding stops.
+fn decode(src: &Opened, source: &Source, row_group: usize, schema: &SchemaRef, batch_rows: usize, tx: &SyncSender<Result<Item>>) -> bool {
+    let corrupt = |e: &dyn std::fmt::Display| Error::Corrupt {
+        object: src.path.clone(),
+        reason: format!("row group {row_group} cannot be decoded ({e})"),
+    };
+    let result = (|| -> Result<()> {
+        let rows = src.meta().row_group(row_group).num_rows() as u64;
+        let first = first_row(src.meta(), row_group);
+        let input = src.file.try_clone().map_err(|e| Error::io(&src.path, e))?;
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(input, src.reader_meta.clone())
+            .with_row_groups(vec![row_group])
+            .with_batch_size(batch_rows);
+        if let Some(sel) = selection(&source.deleted, first, rows) {
+            builder = builder.with_row_selection(sel);
+        }
+        for batch in builder.build().map_err(|e| corrupt(&e))? {
+            let batch = batch.map_err(|e| corrupt(&e))?;
+            let columns = batch
+                .columns()
+                .iter()
+                .zip(schema.fields())
+                .map(|(c, f)| {
+                    if c.data_type() == f.data_type() {
+                        Ok(Arc::clone(c))
+                    } else {
+                        arrow::compute::cast(c, f.data_type()).map_err(|e| corrupt(&e))
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let batch = RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| corrupt(&e))?;
+            if tx.send(Ok(Item::Batch(batch))).is_err() {
+                return Ok(());
+            }
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => true,
+        Err(e) => {
+            let _ = tx.send(Err(e));
+            false
+        }
+    }
 }
 
 /// Counters of one rewrite, for the job's metrics.
@@ -121,12 +176,18 @@ impl Encoder {
     }
 }
 
+/// A row group being encoded on its own thread: its column chunks and row count.
+type Encoding = std::thread::JoinHandle<Result<(Vec<ArrowColumnChunk>, usize)>>;
+
 struct Output {
     path: String,
     writer: SerializedFileWriter<File>,
     factory: ArrowRowGroupWriterFactory,
     schema: SchemaRef,
     stats: RewriteStats,
+    /// Row groups being encoded, oldest first; appended to the file strictly in this order.
+    in_flight: std::collections::VecDeque<Encoding>,
+    max_in_flight: usize,
 }
 
 impl Output {
@@ -134,9 +195,10 @@ impl Output {
         move |source| Error::Parquet { path: self.path.clone(), source }
     }
 
-    /// Encodes one row group, the columns on separate threads (the GIL is already released).
+    /// Starts encoding one row group on its own thread (its columns on threads of their own),
+    /// so up to `max_in_flight` row groups encode at once; the GIL is already released.
     fn encode_row_group(&mut self, batch: &RecordBatch) -> Result<()> {
-        let index = self.writer.flushed_row_groups().len();
+        let index = self.writer.flushed_row_groups().len() + self.in_flight.len();
         let writers = self.factory.create_column_writers(index).map_err(self.perr())?;
         // Group the leaf writers by top-level field, so each thread owns whole fields.
         let mut by_field: Vec<(Vec<ArrowColumnWriter>, Vec<ArrowLeafColumn>)> = Vec::new();
@@ -147,40 +209,67 @@ impl Output {
             by_field.push((mine, leaves));
         }
         let path = self.path.clone();
-        let closed: Vec<Result<Vec<ArrowColumnChunk>>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = by_field
-                .into_iter()
-                .map(|(mut ws, leaves)| {
-                    let path = path.clone();
-                    scope.spawn(move || -> Result<Vec<_>> {
-                        let perr = |source| Error::Parquet { path: path.clone(), source };
-                        for (w, leaf) in ws.iter_mut().zip(leaves.iter()) {
-                            w.write(leaf).map_err(perr)?;
-                        }
-                        ws.into_iter().map(|w| w.close().map_err(perr)).collect()
+        let rows = batch.num_rows();
+        self.in_flight.push_back(std::thread::spawn(move || {
+            let closed: Vec<Result<Vec<ArrowColumnChunk>>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = by_field
+                    .into_iter()
+                    .map(|(mut ws, leaves)| {
+                        let path = path.clone();
+                        scope.spawn(move || -> Result<Vec<_>> {
+                            let perr = |source| Error::Parquet { path: path.clone(), source };
+                            for (w, leaf) in ws.iter_mut().zip(leaves.iter()) {
+                                w.write(leaf).map_err(perr)?;
+                            }
+                            ws.into_iter().map(|w| w.close().map_err(perr)).collect()
+                        })
                     })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(Error::InvalidArgument("a column encoder thread panicked".into()))))
-                .collect()
-        });
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(Error::InvalidArgument("a column encoder thread panicked".into()))))
+                    .collect()
+            });
+            let mut chunks = Vec::new();
+            for c in closed {
+                chunks.extend(c?);
+            }
+            Ok((chunks, rows))
+        }));
+        while self.in_flight.len() > self.max_in_flight {
+            self.append_oldest()?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the oldest row group in flight and appends it to the file.
+    fn append_oldest(&mut self) -> Result<()> {
+        let Some(handle) = self.in_flight.pop_front() else { return Ok(()) };
+        let (chunks, rows) = handle
+            .join()
+            .unwrap_or_else(|_| Err(Error::InvalidArgument("a row group encoder thread panicked".into())))?;
         let path = self.path.clone();
         let perr = |source| Error::Parquet { path: path.clone(), source };
         let mut rg = self.writer.next_row_group().map_err(perr)?;
-        for chunks in closed {
-            for chunk in chunks? {
-                chunk.append_to_row_group(&mut rg).map_err(perr)?;
-            }
+        for chunk in chunks {
+            chunk.append_to_row_group(&mut rg).map_err(perr)?;
         }
         rg.close().map_err(perr)?;
         self.stats.row_groups_encoded += 1;
-        self.stats.rows_encoded += batch.num_rows() as u64;
+        self.stats.rows_encoded += rows as u64;
+        Ok(())
+    }
+
+    /// Appends every row group still in flight (before a copy, and before the footer).
+    fn drain(&mut self) -> Result<()> {
+        while !self.in_flight.is_empty() {
+            self.append_oldest()?;
+        }
         Ok(())
     }
 
     fn copy_row_group(&mut self, src: &Opened, row_group: usize) -> Result<()> {
+        self.drain()?;
         let meta = src.meta();
         let rg_meta = meta.row_group(row_group);
         let page_index = meta.page_index_for_row_group(row_group);
@@ -343,52 +432,50 @@ fn write_output(
     let sync_handle = file.try_clone().map_err(|e| Error::io(display, e))?;
     let writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(options.properties(&schema)?)).map_err(perr)?;
     let (writer, factory) = writer.into_serialized_writer().map_err(perr)?;
-    let mut out = Output { path: display.to_string(), writer, factory, schema: Arc::clone(&schema), stats: RewriteStats::default() };
+    let max_in_flight = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(1, 4);
+    let mut out = Output {
+        path: display.to_string(),
+        writer,
+        factory,
+        schema: Arc::clone(&schema),
+        stats: RewriteStats::default(),
+        in_flight: Default::default(),
+        max_in_flight,
+    };
     let mut encoder = Encoder { schema: Arc::clone(&schema), row_group_rows: options.row_group_rows, pending: vec![], pending_rows: 0 };
 
-    for action in actions {
-        match *action {
-            Action::Copy { source, row_group } => {
-                encoder.flush(&mut out)?;
-                out.copy_row_group(&opened[source], row_group)?;
-            }
-            Action::Encode { source, row_group } => {
-                let src = &opened[source];
-                let rows = src.meta().row_group(row_group).num_rows() as u64;
-                let first = first_row(src.meta(), row_group);
-                let input = src.file.try_clone().map_err(|e| Error::io(&src.path, e))?;
-                let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(input, src.reader_meta.clone())
-                    .with_row_groups(vec![row_group])
-                    .with_batch_size(options.row_group_rows.clamp(1024, 65_536));
-                if let Some(sel) = selection(&sources[source].deleted, first, rows) {
-                    builder = builder.with_row_selection(sel);
-                }
-                let corrupt = |e: &dyn std::fmt::Display| Error::Corrupt {
-                    object: src.path.clone(),
-                    reason: format!("row group {row_group} cannot be decoded ({e})"),
+    // Decoding runs on its own thread, a few batches ahead of the encoder (bounded channel),
+    // so decode and encode overlap; items arrive in action order, so row order is kept.
+    let batch_rows = options.row_group_rows.clamp(1024, 65_536);
+    std::thread::scope(|scope| -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Item>>(4);
+        let schema_ref = &schema;
+        scope.spawn(move || {
+            for action in actions {
+                let sent = match *action {
+                    Action::Copy { source, row_group } => tx.send(Ok(Item::Copy { source, row_group })).is_ok(),
+                    Action::Encode { source, row_group } => {
+                        decode(&opened[source], &sources[source], row_group, schema_ref, batch_rows, &tx)
+                    }
                 };
-                let reader = builder.build().map_err(|e| corrupt(&e))?;
-                for batch in reader {
-                    let batch = batch.map_err(|e| corrupt(&e))?;
-                    let columns = batch
-                        .columns()
-                        .iter()
-                        .zip(schema.fields())
-                        .map(|(c, f)| {
-                            if c.data_type() == f.data_type() {
-                                Ok(Arc::clone(c))
-                            } else {
-                                arrow::compute::cast(c, f.data_type()).map_err(|e| corrupt(&e))
-                            }
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    let batch = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| corrupt(&e))?;
-                    encoder.push(batch, &mut out)?;
+                if !sent {
+                    return; // the encoder stopped (an error): stop decoding
+                }
+            }
+        });
+        for item in rx {
+            match item? {
+                Item::Batch(batch) => encoder.push(batch, &mut out)?,
+                Item::Copy { source, row_group } => {
+                    encoder.flush(&mut out)?;
+                    out.copy_row_group(&opened[source], row_group)?;
                 }
             }
         }
-    }
+        Ok(())
+    })?;
     encoder.flush(&mut out)?;
+    out.drain()?;
     let stats = out.stats.clone();
     let metadata = out.writer.close().map_err(perr)?;
     let written = WrittenFile::synced(&sync_handle, display, &metadata)?;
