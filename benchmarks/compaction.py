@@ -153,7 +153,8 @@ def rss_child(uri: str, fragments: int) -> None:
 
 def memory_bound(row_group_rows: int, row_bytes: float, fragments: int) -> float:
     """The documented bound of a compaction task's memory above its baseline (docs/OPERATIONS.md)."""
-    return 64 * MiB + 8 * row_group_rows * row_bytes + 100 * 1024 * fragments
+    in_flight = min(4, os.cpu_count() or 1)  # row groups encoded at once (native/src/copy)
+    return 64 * MiB + (4 + 2 * in_flight) * row_group_rows * row_bytes + 100 * 1024 * fragments
 
 
 def _status_kib(field: str) -> int:
