@@ -40,6 +40,7 @@ pytest: setup
 
 bench: setup
 	$(BIN)/python -m benchmarks.write_read
+	$(BIN)/python -m benchmarks.compaction
 
 clean:
 	rm -rf $(VENV) demo_table
