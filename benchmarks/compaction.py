@@ -190,7 +190,7 @@ def bench_d(root: str, uri: str) -> dict:
             s, (_, summary) = timed(lambda: compact(copy, opts))
             assert summary.failed_groups == 0
             out[f"job_{workers}_workers_s"] = s
-            out[f"groups"] = len(summary.groups)
+            out["groups"] = len(summary.groups)
     finally:
         ray.shutdown()
     return out

@@ -18,7 +18,6 @@ import statistics
 import tempfile
 import time
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 

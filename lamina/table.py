@@ -27,7 +27,7 @@ from lamina.errors import (
     TableExists,
     TableNotFound,
 )
-from lamina.filter import Filter, parse_filter
+from lamina.filter import parse_filter
 from lamina.manifest import (
     ADDRESS_SHIFT,
     Manifest,

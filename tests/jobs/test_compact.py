@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 import lamina
 from jobs.compact import FAULT_KILL_BEFORE_COMMIT, compact, main

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 import lamina
 from tests.lamina.concurrent_writer import APPENDS, BASE_ROWS, DELETE_BATCHES, appended_ids, deleted_ids

@@ -174,7 +174,7 @@ def test_overwrite_replaces_rows_and_schema(table_location):
 
 
 def test_primary_key_is_validated_and_recorded(local_table_uri):
-    t = lamina.create_table(local_table_uri, SCHEMA, primary_key="id")
+    assert lamina.create_table(local_table_uri, SCHEMA, primary_key="id").primary_key == ("id",)
     assert lamina.open_table(local_table_uri).primary_key == ("id",)
     with pytest.raises(InvalidArgument, match="not in the schema"):
         lamina.create_table(local_table_uri + "2", SCHEMA, primary_key="nope")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 import lamina
 from planner import plan_compaction
