@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from lamina.errors import CommitConflict, CommitStateUnknown, LaminaError, StorageError
-from lamina.manifest import Manifest, encode_manifest, manifest_path, try_load_manifest
+from lamina.manifest import Manifest, encode_manifest, first_version_after, manifest_path, try_load_manifest
 from lamina.retry import Backoff
 from lamina.store import ObjectStore
 from lamina.transaction import Transaction
@@ -69,11 +69,27 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
 
 
 def catch_up(store: ObjectStore, txn: Transaction, base: Manifest) -> Manifest:
-    """Replays ``txn`` over every version committed after ``base``; returns the newest."""
+    """Replays ``txn`` over every version committed after ``base``; returns the newest.
+
+    A missing next version normally means ``base`` is the head. If a later version exists,
+    ``cleanup`` removed the versions in between: this operation read history that is gone,
+    and writing the next number would put a manifest into that removed history.
+    """
     while True:
         theirs = try_load_manifest(store, base.version + 1)
         if theirs is None:
-            return base
+            later = first_version_after(store, base.version)
+            if later is None:
+                return base
+            # Versions are written in order (N+2 only by someone who read N+1), so a later version
+            # with N+1 still missing on a second look means N+1 was removed, not that it is being written.
+            theirs = try_load_manifest(store, base.version + 1)
+            if theirs is None:
+                raise CommitConflict(
+                    f"{txn.operation} on table {store.uri} read version {txn.read_version}, but versions after "
+                    f"{base.version} up to {later - 1} were cleaned up since; nothing was committed: reload the table "
+                    f"and re-run the {txn.operation} (or run cleanup with an older_than longer than your longest write)"
+                )
         txn.rebase(theirs, store)
         base = theirs
 

@@ -342,6 +342,15 @@ def list_versions(store: ObjectStore) -> list[int]:
     return sorted(versions)
 
 
+def first_version_after(store: ObjectStore, version: int) -> int | None:
+    """The smallest version above ``version`` still on storage (one short listing)."""
+    for obj in store.list(VERSIONS_DIR, start_after=manifest_path(version)):
+        name = obj.path[len(VERSIONS_DIR):]
+        if name.endswith(MANIFEST_SUFFIX) and name[: -len(MANIFEST_SUFFIX)].isdigit():
+            return int(name[: -len(MANIFEST_SUFFIX)])
+    return None
+
+
 def latest_version(store: ObjectStore) -> int | None:
     versions = list_versions(store)
     return versions[-1] if versions else None

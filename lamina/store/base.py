@@ -67,8 +67,9 @@ class ObjectStore(abc.ABC):
         """Writes the object only if nothing is at ``path``; False if something was."""
 
     @abc.abstractmethod
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every object whose path starts with ``prefix`` (recursive), in path order."""
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Every object whose path starts with ``prefix`` (recursive), in path order,
+        only those after ``start_after`` when given."""
 
     @abc.abstractmethod
     def delete(self, paths: Iterable[str]) -> None:

@@ -103,7 +103,7 @@ class LocalStore(ObjectStore):
         _fsync_dir(os.path.dirname(self._full(path)))
         return True
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
         # Walk from the deepest directory the prefix names, then filter by the prefix.
         base_dir = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         top = self._full(base_dir) if base_dir else self.root
@@ -112,7 +112,7 @@ class LocalStore(ObjectStore):
             rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
             for name in files:
                 rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-                if not rel.startswith(prefix):
+                if not rel.startswith(prefix) or (start_after is not None and rel <= start_after):
                     continue
                 try:
                     st = os.stat(os.path.join(dirpath, name))

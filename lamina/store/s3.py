@@ -241,13 +241,15 @@ class S3Store(ObjectStore):
                 pass
             raise
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
         client = self._client()
         full_prefix = self._key(prefix)
         strip = len(self.prefix) + 1 if self.prefix else 0
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix}
+            if start_after is not None:
+                kwargs["StartAfter"] = self._key(start_after)
             if token:
                 kwargs["ContinuationToken"] = token
             page = self._call("listing", prefix, lambda: client.list_objects_v2(**kwargs))

@@ -68,3 +68,18 @@ def test_bad_cutoff(local_table_uri):
         t.cleanup(older_than="yesterday")
     with pytest.raises(InvalidArgument):
         t.cleanup(older_than=-1)
+
+
+def test_writer_older_than_cleaned_history_gets_a_conflict_not_a_stale_commit(local_table_uri):
+    from lamina.errors import CommitConflict
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 10))
+    slow = t.checkout(t.version)  # a writer that read version 2 and is still working
+    for start in range(10, 50, 10):
+        t.append(rows(start, 10))  # versions 3..6
+    t.cleanup(older_than=0)  # removes versions 1..5, keeps 6
+    with pytest.raises(CommitConflict, match="cleaned up"):
+        slow.append(rows(1000, 10))
+    assert [v.version for v in t.versions()] == [6], "no manifest was written into the removed history"
+    assert ids_of(lamina.open_table(local_table_uri)) == list(range(50))

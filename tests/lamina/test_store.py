@@ -27,6 +27,8 @@ def test_put_get_range_size_list_delete(store):
     assert store.size("a/x.bin") == 10 and store.exists("a/y.bin") and not store.exists("a/nope")
     assert [(o.path, o.size) for o in store.list("a/")] == [("a/x.bin", 10), ("a/y.bin", 3)]
     assert [o.path for o in store.list("")] == ["a/x.bin", "a/y.bin", "b/z.bin"]
+    assert [o.path for o in store.list("a/", start_after="a/x.bin")] == ["a/y.bin"]
+    assert [o.path for o in store.list("", start_after="a/y.bin")] == ["b/z.bin"]
     with pytest.raises(CorruptFile, match="shorter than expected"):
         store.get_range("a/x.bin", 8, 5)
     store.delete(["a/x.bin", "a/missing.bin"])
