@@ -121,7 +121,7 @@ def _commit_batch(table: lamina.Table, plan: CompactionPlan, base, batch: list[G
 
     def record(results: list[GroupResult], status: str, error: str | None, version: int | None) -> None:
         for r in results:
-            entry = next(g for g in summary.groups if g["index"] == r.index)
+            entry = summary.groups[r.index]
             entry.update(status=status, error=error, committed_version=version)
 
     txn = txn_for(batch)

@@ -79,7 +79,6 @@ def chunk_batches(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[list
 def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.RecordBatch], options: WriteOptions) -> Fragment:
     """Writes one data file from ``batches``; returns its fragment (id -1 until committed)."""
     path = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
-    batches = [b.combine_chunks() if isinstance(b, pa.Table) else b for b in batches]
     kwargs = dict(row_group_rows=options.row_group_rows, row_group_bytes=options.row_group_bytes, zstd_level=options.zstd_level)
     local = store.local_path(path)
     if local is not None:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import pyarrow as pa
 
@@ -40,10 +40,6 @@ ADDRESS_SHIFT = 32
 
 def manifest_path(version: int) -> str:
     return f"{VERSIONS_DIR}{version:020d}{MANIFEST_SUFFIX}"
-
-
-def row_address(fragment_id: int, offset: int) -> int:
-    return (fragment_id << ADDRESS_SHIFT) | offset
 
 
 @dataclass(frozen=True)
@@ -359,9 +355,3 @@ def latest_version(store: ObjectStore) -> int | None:
 def now_ms() -> int:
     return int(time.time() * 1000)
 
-
-def iter_paths(fragments: Iterable[Fragment]) -> Iterable[str]:
-    for f in fragments:
-        yield f.path
-        if f.deletion:
-            yield f.deletion.path

@@ -20,7 +20,6 @@ from lamina.commit import commit
 from lamina.datafile import ROWADDR, ROWID, WriteOptions, read_fragment, take_rows, write_fragments
 from lamina.deletion import read_deleted
 from lamina.errors import (
-    CommitConflict,
     InvalidArgument,
     RowNotFound,
     SchemaMismatch,
@@ -179,9 +178,6 @@ class Table:
         self._manifest = commit(self._store, txn, self._manifest)
         return self._manifest
 
-    def _batches(self, data: DataLike) -> Iterator[pa.RecordBatch]:
-        return _conform(data, self.schema)
-
     def append(self, data: DataLike, *, max_rows_per_file: int | None = None, row_group_rows: int | None = None) -> int:
         """Appends rows; returns the new version (the current one if ``data`` is empty).
 
@@ -190,7 +186,7 @@ class Table:
         """
         options = WriteOptions.from_config(self._manifest.config, max_rows_per_file=max_rows_per_file,
                                            row_group_rows=row_group_rows)
-        fragments = write_fragments(self._store, self.schema, self._batches(data), options)
+        fragments = write_fragments(self._store, self.schema, _conform(data, self.schema), options)
         if not fragments:
             return self.version
         return self._commit(Append(self.version, fragments)).version
@@ -442,4 +438,4 @@ def _reopen(uri: str, version: int, storage_options: dict[str, Any] | None) -> T
     return open_table(uri, version=version, storage_options=storage_options)
 
 
-__all__ = ["Table", "create_table", "open_table", "FragmentInfo", "VersionInfo", "TableStats", "CommitConflict"]
+__all__ = ["Table", "create_table", "open_table", "FragmentInfo", "VersionInfo", "TableStats"]

@@ -118,7 +118,8 @@ class GroupCompactor:
                 result.get_requests += gets
                 sources.append((path, pa.array(read_deleted(store, frag), type=pa.uint32())))
             out_rel = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
-            out_local = store.local_path(out_rel) or os.path.join(scratch, "output.parquet")
+            in_place = store.local_path(out_rel)  # a local table: write the output where it belongs
+            out_local = in_place or os.path.join(scratch, "output.parquet")
             kwargs = dict(row_group_rows=task.write.row_group_rows, row_group_bytes=task.write.row_group_bytes,
                           zstd_level=task.write.zstd_level)
             plan = actions(task.fragments, result.mode, task.options)
@@ -130,7 +131,7 @@ class GroupCompactor:
                 result.mode, result.reason = FULL_REWRITE, f"fallback: {e}"
                 plan = actions(task.fragments, FULL_REWRITE, task.options)
                 meta = _native.rewrite_data_file(sources, plan, task.schema, out_local, **kwargs)
-            if out_local != store.local_path(out_rel):
+            if in_place is None:
                 store.put_file(out_rel, out_local)
             _maybe_die()
         finally:
