@@ -146,6 +146,17 @@ fn wrong_schema_is_refused() {
 }
 
 #[test]
+fn bad_options_are_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = write(dir.path(), "a.parquet", 0, 10, 10);
+    let out = dir.path().join("out.parquet");
+    let opts = WriteOptions { row_group_rows: 0, ..Default::default() };
+    let err = rewrite(&[src(&a, vec![])], &[Action::Encode { source: 0, row_group: 0 }], schema(), &out, &opts).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
 fn selection_skips_deleted_rows() {
     assert!(selection(&[5, 50], 10, 10).is_none());
     let sel = selection(&[0, 3, 9, 12], 0, 10).unwrap();

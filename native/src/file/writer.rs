@@ -58,7 +58,7 @@ pub struct WrittenFile {
 }
 
 impl WriteOptions {
-    pub(crate) fn validate(&self) -> Result<()> {
+    fn validate(&self) -> Result<()> {
         if self.row_group_rows == 0 {
             return Err(Error::InvalidArgument("row_group_rows must be at least 1".into()));
         }
@@ -79,6 +79,8 @@ impl WriteOptions {
     /// measurements, vectors) ~3x slower to encode, while zstd already captures the
     /// repetition of low-cardinality ones.
     pub(crate) fn properties(&self, schema: &arrow::datatypes::Schema) -> Result<WriterProperties> {
+        // Every write path comes through here: arrow-rs asserts (panics) on zero sizes.
+        self.validate()?;
         let level = ZstdLevel::try_new(self.zstd_level)
             .map_err(|e| Error::InvalidArgument(format!("zstd_level {}: {e}", self.zstd_level)))?;
         let mut metadata = vec![
@@ -112,7 +114,6 @@ impl WriteOptions {
 ///
 /// On any error the partial file is removed, so a failed write leaves nothing behind.
 pub fn write_file(path: &Path, schema: SchemaRef, batches: &[RecordBatch], options: &WriteOptions) -> Result<WrittenFile> {
-    options.validate()?;
     if let Some(bad) = batches.iter().find(|b| b.schema().fields() != schema.fields()) {
         return Err(Error::InvalidArgument(format!(
             "batch schema {:?} differs from the file schema {:?}",
