@@ -10,6 +10,7 @@ pub mod copy;
 pub mod deletion;
 pub mod error;
 pub mod file;
+pub mod index;
 
 #[cfg(feature = "python")]
 mod py;

@@ -9,6 +9,7 @@ mod copy;
 mod deletion;
 mod error;
 mod file;
+mod index;
 
 /// Runs `f` with the GIL released; native work must never hold it.
 pub(crate) fn without_gil<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
@@ -24,5 +25,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(copy::rewrite_data_file, m)?)?;
     m.add_function(wrap_pyfunction!(deletion::encode_deletions, m)?)?;
     m.add_function(wrap_pyfunction!(deletion::decode_deletions, m)?)?;
+    m.add_function(wrap_pyfunction!(index::build_index_segment, m)?)?;
+    m.add_function(wrap_pyfunction!(index::merge_index_segments, m)?)?;
+    m.add_function(wrap_pyfunction!(index::index_directory_range, m)?)?;
+    m.add_function(wrap_pyfunction!(index::analyze_text, m)?)?;
+    m.add_function(wrap_pyfunction!(index::tokenize_text, m)?)?;
+    m.add_function(wrap_pyfunction!(index::bm25_top_k, m)?)?;
+    m.add_class::<index::IndexSegment>()?;
+    m.add("INDEX_FOOTER_LEN", crate::index::FOOTER_LEN)?;
     Ok(())
 }

@@ -1,0 +1,294 @@
+//! Binding for `index`: build and merge segments, and a reader that names the
+//! blocks a query needs and decodes the blocks the caller fetched.
+
+use std::path::PathBuf;
+
+use arrow::array::{make_array, Array, ArrayData, Float64Array, UInt32Array, UInt64Array};
+use arrow::pyarrow::PyArrowType;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use super::without_gil;
+use crate::error::Error;
+use crate::index::fts::{self, Analyzer, TermPostings};
+use crate::index::keys::{encode_f64, encode_i64, KeyType};
+use crate::index::{self, BuildOptions, Built, Footer, Key, KeyColumn, KeyRange, Kind, SegmentReader};
+
+fn options(page_entries: usize, max_bitmap_values: usize, stem: bool, max_token_len: usize) -> BuildOptions {
+    BuildOptions { page_entries, max_bitmap_values, analyzer: Analyzer { stem, max_token_len } }
+}
+
+fn built_dict<'py>(py: Python<'py>, built: &Built, data: bool) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("rows", built.rows)?;
+    out.set_item("ordinals", built.ordinals)?;
+    out.set_item("bytes", built.bytes.len())?;
+    if data {
+        out.set_item("data", PyBytes::new(py, &built.bytes))?;
+    }
+    Ok(out)
+}
+
+/// Builds one segment from `(ordinal, values)` pairs; writes it to `path` (never
+/// replacing a file, fsynced) or, without a path, returns its bytes as "data".
+#[pyfunction]
+#[pyo3(signature = (kind, inputs, path=None, *, page_entries=4096, max_bitmap_values=65536, stem=false, max_token_len=64))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn build_index_segment<'py>(
+    py: Python<'py>,
+    kind: &str,
+    inputs: Vec<(u32, PyArrowType<ArrayData>)>,
+    path: Option<PathBuf>,
+    page_entries: usize,
+    max_bitmap_values: usize,
+    stem: bool,
+    max_token_len: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let kind = Kind::parse(kind)?;
+    let opts = options(page_entries, max_bitmap_values, stem, max_token_len);
+    let columns: Vec<(u32, KeyColumn)> =
+        inputs.into_iter().map(|(o, a)| Ok((o, KeyColumn::new(make_array(a.0))?))).collect::<Result<_, Error>>()?;
+    let built = without_gil(py, || -> Result<Built, Error> {
+        let built = index::build(kind, columns, &opts)?;
+        if let Some(p) = &path {
+            index::write_segment_file(p, &built.bytes)?;
+        }
+        Ok(built)
+    })?;
+    built_dict(py, &built, path.is_none())
+}
+
+/// Merges local segment files (disjoint ordinals) into `output`.
+#[pyfunction]
+#[pyo3(signature = (kind, inputs, output, *, page_entries=4096, max_bitmap_values=65536, stem=false, max_token_len=64))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn merge_index_segments<'py>(
+    py: Python<'py>,
+    kind: &str,
+    inputs: Vec<(PathBuf, String)>,
+    output: PathBuf,
+    page_entries: usize,
+    max_bitmap_values: usize,
+    stem: bool,
+    max_token_len: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let kind = Kind::parse(kind)?;
+    let opts = options(page_entries, max_bitmap_values, stem, max_token_len);
+    let built = without_gil(py, || -> Result<Built, Error> {
+        let mut data = Vec::with_capacity(inputs.len());
+        for (path, name) in &inputs {
+            data.push((std::fs::read(path).map_err(|e| Error::io(path.display().to_string(), e))?, name.clone()));
+        }
+        let refs: Vec<(&[u8], String)> = data.iter().map(|(b, n)| (b.as_slice(), n.clone())).collect();
+        let built = index::merge(kind, &refs, &opts)?;
+        index::write_segment_file(&output, &built.bytes)?;
+        Ok(built)
+    })?;
+    built_dict(py, &built, false)
+}
+
+/// `(dir_offset, dir_len)` from the last bytes of a segment of `file_len` bytes.
+#[pyfunction]
+pub(crate) fn index_directory_range(tail: &[u8], file_len: u64, object: &str) -> PyResult<(u64, u64)> {
+    let f = index::parse_footer(tail, file_len, object)?;
+    Ok((f.dir_offset, f.dir_len))
+}
+
+/// Query terms of `text` under an analyzer (distinct, in order).
+#[pyfunction]
+#[pyo3(signature = (text, *, stem=false, max_token_len=64))]
+pub(crate) fn analyze_text(text: &str, stem: bool, max_token_len: usize) -> Vec<String> {
+    Analyzer { stem, max_token_len }.query_terms(text)
+}
+
+/// Every token of `text` (repeats kept): what the index counts.
+#[pyfunction]
+#[pyo3(signature = (text, *, stem=false, max_token_len=64))]
+pub(crate) fn tokenize_text(text: &str, stem: bool, max_token_len: usize) -> Vec<String> {
+    Analyzer { stem, max_token_len }.tokenize(text)
+}
+
+fn u64_array(a: ArrayData, what: &str) -> Result<UInt64Array, Error> {
+    if a.data_type() != &arrow::datatypes::DataType::UInt64 || a.null_count() > 0 {
+        return Err(Error::InvalidArgument(format!("{what} must be uint64 without nulls")));
+    }
+    Ok(UInt64Array::from(a))
+}
+
+fn u32_array(a: ArrayData, what: &str) -> Result<UInt32Array, Error> {
+    if a.data_type() != &arrow::datatypes::DataType::UInt32 || a.null_count() > 0 {
+        return Err(Error::InvalidArgument(format!("{what} must be uint32 without nulls")));
+    }
+    Ok(UInt32Array::from(a))
+}
+
+/// Top `k` by BM25: `terms` are (addresses, term frequencies, document lengths) per query term.
+#[pyfunction]
+pub(crate) fn bm25_top_k(
+    py: Python<'_>,
+    terms: Vec<(PyArrowType<ArrayData>, PyArrowType<ArrayData>, PyArrowType<ArrayData>)>,
+    docs: u64,
+    avgdl: f64,
+    k: usize,
+) -> PyResult<(PyArrowType<ArrayData>, PyArrowType<ArrayData>)> {
+    let arrays: Vec<(UInt64Array, UInt32Array, UInt32Array)> = terms
+        .into_iter()
+        .map(|(a, t, l)| Ok((u64_array(a.0, "addresses")?, u32_array(t.0, "frequencies")?, u32_array(l.0, "lengths")?)))
+        .collect::<Result<_, Error>>()?;
+    let top = without_gil(py, || {
+        let postings: Vec<TermPostings<'_>> = arrays
+            .iter()
+            .map(|(a, t, l)| TermPostings { addrs: a.values(), tfs: t.values(), lengths: l.values() })
+            .collect();
+        fts::bm25_top_k(&postings, docs, avgdl, k)
+    })?;
+    let addrs: UInt64Array = top.iter().map(|(a, _)| *a).collect::<Vec<_>>().into();
+    let scores: Float64Array = top.iter().map(|(_, s)| *s).collect::<Vec<_>>().into();
+    Ok((PyArrowType(addrs.into_data()), PyArrowType(scores.into_data())))
+}
+
+/// The directory of one stored segment.
+#[pyclass(frozen, module = "lamina._native")]
+pub(crate) struct IndexSegment {
+    reader: SegmentReader,
+}
+
+impl IndexSegment {
+    fn key(&self, v: &Bound<'_, PyAny>) -> Result<Option<Key>, Error> {
+        let bad = |e: PyErr| Error::InvalidArgument(format!("{v} cannot be a key of {}: {e}", self.reader.object));
+        Ok(match self.reader.key_type() {
+            Some(KeyType::I64) => Some(Key::Num(encode_i64(v.extract::<i64>().map_err(bad)?))),
+            Some(KeyType::U64) => Some(Key::Num(v.extract::<u64>().map_err(bad)?)),
+            Some(KeyType::F64) => encode_f64(v.extract::<f64>().map_err(bad)?).map(Key::Num),
+            Some(KeyType::Bytes) => Some(Key::Bytes(match v.extract::<String>() {
+                Ok(s) => s.into_bytes(),
+                Err(_) => v.extract::<Vec<u8>>().map_err(bad)?,
+            })),
+            None => return Err(Error::InvalidArgument(format!("{} is a full-text segment; it has no keys", self.reader.object))),
+        })
+    }
+
+    /// Python ranges → key ranges; a NaN bound makes its range match nothing (dropped).
+    fn ranges(&self, ranges: Vec<(Option<Bound<'_, PyAny>>, bool, Option<Bound<'_, PyAny>>, bool)>) -> Result<Vec<KeyRange>, Error> {
+        let mut out = Vec::with_capacity(ranges.len());
+        for (lo, lo_incl, hi, hi_incl) in ranges {
+            let lo = match lo {
+                None => None,
+                Some(v) => match self.key(&v)? {
+                    None => continue,
+                    Some(k) => Some((k, lo_incl)),
+                },
+            };
+            let hi = match hi {
+                None => None,
+                Some(v) => match self.key(&v)? {
+                    None => continue,
+                    Some(k) => Some((k, hi_incl)),
+                },
+            };
+            out.push(KeyRange { lo, hi });
+        }
+        Ok(out)
+    }
+
+    fn block_list(&self, blocks: Vec<(u32, index::BlockRef)>) -> Vec<(u32, u64, u32)> {
+        blocks.into_iter().map(|(id, b)| (id, b.offset, b.len)).collect()
+    }
+}
+
+#[pymethods]
+impl IndexSegment {
+    /// `footer` is the segment's last 32 bytes, `directory` the range they name.
+    #[new]
+    fn new(py: Python<'_>, footer: &[u8], directory: &[u8], file_len: u64, object: String) -> PyResult<Self> {
+        let f: Footer = index::parse_footer(footer, file_len, &object)?;
+        let reader = without_gil(py, || SegmentReader::open(&f, directory, &object))?;
+        Ok(IndexSegment { reader })
+    }
+
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.reader.kind.name()
+    }
+
+    #[getter]
+    fn rows(&self) -> u64 {
+        self.reader.rows
+    }
+
+    #[getter]
+    fn ordinals(&self) -> u32 {
+        self.reader.ordinals
+    }
+
+    #[getter]
+    fn key_type(&self) -> Option<&'static str> {
+        self.reader.key_type().map(KeyType::name)
+    }
+
+    /// (id, offset, length) of the blocks a range query reads; ranges are (lo, lo_inclusive, hi, hi_inclusive).
+    fn blocks_for_ranges(&self, ranges: Vec<(Option<Bound<'_, PyAny>>, bool, Option<Bound<'_, PyAny>>, bool)>) -> PyResult<Vec<(u32, u64, u32)>> {
+        let ranges = self.ranges(ranges)?;
+        Ok(self.block_list(self.reader.blocks_for_ranges(&ranges)?))
+    }
+
+    /// Sorted local addresses matching any range, from the fetched blocks [(id, bytes)].
+    fn lookup(
+        &self,
+        py: Python<'_>,
+        ranges: Vec<(Option<Bound<'_, PyAny>>, bool, Option<Bound<'_, PyAny>>, bool)>,
+        blocks: Vec<(u32, Vec<u8>)>,
+    ) -> PyResult<PyArrowType<ArrayData>> {
+        let ranges = self.ranges(ranges)?;
+        let addrs = without_gil(py, || {
+            let refs: Vec<(u32, &[u8])> = blocks.iter().map(|(i, b)| (*i, b.as_slice())).collect();
+            self.reader.lookup(&ranges, &refs)
+        })?;
+        Ok(PyArrowType(UInt64Array::from(addrs).into_data()))
+    }
+
+    /// (stem, max_token_len) of a full-text segment.
+    #[getter]
+    fn analyzer(&self) -> PyResult<(bool, usize)> {
+        let a = &self.reader.fts()?.analyzer;
+        Ok((a.stem, a.max_token_len))
+    }
+
+    /// (term, id, offset, length) of the posting blocks of the terms this segment has.
+    fn term_blocks(&self, terms: Vec<String>) -> PyResult<Vec<(String, u32, u64, u32)>> {
+        let dir = self.reader.fts()?;
+        Ok(terms
+            .into_iter()
+            .filter_map(|t| {
+                let id = dir.term_block(&t)?;
+                let b = dir.block(id)?;
+                Some((t, id, b.offset, b.len))
+            })
+            .collect())
+    }
+
+    /// (ordinal, rows, docs, total_len, id, offset, length) per fragment of a full-text segment.
+    fn fragment_stats(&self) -> PyResult<Vec<(u32, u32, u32, u64, u32, u64, u32)>> {
+        let dir = self.reader.fts()?;
+        Ok(dir
+            .fragments
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.ordinal, f.rows, f.docs, f.total_len, i as u32, f.block.offset, f.block.len))
+            .collect())
+    }
+
+    /// Decodes a posting block: (local addresses uint64, term frequencies uint32).
+    fn postings(&self, id: u32, data: &[u8]) -> PyResult<(PyArrowType<ArrayData>, PyArrowType<ArrayData>)> {
+        self.reader.check_block(id, data)?;
+        let (a, t) = fts::decode_postings(data, &self.reader.object)?;
+        Ok((PyArrowType(UInt64Array::from(a).into_data()), PyArrowType(UInt32Array::from(t).into_data())))
+    }
+
+    /// Decodes a fragment's length block (tokens per row; 4294967295 for nulls).
+    fn lengths(&self, id: u32, rows: u32, data: &[u8]) -> PyResult<PyArrowType<ArrayData>> {
+        self.reader.check_block(id, data)?;
+        let l = fts::decode_lengths(data, rows, &self.reader.object)?;
+        Ok(PyArrowType(UInt32Array::from(l).into_data()))
+    }
+}
