@@ -168,6 +168,32 @@ def _row_ids(fragment: Fragment) -> np.ndarray:
     return np.concatenate([np.arange(s, e, dtype=np.uint64) for s, e in fragment.row_ids]) if fragment.row_ids else np.zeros(0, np.uint64)
 
 
+def _needed(schema: pa.Schema, columns: Sequence[str] | None, flt: Filter | None) -> tuple[list[str], list[str]]:
+    """(output columns, columns to read): the filter's columns are read too."""
+    out_cols = list(schema.names) if columns is None else list(columns)
+    if flt is not None and flt.columns is None:
+        return out_cols, list(schema.names)
+    extra = sorted((flt.columns if flt else frozenset()) - set(out_cols))
+    return out_cols, out_cols + [c for c in extra if c not in out_cols]
+
+
+def _finish(table: pa.Table, fragment: Fragment, offsets: np.ndarray, flt: Filter | None, out_cols: list[str],
+            with_row_address: bool, with_row_id: bool, with_offsets: bool) -> pa.Table:
+    """Adds the requested special columns for the physical ``offsets`` of ``table``'s rows, filters, projects."""
+    special: dict[str, pa.Array] = {}
+    if with_row_address:
+        special[ROWADDR] = pa.array((np.uint64(fragment.id) << np.uint64(ADDRESS_SHIFT)) | offsets.astype(np.uint64))
+    if with_row_id:
+        special[ROWID] = pa.array(_row_ids(fragment)[offsets])
+    if with_offsets:
+        special["_offset"] = pa.array(offsets.astype(np.uint32))
+    for name, arr in special.items():
+        table = table.append_column(name, arr)
+    if flt is not None:
+        table = table.filter(flt.expression)
+    return table.select(out_cols + list(special))
+
+
 def read_fragment(
     store: ObjectStore,
     fragment: Fragment,
@@ -179,33 +205,38 @@ def read_fragment(
     with_offsets: bool = False,
 ) -> pa.Table:
     """Live rows of one fragment: projected, filtered, optionally with ``_rowaddr``/``_rowid``."""
-    out_cols = list(schema.names) if columns is None else list(columns)
-    if flt is not None and flt.columns is None:
-        needed = list(schema.names)
-    else:
-        extra = sorted((flt.columns if flt else frozenset()) - set(out_cols))
-        needed = out_cols + [c for c in extra if c not in out_cols]
+    out_cols, needed = _needed(schema, columns, flt)
     pf = open_parquet(store, fragment)
     with reading(store, fragment, "cannot be decoded"):
         table = pf.read(columns=needed, use_threads=True)
     if table.num_rows != fragment.rows:
         raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} decoded {table.num_rows} rows, the manifest says {fragment.rows}")
     offsets = np.arange(fragment.rows, dtype=np.uint32)
-    special: dict[str, pa.Array] = {}
-    if with_row_address:
-        special[ROWADDR] = pa.array((np.uint64(fragment.id) << np.uint64(ADDRESS_SHIFT)) | offsets.astype(np.uint64))
-    if with_row_id:
-        special[ROWID] = pa.array(_row_ids(fragment))
-    if with_offsets:
-        special["_offset"] = pa.array(offsets)
-    for name, arr in special.items():
-        table = table.append_column(name, arr)
     mask = live_mask(fragment, read_deleted(store, fragment))
     if mask is not None:
         table = table.filter(pa.array(mask))
-    if flt is not None:
-        table = table.filter(flt.expression)
-    return table.select(out_cols + list(special))
+        offsets = offsets[mask]
+    return _finish(table, fragment, offsets, flt, out_cols, with_row_address, with_row_id, with_offsets)
+
+
+def read_rows(
+    store: ObjectStore,
+    fragment: Fragment,
+    schema: pa.Schema,
+    offsets: np.ndarray,
+    columns: Sequence[str] | None = None,
+    flt: Filter | None = None,
+    with_row_address: bool = False,
+    with_row_id: bool = False,
+    with_offsets: bool = False,
+) -> pa.Table:
+    """Like ``read_fragment``, for the live rows at sorted ``offsets`` only (rows an index found)."""
+    out_cols, needed = _needed(schema, columns, flt)
+    if len(offsets) == 0:
+        table = schema.empty_table().select(needed)
+    else:
+        table = take_rows(store, fragment, offsets, needed)
+    return _finish(table, fragment, np.asarray(offsets, dtype=np.uint32), flt, out_cols, with_row_address, with_row_id, with_offsets)
 
 
 def take_rows(store: ObjectStore, fragment: Fragment, offsets: np.ndarray, columns: Sequence[str]) -> pa.Table:

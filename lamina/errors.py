@@ -51,6 +51,10 @@ class RowNotFound(LaminaError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class IndexNotFound(LaminaError, LookupError):
+    """The table has no index of that name (or none that can serve the request)."""
+
+
 class CorruptFile(LaminaError):
     """Stored bytes are truncated, undecodable or inconsistent with the manifest."""
 

@@ -48,13 +48,29 @@ _TOKEN = re.compile(
 _KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "NULL", "TRUE", "FALSE", "BETWEEN", "LIKE", "TIMESTAMP", "DATE"}
 
 
+Bound = "tuple[pa.Scalar | None, bool, pa.Scalar | None, bool]"
+
+
+@dataclass(frozen=True)
+class Conjunct:
+    """A top-level AND term an index can answer: ``column`` within any of ``ranges``
+    ((lo, lo_inclusive, hi, hi_inclusive), bounds of the column's type, None = open)."""
+
+    column: str
+    ranges: tuple[tuple[Any, bool, Any, bool], ...]
+    text: str
+    is_range: bool  # False: equality / IN (every range is a point)
+
+
 @dataclass(frozen=True)
 class Filter:
-    """A parsed filter: the expression, and the top-level columns it reads (None: unknown)."""
+    """A parsed filter: the expression, the top-level columns it reads (None: unknown), and
+    the conjuncts an index may answer (the expression is always re-applied to their rows)."""
 
     expression: pc.Expression
     columns: frozenset[str] | None
     text: str
+    conjuncts: tuple[Conjunct, ...] = ()
 
 
 @dataclass
@@ -121,7 +137,9 @@ class _Parser:
         return t
 
     # -- grammar
-    def parse(self) -> pc.Expression:
+    # Each rule returns (expression, conjuncts): the indexable terms whose AND the
+    # expression implies (an OR or NOT implies none of its parts).
+    def parse(self) -> tuple[pc.Expression, list[Conjunct]]:
         if not self.toks:
             raise InvalidFilter("empty filter: pass a condition such as \"id < 100\"")
         e = self.or_()
@@ -130,25 +148,31 @@ class _Parser:
             raise InvalidFilter(f"cannot parse filter {self.text!r}: unexpected {t.value!r} at position {t.pos}")
         return e
 
-    def or_(self) -> pc.Expression:
-        e = self.and_()
+    def or_(self) -> tuple[pc.Expression, list[Conjunct]]:
+        e, conj = self.and_()
         while self.accept("kw", "OR"):
-            e = e | self.and_()
-        return e
+            e, conj = e | self.and_()[0], []
+        return e, conj
 
-    def and_(self) -> pc.Expression:
-        e = self.not_()
+    def and_(self) -> tuple[pc.Expression, list[Conjunct]]:
+        e, conj = self.not_()
         while self.accept("kw", "AND"):
-            e = e & self.not_()
-        return e
+            e2, c2 = self.not_()
+            e, conj = e & e2, conj + c2
+        return e, conj
 
-    def not_(self) -> pc.Expression:
+    def not_(self) -> tuple[pc.Expression, list[Conjunct]]:
         if self.accept("kw", "NOT"):
-            return ~self.not_()
+            return ~self.not_()[0], []
         return self.predicate()
 
-    def predicate(self) -> pc.Expression:
+    def _span(self, start: int) -> str:
+        end_tok = self.toks[self.i - 1]
+        return self.text[self.toks[start].pos:end_tok.pos + len(end_tok.value)]
+
+    def predicate(self) -> tuple[pc.Expression, list[Conjunct]]:
         t = self.peek()
+        start = self.i
         if t and t.kind == "op" and t.value == "(":
             self.i += 1
             e = self.or_()
@@ -158,8 +182,11 @@ class _Parser:
             nxt = self.peek(1)
             if nxt is None or (nxt.kind == "kw" and nxt.value in ("AND", "OR")) or (nxt.kind == "op" and nxt.value == ")"):
                 self.i += 1
-                return pc.scalar(t.value == "TRUE")
+                return pc.scalar(t.value == "TRUE"), []
+        ranges: list[tuple[Any, bool, Any, bool]] = []
+        point = True
         left = self.operand()
+        indexed = left
         negate = bool(self.accept("kw", "NOT"))
         if self.accept("kw", "IN"):
             self.expect("op", "(")
@@ -168,14 +195,19 @@ class _Parser:
                 values.append(self.literal())
             self.expect("op", ")")
             col = self.need_column(left, "IN")
-            arr = pa.array([self.cast(v, col.type).as_py() for v in values], type=col.type)
+            scalars = [self.cast(v, col.type) for v in values]
+            arr = pa.array([v.as_py() for v in scalars], type=col.type)
             e = pc.is_in(self.ref(col), value_set=arr)
+            ranges = [(v, True, v, True) for v in scalars if v.is_valid]
         elif self.accept("kw", "BETWEEN"):
             lo = self.literal()
             self.expect("kw", "AND")
             hi = self.literal()
             col = self.need_column(left, "BETWEEN")
-            e = (self.ref(col) >= self.cast(lo, col.type)) & (self.ref(col) <= self.cast(hi, col.type))
+            lo_s, hi_s = self.cast(lo, col.type), self.cast(hi, col.type)
+            e = (self.ref(col) >= lo_s) & (self.ref(col) <= hi_s)
+            if lo_s.is_valid and hi_s.is_valid:
+                ranges, point = [(lo_s, True, hi_s, True)], False
         elif self.accept("kw", "LIKE"):
             pattern = self.literal()
             col = self.need_column(left, "LIKE")
@@ -186,7 +218,7 @@ class _Parser:
             is_not = bool(self.accept("kw", "NOT"))
             self.expect("kw", "NULL")
             e = self.value(left, None).is_valid() if is_not else self.value(left, None).is_null()
-            return e
+            return e, []
         else:
             if negate:
                 raise InvalidFilter(f"cannot parse filter {self.text!r}: NOT must precede IN, BETWEEN or LIKE here")
@@ -198,7 +230,26 @@ class _Parser:
             rtype = right.type if isinstance(right, _Col) else None
             a, b = self.value(left, rtype), self.value(right, ltype)
             e = {"=": a == b, "==": a == b, "!=": a != b, "<>": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op.value]
-        return ~e if negate else e
+            ranges, point, indexed = self.comparison_range(left, op.value, right)
+        if negate or not ranges or not isinstance(indexed, _Col) or len(indexed.path) != 1:
+            return (~e if negate else e), []
+        return e, [Conjunct(indexed.path[0], tuple(ranges), self._span(start), not point)]
+
+    def comparison_range(self, left: _Col | _Lit, op: str, right: _Col | _Lit) -> tuple[list, bool, _Col | _Lit]:
+        """``column op literal`` (either side) as a key range; nothing for other shapes."""
+        flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "==": "=="}
+        if isinstance(left, _Lit) and isinstance(right, _Col):
+            if op not in flip:
+                return [], True, left
+            left, op, right = right, flip[op], left
+        if not (isinstance(left, _Col) and isinstance(right, _Lit)) or len(left.path) != 1:
+            return [], True, left
+        v = self.cast(right, left.type)
+        if not v.is_valid:
+            return [], True, left
+        bound = {"=": (v, True, v, True), "==": (v, True, v, True), "<": (None, False, v, False),
+                 "<=": (None, False, v, True), ">": (v, False, None, False), ">=": (v, True, None, False)}.get(op)
+        return ([bound] if bound else []), op in ("=", "=="), left
 
     def operand(self) -> _Col | _Lit:
         t = self.peek()
@@ -291,7 +342,8 @@ def parse_filter(flt: "str | pc.Expression | Filter", schema: pa.Schema) -> Filt
         return flt
     if isinstance(flt, str):
         p = _Parser(flt, schema)
-        return Filter(p.parse(), frozenset(p.columns), flt)
+        expression, conjuncts = p.parse()
+        return Filter(expression, frozenset(p.columns), flt, tuple(conjuncts))
     if isinstance(flt, pc.Expression):
         try:
             pa.Table.from_batches([], schema=schema).filter(flt)

@@ -80,16 +80,51 @@ class Fragment:
 
 
 @dataclass(frozen=True)
+class IndexSegment:
+    """One immutable index file and the fragments it indexes.
+
+    Inside the file rows are named ``(ordinal << 32) | offset``; ``fragment_ids[ordinal]``
+    is the fragment (``-1``: a fragment that was never committed). A fragment id that is
+    no longer in the manifest simply stops being covered (ids are never reused).
+    """
+
+    uuid: str
+    path: str
+    bytes: int
+    rows: int
+    fragment_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class IndexEntry:
-    """A secondary index and the fragments it covers (files under ``_indices/<uuid>/``)."""
+    """A secondary index: segments under ``_indices/<segment uuid>/`` (docs/FORMAT.md §10)."""
 
     name: str
     column: str
     kind: str
     uuid: str
-    fragment_ids: tuple[int, ...]
-    files: tuple[str, ...] = ()
+    segments: tuple[IndexSegment, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(s.path for s in self.segments)
+
+    def coverage(self, live: "set[int] | dict[int, Any]") -> dict[int, int]:
+        """Live fragment id → position of the segment that serves it (the newest one covering it)."""
+        out: dict[int, int] = {}
+        for si in range(len(self.segments) - 1, -1, -1):
+            for fid in self.segments[si].fragment_ids:
+                if fid >= 0 and fid in live and fid not in out:
+                    out[fid] = si
+        return out
+
+    def prune(self, live: "set[int] | dict[int, Any]") -> "IndexEntry":
+        """This entry without the segments that serve no live fragment."""
+        used = set(self.coverage(live).values())
+        if len(used) == len(self.segments):
+            return self
+        return dataclasses.replace(self, segments=tuple(s for i, s in enumerate(self.segments) if i in used))
 
 
 @dataclass(frozen=True)
@@ -174,8 +209,9 @@ def _body(m: Manifest) -> dict[str, Any]:
         "next_row_id": m.next_row_id,
         "fragments": [_fragment_to_json(f) for f in m.fragments],
         "indices": [
-            {"name": i.name, "column": i.column, "kind": i.kind, "uuid": i.uuid,
-             "fragment_ids": list(i.fragment_ids), "files": list(i.files), "details": i.details}
+            {"name": i.name, "column": i.column, "kind": i.kind, "uuid": i.uuid, "details": i.details,
+             "segments": [{"uuid": s.uuid, "path": s.path, "bytes": s.bytes, "rows": s.rows,
+                           "fragment_ids": list(s.fragment_ids)} for s in i.segments]}
             for i in m.indices
         ],
         "wal_watermarks": m.wal_watermarks,
@@ -212,11 +248,7 @@ def decode_manifest(data: bytes, where: str) -> Manifest:
     try:
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(body["schema"]["ipc"])))
         fragments = tuple(_fragment_from_json(f, where) for f in body["fragments"])
-        indices = tuple(
-            IndexEntry(i["name"], i["column"], i["kind"], i["uuid"], tuple(i["fragment_ids"]),
-                       tuple(check_relative(p, what=f"manifest {where} index {i['name']}") for p in i["files"]), i.get("details", {}))
-            for i in body["indices"]
-        )
+        indices = tuple(_index_from_json(i, where) for i in body["indices"])
         m = Manifest(
             version=int(body["version"]),
             timestamp_ms=int(body["timestamp_ms"]),
@@ -265,6 +297,18 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
     if not 0 <= frag.deleted_rows <= frag.rows or sum(g.rows for g in frag.row_groups) != frag.rows:
         raise CorruptFile(f"{what}: row counts are inconsistent (rows={frag.rows}, deleted={frag.deleted_rows})")
     return frag
+
+
+def _index_from_json(i: dict[str, Any], where: str) -> IndexEntry:
+    what = f"manifest {where} index {i.get('name')!r}"
+    segments = []
+    for s in i["segments"]:
+        path = check_relative(s["path"], what=what)
+        if not path.startswith(INDICES_DIR):
+            raise CorruptFile(f"{what}: segment {path!r} is not under {INDICES_DIR}")
+        segments.append(IndexSegment(str(s["uuid"]), path, int(s["bytes"]), int(s["rows"]),
+                                     tuple(int(f) for f in s["fragment_ids"])))
+    return IndexEntry(str(i["name"]), str(i["column"]), str(i["kind"]), str(i["uuid"]), tuple(segments), dict(i["details"]))
 
 
 # -- reading -----------------------------------------------------------------

@@ -7,6 +7,7 @@ change it. Everything a user can get wrong is checked before data is written.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from lamina.commit import commit
 from lamina.datafile import ROWADDR, ROWID, WriteOptions, read_fragment, take_rows, write_fragments
 from lamina.deletion import read_deleted
 from lamina.errors import (
+    IndexNotFound,
     InvalidArgument,
     RowNotFound,
     SchemaMismatch,
@@ -38,7 +40,8 @@ from lamina.manifest import (
     now_ms,
 )
 from lamina.store import ObjectStore, open_store
-from lamina.transaction import Append, Delete, Overwrite, Transaction
+from lamina.index_query import select
+from lamina.transaction import Append, CreateIndex, Delete, Overwrite, Transaction
 
 RESERVED_COLUMNS = (ROWADDR, ROWID, "_offset")
 _PK_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
@@ -84,6 +87,21 @@ class TableStats:
     mean_rows_per_fragment: float
     versions: int
     indices: int
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    """One index as ``Table.list_indices()`` reports it."""
+
+    name: str
+    column: str
+    kind: str
+    segments: int
+    covered_fragments: int
+    uncovered_fragments: int
+    covered_rows: int
+    bytes: int
+    details: dict
 
 
 def _pool_size(n: int) -> int:
@@ -149,6 +167,10 @@ class Table:
         return self._manifest.primary_key
 
     @property
+    def storage_options(self) -> dict[str, Any] | None:
+        return self._storage_options
+
+    @property
     def write_options(self) -> WriteOptions:
         return WriteOptions.from_config(self._manifest.config)
 
@@ -207,11 +229,8 @@ class Table:
         flt = parse_filter(filter, self.schema)
         base = self._manifest
 
-        def matches(frag):
-            t = read_fragment(self._store, frag, self.schema, columns=[], flt=flt, with_offsets=True)
-            return frag.id, t.column("_offset").to_numpy()
-
-        deltas = {fid: offs for fid, offs in _map_fragments(matches, list(base.fragments)) if len(offs)}
+        sel = select(self._store, base, flt, [], with_offsets=True, map_fn=_map_fragments)
+        deltas = {f.id: t.column("_offset").to_numpy() for f, t in zip(base.fragments, sel.tables) if t.num_rows}
         if not deltas:
             return 0
         txn = Delete(base.version, deltas, predicate=flt.text)
@@ -220,16 +239,24 @@ class Table:
 
     # -- reads --------------------------------------------------------------
     def to_arrow(self, columns: Sequence[str] | None = None, filter: "str | pa.compute.Expression | None" = None,
-                 with_row_address: bool = False, with_row_id: bool = False) -> pa.Table:
-        """Live rows as a pyarrow Table, in fragment order (``_rowaddr`` / ``_rowid`` on request)."""
+                 with_row_address: bool = False, with_row_id: bool = False, use_index: bool = True) -> pa.Table:
+        """Live rows as a pyarrow Table, in fragment order (``_rowaddr`` / ``_rowid`` on request).
+
+        A filter is answered through btree/bitmap indices where its shape allows
+        (see ``explain``); the result is the same with ``use_index=False``.
+        """
         cols = self._check_columns(columns)
         flt = parse_filter(filter, self.schema) if filter is not None else None
         if with_row_id and not self._manifest.stable_row_ids:
             raise InvalidArgument(f"table {self.uri} does not keep stable row ids; create it with stable_row_ids=True")
-        parts = _map_fragments(
-            lambda f: read_fragment(self._store, f, self.schema, cols, flt, with_row_address, with_row_id),
-            list(self._manifest.fragments),
-        )
+        if flt is None:
+            parts = _map_fragments(
+                lambda f: read_fragment(self._store, f, self.schema, cols, None, with_row_address, with_row_id),
+                list(self._manifest.fragments),
+            )
+        else:
+            parts = select(self._store, self._manifest, flt, cols, with_row_address=with_row_address,
+                           with_row_id=with_row_id, use_index=use_index, map_fn=_map_fragments).tables
         out_schema = self._output_schema(cols, with_row_address, with_row_id)
         if not parts:
             return out_schema.empty_table()
@@ -245,8 +272,7 @@ class Table:
         if filter is None:
             return self._manifest.rows
         flt = parse_filter(filter, self.schema)
-        return sum(_map_fragments(
-            lambda f: read_fragment(self._store, f, self.schema, [], flt).num_rows, list(self._manifest.fragments)))
+        return sum(t.num_rows for t in select(self._store, self._manifest, flt, [], map_fn=_map_fragments).tables)
 
     def take(self, row_addresses: Iterable[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
         """Rows at ``row_addresses`` (as returned in ``_rowaddr``), in the order asked; repeats allowed."""
@@ -304,6 +330,71 @@ class Table:
         if with_row_id:
             fields.append(pa.field(ROWID, pa.uint64()))
         return pa.schema(fields)
+
+    # -- indices ------------------------------------------------------------
+    def create_index(self, column: str, kind: str, *, name: str | None = None, stem: bool = False,
+                     options: "IndexOptions | None" = None) -> int:
+        """Builds a ``btree``, ``bitmap`` or ``fts`` index on ``column`` in this process (threads)
+        and commits it; returns the new version. For a cluster build use ``python -m jobs.index``.
+
+        ``name`` defaults to ``<column>_<kind>``; ``stem`` turns on English stemming (fts).
+        """
+        from lamina.indexing import IndexOptions, build_index
+
+        if options is None:
+            options = IndexOptions(stem=bool(stem))
+        elif stem:
+            options = dataclasses.replace(options, stem=True)
+        return build_index(self, column, kind, name=name, options=options).version
+
+    def update_index(self, name: str) -> int:
+        """Indexes the fragments ``name`` does not cover yet (appended or compacted since); returns the version."""
+        from lamina.indexing import build_index
+
+        return build_index(self, None, None, name=name, update=True).version
+
+    def list_indices(self) -> list[IndexInfo]:
+        """Every index with its coverage at this version."""
+        live = self._manifest.fragment_map()
+        out = []
+        for ix in self._manifest.indices:
+            cov = ix.coverage(live)
+            out.append(IndexInfo(ix.name, ix.column, ix.kind, len(set(cov.values())), len(cov), len(live) - len(cov),
+                                 sum(live[f].live_rows for f in cov), sum(s.bytes for s in ix.segments), dict(ix.details)))
+        return out
+
+    def drop_index(self, name: str) -> int:
+        """Removes index ``name`` (its files go at the next cleanup); returns the new version."""
+        ix = next((i for i in self._manifest.indices if i.name == name), None)
+        if ix is None:
+            raise IndexNotFound(f"table {self.uri} has no index named {name!r} at version {self.version}; "
+                                f"indices: {', '.join(i.name for i in self._manifest.indices) or 'none'}")
+        return self._commit(CreateIndex(self.version, ix, "drop")).version
+
+    def explain(self, filter: "str | pa.compute.Expression") -> str:
+        """Which index serves which part of ``filter`` and which fragments are scanned."""
+        from lamina.index_query import explain
+
+        return explain(self._manifest, parse_filter(filter, self.schema), self.uri)
+
+    def search(self, text: str, column: str | None = None, k: int = 10, *, columns: Sequence[str] | None = None,
+               with_row_address: bool = False) -> pa.Table:
+        """The ``k`` rows best matching ``text`` by BM25, best first, with a ``_score`` column.
+
+        ``column`` may be omitted when the table has one full-text index. Fragments the
+        index does not cover are analyzed on the fly, so results are always complete.
+        """
+        from lamina.index_query import search
+
+        cols = self._check_columns(columns) or list(self.schema.names)
+        addrs, scores, _ = search(self._store, self._manifest, text, column, k, self.uri, map_fn=_map_fragments)
+        if len(addrs) == 0:
+            out = self.schema.empty_table().select(cols)
+        else:
+            out = self.take(addrs, cols)
+        if with_row_address:
+            out = out.append_column(ROWADDR, pa.array(addrs, type=pa.uint64()))
+        return out.append_column("_score", pa.array(scores, type=pa.float64()))
 
     # -- inspection ---------------------------------------------------------
     def fragments(self) -> list[FragmentInfo]:
@@ -438,4 +529,4 @@ def _reopen(uri: str, version: int, storage_options: dict[str, Any] | None) -> T
     return open_table(uri, version=version, storage_options=storage_options)
 
 
-__all__ = ["Table", "create_table", "open_table", "FragmentInfo", "VersionInfo", "TableStats"]
+__all__ = ["Table", "create_table", "open_table", "FragmentInfo", "VersionInfo", "TableStats", "IndexInfo"]

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Iterable
 import numpy as np
 
 from lamina.errors import CommitConflict
-from lamina.manifest import DeletionFile, Fragment, IndexEntry, Manifest, now_ms
+from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, now_ms
 from lamina.store import ObjectStore
 
 # Rules of the conflict matrix.
@@ -150,7 +150,10 @@ class Transaction(abc.ABC):
                 "timestamp_ms": now_ms(), **details}
 
     def _next(self, base: Manifest, **changes: Any) -> Manifest:
-        return base.replace(version=base.version + 1, timestamp_ms=now_ms(), **changes)
+        """The next version; index segments that no longer serve a live fragment are dropped."""
+        nxt = base.replace(version=base.version + 1, timestamp_ms=now_ms(), **changes)
+        live = {f.id for f in nxt.fragments}
+        return nxt.replace(indices=tuple(ix.prune(live) for ix in nxt.indices))
 
 
 def assign_ids(base: Manifest, fragments: Iterable[Fragment]) -> tuple[list[Fragment], int, int]:
@@ -274,6 +277,9 @@ class RewriteGroup:
     source_deletions: dict[int, str | None] = field(default_factory=dict)
     #: Deletions committed by others after the read, carried onto outputs: output -> offsets.
     carried: dict[int, np.ndarray] = field(default_factory=dict)
+    #: Index segments built over ``new_fragments`` (ordinal = output position), by index
+    #: name: (index uuid, segment). Attached in the same commit if that index still exists.
+    index_segments: dict[str, tuple[str, IndexSegment]] = field(default_factory=dict)
 
 
 class Rewrite(Transaction):
@@ -285,6 +291,7 @@ class Rewrite(Transaction):
         super().__init__(read_version)
         self.groups = groups
         self.written = [f.path for g in groups for f in g.new_fragments]
+        self.written += [seg.path for g in groups for _, seg in g.index_segments.values()]
         self._carried_files: dict[tuple[int, int], tuple[int, DeletionFile]] = {}
 
     @property
@@ -349,6 +356,7 @@ class Rewrite(Transaction):
         next_id, next_row = base.next_fragment_id, base.next_row_id
         replaced: dict[int, list[Fragment]] = {}
         groups_record = []
+        segments: dict[str, list[IndexSegment]] = {}
         for gi, group in enumerate(self.groups):
             present = [i for i in group.old_fragment_ids if i in order]
             new_frags, new_ids = [], []
@@ -363,6 +371,9 @@ class Rewrite(Transaction):
                 next_id += 1
             if present:
                 replaced[min(present, key=order.__getitem__)] = new_frags
+            for name, (index_uuid, seg) in group.index_segments.items():
+                if any(ix.name == name and ix.uuid == index_uuid for ix in base.indices):
+                    segments.setdefault(name, []).append(dataclasses.replace(seg, fragment_ids=tuple(new_ids)))
             groups_record.append({
                 "old_fragment_ids": list(group.old_fragment_ids),
                 "new_fragment_ids": new_ids,
@@ -375,7 +386,8 @@ class Rewrite(Transaction):
                 fragments.extend(replaced[f.id])
             if f.id not in old:
                 fragments.append(f)
-        indices = tuple(dataclasses.replace(ix, fragment_ids=tuple(i for i in ix.fragment_ids if i not in old)) for ix in base.indices)
+        indices = tuple(dataclasses.replace(ix, segments=ix.segments + tuple(segments.get(ix.name, ())))
+                        for ix in base.indices)
         return self._next(
             base, fragments=tuple(fragments), next_fragment_id=next_id, next_row_id=next_row, indices=indices,
             transaction=self.record(groups=groups_record),
@@ -383,26 +395,44 @@ class Rewrite(Transaction):
 
 
 class CreateIndex(Transaction):
-    """Adds an index entry covering the fragments it was built over."""
+    """Creates an index, adds segments to one (``update``), or drops one.
+
+    All three are ``create_index`` in the conflict matrix: they conflict with each
+    other only on the same index name. Coverage needs no rebase: a segment serves
+    only fragments still in the manifest, so fragments a concurrent rewrite
+    replaced drop out of coverage by themselves (and are scanned).
+    """
 
     operation = "create_index"
 
-    def __init__(self, read_version: int, index: IndexEntry):
+    def __init__(self, read_version: int, index: IndexEntry, action: str = "create"):
         super().__init__(read_version)
+        if action not in ("create", "update", "drop"):
+            raise ValueError(f"unknown index action {action!r}")
         self.index = index
-        self.written = list(index.files)
+        self.action = action
+        self.written = list(index.files) if action != "drop" else []
 
     def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
         if rule == DISTINCT_NAMES and theirs.transaction.get("index") == self.index.name:
-            raise _conflict(self, theirs, store, f"both created an index named {self.index.name!r}")
-        if rule == UNCOVER:
-            gone = {i for g in theirs.transaction.get("groups", []) for i in g["old_fragment_ids"]}
-            self.index = dataclasses.replace(self.index, fragment_ids=tuple(i for i in self.index.fragment_ids if i not in gone))
+            what = theirs.transaction.get("action", "create")
+            raise _conflict(self, theirs, store, f"both changed index {self.index.name!r} ({what} committed first)")
 
     def apply(self, base: Manifest) -> Manifest:
-        if any(ix.name == self.index.name for ix in base.indices):
-            raise CommitConflict(f"table already has an index named {self.index.name!r} at version {base.version}; drop it first or choose another name")
-        return self._next(base, indices=base.indices + (self.index,), transaction=self.record(index=self.index.name))
+        current = next((ix for ix in base.indices if ix.name == self.index.name), None)
+        if self.action == "create":
+            if current is not None:
+                raise CommitConflict(f"table already has an index named {self.index.name!r} at version {base.version}; drop it first or choose another name")
+            indices = base.indices + (self.index,)
+        elif current is None or current.uuid != self.index.uuid:
+            raise CommitConflict(f"index {self.index.name!r} was dropped or re-created at version {base.version}; nothing to {self.action}")
+        elif self.action == "update":
+            indices = tuple(dataclasses.replace(ix, segments=ix.segments + self.index.segments) if ix is current else ix
+                            for ix in base.indices)
+        else:
+            indices = tuple(ix for ix in base.indices if ix is not current)
+        return self._next(base, indices=indices, transaction=self.record(
+            index=self.index.name, action=self.action, segments=[s.uuid for s in self.index.segments]))
 
 
 class Overwrite(Transaction):

@@ -1,0 +1,343 @@
+"""Reads that use indices: filtered scans, full-text search, and ``explain``.
+
+A filter's top-level AND terms of the shapes ``col = v``, ``col IN (…)``,
+``col <op> v`` and ``col BETWEEN a AND b`` are answered by a btree or bitmap index
+on ``col`` (terms on one column are intersected into one range first). For every
+fragment an index covers, the index gives candidate offsets (a superset of the
+matches); deleted offsets are dropped, the rows are read and the **whole**
+filter is applied to them, so results equal a scan exactly. Fragments no index
+covers, and fragments where candidates exceed ``TAKE_FRACTION`` of the rows, are
+scanned. Results keep table order (fragment, then offset).
+
+A broken index (missing or corrupt segment) is logged as a warning and the
+fragments it serves are scanned; set ``LAMINA_INDEX_ON_ERROR=raise`` to get the
+error instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lamina import _native
+from lamina.datafile import read_fragment, read_rows, reading
+from lamina.deletion import read_deleted
+from lamina.errors import CorruptFile, IndexNotFound, InvalidArgument, ObjectNotFound
+from lamina.filter import Conjunct, Filter
+from lamina.indexing import IndexOptions, check_indexable, fetch_blocks, key_array, key_value, open_segment
+from lamina.manifest import ADDRESS_SHIFT, Fragment, IndexEntry, Manifest
+from lamina.store import ObjectStore
+
+log = logging.getLogger("lamina.index")
+
+#: Above this fraction of a fragment's rows, candidates are not fetched one by one: the fragment is scanned.
+TAKE_FRACTION = 0.25
+_MASK = np.uint64(0xFFFFFFFF)
+_SHIFT = np.uint64(ADDRESS_SHIFT)
+_NO_DOC = np.uint32(0xFFFFFFFF)
+
+
+def _on_error() -> str:
+    return os.environ.get("LAMINA_INDEX_ON_ERROR", "scan")
+
+
+def _broken(index: IndexEntry, e: Exception, what: str) -> None:
+    if _on_error() == "raise":
+        raise e
+    log.warning("%s; %s scans the fragments it covers instead", e, what)
+
+
+# -- planning ------------------------------------------------------------------
+@dataclass
+class Part:
+    """One column's conjuncts, answered by one index."""
+
+    column: str
+    texts: list[str]
+    ranges: list[tuple[Any, bool, Any, bool]]  # key-domain bounds
+    index: IndexEntry
+    coverage: dict[int, int] = field(default_factory=dict)  # fragment id -> segment position
+
+
+@dataclass
+class Plan:
+    parts: list[Part]
+    fragments: list[Fragment]
+    residual: list[str]  # filter text applied to candidate rows (always the whole filter)
+
+    def served(self, fid: int) -> list[Part]:
+        return [p for p in self.parts if fid in p.coverage]
+
+
+def _intersect(a: tuple, b: tuple) -> tuple:
+    """Intersection of two ranges of pa.Scalar bounds (None = open)."""
+    lo, lo_inc, hi, hi_inc = a
+    if b[0] is not None and (lo is None or b[0].as_py() > lo.as_py() or (b[0].as_py() == lo.as_py() and not b[1])):
+        lo, lo_inc = b[0], b[1]
+    if b[2] is not None and (hi is None or b[2].as_py() < hi.as_py() or (b[2].as_py() == hi.as_py() and not b[3])):
+        hi, hi_inc = b[2], b[3]
+    return lo, lo_inc, hi, hi_inc
+
+
+def _pick_index(manifest: Manifest, column: str, is_range: bool) -> IndexEntry | None:
+    candidates = [ix for ix in manifest.indices if ix.column == column and ix.kind in ("btree", "bitmap")]
+    if not candidates:
+        return None
+    prefer = "btree" if is_range else "bitmap"
+    return sorted(candidates, key=lambda ix: (ix.kind != prefer, ix.name))[0]
+
+
+def plan_filter(manifest: Manifest, flt: Filter) -> Plan:
+    """Which index answers which conjunct, over which fragments."""
+    by_column: dict[str, list[Conjunct]] = {}
+    for c in flt.conjuncts:
+        by_column.setdefault(c.column, []).append(c)
+    live = manifest.fragment_map()
+    parts = []
+    for column, conjs in by_column.items():
+        is_range = any(c.is_range for c in conjs)
+        index = _pick_index(manifest, column, is_range)
+        if index is None:
+            continue
+        singles = [c for c in conjs if len(c.ranges) == 1]
+        if singles:
+            r = singles[0].ranges[0]
+            for c in singles[1:]:
+                r = _intersect(r, c.ranges[0])
+            chosen, ranges = singles, [r]
+        else:  # several IN lists: use the shortest
+            shortest = min(conjs, key=lambda c: len(c.ranges))
+            chosen, ranges = [shortest], list(shortest.ranges)
+        key_ranges = [(None if lo is None else key_value(lo), lo_inc, None if hi is None else key_value(hi), hi_inc)
+                      for lo, lo_inc, hi, hi_inc in ranges]
+        parts.append(Part(column, [c.text for c in chosen], key_ranges, index, index.coverage(live)))
+    return Plan(parts, list(manifest.fragments), [flt.text])
+
+
+# -- lookups -------------------------------------------------------------------
+def _global(seg_fids: np.ndarray, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(fragment ids, offsets) of local addresses; fragment -1 where the ordinal is unknown."""
+    ordinals = (local >> _SHIFT).astype(np.int64)
+    ok = ordinals < len(seg_fids)
+    fids = np.full(len(local), -1, dtype=np.int64)
+    fids[ok] = seg_fids[ordinals[ok]]
+    return fids, (local & _MASK).astype(np.uint32)
+
+
+def lookup_part(store: ObjectStore, part: Part) -> tuple[dict[int, np.ndarray], set[int]]:
+    """Candidate offsets per served fragment, and the fragments whose segment is broken."""
+    out: dict[int, np.ndarray] = {}
+    broken: set[int] = set()
+    by_segment: dict[int, list[int]] = {}
+    for fid, si in part.coverage.items():
+        by_segment.setdefault(si, []).append(fid)
+    for si, fids in by_segment.items():
+        seg = part.index.segments[si]
+        try:
+            reader = open_segment(store, seg, part.index.name)
+            blocks = fetch_blocks(store, seg, part.index.name, reader.blocks_for_ranges(part.ranges))
+            local = reader.lookup(part.ranges, blocks).to_numpy(zero_copy_only=False)
+        except (CorruptFile, ObjectNotFound) as e:
+            _broken(part.index, e, f"index {part.index.name!r}")
+            broken.update(fids)
+            continue
+        gf, offs = _global(np.asarray(seg.fragment_ids, dtype=np.int64), local)
+        for fid in fids:
+            out[fid] = offs[gf == fid]
+    return out, broken
+
+
+@dataclass
+class Selection:
+    """What a filtered read did, fragment by fragment."""
+
+    tables: list[pa.Table]
+    index_fragments: int = 0
+    scanned_fragments: int = 0
+    candidate_rows: int = 0
+
+
+def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequence[str] | None, *,
+           with_row_address: bool = False, with_row_id: bool = False, with_offsets: bool = False,
+           use_index: bool = True, map_fn=None) -> Selection:
+    """Live rows matching ``flt``, per fragment in table order, using indices where they serve."""
+    schema = manifest.schema
+    plan = plan_filter(manifest, flt) if use_index else Plan([], list(manifest.fragments), [flt.text])
+    candidates: dict[int, np.ndarray] = {}
+    served: set[int] = set()
+    for part in plan.parts:
+        found, broken = lookup_part(store, part)
+        for fid, offs in found.items():
+            if fid in broken:
+                continue
+            candidates[fid] = offs if fid not in candidates else np.intersect1d(candidates[fid], offs, assume_unique=True)
+            served.add(fid)
+    sel = Selection([])
+
+    def one(frag: Fragment) -> tuple[pa.Table, bool, int]:
+        kwargs = dict(with_row_address=with_row_address, with_row_id=with_row_id, with_offsets=with_offsets)
+        if frag.id in served:
+            offs = candidates[frag.id]
+            if len(offs) and frag.deletion is not None:
+                offs = offs[~np.isin(offs, read_deleted(store, frag), assume_unique=True)]
+            if len(offs) <= TAKE_FRACTION * frag.rows:
+                return read_rows(store, frag, schema, np.sort(offs), columns, flt, **kwargs), True, len(offs)
+        return read_fragment(store, frag, schema, columns, flt, **kwargs), False, 0
+
+    results = (map_fn or (lambda f, xs: [f(x) for x in xs]))(one, plan.fragments)
+    for table, by_index, n in results:
+        sel.tables.append(table)
+        sel.index_fragments += by_index
+        sel.scanned_fragments += not by_index
+        sel.candidate_rows += n
+    return sel
+
+
+def explain(manifest: Manifest, flt: Filter, where: str) -> str:
+    """How ``flt`` would be answered at this version, one line per decision."""
+    plan = plan_filter(manifest, flt)
+    n = len(plan.fragments)
+    lines = [f"filter: {flt.text}", f"table: {where} version {manifest.version}, {n} fragments, {manifest.rows} rows"]
+    if not flt.conjuncts:
+        lines.append("no index can serve this filter (only top-level AND of =, IN, <, <=, >, >=, BETWEEN on a column can be)")
+    indexed_cols = {p.column for p in plan.parts}
+    for c in flt.conjuncts:
+        if c.column not in indexed_cols:
+            lines.append(f"  {c.text}: no btree/bitmap index on column {c.column!r}")
+    served = set()
+    for p in plan.parts:
+        served |= set(p.coverage)
+        segs = len(set(p.coverage.values()))
+        lines.append(f"  {' AND '.join(p.texts)}: index {p.index.name!r} ({p.index.kind}), {len(p.coverage)}/{n} fragments "
+                     f"in {segs} segment(s)")
+    scanned = [f.id for f in plan.fragments if f.id not in served]
+    lines.append(f"index lookups for {len(served)} fragment(s); scan for {len(scanned)} fragment(s)"
+                 + (f" {scanned[:20]}{' …' if len(scanned) > 20 else ''}" if scanned else ""))
+    if served:
+        lines.append(f"the whole filter is re-applied to candidate rows; fragments where candidates exceed "
+                     f"{TAKE_FRACTION:.0%} of the rows are scanned instead")
+    return "\n".join(lines)
+
+
+# -- full-text search --------------------------------------------------------------
+class _TextSource:
+    """One segment (stored, or built in memory over an unindexed fragment) as search reads it."""
+
+    def __init__(self, reader: "_native.IndexSegment", fids: np.ndarray, serves: set[int], fetch):
+        self.reader, self.fids, self.serves, self.fetch = reader, fids, serves, fetch
+
+
+def _memory_source(store: ObjectStore, frag: Fragment, column: str, options: IndexOptions) -> _TextSource:
+    with reading(store, frag, "cannot be decoded"):
+        pf = pq.ParquetFile(store.open_input(frag.path, frag.file_bytes))
+        values = pf.read(columns=[column], use_threads=True).column(0)
+    built = _native.build_index_segment("fts", [(0, key_array(values))], None, **options.native())
+    data: bytes = built["data"]
+    off, length = _native.index_directory_range(data, len(data), f"(scan of fragment {frag.id})")
+    reader = _native.IndexSegment(data[-_native.INDEX_FOOTER_LEN:], data[off:off + length], len(data), f"(scan of fragment {frag.id})")
+    return _TextSource(reader, np.array([frag.id], dtype=np.int64), {frag.id},
+                       lambda blocks: [(b, data[o:o + n]) for b, o, n in blocks])
+
+
+def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None, k: int, where: str,
+           map_fn=None) -> tuple[np.ndarray, np.ndarray, str]:
+    """Top-k row addresses and BM25 scores for ``text``; also the column searched.
+
+    Statistics (N, average length, document frequencies) are over the live, non-null
+    values of the column at this version, so scores do not depend on how the table
+    is split into fragments or segments.
+    """
+    if not isinstance(text, str):
+        raise InvalidArgument(f"search text must be a string, not {type(text).__name__}")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise InvalidArgument(f"k must be a positive integer, got {k!r}")
+    fts = [ix for ix in manifest.indices if ix.kind == "fts" and (column is None or ix.column == column)]
+    if column is None:
+        if len(fts) != 1:
+            names = ", ".join(f"{ix.name} on {ix.column}" for ix in fts) or "none"
+            raise IndexNotFound(f"pass column=: table {where} has {len(fts)} full-text indices ({names})")
+        column = fts[0].column
+    check_indexable(manifest.schema, column, "fts", where)
+    index = fts[0] if fts else None
+    options = IndexOptions.from_details(index.details) if index else IndexOptions()
+    if index is None:
+        log.warning("no full-text index on column %r of %s: search analyzes every fragment; create one with "
+                    "create_index(%r, 'fts')", column, where, column)
+    terms = _native.analyze_text(text, stem=options.stem, max_token_len=options.max_token_len)
+    if not terms:
+        return np.zeros(0, np.uint64), np.zeros(0, np.float64), column
+
+    live = manifest.fragment_map()
+    sources: list[_TextSource] = []
+    coverage = index.coverage(live) if index else {}
+    by_segment: dict[int, set[int]] = {}
+    for fid, si in coverage.items():
+        by_segment.setdefault(si, set()).add(fid)
+    scan = [f for f in manifest.fragments if f.id not in coverage]
+    for si, fids in by_segment.items():
+        seg = index.segments[si]
+        try:
+            reader = open_segment(store, seg, index.name)
+        except (CorruptFile, ObjectNotFound) as e:
+            _broken(index, e, "search")
+            scan.extend(live[f] for f in fids)
+            continue
+        sources.append(_TextSource(reader, np.asarray(seg.fragment_ids, dtype=np.int64), fids,
+                                   lambda blocks, seg=seg: fetch_blocks(store, seg, index.name, blocks)))
+    mapper = map_fn or (lambda f, xs: [f(x) for x in xs])
+    sources += mapper(lambda f: _memory_source(store, f, column, options), sorted(scan, key=lambda f: f.id))
+
+    docs = 0
+    total_len = 0
+    lengths: dict[int, np.ndarray] = {}  # fragment id -> tokens per row
+    per_term: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {t: [] for t in terms}
+    for src in sources:
+        stats = {int(src.fids[o]): (rows, bid, off, n) for o, rows, _, _, bid, off, n in src.reader.fragment_stats()
+                 if o < len(src.fids)}
+        wanted = [fid for fid in stats if fid in src.serves]
+        blocks = src.fetch([stats[fid][1:] for fid in wanted])
+        for fid, (bid, data) in zip(wanted, blocks):
+            lens = src.reader.lengths(bid, stats[fid][0], data).to_numpy(zero_copy_only=False).copy()
+            frag = live[fid]
+            if frag.deletion is not None:
+                lens[read_deleted(store, frag)] = _NO_DOC
+            lengths[fid] = lens
+            is_doc = lens != _NO_DOC
+            docs += int(is_doc.sum())
+            total_len += int(lens[is_doc].sum(dtype=np.uint64))
+        term_blocks = src.reader.term_blocks(terms)
+        fetched = src.fetch([(bid, off, n) for _, bid, off, n in term_blocks])
+        for (term, bid, _, _), (_, data) in zip(term_blocks, fetched):
+            addrs, tfs = src.reader.postings(bid, data)
+            fids, offs = _global(src.fids, addrs.to_numpy(zero_copy_only=False))
+            tfs = tfs.to_numpy(zero_copy_only=False)
+            keep = np.isin(fids, np.fromiter(src.serves, dtype=np.int64, count=len(src.serves)))
+            fids, offs, tfs = fids[keep], offs[keep], tfs[keep]
+            dls = np.empty(len(offs), dtype=np.uint32)
+            for fid in np.unique(fids).tolist():
+                m = fids == fid
+                dls[m] = lengths[fid][offs[m]]
+            alive = dls != _NO_DOC  # deleted rows are marked in lengths
+            gaddr = (fids[alive].astype(np.uint64) << _SHIFT) | offs[alive].astype(np.uint64)
+            per_term[term].append((gaddr, tfs[alive], dls[alive]))
+    if docs == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.float64), column
+    arrays = []
+    for term in terms:
+        got = per_term[term]
+        if not got:
+            continue
+        a = np.concatenate([g[0] for g in got])
+        order = np.argsort(a, kind="stable")
+        arrays.append((pa.array(a[order]), pa.array(np.concatenate([g[1] for g in got])[order]),
+                       pa.array(np.concatenate([g[2] for g in got])[order])))
+    if not arrays:
+        return np.zeros(0, np.uint64), np.zeros(0, np.float64), column
+    addrs, scores = _native.bm25_top_k(arrays, docs, total_len / docs, k)
+    return addrs.to_numpy(zero_copy_only=False), scores.to_numpy(zero_copy_only=False), column
