@@ -115,7 +115,8 @@ def _commit_batch(table: lamina.Table, plan: CompactionPlan, base, batch: list[G
 
     def txn_for(results: list[GroupResult]) -> Rewrite:
         return Rewrite(plan.read_version, [
-            RewriteGroup(r.fragment_ids, [r.fragment], AddressMapping.from_runs(r.mapping), dict(r.source_deletions))
+            RewriteGroup(r.fragment_ids, [r.fragment], AddressMapping.from_runs(r.mapping), dict(r.source_deletions),
+                         index_segments=dict(r.index_segments))
             for r in results
         ])
 
@@ -173,8 +174,9 @@ def compact(uri: str, options: CompactionOptions, *, storage_options: dict[str, 
     task_fn = remote_compact_group(options, runtime_env)
     limit = options.max_concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
     frags = base.fragment_map()
+    indices = tuple((ix.name, ix.uuid, ix.column, ix.kind, dict(ix.details)) for ix in base.indices)
     tasks = [GroupTask(uri, storage_options, g, tuple(frags[i] for i in g.fragment_ids), base.schema,
-                       table.write_options, options, base.stable_row_ids) for g in plan.groups]
+                       table.write_options, options, base.stable_row_ids, indices) for g in plan.groups]
     bar = _Progress(len(tasks), progress)
     queue = list(tasks)
     pending: dict[Any, GroupTask] = {}
@@ -196,7 +198,9 @@ def compact(uri: str, options: CompactionOptions, *, storage_options: dict[str, 
             entry.update(mode=result.mode, reason=result.reason, bytes_out=result.bytes_out, seconds=round(result.seconds, 3),
                          status="written" if result.ok else "failed", error=result.error,
                          row_groups_copied=result.row_groups_copied, row_groups_encoded=result.row_groups_encoded,
-                         get_requests=result.get_requests)
+                         get_requests=result.get_requests, index_segments=sorted(result.index_segments))
+            for w in result.warnings:
+                log.warning("group %d: %s", result.index, w)
             bar.update(result)
             if not result.ok:
                 summary.failed_groups += 1

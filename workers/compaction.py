@@ -3,13 +3,15 @@
     GroupTask ──► stage sources (local path, or S3 ranged GETs of up to read_batch_bytes)
               ──► native rewrite (copy / encode actions; binary copy falls back to a full
                   rewrite when a source turns out not to be copyable)
-              ──► upload output (multipart on S3) ──► GroupResult
+              ──► upload output (multipart on S3)
+              ──► one segment per table index over the output ──► GroupResult
 
 ``GroupCompactor`` is plain Python (unit-testable without Ray); ``compact_group``
 is the Ray task around it. A worker that dies is retried by Ray; an error in a
 group (a corrupt source, say) is returned as a failed result so other groups go on.
 Memory per task: ``read_batch_bytes`` of I/O buffer plus one output row group
-(decoded rows + encoded pages), whatever the group's size.
+(decoded rows + encoded pages), whatever the group's size; with indices, also
+the indexed column of the output and its segment (~16 bytes a row for a btree).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from lamina import _native
 from lamina.datafile import WriteOptions
 from lamina.deletion import read_deleted
 from lamina.errors import InvalidArgument, LaminaError
-from lamina.manifest import DATA_DIR, Fragment, RowGroup
+from lamina.indexing import IndexOptions, segment_for_outputs
+from lamina.manifest import DATA_DIR, Fragment, IndexSegment, RowGroup
 from lamina.rewrite import id_ranges, live_offsets, mapping_runs
 from lamina.store import ObjectStore, open_store
 from planner.eligibility import FULL_REWRITE, actions
@@ -53,6 +56,8 @@ class GroupTask:
     write: WriteOptions
     options: CompactionOptions
     stable_row_ids: bool
+    #: Indices to extend over the output in the same commit: (name, uuid, column, kind, details).
+    indices: tuple[tuple[str, str, str, str, dict], ...] = ()
 
 
 @dataclass
@@ -74,6 +79,9 @@ class GroupResult:
     row_groups_encoded: int = 0
     get_requests: int = 0
     seconds: float = 0.0
+    #: Index name -> (index uuid, segment over the output); fragment ids are set at commit.
+    index_segments: dict[str, tuple[str, IndexSegment]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 def stage(store: ObjectStore, fragment: Fragment, directory: str, batch_bytes: int) -> tuple[str, int]:
@@ -133,6 +141,7 @@ class GroupCompactor:
                 meta = _native.rewrite_data_file(sources, plan, task.schema, out_local, **kwargs)
             if in_place is None:
                 store.put_file(out_rel, out_local)
+            self._index(task, store, out_local, int(meta["rows"]), result)
             _maybe_die()
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -161,6 +170,19 @@ class GroupCompactor:
         result.bytes_out = int(meta["file_bytes"])
         result.row_groups_copied = int(meta["row_groups_copied"])
         result.row_groups_encoded = int(meta["row_groups_encoded"])
+
+
+    @staticmethod
+    def _index(task: GroupTask, store: ObjectStore, output: str, rows: int, result: GroupResult) -> None:
+        """One segment per index over the output, so the rewrite commit keeps indices covering it.
+        A failure leaves the output uncovered (scanned by reads, indexed by the next update)."""
+        for name, index_uuid, column, kind, details in task.indices:
+            try:
+                seg = segment_for_outputs(store, column, kind, IndexOptions.from_details(details), [(output, rows)])
+            except (LaminaError, OSError, pa.ArrowException) as e:
+                result.warnings.append(f"index {name!r} not extended over the output: {type(e).__name__}: {e}")
+                continue
+            result.index_segments[name] = (index_uuid, seg)
 
 
 def _maybe_die() -> None:

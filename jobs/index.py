@@ -1,0 +1,111 @@
+"""Index job: build a btree, bitmap or full-text index on Ray and commit it.
+
+    python -m jobs.index URI --column C --kind btree|bitmap|fts [--name N] [--update] [--json]
+                             [--stem] [--task-rows N] [--segment-rows N] [--max-concurrency N]
+                             [--storage-option k=v ...]
+
+    driver ─► plan: fragments → segments (≤ segment-rows rows) → tasks (≤ task-rows rows)
+    Ray tasks (workers.index) ─► read the column, native build, upload a part
+    driver ─► native merge of each segment's parts ─► commit create_index (rebase on conflict)
+
+``--update`` indexes only the fragments the index does not cover (appended or
+compacted since). Exit status: 0 on success, 1 on a failed build or commit, 2 for
+bad arguments (unknown column or kind, unsupported type, existing name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import lamina
+from lamina.errors import InvalidArgument, LaminaError
+from lamina.indexing import KINDS, IndexBuild, IndexOptions, build_index
+from workers.index import ray_runner
+
+log = logging.getLogger("lamina.index")
+
+
+def run(uri: str, column: str | None, kind: str | None, *, name: str | None = None, update: bool = False,
+        options: IndexOptions | None = None, storage_options: dict[str, Any] | None = None,
+        max_concurrency: int | None = None, runtime_env: dict[str, Any] | None = None,
+        progress: bool = False) -> IndexBuild:
+    """Builds (or updates) an index with Ray tasks; starts a local Ray if none is running."""
+    import ray
+
+    table = lamina.open_table(uri, storage_options=storage_options)
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+    limit = max_concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    started = time.perf_counter()
+
+    def report(done: int, total: int) -> None:
+        elapsed = time.perf_counter() - started
+        if progress and sys.stderr.isatty():
+            sys.stderr.write(f"\rindex {name or column}: {done}/{total} build tasks {elapsed:5.1f}s")
+            if done == total:
+                sys.stderr.write("\n")
+        else:
+            log.info("index progress: %d/%d build tasks, %.1f s", done, total, elapsed)
+
+    return build_index(table, column, kind, name=name, update=update, options=options,
+                       runner=ray_runner(limit, runtime_env), progress=report)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jobs.index", description="Build or update an index of a Lamina table on Ray.")
+    ap.add_argument("uri", help="table location: a local path or s3://bucket/prefix")
+    ap.add_argument("--column", help="column to index")
+    ap.add_argument("--kind", choices=KINDS, help="btree (equality, IN, ranges), bitmap (low cardinality), fts (text)")
+    ap.add_argument("--name", help="index name (default <column>_<kind>)")
+    ap.add_argument("--update", action="store_true", help="index only the fragments the index does not cover yet")
+    ap.add_argument("--stem", action="store_true", help="fts: English stemming")
+    ap.add_argument("--task-rows", type=int, help=f"rows per build task (default {IndexOptions.task_rows})")
+    ap.add_argument("--segment-rows", type=int, help=f"rows per merged segment (default {IndexOptions.segment_rows})")
+    ap.add_argument("--max-concurrency", type=int, help="build tasks at once (default: cluster CPUs)")
+    ap.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE", help="S3 storage option")
+    ap.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    started = time.perf_counter()
+    try:
+        if not args.update and (args.column is None or args.kind is None):
+            raise InvalidArgument("--column and --kind are required (or --update with --name or --column)")
+        if args.update and args.name is None and args.column is None:
+            raise InvalidArgument("--update needs --name or --column")
+        sizes = {k: v for k, v in (("task_rows", args.task_rows), ("segment_rows", args.segment_rows)) if v is not None}
+        options = IndexOptions(stem=args.stem, **sizes)
+        storage = {}
+        for item in args.storage_option:
+            k, sep, v = item.partition("=")
+            if not sep:
+                raise InvalidArgument(f"--storage-option {item!r}: expected key=value")
+            storage[k.strip()] = v.strip()
+        result = run(args.uri, args.column, args.kind, name=args.name, update=args.update, options=options,
+                     storage_options=storage or None, max_concurrency=args.max_concurrency, progress=not args.json)
+    except InvalidArgument as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except LaminaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    seconds = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({**result.to_dict(), "seconds": round(seconds, 3)}, indent=2))
+    elif result.action == "none":
+        print(f"{args.uri}: index {result.name!r} already covers every fragment (version {result.version})")
+    else:
+        print(f"{args.uri}: {result.action}d index {result.name!r} ({result.kind} on {result.column}) at version "
+              f"{result.version}: {result.segments} segment(s), {result.fragments} fragments, {result.rows:,} rows indexed, "
+              f"{result.bytes:,} bytes; {result.uncovered_after} fragments uncovered; {seconds:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
