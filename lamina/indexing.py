@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from lamina import _native
 from lamina.datafile import reading
+from lamina.faults import maybe_die
 from lamina.errors import CorruptFile, IndexNotFound, InvalidArgument, ObjectNotFound
 from lamina.manifest import INDICES_DIR, Fragment, IndexEntry, IndexSegment, Manifest
 from lamina.store import ObjectStore, open_store
@@ -304,8 +305,15 @@ def build_local(kind: str, inputs: list[tuple[int, pa.Array]], path: str | None,
 def _write_segment(store: ObjectStore, rel: str, make: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
     """Runs ``make(local_path)`` to write a segment file and puts it at ``rel``."""
     in_place = store.local_path(rel)
-    if in_place is not None:
-        return make(in_place)
+    if in_place is not None:  # a local table: write next to the target, then rename (a retried task may rewrite it)
+        tmp = f"{in_place}.tmp-{uuid.uuid4().hex}"
+        try:
+            meta = make(tmp)
+            os.replace(tmp, in_place)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        return meta
     scratch = tempfile.mkdtemp(prefix="lamina-index-", dir=os.environ.get("LAMINA_TMPDIR"))
     try:
         local = os.path.join(scratch, "segment.lidx")
@@ -322,6 +330,7 @@ def run_build_task(task: BuildTask) -> tuple[str, int, int]:
     inputs = [(ordinal, read_key_column(store, frag, task.column, task.kind)) for ordinal, frag in task.fragments]
     rel = segment_path(task.segment_uuid, SEGMENT_FILE if task.final else f"part-{task.part:05d}.lidx")
     meta = _write_segment(store, rel, lambda local: build_local(task.kind, inputs, local, task.options))
+    maybe_die()  # test-only fault injection (lamina.faults)
     return rel, int(meta["bytes"]), int(meta["rows"])
 
 

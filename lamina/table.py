@@ -12,7 +12,7 @@ import datetime as dt
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +42,9 @@ from lamina.manifest import (
 from lamina.store import ObjectStore, open_store
 from lamina.index_query import select
 from lamina.transaction import Append, CreateIndex, Delete, Overwrite, Transaction
+
+if TYPE_CHECKING:
+    from lamina.indexing import IndexOptions
 
 RESERVED_COLUMNS = (ROWADDR, ROWID, "_offset")
 _PK_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import tempfile
 import time
 import traceback
@@ -33,6 +32,7 @@ from lamina import _native
 from lamina.datafile import WriteOptions
 from lamina.deletion import read_deleted
 from lamina.errors import InvalidArgument, LaminaError
+from lamina.faults import maybe_die
 from lamina.indexing import IndexOptions, segment_for_outputs
 from lamina.manifest import DATA_DIR, Fragment, IndexSegment, RowGroup
 from lamina.rewrite import id_ranges, live_offsets, mapping_runs
@@ -41,9 +41,6 @@ from planner.eligibility import FULL_REWRITE, actions
 from planner.options import CompactionOptions
 from planner.plan import CompactionGroup
 
-#: Test-only fault injection: path of a marker file; the first task to run SIGKILLs its own
-#: worker process after writing its output (the marker makes the retry succeed).
-FAULT_KILL_WORKER = "LAMINA_FAULT_KILL_WORKER"
 
 
 @dataclass(frozen=True)
@@ -142,7 +139,7 @@ class GroupCompactor:
             if in_place is None:
                 store.put_file(out_rel, out_local)
             self._index(task, store, out_local, int(meta["rows"]), result)
-            _maybe_die()
+            maybe_die()
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -183,17 +180,6 @@ class GroupCompactor:
                 result.warnings.append(f"index {name!r} not extended over the output: {type(e).__name__}: {e}")
                 continue
             result.index_segments[name] = (index_uuid, seg)
-
-
-def _maybe_die() -> None:
-    marker = os.environ.get(FAULT_KILL_WORKER)
-    if marker:
-        try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return
-        os.close(fd)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def compact_group(task: GroupTask) -> GroupResult:

@@ -15,7 +15,7 @@ from planner import CompactionOptions
 from tests.compaction_helpers import MIXED_MODES, MIXED_OPTIONS, mixed_table
 from tests.lamina.concurrent_writer import BASE_ROWS, appended_ids, deleted_ids
 from tests.lamina.helpers import SCHEMA, ids_of, rows
-from workers.compaction import FAULT_KILL_WORKER
+from lamina.faults import FAULT_KILL_WORKER
 
 REPO = Path(__file__).resolve().parents[2]
 

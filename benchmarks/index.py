@@ -1,0 +1,350 @@
+"""Secondary indices (btree, bitmap, full text) against pylance on the same data: build time and query latency.
+
+    .venv/bin/python -m benchmarks.index [--quick] [--repeat N] [--no-profile] [--ray]
+
+Data, written once per library (write times printed, not part of the build times):
+  keyed: 10,000,000 rows (--quick: 1,000,000) of ``id`` int64 uniform in [0, 2**40) and ``cat``, a
+         string with 20 distinct values; files of 1,000,000 rows (--quick: 100,000) in both libraries.
+  docs:  1,000,000 short documents (--quick: 100,000) of 5-15 words drawn from a Zipf (s = 1) vocabulary
+         of 20,000 words, plus an int64 ``id``; same file size rule.
+Builds, best of --repeat (default 2; each Lamina repeat drops the index first, pylance replaces it):
+  btree on ``id``, bitmap on ``cat``, fts on ``doc``. Lamina: Table.create_index (threads, commit included).
+  pylance: create_scalar_index BTREE / BITMAP / INVERTED (no positions, no stemming, no stop words,
+  lower-casing, max token length 64: what Lamina's analyzer does).
+Queries, interleaved query by query (Lamina, pylance, alternating who goes first), after a warm-up:
+  point lookups ``id = X`` for 200 ids present in the data (--quick: 100);
+  top-10 full-text queries of 1-3 words, 100 (--quick: 50), words drawn from the corpus distribution
+  (headline), and 100 more drawn uniformly from the vocabulary (rarer words).
+Correctness: Lamina's indexed lookups equal ``use_index=False`` for a few ids; Lamina's and pylance's
+row counts agree for every lookup and for a bitmap filter; every Lamina search hit contains a query word.
+Profile (Lamina only, no commit): reading the column, native build, native merge, timed serially with
+the functions of lamina.indexing, next to the threaded build_segments that create_index runs.
+pylance is an optional peer: without ``import lance`` its side is reported as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import lamina
+from lamina.indexing import (SEGMENT_FILE, IndexOptions, build_local, build_segments, clear_caches, finish_segment,
+                             plan_segments, read_key_column, segment_path, thread_runner)
+
+VOCAB = 20_000
+CATEGORIES = 20
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[int(q * (len(s) - 1))]
+
+
+def emit(label: str, **fields) -> None:
+    print(f"{label}: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in fields.items()}), flush=True)
+
+
+# -- data ----------------------------------------------------------------------
+def keyed_rows(n: int, seed: int = 1) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 2**40, n, dtype=np.int64)
+    names = pa.array([f"category-{i:02d}" for i in range(CATEGORIES)])
+    cats = pa.DictionaryArray.from_arrays(pa.array(rng.integers(0, CATEGORIES, n, dtype=np.int32)), names).cast(pa.string())
+    return pa.table({"id": ids, "cat": cats})
+
+
+def vocabulary(seed: int = 2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    words: dict[str, None] = {}
+    while len(words) < VOCAB:
+        for length in rng.integers(3, 11, VOCAB):
+            words.setdefault("".join(rng.choice(letters, length)), None)
+            if len(words) == VOCAB:
+                break
+    return np.array(list(words), dtype=object)
+
+
+def zipf_p() -> np.ndarray:
+    p = 1.0 / np.arange(1, VOCAB + 1)
+    return p / p.sum()
+
+
+def doc_rows(n: int, vocab: np.ndarray, seed: int = 3) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(5, 16, n)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    tokens = pc.take(pa.array(vocab, pa.string()), pa.array(rng.choice(VOCAB, int(offsets[-1]), p=zipf_p())))
+    docs = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), tokens), " ")
+    return pa.table({"id": np.arange(n, dtype=np.int64), "doc": docs})
+
+
+def queries(n: int, vocab: np.ndarray, zipf: bool, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    p = zipf_p() if zipf else None
+    return [" ".join(vocab[rng.choice(VOCAB, int(rng.integers(1, 4)), p=p)]) for _ in range(n)]
+
+
+def write_lamina(path: str, data: pa.Table, per_file: int) -> tuple[float, lamina.Table]:
+    def go():
+        t = lamina.create_table(path, data.schema)
+        t.append(data, max_rows_per_file=per_file)
+        return t
+    return timed(go)
+
+
+def write_lance(lance, path: str, data: pa.Table, per_file: int):
+    return timed(lambda: lance.write_dataset(data, path, max_rows_per_file=per_file))
+
+
+# -- builds --------------------------------------------------------------------
+LANCE_FTS = dict(with_position=False, stem=False, remove_stop_words=False, lower_case=True, ascii_folding=False,
+                 max_token_length=64, base_tokenizer="simple")
+
+
+def build_lamina(t: lamina.Table, column: str, kind: str, repeat: int) -> float:
+    best = None
+    for r in range(repeat):
+        if r:
+            t.drop_index(f"{column}_{kind}")
+        s, _ = timed(lambda: t.create_index(column, kind))
+        best = s if best is None else min(best, s)
+    return best
+
+
+def build_lance(ds, column: str, kind: str, repeat: int) -> float:
+    kwargs = LANCE_FTS if kind == "INVERTED" else {}
+    best = None
+    for _ in range(repeat):
+        s, _ = timed(lambda: ds.create_scalar_index(column, index_type=kind, replace=True, **kwargs))
+        best = s if best is None else min(best, s)
+    return best
+
+
+# -- queries -------------------------------------------------------------------
+def interleaved(items: list, warmup: list, fns: dict) -> dict[str, tuple[list[float], list]]:
+    """Per-item latency of each fn, alternating which library goes first."""
+    for q in warmup:
+        for fn in fns.values():
+            fn(q)
+    out = {name: ([], []) for name in fns}
+    names = list(fns)
+    for i, q in enumerate(items):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            s, r = timed(lambda: fns[name](q))
+            out[name][0].append(s)
+            out[name][1].append(r)
+    return out
+
+
+def latency_fields(xs: list[float]) -> dict[str, float]:
+    return {"p50_ms": 1000 * statistics.median(xs), "p95_ms": 1000 * pct(xs, 0.95), "mean_ms": 1000 * statistics.fmean(xs)}
+
+
+# -- profile -------------------------------------------------------------------
+def profile(t: lamina.Table, column: str, kind: str) -> dict[str, float]:
+    """Serial per-phase times of an index build (no commit), and the threaded build_segments wall time."""
+    store, opts = t.store, IndexOptions()
+    frags = list(t.manifest.fragments)
+    plans = plan_segments(t.uri, t.storage_options, column, kind, frags, opts)
+    read_s = build_s = merge_s = 0.0
+    written = []
+    for plan in plans:
+        parts = []
+        for task in plan.tasks:
+            s, inputs = timed(lambda: [(o, read_key_column(store, f, column, kind)) for o, f in task.fragments])
+            read_s += s
+            rel = segment_path(plan.uuid, SEGMENT_FILE if task.final else f"part-{task.part:05d}.lidx")
+            s, meta = timed(lambda: build_local(kind, inputs, store.local_path(rel), opts))
+            build_s += s
+            parts.append((rel, int(meta["bytes"]), int(meta["rows"])))
+            del inputs
+        s, seg = timed(lambda: finish_segment(store, plan, kind, opts, parts))
+        merge_s += s
+        written.append(seg.path)
+    plans = plan_segments(t.uri, t.storage_options, column, kind, frags, opts)
+    threaded_s, segs = timed(lambda: build_segments(store, plans, kind, opts, thread_runner()))
+    written += [s.path for s in segs]
+    store.delete(written)
+    tasks = sum(len(p.tasks) for p in plans)
+    return {"segments": len(plans), "tasks": tasks, "read_column_s": read_s, "native_build_s": build_s,
+            "native_merge_s": merge_s, "serial_sum_s": read_s + build_s + merge_s, "threaded_build_segments_s": threaded_s}
+
+
+def ray_job(uri: str) -> dict[str, float]:
+    import ray
+
+    from jobs.index import run
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    start_s, _ = timed(lambda: ray.init(num_cpus=os.cpu_count(), include_dashboard=False, configure_logging=False,
+                                        log_to_driver=False))
+    try:
+        job_s, r = timed(lambda: run(uri, "id", "btree", name="id_btree_ray"))
+        # a second build with warm workers: the steady-state cost without worker start-up
+        lamina.open_table(uri).drop_index("id_btree_ray")
+        warm_s, _ = timed(lambda: run(uri, "id", "btree", name="id_btree_ray"))
+        lamina.open_table(uri).drop_index("id_btree_ray")
+    finally:
+        ray.shutdown()
+    return {"ray_init_s": start_s, "job_first_s": job_s, "job_warm_s": warm_s, "segments": r.segments}
+
+
+# -- main ----------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="10x smaller data, a smoke run (under a minute)")
+    ap.add_argument("--repeat", type=int, default=None, help="builds: best of N (default 2; --quick 3)")
+    ap.add_argument("--no-profile", action="store_true", help="skip the per-phase profile of Lamina's builds")
+    ap.add_argument("--ray", action="store_true", help="also time the Ray job (jobs.index) for the btree")
+    ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir under /tmp)")
+    args = ap.parse_args()
+    scale = 10 if args.quick else 1
+    n_keyed, n_docs, per_file = 10_000_000 // scale, 1_000_000 // scale, 1_000_000 // scale
+    n_lookups, n_fts = (100, 50) if args.quick else (200, 100)
+    repeat = args.repeat or (3 if args.quick else 2)
+    try:
+        import lance
+    except ImportError:
+        lance = None
+        print("pylance not installed: the peer is skipped (pip install pylance)")
+
+    root = tempfile.mkdtemp(prefix="lamina-bench-index-", dir=args.dir)
+    results: dict[str, dict] = {}
+    try:
+        t0 = time.perf_counter()
+        keyed = keyed_rows(n_keyed)
+        vocab = vocabulary()
+        docs = doc_rows(n_docs, vocab)
+        tokens = pc.sum(pc.list_value_length(pc.split_pattern(docs.column("doc"), " "))).as_py()
+        print(f"data generated in {time.perf_counter() - t0:.1f} s: keyed {n_keyed:,} rows ({keyed.nbytes / 2**20:.0f} MiB), "
+              f"docs {n_docs:,} rows, {tokens:,} words ({docs.nbytes / 2**20:.0f} MiB); files of {per_file:,} rows; "
+              f"builds best of {repeat}", flush=True)
+        print(f"versions: lamina {lamina.__version__}, pyarrow {pa.__version__}, pylance {lance.__version__ if lance else '-'}; "
+              f"cpus {os.cpu_count()}")
+
+        w = {}
+        w["lamina_keyed_s"], tk = write_lamina(os.path.join(root, "lamina-keyed"), keyed, per_file)
+        w["lamina_docs_s"], td = write_lamina(os.path.join(root, "lamina-docs"), docs, per_file)
+        if lance:
+            w["lance_keyed_s"], dk = write_lance(lance, os.path.join(root, "lance-keyed"), keyed, per_file)
+            w["lance_docs_s"], dd = write_lance(lance, os.path.join(root, "lance-docs"), docs, per_file)
+        emit("write (not part of build times)", **w)
+
+        # builds
+        for label, column, kind, lk, tbl, ds in (("btree", "id", "btree", "BTREE", tk, "dk"),
+                                                 ("bitmap", "cat", "bitmap", "BITMAP", tk, "dk"),
+                                                 ("fts", "doc", "fts", "INVERTED", td, "dd")):
+            r = {"lamina_s": build_lamina(tbl, column, kind, repeat)}
+            if lance:
+                r["lance_s"] = build_lance(dk if ds == "dk" else dd, column, lk, repeat)
+                r["ratio"] = r["lance_s"] / r["lamina_s"]
+            results[f"build {label}"] = r
+            emit(f"build {label} ({column}, {tbl.manifest.rows:,} rows)", **r)
+        ix = {i.name: (i.segments, i.bytes) for i in tk.list_indices() + td.list_indices()}
+        print(f"lamina indices (segments, bytes): {json.dumps(ix)}")
+        print("explain id = 5:\n  " + tk.explain("id = 5").replace("\n", "\n  "))
+
+        # correctness of lookups
+        rng = np.random.default_rng(7)
+        all_ids = keyed.column("id").to_numpy()
+        ids = [int(x) for x in all_ids[rng.choice(n_keyed, n_lookups + 5)]]
+        warm, look = ids[:5], ids[5:]
+        for x in look[:3]:
+            a = tk.to_arrow(filter=f"id = {x}")
+            b = tk.to_arrow(filter=f"id = {x}", use_index=False)
+            assert a.num_rows >= 1 and a.equals(b), f"id = {x}: index {a.num_rows} rows, scan {b.num_rows} rows"
+        cat_truth = int(pc.sum(pc.equal(keyed.column("cat"), "category-07")).as_py())
+        cat_lamina = tk.to_arrow(columns=["id"], filter="cat = 'category-07'").num_rows
+        checks = {"lookups_index_equals_scan": 3, "bitmap_rows_truth": cat_truth, "bitmap_rows_lamina": cat_lamina}
+        assert cat_lamina == cat_truth, checks
+        if lance:
+            checks["bitmap_rows_lance"] = dk.count_rows(filter="cat = 'category-07'")
+
+        # point lookups
+        fns = {"lamina": lambda x: tk.to_arrow(filter=f"id = {x}")}
+        if lance:
+            fns["lance"] = lambda x: dk.to_table(filter=f"id = {x}")
+        lat = interleaved(look, warm, fns)
+        truth = {x: int((all_ids == x).sum()) for x in look[:20]}
+        lam_counts = [r.num_rows for r in lat["lamina"][1]]
+        assert all(lam_counts[i] == truth[x] for i, x in enumerate(look[:20])), "lamina lookup row count differs from the data"
+        if lance:
+            lance_counts = [r.num_rows for r in lat["lance"][1]]
+            checks["lookup_counts_agree"] = f"{sum(a == b for a, b in zip(lam_counts, lance_counts))}/{len(look)}"
+        for name, (xs, _) in lat.items():
+            results.setdefault("point lookup", {})[name] = latency_fields(xs)
+        emit(f"point lookup id = X, {len(look)} ids", **{f"{k}_{f}": v for k, d in results["point lookup"].items() for f, v in d.items()})
+
+        # full-text queries
+        clear_caches()
+        for mix, zipf in (("corpus", True), ("uniform", False)):
+            qs = queries(n_fts + 5, vocab, zipf, seed=11 if zipf else 12)
+            fns = {"lamina": lambda q: td.search(q, column="doc", k=10)}
+            if lance:
+                fns["lance"] = lambda q: dd.to_table(full_text_query=q, limit=10)
+            lat = interleaved(qs[5:], qs[:5], fns)
+            bad = 0
+            for q, r in zip(qs[5:], lat["lamina"][1]):
+                words = set(q.split())
+                bad += sum(not (words & set(d.split())) for d in r.column("doc").to_pylist())
+            assert bad == 0, f"{bad} search hits contain no query word"
+            key = f"fts query ({mix} words)"
+            for name, (xs, _) in lat.items():
+                results.setdefault(key, {})[name] = latency_fields(xs)
+            extra = {}
+            if lance:
+                la, lb = lat["lamina"][1], lat["lance"][1]
+                extra["same_hit_count"] = f"{sum(a.num_rows == b.num_rows for a, b in zip(la, lb))}/{len(la)}"
+                extra["top10_id_overlap"] = statistics.fmean(
+                    len(set(a.column("id").to_pylist()) & set(b.column("id").to_pylist())) / max(1, a.num_rows)
+                    for a, b in zip(la, lb))
+                # ties make ids differ; scores (same BM25 k1=1.2, b=0.75 and statistics) should match
+                extra["top10_scores_match"] = f"{sum(np.allclose(a.column('_score').to_numpy(), b.column('_score').to_numpy(), rtol=1e-3) for a, b in zip(la, lb) if a.num_rows == b.num_rows)}/{len(la)}"
+            emit(f"{key}, {n_fts} queries top-10", **{f"{k}_{f}": v for k, d in results[key].items() for f, v in d.items()}, **extra)
+        emit("correctness", **checks)
+
+        if not args.no_profile:
+            for column, kind, tbl in (("id", "btree", tk), ("cat", "bitmap", tk), ("doc", "fts", td)):
+                emit(f"profile {kind} (lamina, no commit)", **profile(tbl, column, kind))
+        if args.ray:
+            emit("ray job btree (jobs.index.run)", **ray_job(tk.uri))
+
+        # summary
+        print("\nsummary (ratio = pylance / lamina: above 1 means Lamina is faster)")
+        print(f"  {'':34}{'lamina':>11}{'pylance':>11}{'ratio':>8}  target")
+        targets = {"build": 1.5, "point lookup": 1.0, "fts query": 1.0}
+        for key, r in results.items():
+            target = next(v for k, v in targets.items() if key.startswith(k))
+            rows = [("", "lamina_s", "lance_s", "s")] if key.startswith("build") else \
+                [(" p50", "p50_ms", "p50_ms", "ms"), (" p95", "p95_ms", "p95_ms", "ms")]
+            for suffix, a, b, unit in rows:
+                lam = r["lamina_s"] if unit == "s" else r["lamina"][a]
+                pl = (r.get("lance_s") if unit == "s" else r.get("lance", {}).get(b))
+                if pl is None:
+                    print(f"  {key + suffix:34}{lam:9.3f}{unit:>2}{'skipped':>11}")
+                    continue
+                ratio = pl / lam
+                met = "met" if ratio >= target else "MISSED"
+                print(f"  {key + suffix:34}{lam:9.3f}{unit:>2}{pl:9.3f}{unit:>2}{ratio:7.2f}x  >= {target}x {met}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

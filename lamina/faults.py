@@ -1,0 +1,24 @@
+"""Test-only fault injection shared by the workers.
+
+``LAMINA_FAULT_KILL_WORKER`` names a marker file: the first task to reach a kill
+point creates it and SIGKILLs its own process; later tasks (the Ray retry) see
+the marker and go on. Unset in production: the checks cost one getenv.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+FAULT_KILL_WORKER = "LAMINA_FAULT_KILL_WORKER"
+
+
+def maybe_die() -> None:
+    marker = os.environ.get(FAULT_KILL_WORKER)
+    if marker:
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
