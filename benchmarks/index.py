@@ -13,7 +13,7 @@ Builds, best of --repeat (default 2; each Lamina repeat drops the index first, p
   lower-casing, max token length 64: what Lamina's analyzer does).
 Queries, interleaved query by query (Lamina, pylance, alternating who goes first), after a warm-up:
   point lookups ``id = X`` for 200 ids present in the data (--quick: 100);
-  top-10 full-text queries of 1-3 words, 100 (--quick: 50), words drawn from the corpus distribution
+  top-10 full-text queries of 1-3 distinct words, 100 (--quick: 50), words drawn from the corpus distribution
   (headline), and 100 more drawn uniformly from the vocabulary (rarer words).
 Correctness: Lamina's indexed lookups equal ``use_index=False`` for a few ids; Lamina's and pylance's
 row counts agree for every lookup and for a bitmap filter; every Lamina search hit contains a query word.
@@ -97,7 +97,8 @@ def doc_rows(n: int, vocab: np.ndarray, seed: int = 3) -> pa.Table:
 def queries(n: int, vocab: np.ndarray, zipf: bool, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
     p = zipf_p() if zipf else None
-    return [" ".join(vocab[rng.choice(VOCAB, int(rng.integers(1, 4)), p=p)]) for _ in range(n)]
+    # distinct words: Lamina scores a repeated query word once, pylance once per occurrence
+    return [" ".join(vocab[rng.choice(VOCAB, int(rng.integers(1, 4)), replace=False, p=p)]) for _ in range(n)]
 
 
 def write_lamina(path: str, data: pa.Table, per_file: int) -> tuple[float, lamina.Table]:
