@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import lamina
 
@@ -92,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     expected = np.setdiff1d(np.arange(total), [i for i in range(min(total, 100000)) if i % 11 and i % 3 == 2])
     written_ok = len(ids) == len(np.unique(ids)) and np.array_equal(np.sort(ids), expected) and deleted == total - len(expected)
 
+    print("\nIndexing id (python -m jobs.index --column id --kind btree) ...", flush=True)
+    from jobs.index import run as build_index
+
+    built = build_index(uri, "id", "btree", progress=True)
+    print(f"  {built.segments} segment(s), {built.rows:,} rows, {built.bytes / 2**20:.1f} MiB")
+
     print("\nCompacting (python -m jobs.compact) ...", flush=True)
     from jobs.compact import compact
     from planner import CompactionOptions
@@ -115,9 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  groups: {', '.join(f'{n} {m}' for m, n in modes.items())}; {summary.failed_groups} failed; "
           f"{summary.seconds:.1f} s")
     same = after.equals(before)
+    final = lamina.open_table(uri)
+    [index] = final.list_indices()
+    probes = [int(x) for x in np.random.default_rng(1).choice(ids, 20)] + [total + 5]
+    lookups_ok = index.uncovered_fragments == 0 and all(
+        final.to_arrow(filter=f"id = {i}").equals(after.filter(pc.equal(after.column("id"), i))) for i in probes)
+    print(f"  index {index.name}: {index.covered_fragments} fragments covered, {index.uncovered_fragments} uncovered after compaction")
     print(f"  check: rows written exactly once: {'OK' if written_ok else 'FAILED'}")
     print(f"  check: rows unchanged by compaction, in order: {'OK' if same else 'FAILED'}")
-    return 0 if written_ok and same and not summary.failed_groups else 1
+    print(f"  check: index covers the compacted table, lookups equal a scan: {'OK' if lookups_ok else 'FAILED'}")
+    return 0 if written_ok and same and lookups_ok and not summary.failed_groups else 1
 
 
 if __name__ == "__main__":

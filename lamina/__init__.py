@@ -8,7 +8,7 @@
 """
 
 from lamina import errors
-from lamina.table import FragmentInfo, Table, TableStats, VersionInfo, create_table, open_table
+from lamina.table import FragmentInfo, IndexInfo, Table, TableStats, VersionInfo, create_table, open_table
 
 __version__ = "0.1.0"
-__all__ = ["errors", "create_table", "open_table", "Table", "FragmentInfo", "TableStats", "VersionInfo", "__version__"]
+__all__ = ["errors", "create_table", "open_table", "Table", "FragmentInfo", "IndexInfo", "TableStats", "VersionInfo", "__version__"]

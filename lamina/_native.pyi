@@ -42,3 +42,60 @@ def rewrite_data_file(
     ("encode", src, rg) re-encodes the live rows (``sources`` give each file's deleted offsets).
     Checks the output's rows and schema before returning; releases the GIL.
     """
+
+INDEX_FOOTER_LEN: int
+
+def build_index_segment(
+    kind: str,
+    inputs: list[tuple[int, pa.Array]],
+    path: str | None = None,
+    *,
+    page_entries: int = 4096,
+    max_bitmap_values: int = 65536,
+    stem: bool = False,
+    max_token_len: int = 64,
+) -> dict:
+    """Builds one index segment ("btree", "bitmap" or "fts") from (ordinal, values) pairs; values are
+    int64, uint64, float64, (large) string/binary or dictionary<int32, string>. Writes ``path``
+    (never replacing a file, fsynced) or returns the bytes as ``"data"``. Returns
+    ``{"rows", "ordinals", "bytes"}``. Releases the GIL."""
+
+def merge_index_segments(
+    kind: str,
+    inputs: list[tuple[str, str]],
+    output: str,
+    *,
+    page_entries: int = 4096,
+    max_bitmap_values: int = 65536,
+    stem: bool = False,
+    max_token_len: int = 64,
+) -> dict:
+    """Merges local segment files [(path, name for errors)] covering disjoint ordinals into ``output``."""
+
+def index_directory_range(tail: bytes, file_len: int, object: str) -> tuple[int, int]:
+    """(offset, length) of a segment's directory, from at least its last INDEX_FOOTER_LEN bytes."""
+
+def analyze_text(text: str, *, stem: bool = False, max_token_len: int = 64) -> list[str]:
+    """Distinct query terms of ``text`` under the fts analyzer, in order."""
+
+def tokenize_text(text: str, *, stem: bool = False, max_token_len: int = 64) -> list[str]:
+    """Every token of ``text`` (repeats kept), as the fts index counts them."""
+
+def bm25_top_k(terms: list[tuple[pa.Array, pa.Array, pa.Array]], docs: int, avgdl: float, k: int) -> tuple[pa.UInt64Array, pa.DoubleArray]:
+    """Top ``k`` addresses by BM25; per query term (addresses uint64, tf uint32, lengths uint32); best first."""
+
+class IndexSegment:
+    """The directory of one stored segment: names the blocks a query needs and decodes them."""
+
+    kind: str
+    rows: int
+    ordinals: int
+    key_type: str | None
+    analyzer: tuple[bool, int]
+    def __init__(self, footer: bytes, directory: bytes, file_len: int, object: str) -> None: ...
+    def blocks_for_ranges(self, ranges: list[tuple[object, bool, object, bool]]) -> list[tuple[int, int, int]]: ...
+    def lookup(self, ranges: list[tuple[object, bool, object, bool]], blocks: list[tuple[int, bytes]]) -> pa.UInt64Array: ...
+    def term_blocks(self, terms: list[str]) -> list[tuple[str, int, int, int]]: ...
+    def fragment_stats(self) -> list[tuple[int, int, int, int, int, int, int]]: ...
+    def postings(self, id: int, data: bytes) -> tuple[pa.UInt64Array, pa.UInt32Array]: ...
+    def lengths(self, id: int, rows: int, data: bytes) -> pa.UInt32Array: ...
