@@ -240,7 +240,18 @@ def read_rows(
 
 
 def take_rows(store: ObjectStore, fragment: Fragment, offsets: np.ndarray, columns: Sequence[str]) -> pa.Table:
-    """Rows at ``offsets`` (physical, already checked live) of one fragment, in the order given."""
+    """Rows at ``offsets`` (physical, already checked live) of one fragment, in the order given.
+
+    Local files: only the pages holding the rows are read (native, offset index). Elsewhere,
+    the row groups holding them.
+    """
+    local = store.local_path(fragment.path) if len(columns) else None
+    if local is not None and len(offsets):
+        uniq, inverse = np.unique(offsets, return_inverse=True)
+        with reading(store, fragment, "cannot be decoded"):
+            batch = _native.take_local_rows(local, fragment.file_bytes, pa.array(uniq.astype(np.uint32)), list(columns))
+        table = pa.Table.from_batches([batch])
+        return table if len(uniq) == len(offsets) and (np.diff(offsets) > 0).all() else table.take(pa.array(inverse.ravel(), type=pa.int64()))
     pf = open_parquet(store, fragment)
     bounds = np.cumsum([0] + [g.rows for g in fragment.row_groups])
     groups = np.unique(np.searchsorted(bounds, offsets, side="right") - 1)

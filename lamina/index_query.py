@@ -190,8 +190,17 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
                 return read_rows(store, frag, schema, np.sort(offs), columns, flt, **kwargs), True, len(offs)
         return read_fragment(store, frag, schema, columns, flt, **kwargs), False, 0
 
-    results = (map_fn or (lambda f, xs: [f(x) for x in xs]))(one, plan.fragments)
-    for table, by_index, n in results:
+    # Fragments where the index found nothing need no I/O: answer them here, map the rest.
+    out_schema = None
+    todo = [f for f in plan.fragments if f.id not in served or len(candidates[f.id])]
+    results = dict(zip((f.id for f in todo), (map_fn or (lambda fn, xs: [fn(x) for x in xs]))(one, todo)))
+    for frag in plan.fragments:
+        if frag.id not in results:
+            if out_schema is None:
+                out_schema = read_rows(store, frag, schema, np.zeros(0, np.uint32), columns, flt, with_row_address=with_row_address,
+                                       with_row_id=with_row_id, with_offsets=with_offsets).schema
+            results[frag.id] = (out_schema.empty_table(), True, 0)
+    for table, by_index, n in (results[f.id] for f in plan.fragments):
         sel.tables.append(table)
         sel.index_fragments += by_index
         sel.scanned_fragments += not by_index

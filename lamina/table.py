@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
@@ -111,11 +112,32 @@ def _pool_size(n: int) -> int:
     return max(1, min(n, int(os.environ.get("LAMINA_IO_THREADS", "8"))))
 
 
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _io_pool() -> ThreadPoolExecutor:
+    """One long-lived pool per process (starting threads per read cost milliseconds per query)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(_pool_size(1 << 30), thread_name_prefix="lamina-io")
+        return _POOL
+
+
+def _forget_pool() -> None:  # a forked child must not use the parent's threads
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _map_fragments(fn, items: Sequence[Any]) -> list[Any]:
+    """``[fn(x) for x in items]`` with up to ``LAMINA_IO_THREADS`` at once; never call it from ``fn``."""
     if len(items) <= 1:
         return [fn(x) for x in items]
-    with ThreadPoolExecutor(_pool_size(len(items)), thread_name_prefix="lamina-io") as pool:
-        return list(pool.map(fn, items))
+    return list(_io_pool().map(fn, items))
 
 
 def _validate_schema(schema: Any) -> pa.Schema:

@@ -1,6 +1,7 @@
 //! Lamina data files: plain Parquet with fixed writer properties and a
 //! Lamina file version in the key-value metadata (docs/FORMAT.md, "Data files").
 
+pub mod take;
 pub mod writer;
 
 /// Key-value metadata key holding the Lamina file version of a data file.

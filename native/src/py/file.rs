@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::datatypes::Schema;
+use arrow::array::{ArrayData, UInt32Array};
+use arrow::datatypes::{DataType, Schema};
 use arrow::pyarrow::PyArrowType;
 use arrow::record_batch::RecordBatch;
 use pyo3::prelude::*;
@@ -42,4 +43,21 @@ pub(crate) fn written_dict<'py>(py: Python<'py>, written: &WrittenFile) -> PyRes
     out.set_item("row_groups", groups)?;
     out.set_item("file_version", written.file_version)?;
     Ok(out)
+}
+
+/// Rows at sorted, distinct `offsets` of a local data file, reading only the pages that hold them.
+#[pyfunction]
+pub(crate) fn take_local_rows(
+    py: Python<'_>,
+    path: PathBuf,
+    size: u64,
+    offsets: PyArrowType<ArrayData>,
+    columns: Vec<String>,
+) -> PyResult<PyArrowType<RecordBatch>> {
+    if offsets.0.data_type() != &DataType::UInt32 || offsets.0.null_count() > 0 {
+        return Err(crate::error::Error::InvalidArgument("offsets must be uint32 without nulls".into()).into());
+    }
+    let offsets = UInt32Array::from(offsets.0);
+    let batch = without_gil(py, || crate::file::take::take(&path, size, offsets.values(), &columns))?;
+    Ok(PyArrowType(batch))
 }
