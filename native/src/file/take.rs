@@ -20,9 +20,11 @@ use crate::error::{Error, Result};
 const CACHED_FILES: usize = 256;
 
 type Key = (PathBuf, u64);
+/// Entries and their insertion order (oldest out first).
+type Cache = Mutex<(HashMap<Key, ArrowReaderMetadata>, VecDeque<Key>)>;
 
-fn cache() -> &'static Mutex<(HashMap<Key, ArrowReaderMetadata>, VecDeque<Key>)> {
-    static CACHE: OnceLock<Mutex<(HashMap<Key, ArrowReaderMetadata>, VecDeque<Key>)>> = OnceLock::new();
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new((HashMap::new(), VecDeque::new())))
 }
 

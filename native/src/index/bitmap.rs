@@ -173,12 +173,7 @@ pub(crate) fn merge(inputs: &[(SegmentReader, &[u8])], options: &BuildOptions) -
         key_type = Some(dir.key_type);
         ordinals = ordinals.max(reader.ordinals);
         for (i, v) in dir.values.iter().enumerate() {
-            let start = v.block.offset as usize;
-            let buf = bytes
-                .get(start..start + v.block.len as usize)
-                .ok_or_else(|| corrupt(&reader.object, format!("bitmap {i} lies outside the file")))?;
-            reader.check_block(i as u32, buf)?;
-            *by_key.entry(v.key.clone()).or_default() |= decode_bitmap(buf, &reader.object)?;
+            *by_key.entry(v.key.clone()).or_default() |= decode_bitmap(reader.stored_block(bytes, i as u32)?, &reader.object)?;
         }
         if by_key.len() > options.max_bitmap_values {
             return Err(too_many(by_key.len(), options));

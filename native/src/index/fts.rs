@@ -148,6 +148,9 @@ pub fn decode_lengths(bytes: &[u8], rows: u32, object: &str) -> Result<Vec<u32>>
     Ok(out)
 }
 
+/// Postings by term: (local address, term frequency), ascending addresses.
+type Postings = HashMap<String, Vec<(u64, u32)>>;
+
 /// One fragment's analyzed documents: postings by term, and lengths.
 struct Analyzed {
     ordinal: u32,
@@ -160,7 +163,7 @@ const CHUNK_DOCS: usize = 2048;
 fn analyze(ordinal: u32, col: &KeyColumn, analyzer: &Analyzer) -> Analyzed {
     let mut docs: Vec<(u32, &[u8])> = Vec::with_capacity(col.len());
     col.for_each_bytes(|off, b| docs.push((off, b)));
-    let chunks: Vec<(Vec<(u32, u32)>, HashMap<String, Vec<(u64, u32)>>)> = docs
+    let chunks: Vec<(Vec<(u32, u32)>, Postings)> = docs
         .par_chunks(CHUNK_DOCS)
         .map_init(
             || analyzer.stem.then(|| Stemmer::create(Algorithm::English)),
@@ -288,14 +291,6 @@ pub(crate) fn merge(inputs: &[(SegmentReader, &[u8])], options: &BuildOptions) -
     let mut fragments = Vec::new();
     let mut postings: BTreeMap<String, Vec<(u64, u32)>> = BTreeMap::new();
     let mut ordinals = 0;
-    let block = |reader: &SegmentReader, bytes: &'_ [u8], id: u32, r: BlockRef| -> Result<Vec<u8>> {
-        let start = r.offset as usize;
-        let buf = bytes
-            .get(start..start + r.len as usize)
-            .ok_or_else(|| corrupt(&reader.object, format!("block {id} lies outside the file")))?;
-        reader.check_block(id, buf)?;
-        Ok(buf.to_vec())
-    };
     for (reader, bytes) in inputs {
         let dir = reader.fts()?;
         if dir.analyzer != options.analyzer {
@@ -303,12 +298,11 @@ pub(crate) fn merge(inputs: &[(SegmentReader, &[u8])], options: &BuildOptions) -
         }
         ordinals = ordinals.max(reader.ordinals);
         for (i, f) in dir.fragments.iter().enumerate() {
-            let raw = block(reader, bytes, i as u32, f.block)?;
-            fragments.push((f.ordinal, decode_lengths(&raw, f.rows, &reader.object)?));
+            fragments.push((f.ordinal, decode_lengths(reader.stored_block(bytes, i as u32)?, f.rows, &reader.object)?));
         }
         for (i, t) in dir.terms.iter().enumerate() {
             let id = (dir.fragments.len() + i) as u32;
-            let (addrs, tfs) = decode_postings(&block(reader, bytes, id, t.block)?, &reader.object)?;
+            let (addrs, tfs) = decode_postings(reader.stored_block(bytes, id)?, &reader.object)?;
             postings.entry(t.term.clone()).or_default().extend(addrs.into_iter().zip(tfs));
         }
     }

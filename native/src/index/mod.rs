@@ -140,7 +140,7 @@ pub fn parse_footer(tail: &[u8], file_len: u64, object: &str) -> Result<Footer> 
     if version != FORMAT_VERSION {
         return Err(corrupt(object, format!("index format version {version}; this build reads version {FORMAT_VERSION}: upgrade Lamina")));
     }
-    if dir_offset.checked_add(dir_len).map_or(true, |end| end + FOOTER_LEN as u64 != file_len) {
+    if dir_offset.checked_add(dir_len).is_none_or(|end| end + FOOTER_LEN as u64 != file_len) {
         return Err(corrupt(object, format!("directory at {dir_offset}+{dir_len} does not end at the footer of a {file_len}-byte file")));
     }
     Ok(Footer { dir_offset, dir_len, dir_crc, kind })
@@ -237,6 +237,17 @@ impl SegmentReader {
             Body::Bitmap(b) => b.values.get(id as usize).map(|v| v.block),
             Body::Fts(f) => f.block(id),
         }
+    }
+
+    /// Block `id` sliced out of the whole segment file `file`, checked.
+    pub(crate) fn stored_block<'a>(&self, file: &'a [u8], id: u32) -> Result<&'a [u8]> {
+        let r = self.block_ref(id).ok_or_else(|| corrupt(&self.object, format!("no block {id}")))?;
+        let start = r.offset as usize;
+        let bytes = file
+            .get(start..start.saturating_add(r.len as usize))
+            .ok_or_else(|| corrupt(&self.object, format!("block {id} lies outside the file")))?;
+        self.check_block(id, bytes)?;
+        Ok(bytes)
     }
 
     /// Checks fetched bytes against the directory's crc32 for block `id`.

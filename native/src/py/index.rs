@@ -147,6 +147,11 @@ pub(crate) fn bm25_top_k(
     Ok((PyArrowType(addrs.into_data()), PyArrowType(scores.into_data())))
 }
 
+/// A key range from Python: (lo, lo_inclusive, hi, hi_inclusive), None bounds open.
+type PyRange<'py> = (Option<Bound<'py, PyAny>>, bool, Option<Bound<'py, PyAny>>, bool);
+/// (ordinal, rows, docs, total_len, block id, offset, length).
+type FragmentStatsRow = (u32, u32, u32, u64, u32, u64, u32);
+
 /// The directory of one stored segment.
 #[pyclass(frozen, module = "lamina._native")]
 pub(crate) struct IndexSegment {
@@ -169,7 +174,7 @@ impl IndexSegment {
     }
 
     /// Python ranges → key ranges; a NaN bound makes its range match nothing (dropped).
-    fn ranges(&self, ranges: Vec<(Option<Bound<'_, PyAny>>, bool, Option<Bound<'_, PyAny>>, bool)>) -> Result<Vec<KeyRange>, Error> {
+    fn ranges(&self, ranges: Vec<PyRange<'_>>) -> Result<Vec<KeyRange>, Error> {
         let mut out = Vec::with_capacity(ranges.len());
         for (lo, lo_incl, hi, hi_incl) in ranges {
             let lo = match lo {
@@ -227,7 +232,7 @@ impl IndexSegment {
     }
 
     /// (id, offset, length) of the blocks a range query reads; ranges are (lo, lo_inclusive, hi, hi_inclusive).
-    fn blocks_for_ranges(&self, ranges: Vec<(Option<Bound<'_, PyAny>>, bool, Option<Bound<'_, PyAny>>, bool)>) -> PyResult<Vec<(u32, u64, u32)>> {
+    fn blocks_for_ranges(&self, ranges: Vec<PyRange<'_>>) -> PyResult<Vec<(u32, u64, u32)>> {
         let ranges = self.ranges(ranges)?;
         Ok(self.block_list(self.reader.blocks_for_ranges(&ranges)?))
     }
@@ -236,7 +241,7 @@ impl IndexSegment {
     fn lookup(
         &self,
         py: Python<'_>,
-        ranges: Vec<(Option<Bound<'_, PyAny>>, bool, Option<Bound<'_, PyAny>>, bool)>,
+        ranges: Vec<PyRange<'_>>,
         blocks: Vec<(u32, Vec<u8>)>,
     ) -> PyResult<PyArrowType<ArrayData>> {
         let ranges = self.ranges(ranges)?;
@@ -268,7 +273,7 @@ impl IndexSegment {
     }
 
     /// (ordinal, rows, docs, total_len, id, offset, length) per fragment of a full-text segment.
-    fn fragment_stats(&self) -> PyResult<Vec<(u32, u32, u32, u64, u32, u64, u32)>> {
+    fn fragment_stats(&self) -> PyResult<Vec<FragmentStatsRow>> {
         let dir = self.reader.fts()?;
         Ok(dir
             .fragments
