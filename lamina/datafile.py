@@ -177,6 +177,18 @@ def _needed(schema: pa.Schema, columns: Sequence[str] | None, flt: Filter | None
     return out_cols, out_cols + [c for c in extra if c not in out_cols]
 
 
+def output_schema(schema: pa.Schema, columns: Sequence[str] | None, with_row_address: bool = False,
+                  with_row_id: bool = False, with_offsets: bool = False) -> pa.Schema:
+    """The schema ``read_fragment`` / ``read_rows`` return for these arguments."""
+    names = list(schema.names) if columns is None else list(columns)
+    fields = [schema.field(n) for n in names]
+    for flag, name, typ in ((with_row_address, ROWADDR, pa.uint64()), (with_row_id, ROWID, pa.uint64()),
+                            (with_offsets, "_offset", pa.uint32())):
+        if flag:
+            fields.append(pa.field(name, typ))
+    return pa.schema(fields)
+
+
 def _finish(table: pa.Table, fragment: Fragment, offsets: np.ndarray, flt: Filter | None, out_cols: list[str],
             with_row_address: bool, with_row_id: bool, with_offsets: bool) -> pa.Table:
     """Adds the requested special columns for the physical ``offsets`` of ``table``'s rows, filters, projects."""
@@ -234,6 +246,8 @@ def read_rows(
     out_cols, needed = _needed(schema, columns, flt)
     if len(offsets) == 0:
         table = schema.empty_table().select(needed)
+    elif not needed:  # counting: rows without columns
+        table = pa.table({"_": pa.nulls(len(offsets))}).drop_columns(["_"])
     else:
         table = take_rows(store, fragment, offsets, needed)
     return _finish(table, fragment, np.asarray(offsets, dtype=np.uint32), flt, out_cols, with_row_address, with_row_id, with_offsets)

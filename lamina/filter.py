@@ -25,6 +25,7 @@ Literals compared with a column are cast to the column's type, so
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,8 @@ class Filter:
     columns: frozenset[str] | None
     text: str
     conjuncts: tuple[Conjunct, ...] = ()
+    #: The expression is exactly the AND of ``conjuncts`` (an index answering all of them is exact).
+    pure: bool = False
 
 
 @dataclass
@@ -138,7 +141,8 @@ class _Parser:
 
     # -- grammar
     # Each rule returns (expression, conjuncts): the indexable terms whose AND the
-    # expression implies (an OR or NOT implies none of its parts).
+    # expression implies (an OR or NOT implies none of its parts); a None entry marks a
+    # term that is not one of them, so "no None" means the expression IS their AND.
     def parse(self) -> tuple[pc.Expression, list[Conjunct]]:
         if not self.toks:
             raise InvalidFilter("empty filter: pass a condition such as \"id < 100\"")
@@ -151,7 +155,7 @@ class _Parser:
     def or_(self) -> tuple[pc.Expression, list[Conjunct]]:
         e, conj = self.and_()
         while self.accept("kw", "OR"):
-            e, conj = e | self.and_()[0], []
+            e, conj = e | self.and_()[0], [None]
         return e, conj
 
     def and_(self) -> tuple[pc.Expression, list[Conjunct]]:
@@ -163,7 +167,7 @@ class _Parser:
 
     def not_(self) -> tuple[pc.Expression, list[Conjunct]]:
         if self.accept("kw", "NOT"):
-            return ~self.not_()[0], []
+            return ~self.not_()[0], [None]
         return self.predicate()
 
     def _span(self, start: int) -> str:
@@ -182,7 +186,7 @@ class _Parser:
             nxt = self.peek(1)
             if nxt is None or (nxt.kind == "kw" and nxt.value in ("AND", "OR")) or (nxt.kind == "op" and nxt.value == ")"):
                 self.i += 1
-                return pc.scalar(t.value == "TRUE"), []
+                return pc.scalar(t.value == "TRUE"), [None]
         ranges: list[tuple[Any, bool, Any, bool]] = []
         point = True
         left = self.operand()
@@ -199,6 +203,8 @@ class _Parser:
             arr = pa.array([v.as_py() for v in scalars], type=col.type)
             e = pc.is_in(self.ref(col), value_set=arr)
             ranges = [(v, True, v, True) for v in scalars if v.is_valid]
+            if len(ranges) < len(scalars):  # NULL in the list matches null rows: not a key lookup
+                ranges = []
         elif self.accept("kw", "BETWEEN"):
             lo = self.literal()
             self.expect("kw", "AND")
@@ -218,7 +224,7 @@ class _Parser:
             is_not = bool(self.accept("kw", "NOT"))
             self.expect("kw", "NULL")
             e = self.value(left, None).is_valid() if is_not else self.value(left, None).is_null()
-            return e, []
+            return e, [None]
         else:
             if negate:
                 raise InvalidFilter(f"cannot parse filter {self.text!r}: NOT must precede IN, BETWEEN or LIKE here")
@@ -232,7 +238,7 @@ class _Parser:
             e = {"=": a == b, "==": a == b, "!=": a != b, "<>": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op.value]
             ranges, point, indexed = self.comparison_range(left, op.value, right)
         if negate or not ranges or not isinstance(indexed, _Col) or len(indexed.path) != 1:
-            return (~e if negate else e), []
+            return (~e if negate else e), [None]
         return e, [Conjunct(indexed.path[0], tuple(ranges), self._span(start), not point)]
 
     def comparison_range(self, left: _Col | _Lit, op: str, right: _Col | _Lit) -> tuple[list, bool, _Col | _Lit]:
@@ -336,14 +342,21 @@ class _Parser:
         return pc.scalar(operand.value)
 
 
+@functools.lru_cache(maxsize=512)
+def _parse_text(text: str, schema: pa.Schema) -> Filter:
+    """Parsed filters are immutable, and repeated queries are common (point lookups): cache them."""
+    p = _Parser(text, schema)
+    expression, conjuncts = p.parse()
+    found = tuple(c for c in conjuncts if c is not None)
+    return Filter(expression, frozenset(p.columns), text, found, pure=bool(found) and None not in conjuncts)
+
+
 def parse_filter(flt: "str | pc.Expression | Filter", schema: pa.Schema) -> Filter:
     """Parses a string filter, or checks an Expression against ``schema``."""
     if isinstance(flt, Filter):
         return flt
     if isinstance(flt, str):
-        p = _Parser(flt, schema)
-        expression, conjuncts = p.parse()
-        return Filter(expression, frozenset(p.columns), flt, tuple(conjuncts))
+        return _parse_text(flt, schema)
     if isinstance(flt, pc.Expression):
         try:
             pa.Table.from_batches([], schema=schema).filter(flt)

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lamina import _native
-from lamina.datafile import read_fragment, read_rows, reading
+from lamina.datafile import output_schema, read_fragment, read_rows, reading
 from lamina.deletion import read_deleted
 from lamina.errors import CorruptFile, IndexNotFound, InvalidArgument, ObjectNotFound
 from lamina.filter import Conjunct, Filter
@@ -69,7 +69,9 @@ class Part:
 class Plan:
     parts: list[Part]
     fragments: list[Fragment]
-    residual: list[str]  # filter text applied to candidate rows (always the whole filter)
+    #: The filter is exactly the AND of what the parts answer: on fragments every part covers,
+    #: the candidates are the answer and the filter need not be re-applied.
+    exact: bool = False
 
     def served(self, fid: int) -> list[Part]:
         return [p for p in self.parts if fid in p.coverage]
@@ -100,10 +102,12 @@ def plan_filter(manifest: Manifest, flt: Filter) -> Plan:
         by_column.setdefault(c.column, []).append(c)
     live = manifest.fragment_map()
     parts = []
+    exact = flt.pure
     for column, conjs in by_column.items():
         is_range = any(c.is_range for c in conjs)
         index = _pick_index(manifest, column, is_range)
         if index is None:
+            exact = False
             continue
         singles = [c for c in conjs if len(c.ranges) == 1]
         if singles:
@@ -114,10 +118,11 @@ def plan_filter(manifest: Manifest, flt: Filter) -> Plan:
         else:  # several IN lists: use the shortest
             shortest = min(conjs, key=lambda c: len(c.ranges))
             chosen, ranges = [shortest], list(shortest.ranges)
+        exact = exact and len(chosen) == len(conjs)
         key_ranges = [(None if lo is None else key_value(lo), lo_inc, None if hi is None else key_value(hi), hi_inc)
                       for lo, lo_inc, hi, hi_inc in ranges]
         parts.append(Part(column, [c.text for c in chosen], key_ranges, index, index.coverage(live)))
-    return Plan(parts, list(manifest.fragments), [flt.text])
+    return Plan(parts, list(manifest.fragments), exact and bool(parts))
 
 
 # -- lookups -------------------------------------------------------------------
@@ -168,16 +173,17 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
            use_index: bool = True, map_fn=None) -> Selection:
     """Live rows matching ``flt``, per fragment in table order, using indices where they serve."""
     schema = manifest.schema
-    plan = plan_filter(manifest, flt) if use_index else Plan([], list(manifest.fragments), [flt.text])
+    plan = plan_filter(manifest, flt) if use_index else Plan([], list(manifest.fragments))
     candidates: dict[int, np.ndarray] = {}
-    served: set[int] = set()
+    answered: dict[int, int] = {}  # fragment -> parts that answered for it
     for part in plan.parts:
         found, broken = lookup_part(store, part)
         for fid, offs in found.items():
             if fid in broken:
                 continue
             candidates[fid] = offs if fid not in candidates else np.intersect1d(candidates[fid], offs, assume_unique=True)
-            served.add(fid)
+            answered[fid] = answered.get(fid, 0) + 1
+    served = set(answered)
     sel = Selection([])
 
     def one(frag: Fragment) -> tuple[pa.Table, bool, int]:
@@ -187,19 +193,17 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
             if len(offs) and frag.deletion is not None:
                 offs = offs[~np.isin(offs, read_deleted(store, frag), assume_unique=True)]
             if len(offs) <= TAKE_FRACTION * frag.rows:
-                return read_rows(store, frag, schema, np.sort(offs), columns, flt, **kwargs), True, len(offs)
+                final = plan.exact and answered[frag.id] == len(plan.parts)
+                return read_rows(store, frag, schema, np.sort(offs), columns, None if final else flt, **kwargs), True, len(offs)
         return read_fragment(store, frag, schema, columns, flt, **kwargs), False, 0
 
     # Fragments where the index found nothing need no I/O: answer them here, map the rest.
-    out_schema = None
+    empty = output_schema(schema, columns, with_row_address, with_row_id, with_offsets).empty_table()
     todo = [f for f in plan.fragments if f.id not in served or len(candidates[f.id])]
     results = dict(zip((f.id for f in todo), (map_fn or (lambda fn, xs: [fn(x) for x in xs]))(one, todo)))
     for frag in plan.fragments:
         if frag.id not in results:
-            if out_schema is None:
-                out_schema = read_rows(store, frag, schema, np.zeros(0, np.uint32), columns, flt, with_row_address=with_row_address,
-                                       with_row_id=with_row_id, with_offsets=with_offsets).schema
-            results[frag.id] = (out_schema.empty_table(), True, 0)
+            results[frag.id] = (empty, True, 0)
     for table, by_index, n in (results[f.id] for f in plan.fragments):
         sel.tables.append(table)
         sel.index_fragments += by_index
@@ -229,8 +233,9 @@ def explain(manifest: Manifest, flt: Filter, where: str) -> str:
     lines.append(f"index lookups for {len(served)} fragment(s); scan for {len(scanned)} fragment(s)"
                  + (f" {scanned[:20]}{' …' if len(scanned) > 20 else ''}" if scanned else ""))
     if served:
-        lines.append(f"the whole filter is re-applied to candidate rows; fragments where candidates exceed "
-                     f"{TAKE_FRACTION:.0%} of the rows are scanned instead")
+        how = ("the filter is exactly these index terms: on fragments every index covers, candidates are the answer"
+               if plan.exact else "the whole filter is re-applied to candidate rows")
+        lines.append(f"{how}; fragments where candidates exceed {TAKE_FRACTION:.0%} of the rows are scanned instead")
     return "\n".join(lines)
 
 

@@ -42,9 +42,11 @@ KINDS = ("btree", "bitmap", "fts")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 SEGMENT_FILE = "segment.lidx"
 
-#: Build defaults (see IndexOptions).
-DEFAULT_TASK_ROWS = 1 << 20
+#: Build defaults (see IndexOptions). One task per segment by default: a merge costs about
+#: as much as the build (read, re-sort, write and fsync the segment again), so split a
+#: segment over several tasks only to spread a large one over more workers.
 DEFAULT_SEGMENT_ROWS = 1 << 22
+DEFAULT_TASK_ROWS = DEFAULT_SEGMENT_ROWS
 
 
 @dataclass(frozen=True)

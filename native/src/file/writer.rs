@@ -20,6 +20,9 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use super::{FILE_VERSION, FILE_VERSION_KEY, WRITER_KEY};
 use crate::error::{Error, Result};
 
+/// Row limit of a data page (enforced at batch granularity by the encoder).
+pub const DATA_PAGE_ROWS: usize = 8192;
+
 /// How to lay out one data file.
 #[derive(Debug, Clone)]
 pub struct WriteOptions {
@@ -91,6 +94,8 @@ impl WriteOptions {
         let mut builder = WriterProperties::builder()
             .set_compression(Compression::ZSTD(level))
             .set_statistics_enabled(EnabledStatistics::Page)
+            // Pages of at most ~8K rows: a point read (index lookup, take) decodes one page, not 20K rows.
+            .set_data_page_row_count_limit(DATA_PAGE_ROWS)
             .set_max_row_group_row_count(Some(self.row_group_rows))
             .set_max_row_group_bytes(self.row_group_bytes)
             .set_key_value_metadata(Some(metadata));

@@ -154,6 +154,14 @@ impl Entries<'_> {
             Entries::Bytes(v) => v.par_sort_unstable(),
         }
     }
+
+    /// Sorts a concatenation of sorted runs: the stable sort finds the runs and only merges them.
+    fn merge_runs(&mut self) {
+        match self {
+            Entries::Num(v) => v.sort(),
+            Entries::Bytes(v) => v.sort(),
+        }
+    }
 }
 
 fn write(entries: Entries<'_>, key_type: KeyType, ordinals: u32, options: &BuildOptions) -> Built {
@@ -252,6 +260,6 @@ pub(crate) fn merge(inputs: &[(SegmentReader, &[u8])], options: &BuildOptions) -
     } else {
         Entries::Bytes(views.iter().flat_map(|p| p.bytes.iter().copied().zip(p.addrs.iter().copied())).collect())
     };
-    entries.sort();
+    entries.merge_runs();
     Ok(write(entries, key_type, ordinals, options))
 }
