@@ -33,12 +33,13 @@ CARRY_DELETIONS = "carry deletions"  # carry their new deletions onto my outputs
 DISJOINT = "disjoint fragments"  # conflict only if we rewrote the same fragments
 UNCOVER = "uncover"  # their rewritten fragments drop out of my index coverage
 DISTINCT_NAMES = "distinct names"  # conflict only if the same index name
+WATERMARKS = "watermarks"  # conflict only if they flushed WAL transactions I hold; else merge deletions
 CONFLICT = "conflict"
 
 #: ``RewriteGroup.source_deletions`` marker: a concurrent delete removed the whole source fragment.
 REMOVED = "<removed>"
 
-OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite")
+OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite", "wal_flush")
 
 MATRIX: dict[tuple[str, str], str] = {
     ("append", "append"): REBASE,
@@ -67,6 +68,19 @@ MATRIX: dict[tuple[str, str], str] = {
     ("overwrite", "rewrite"): REBASE,
     ("overwrite", "create_index"): REBASE,
     ("overwrite", "overwrite"): REBASE,
+    ("overwrite", "wal_flush"): REBASE,
+    # A WAL flush is an append (new rows) plus a delete (older versions of upserted keys) that
+    # also moves WAL watermarks; others treat it as both.
+    ("append", "wal_flush"): REBASE,
+    ("delete", "wal_flush"): MERGE_DELETIONS,
+    ("rewrite", "wal_flush"): CARRY_DELETIONS,
+    ("create_index", "wal_flush"): REBASE,
+    ("wal_flush", "append"): REBASE,
+    ("wal_flush", "delete"): MERGE_DELETIONS,
+    ("wal_flush", "rewrite"): REMAP_DELETIONS,
+    ("wal_flush", "create_index"): REBASE,
+    ("wal_flush", "overwrite"): CONFLICT,
+    ("wal_flush", "wal_flush"): WATERMARKS,
 }
 
 
@@ -248,7 +262,8 @@ class Delete(Transaction):
             self.written.append(written.path)
             self._files[fid] = (current, written)
 
-    def apply(self, base: Manifest) -> Manifest:
+    def _deleted(self, base: Manifest) -> tuple[list[Fragment], list[int], list[int]]:
+        """(fragments with my deletion files, ids removed entirely, ids touched)."""
         fragments, removed, touched = [], [], []
         for f in base.fragments:
             entry = self._files.get(f.id)
@@ -259,9 +274,55 @@ class Delete(Transaction):
             else:
                 fragments.append(dataclasses.replace(f, deletion=entry[1]))
                 touched.append(f.id)
+        return fragments, removed, touched
+
+    def apply(self, base: Manifest) -> Manifest:
+        fragments, removed, touched = self._deleted(base)
         return self._next(
             base, fragments=tuple(fragments),
             transaction=self.record(predicate=self.predicate, fragment_ids=touched, removed_fragment_ids=removed, rows=self.rows_deleted),
+        )
+
+
+class WalFlush(Delete):
+    """A WAL applier's flush: new fragments, deletions of the older versions of the keys they
+    upsert or delete (merge-on-write), and the WAL watermarks they move, in one commit.
+
+    ``starts`` are the watermarks the applier started from; a concurrent flush that moved any
+    of them (another applier flushed the same WAL transactions) is a conflict, so no WAL
+    transaction is ever committed twice.
+    """
+
+    operation = "wal_flush"
+
+    def __init__(self, read_version: int, fragments: list[Fragment], deltas: dict[int, np.ndarray],
+                 watermarks: dict[str, int], starts: dict[str, int]):
+        super().__init__(read_version, deltas, predicate="")
+        self.fragments = fragments
+        self.watermarks = dict(watermarks)
+        self.starts = dict(starts)
+        self.written += [f.path for f in fragments]
+
+    def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
+        if rule == WATERMARKS:
+            moved = sorted(k for k in self.watermarks if theirs.wal_watermarks.get(k, 0) > self.starts.get(k, 0))
+            if moved:
+                raise _conflict(self, theirs, store, f"WAL segments {moved} were flushed by another applier")
+            rule = MERGE_DELETIONS
+        super()._rebase(rule, theirs, store)
+
+    def apply(self, base: Manifest) -> Manifest:
+        behind = sorted(k for k in self.watermarks if base.wal_watermarks.get(k, 0) != self.starts.get(k, 0))
+        if behind:
+            raise CommitConflict(f"WAL segments {behind} moved since this flush read them; nothing was committed")
+        fragments, removed, touched = self._deleted(base)
+        new, next_id, next_row = assign_ids(base, self.fragments)
+        return self._next(
+            base, fragments=tuple(fragments) + tuple(new), next_fragment_id=next_id, next_row_id=next_row,
+            wal_watermarks={**base.wal_watermarks, **self.watermarks},
+            transaction=self.record(fragment_ids=[f.id for f in new], rows=sum(f.rows for f in new),
+                                    deleted_fragment_ids=touched, removed_fragment_ids=removed, rows_deleted=self.rows_deleted,
+                                    watermarks=self.watermarks),
         )
 
 

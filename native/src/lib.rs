@@ -11,6 +11,8 @@ pub mod deletion;
 pub mod error;
 pub mod file;
 pub mod index;
+pub mod memtable;
+pub mod wal;
 
 #[cfg(feature = "python")]
 mod py;

@@ -12,10 +12,11 @@ import pytest
 
 import lamina
 from lamina.commit import commit
+from lamina.datafile import write_fragments
 from lamina.errors import CommitConflict, StorageError
 from lamina.manifest import list_versions, load_manifest
 from lamina.rewrite import full_rewrite
-from lamina.transaction import MATRIX, OPERATIONS, Rewrite
+from lamina.transaction import MATRIX, OPERATIONS, Rewrite, WalFlush
 from tests.lamina.helpers import SCHEMA, ids_of, rows
 
 BASE = set(range(300))  # three fragments of 100 rows: ids 0-99, 100-199, 200-299
@@ -45,6 +46,11 @@ def do(op, who, table, *, overlap_rewrite=True, index_name=None):
         table.create_index("id", "btree", name=name)
     elif op == "overwrite":
         table.overwrite(rows(5000 if who == "mine" else 6000, 5))
+    elif op == "wal_flush":  # what an applier commits: rows + a watermark, on the version it read
+        frags = write_fragments(table.store, table.schema, iter(rows(3000 if who == "mine" else 4000, 10).to_batches()),
+                                table.write_options)
+        key = "0/0000000000" if who == "mine" else "1/0000000000"
+        commit(table.store, WalFlush(table.version, frags, {}, {key: 1}, {key: 0}), table.manifest)
 
 
 def model(op, who, ids):
@@ -54,6 +60,8 @@ def model(op, who, ids):
         return {i for i in ids if not (i < 10 if who == "mine" else 5 <= i < 15)}
     if op == "overwrite":
         return set(range(5000, 5005) if who == "mine" else range(6000, 6005))
+    if op == "wal_flush":
+        return ids | set(range(3000, 3010) if who == "mine" else range(4000, 4010))
     return ids
 
 
@@ -123,6 +131,22 @@ def test_same_index_name_conflicts(local_table_uri):
     do("create_index", "theirs", t, index_name="ix")
     with pytest.raises(CommitConflict, match="both changed index 'ix'"):
         do("create_index", "mine", stale, index_name="ix")
+
+
+def test_two_flushes_of_the_same_wal_segment_conflict(local_table_uri):
+    t = make_base(local_table_uri)
+    stale = t.checkout(t.version)
+    for who, table in (("theirs", t), ("mine", stale)):
+        frags = write_fragments(table.store, table.schema, iter(rows(7000, 10).to_batches()), table.write_options)
+        txn = WalFlush(table.version, frags, {}, {"0/0000000003": 5}, {"0/0000000003": 0})
+        if who == "theirs":
+            commit(table.store, txn, table.manifest)
+        else:
+            with pytest.raises(CommitConflict, match=r"WAL segments \['0/0000000003'\] were flushed by another applier"):
+                commit(table.store, txn, table.manifest)
+    latest = lamina.open_table(local_table_uri)
+    assert latest.count_rows("id >= 7000") == 10 and latest.manifest.wal_watermarks == {"0/0000000003": 5}
+    _assert_no_stray_data_files(latest)
 
 
 def test_delete_over_delete_counts_only_new_rows(local_table_uri):

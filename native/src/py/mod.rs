@@ -10,6 +10,7 @@ mod deletion;
 mod error;
 mod file;
 mod index;
+mod wal;
 
 /// Runs `f` with the GIL released; native work must never hold it.
 pub(crate) fn without_gil<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
@@ -34,5 +35,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(index::bm25_top_k, m)?)?;
     m.add_class::<index::IndexSegment>()?;
     m.add("INDEX_FOOTER_LEN", crate::index::FOOTER_LEN)?;
+    m.add_function(wrap_pyfunction!(wal::wal_check_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(wal::wal_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(wal::wal_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(wal::wal_decode_values, m)?)?;
+    m.add_function(wrap_pyfunction!(wal::wal_split, m)?)?;
     Ok(())
 }

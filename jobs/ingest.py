@@ -1,0 +1,144 @@
+"""Ingestion job: one WAL applier actor per shard, kept running; progress on stderr.
+
+    python -m jobs.ingest URI --shards N [--flush-rows N] [--flush-seconds S] [--retention-seconds S]
+                              [--until-idle S] [--json] [--storage-option k=v ...]
+
+Producers write with ``lamina.wal.WalWriter(URI, shard)`` (route a key with
+``lamina.ingest.shard_for(key, N)``). The actors are named and detached: running the job
+again attaches to them. ``--until-idle S`` flushes and stops once no new rows arrived for S
+seconds (batch use, tests); otherwise the job runs until interrupted, then flushes and stops.
+From Python: ``Ingestion.start(uri, shards)`` gives the same with ``get``/``get_many``.
+
+Exit status: 0 done, 1 a failure, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, Sequence
+
+from lamina.errors import InvalidArgument, LaminaError
+from lamina.ingest import IngestOptions, shard_for
+from workers.ingest import get_or_create, wait_ready
+
+log = logging.getLogger("lamina.ingest")
+
+
+class Ingestion:
+    """Handles to the applier actors of one table."""
+
+    def __init__(self, uri: str, handles: list):
+        self.uri, self.handles = uri, handles
+
+    @classmethod
+    def start(cls, uri: str, shards: int, *, storage_options: dict[str, Any] | None = None,
+              options: IngestOptions | None = None, runtime_env: dict[str, Any] | None = None,
+              actor_cpus: float = 0.25) -> "Ingestion":
+        import ray
+
+        if not isinstance(shards, int) or shards < 1:
+            raise InvalidArgument(f"shards must be a positive integer, got {shards!r}")
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+        handles = [get_or_create(uri, s, storage_options, options, runtime_env, actor_cpus) for s in range(shards)]
+        wait_ready(handles)
+        return cls(uri, handles)
+
+    def get(self, pk: Any) -> dict | None:
+        import ray
+
+        return ray.get(self.handles[shard_for(pk, len(self.handles))].get.remote(pk))
+
+    def get_many(self, pks: Sequence[Any]) -> list[dict | None]:
+        import ray
+
+        by_shard: dict[int, list[int]] = {}
+        for i, pk in enumerate(pks):
+            by_shard.setdefault(shard_for(pk, len(self.handles)), []).append(i)
+        refs = {s: self.handles[s].get_many.remote([pks[i] for i in idx]) for s, idx in by_shard.items()}
+        out: list[dict | None] = [None] * len(pks)
+        for s, idx in by_shard.items():
+            for i, row in zip(idx, ray.get(refs[s])):
+                out[i] = row
+        return out
+
+    def flush(self) -> list[int | None]:
+        import ray
+
+        return ray.get([h.flush.remote() for h in self.handles])
+
+    def stats(self) -> list[dict[str, Any]]:
+        import ray
+
+        return ray.get([h.stats.remote() for h in self.handles])
+
+    def stop(self, flush: bool = True) -> None:
+        """Flushes (by default) and removes the actors."""
+        import ray
+
+        if flush:
+            self.flush()
+        ray.get([h.stop.remote() for h in self.handles])
+        for h in self.handles:
+            ray.kill(h, no_restart=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jobs.ingest", description="Apply a Lamina table's WAL with Ray actors.")
+    ap.add_argument("uri")
+    ap.add_argument("--shards", type=int, required=True)
+    ap.add_argument("--flush-rows", type=int, default=IngestOptions.flush_rows)
+    ap.add_argument("--flush-bytes", type=int, default=IngestOptions.flush_bytes)
+    ap.add_argument("--flush-seconds", type=float, default=IngestOptions.flush_seconds)
+    ap.add_argument("--retention-seconds", type=float, default=IngestOptions.retention_seconds)
+    ap.add_argument("--until-idle", type=float, help="flush and stop after this many seconds without new rows")
+    ap.add_argument("--json", action="store_true", help="print the final per-shard stats as JSON")
+    ap.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        options = IngestOptions(flush_rows=args.flush_rows, flush_bytes=args.flush_bytes, flush_seconds=args.flush_seconds,
+                                retention_seconds=args.retention_seconds)
+        storage = {}
+        for item in args.storage_option:
+            k, sep, v = item.partition("=")
+            if not sep:
+                raise InvalidArgument(f"--storage-option {item!r}: expected key=value")
+            storage[k.strip()] = v.strip()
+        ingestion = Ingestion.start(args.uri, args.shards, storage_options=storage or None, options=options)
+    except InvalidArgument as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except LaminaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    last_applied, idle_since = -1, time.monotonic()
+    try:
+        while True:
+            time.sleep(1.0)
+            stats = ingestion.stats()
+            applied = sum(s["applied_rows"] for s in stats)
+            log.info("ingest: %s", "; ".join(f"shard {s['shard']}: applied {s['applied_rows']:,}, flushed {s['flushed_rows']:,}, "
+                                              f"in memtable {s['memtable_rows']:,}, version {s['version']}" for s in stats))
+            if applied != last_applied:
+                last_applied, idle_since = applied, time.monotonic()
+            elif args.until_idle is not None and time.monotonic() - idle_since >= args.until_idle:
+                break
+    except KeyboardInterrupt:
+        log.info("interrupted: flushing")
+    ingestion.flush()
+    stats = ingestion.stats()
+    ingestion.stop(flush=False)
+    if args.json:
+        print(json.dumps(stats, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,376 @@
+"""Write-ahead log: producers write rows row-first, appliers (``lamina.ingest``) turn them into fragments.
+
+Layout (docs/FORMAT.md §11)::
+
+    _wal/<shard>/<segment:010d>/claim            the writer that owns the segment (put-if-absent)
+    _wal/<shard>/<segment:010d>/segment.d        local: row data, appended, fsynced per commit
+    _wal/<shard>/<segment:010d>/segment.i        local: one 32-byte entry per committed transaction
+    _wal/<shard>/<segment:010d>/<txn:010d>.t     S3: one immutable object per committed transaction
+    _wal/<shard>/<segment:010d>/sealed           the final transaction count, once the writer is done
+
+A transaction entry is ``start u64 | end u64 | rows u32 | crc32 u32 | txn u64`` (little
+endian): its rows are bytes ``[start, end)`` of the segment (of the object on S3) and the
+crc32 covers them. The entry is written only after the rows are durable, so an entry that
+is partial, points past the data or fails its crc is a torn tail: never applied, reported.
+
+One ``WalWriter`` owns one segment at a time (a fresh one per writer, never shared), so any
+number of producers may write one shard; each transaction is durable when ``commit`` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import threading
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from lamina import _native
+from lamina.errors import CorruptFile, InvalidArgument, LaminaError, ObjectNotFound, SchemaMismatch
+from lamina.manifest import WAL_DIR
+from lamina.store import ObjectStore
+
+log = logging.getLogger("lamina.wal")
+
+ENTRY = struct.Struct("<QQIIQ")
+assert ENTRY.size == 32
+DATA_FILE, INDEX_FILE, CLAIM, SEALED = "segment.d", "segment.i", "claim", "sealed"
+
+
+class WalError(LaminaError):
+    """A WAL segment cannot be written or read as the format promises."""
+
+
+def shard_prefix(shard: int) -> str:
+    return f"{WAL_DIR}{int(shard)}/"
+
+
+def segment_prefix(shard: int, segment: int) -> str:
+    return f"{shard_prefix(shard)}{segment:010d}/"
+
+
+def watermark_key(shard: int, segment: int) -> str:
+    """The manifest's ``wal_watermarks`` key of a segment: transactions applied and committed."""
+    return f"{int(shard)}/{segment:010d}"
+
+
+def parse_watermark_key(key: str) -> tuple[int, int]:
+    shard, _, segment = key.partition("/")
+    return int(shard), int(segment)
+
+
+def txn_id(segment: int, txn: int) -> int:
+    """A transaction's id within its shard: ``(segment << 32) | txn``; ids increase with time per writer."""
+    return (segment << 32) | txn
+
+
+def list_segments(store: ObjectStore, shard: int) -> list[int]:
+    """Segment numbers of a shard, ascending."""
+    segs = set()
+    prefix = shard_prefix(shard)
+    for o in store.list(prefix):
+        head = o.path[len(prefix):].split("/", 1)[0]
+        if head.isdigit():
+            segs.add(int(head))
+    return sorted(segs)
+
+
+def _check_row_schema(schema: pa.Schema, primary_key: Sequence[str]) -> None:
+    try:
+        _native.wal_check_schema(schema)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"this table cannot be written through the WAL: {e}") from None
+    if len(primary_key) > 1:
+        raise InvalidArgument(f"the WAL supports single-column primary keys; this table's key is {list(primary_key)}")
+
+
+class WalWriter:
+    """Writes rows to one shard of a table's WAL. Not thread-safe: one writer per thread.
+
+    ``put``/``put_many``/``put_batch``/``delete`` buffer rows (checked against the table
+    schema on the way in); ``commit`` makes them durable as one transaction and returns its id.
+    Rows not committed are lost if the process dies, and only those.
+    """
+
+    def __init__(self, table_uri: str, shard: int, *, storage_options: dict[str, Any] | None = None,
+                 max_segment_rows: int = 1_000_000, max_segment_bytes: int = 256 << 20):
+        import lamina
+
+        if not isinstance(shard, int) or isinstance(shard, bool) or shard < 0:
+            raise InvalidArgument(f"shard must be a non-negative integer, got {shard!r}")
+        if max_segment_rows < 1 or max_segment_bytes < 1:
+            raise InvalidArgument("max_segment_rows and max_segment_bytes must be positive")
+        table = lamina.open_table(table_uri, storage_options=storage_options)
+        self.schema = table.schema
+        self.primary_key = table.primary_key
+        _check_row_schema(self.schema, self.primary_key)
+        self.store: ObjectStore = table.store
+        self.shard = shard
+        self.max_segment_rows, self.max_segment_bytes = max_segment_rows, max_segment_bytes
+        self._key_index = [self.schema.names.index(k) for k in self.primary_key]
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_deletes: list[pa.RecordBatch] = []
+        self._segment: int | None = None
+        self._txn = 0
+        self._offset = 0
+        self._segment_rows = 0
+        self._closed = False
+        self._lock = threading.Lock()
+
+    # -- buffering ------------------------------------------------------------
+    def put(self, row: dict) -> None:
+        """Buffers one row (a dict of column -> value; missing columns are null)."""
+        self.put_many([row])
+
+    def put_many(self, rows: Iterable[dict]) -> None:
+        rows = list(rows)
+        for i, r in enumerate(rows):
+            if not isinstance(r, dict):
+                raise InvalidArgument(f"row {i} is a {type(r).__name__}; rows are dicts of column -> value")
+            unknown = [k for k in r if k not in self.schema.names]
+            if unknown:
+                raise SchemaMismatch(f"row {i} has unknown column(s) {unknown}; the table has {', '.join(self.schema.names)}")
+        if not rows:
+            return
+        try:
+            batch = pa.RecordBatch.from_pylist(rows, schema=self.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+            raise SchemaMismatch(f"rows do not match the table schema ({e}); columns: "
+                                 + ", ".join(f"{f.name}: {f.type}" for f in self.schema)) from None
+        self.put_batch(batch)
+
+    def put_batch(self, batch: "pa.RecordBatch | pa.Table") -> None:
+        """Buffers an Arrow batch (or table) in the table's schema."""
+        self._check_open()
+        if isinstance(batch, pa.Table):
+            for b in batch.to_batches():
+                self.put_batch(b)
+            return
+        if not isinstance(batch, pa.RecordBatch):
+            raise InvalidArgument(f"put_batch takes a pyarrow RecordBatch or Table, not {type(batch).__name__}")
+        if batch.schema.names != self.schema.names:
+            raise SchemaMismatch(f"batch columns {batch.schema.names} differ from the table's {self.schema.names}")
+        try:
+            batch = batch.cast(self.schema) if not batch.schema.equals(self.schema) else batch
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise SchemaMismatch(f"batch cannot be cast to the table schema: {e}") from None
+        for name in self.primary_key:
+            if batch.column(name).null_count:
+                raise SchemaMismatch(f"primary key column {name!r} has nulls; every row needs a key")
+        for f in self.schema:
+            if not f.nullable and batch.column(f.name).null_count:
+                raise SchemaMismatch(f"column {f.name!r} is not nullable but has {batch.column(f.name).null_count} nulls")
+        if batch.num_rows:
+            self._pending.append(batch)
+
+    def delete(self, pk: Any) -> None:
+        """Buffers the deletion of the row with primary key ``pk`` (primary-key tables only)."""
+        self._check_open()
+        if not self.primary_key:
+            raise InvalidArgument("delete(pk) needs a table with a primary key; create it with primary_key=...")
+        name = self.primary_key[0]
+        try:
+            keys = pa.array([pk], type=self.schema.field(name).type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            raise SchemaMismatch(f"key {pk!r} is not a valid {self.schema.field(name).type} for column {name!r}") from None
+        if keys.null_count:
+            raise SchemaMismatch("cannot delete a null key")
+        cols = [keys if f.name == name else pa.nulls(1, f.type) for f in self.schema]
+        self._pending_deletes.append(pa.RecordBatch.from_arrays(cols, schema=self.schema.with_metadata(None)))
+        self._pending.append(None)  # keeps the order of puts and deletes
+
+    @property
+    def pending_rows(self) -> int:
+        return sum(b.num_rows for b in self._pending if b is not None) + len(self._pending_deletes)
+
+    # -- committing -------------------------------------------------------------
+    def commit(self) -> int | None:
+        """Makes every buffered row durable as one transaction; returns its id (None if nothing was buffered)."""
+        self._check_open()
+        if not self._pending:
+            return None
+        chunks = []
+        rows = 0
+        deletes = iter(self._pending_deletes)
+        for b in self._pending:
+            if b is None:
+                d = next(deletes)
+                data, _ = _native.wal_encode(d, pa.array([True]), self._key_index)
+                rows += 1
+            else:
+                data, _ = _native.wal_encode(b, None, self._key_index)
+                rows += b.num_rows
+            chunks.append(data)
+        data = b"".join(chunks)
+        with self._lock:
+            if self._segment is None or self._segment_rows >= self.max_segment_rows or self._offset >= self.max_segment_bytes:
+                self._roll()
+            tid = self._append(data, rows)
+        self._pending.clear()
+        self._pending_deletes.clear()
+        return tid
+
+    def _claim(self) -> int:
+        existing = list_segments(self.store, self.shard)
+        nxt = (existing[-1] + 1) if existing else 0
+        me = json.dumps({"writer": uuid.uuid4().hex, "pid": os.getpid()}).encode()
+        while not self.store.put_if_absent(segment_prefix(self.shard, nxt) + CLAIM, me):
+            nxt += 1
+        return nxt
+
+    def _roll(self) -> None:
+        if self._segment is not None:
+            self._seal()
+        self._segment = self._claim()
+        self._txn = self._offset = self._segment_rows = 0
+
+    def _append(self, data: bytes, rows: int) -> int:
+        seg = segment_prefix(self.shard, self._segment)
+        entry = ENTRY.pack(self._offset, self._offset + len(data), rows, zlib.crc32(data), self._txn)
+        local = self.store.local_path(seg + DATA_FILE)
+        if local is not None:
+            # Group commit: the rows, fsync, then the entry that makes them visible, fsync.
+            with open(local, "ab") as f:
+                if f.tell() != self._offset:
+                    f.truncate(self._offset)  # a failed earlier attempt left bytes behind
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            with open(self.store.local_path(seg + INDEX_FILE), "ab") as f:
+                f.write(entry)
+                f.flush()
+                os.fsync(f.fileno())
+            self._offset += len(data)
+        else:
+            obj = data + ENTRY.pack(0, len(data), rows, zlib.crc32(data), self._txn)
+            if not self.store.put_if_absent(f"{seg}{self._txn:010d}.t", obj):
+                raise WalError(f"WAL transaction {seg}{self._txn:010d}.t exists: another writer uses segment {self._segment}")
+            self._offset += len(data)
+        tid = txn_id(self._segment, self._txn)
+        self._txn += 1
+        self._segment_rows += rows
+        return tid
+
+    def _seal(self) -> None:
+        seg = segment_prefix(self.shard, self._segment)
+        self.store.put(seg + SEALED, json.dumps({"transactions": self._txn}).encode())
+
+    def close(self) -> None:
+        """Seals this writer's segment (uncommitted rows are dropped: commit first)."""
+        if self._closed:
+            return
+        if self._pending:
+            log.warning("WalWriter for shard %d closed with %d uncommitted rows; they are dropped", self.shard, self.pending_rows)
+        with self._lock:
+            if self._segment is not None:
+                self._seal()
+        self._closed = True
+
+    def __enter__(self) -> "WalWriter":
+        return self
+
+    def __exit__(self, exc_type, *_: Any) -> None:
+        if exc_type is None:
+            self.commit()
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidArgument("this WalWriter is closed")
+
+
+@dataclass
+class WalTxn:
+    shard: int
+    segment: int
+    txn: int
+    rows: int
+    data: bytes
+
+
+@dataclass
+class SegmentState:
+    segment: int
+    committed: int  # transactions readable
+    sealed: int | None  # final count once sealed
+    torn: str | None  # why the tail is unreadable, if it is
+
+
+def read_segment(store: ObjectStore, shard: int, segment: int, start: int) -> tuple[list[WalTxn], SegmentState]:
+    """Committed transactions ``start…`` of a segment, and its state; a torn tail is reported, not applied."""
+    seg = segment_prefix(shard, segment)
+    sealed = None
+    try:
+        sealed = int(json.loads(store.get(seg + SEALED))["transactions"])
+    except ObjectNotFound:
+        pass
+    except (ValueError, KeyError, TypeError):
+        raise CorruptFile(f"WAL seal marker {store.describe(seg + SEALED)} is unreadable") from None
+    out: list[WalTxn] = []
+    torn = None
+    local = store.local_path(seg + INDEX_FILE)
+    if local is not None:
+        try:
+            with open(local, "rb") as f:
+                index = f.read()
+        except FileNotFoundError:
+            index = b""
+        whole = len(index) // ENTRY.size
+        if len(index) % ENTRY.size:
+            torn = f"{len(index) % ENTRY.size} bytes of a partial transaction entry at the end of {store.describe(seg + INDEX_FILE)}"
+        if whole > start:
+            data_path = store.local_path(seg + DATA_FILE)
+            size = os.path.getsize(data_path) if os.path.exists(data_path) else 0
+            with open(data_path if size else os.devnull, "rb") as f:
+                for i in range(start, whole):
+                    s, e, rows, crc, txn = ENTRY.unpack_from(index, i * ENTRY.size)
+                    if txn != i or e > size or s > e:
+                        torn = f"transaction {i} of {store.describe(seg + DATA_FILE)} points past the data ({e} > {size} bytes)"
+                        break
+                    f.seek(s)
+                    data = f.read(e - s)
+                    if zlib.crc32(data) != crc:
+                        torn = f"transaction {i} of {store.describe(seg + DATA_FILE)} fails its checksum"
+                        break
+                    out.append(WalTxn(shard, segment, i, rows, data))
+    else:
+        names = sorted(o.path for o in store.list(seg) if o.path.endswith(".t"))
+        for i, name in enumerate(names):
+            if int(name[len(seg):-2]) != i:
+                torn = f"WAL transaction objects of {store.describe(seg)} skip number {i}"
+                break
+            if i < start:
+                continue
+            obj = store.get(name)
+            if len(obj) < ENTRY.size:
+                torn = f"{store.describe(name)} is truncated"
+                break
+            s, e, rows, crc, txn = ENTRY.unpack_from(obj, len(obj) - ENTRY.size)
+            data = obj[:-ENTRY.size]
+            if txn != i or s != 0 or e != len(data) or zlib.crc32(data) != crc:
+                torn = f"{store.describe(name)} fails its checksum"
+                break
+            out.append(WalTxn(shard, segment, i, rows, data))
+    committed = start + len(out)
+    if sealed is not None and torn is None and committed < sealed and start <= sealed:
+        torn = f"segment {store.describe(seg)} is sealed at {sealed} transactions but only {committed} are readable"
+    return out, SegmentState(segment, committed, sealed, torn)
+
+
+def decode_rows(data: bytes, schema: pa.Schema, where: str) -> tuple[pa.RecordBatch, np.ndarray]:
+    """Rows of a transaction as an Arrow batch, and which rows are deletes."""
+    batch, deletes = _native.wal_decode(data, schema, where)
+    return batch, deletes.to_numpy(zero_copy_only=False).astype(bool)
+
+
+def iter_shard(store: ObjectStore, shard: int, positions: dict[int, int]) -> Iterator[tuple[list[WalTxn], SegmentState]]:
+    """For each segment of ``shard``: its transactions after ``positions[segment]`` (default 0)."""
+    for segment in list_segments(store, shard):
+        yield read_segment(store, shard, segment, positions.get(segment, 0))
