@@ -86,7 +86,7 @@ def _check_row_schema(schema: pa.Schema, primary_key: Sequence[str]) -> None:
     try:
         _native.wal_check_schema(schema)
     except InvalidArgument as e:
-        raise InvalidArgument(f"this table cannot be written through the WAL: {e}") from None
+        raise InvalidArgument(f"this table cannot be written through the WAL: {str(e).removeprefix('invalid argument: ')}") from None
     if len(primary_key) > 1:
         raise InvalidArgument(f"the WAL supports single-column primary keys; this table's key is {list(primary_key)}")
 
