@@ -37,6 +37,7 @@ from lamina.filter import Conjunct, Filter
 from lamina.index_query import select
 from lamina.transaction import WalFlush
 from lamina.wal import (
+    CLAIM,
     SEALED,
     WalTxn,
     iter_shard,
@@ -281,8 +282,9 @@ class ShardApplier:
                 sealed_at = int(json.loads(self.store.get(seal.path))["transactions"])
                 if self.starts.get(segment, 0) < sealed_at:
                     continue
-                # The seal goes last: a segment without one is never removed.
-                self.store.delete([o.path for o in objects if o.path != seal.path])
+                # The seal goes last (a segment without one is never removed); the claim stays, so
+                # the segment number is never claimed again while its watermark says "applied".
+                self.store.delete([o.path for o in objects if o.path not in (seal.path, prefix + CLAIM)])
                 self.store.delete([seal.path])
                 removed.append(segment)
         return removed

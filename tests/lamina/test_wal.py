@@ -245,6 +245,10 @@ def test_applied_sealed_segments_are_removed_after_retention(local_table_uri):
     applier.flush()
     assert applier.remove_applied_segments() == [], "younger than the retention"
     assert applier.remove_applied_segments(now=time.time() + 7200) == [0]
-    assert list_segments(applier.store, 0) == [1]
+    assert [o.path.rsplit("/", 1)[1] for o in applier.store.list(segment_prefix(0, 0))] == ["claim"]
     assert ShardApplier(local_table_uri, 0).poll() == 0, "nothing is applied twice after the removal"
+    with WalWriter(local_table_uri, 0) as again:  # a new writer never reuses a removed segment's number
+        again.put({"id": 100})
+    assert list_segments(applier.store, 0) == [0, 1, 2]
+    assert ShardApplier(local_table_uri, 0).poll() == 1
     assert lamina.open_table(local_table_uri).count_rows() == 21
