@@ -99,3 +99,26 @@ class IndexSegment:
     def fragment_stats(self) -> list[tuple[int, int, int, int, int, int, int]]: ...
     def postings(self, id: int, data: bytes) -> tuple[pa.UInt64Array, pa.UInt32Array]: ...
     def lengths(self, id: int, rows: int, data: bytes) -> pa.UInt32Array: ...
+    def text_docs(self, fragments: list[tuple[int, int, int, bytes, pa.UInt32Array | None]]) -> TextDocs:
+        """The documents a full-text segment serves in a query: ``fragments`` are (ordinal, fragment id, length
+        block id, block bytes, deleted offsets or None). Reusable while those fragments and deletions stay."""
+    def text_query(self, terms: list[str], postings: list[tuple[int, bytes]], docs: TextDocs) -> TextQuery:
+        """Phase 1 of a BM25 query: ``terms`` distinct, in order; ``postings`` the fetched posting blocks
+        [(id, bytes)] of the terms ``term_blocks`` named (checked against their checksums)."""
+
+class TextDocs:
+    """Lengths of the rows one segment serves (deleted rows dropped), from ``IndexSegment.text_docs``;
+    not importable by name."""
+
+    docs: int  # live documents (non-null, not deleted)
+    total_len: int  # their tokens
+    size: int  # bytes held
+
+class TextQuery:
+    """One segment's side of a BM25 query, from ``IndexSegment.text_query``; not importable by name."""
+
+    dfs: list[int]  # live document frequency per query term, in query-term order
+    def top_k(self, docs: int, avgdl: float, dfs: list[int], k: int) -> tuple[pa.UInt64Array, pa.DoubleArray]:
+        """Phase 2: the best ``k`` here under the global statistics (``dfs`` per query term): (row addresses
+        ``fragment_id << 32 | offset``, scores), best first, ties by smaller address. Bit-identical to
+        ``bm25_top_k`` over the same live postings."""

@@ -30,7 +30,7 @@ from lamina.datafile import output_schema, read_fragment, read_rows, reading
 from lamina.deletion import read_deleted
 from lamina.errors import CorruptFile, IndexNotFound, InvalidArgument, ObjectNotFound
 from lamina.filter import Conjunct, Filter
-from lamina.indexing import IndexOptions, check_indexable, fetch_blocks, key_array, key_value, open_segment
+from lamina.indexing import _CACHE, IndexOptions, check_indexable, fetch_blocks, key_array, key_value, open_segment
 from lamina.manifest import ADDRESS_SHIFT, Fragment, IndexEntry, Manifest
 from lamina.store import ObjectStore
 
@@ -40,7 +40,6 @@ log = logging.getLogger("lamina.index")
 TAKE_FRACTION = 0.25
 _MASK = np.uint64(0xFFFFFFFF)
 _SHIFT = np.uint64(ADDRESS_SHIFT)
-_NO_DOC = np.uint32(0xFFFFFFFF)
 
 
 def _on_error() -> str:
@@ -288,70 +287,69 @@ def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None
         return np.zeros(0, np.uint64), np.zeros(0, np.float64), column
 
     live = manifest.fragment_map()
-    sources: list[_TextSource] = []
     coverage = index.coverage(live) if index else {}
     by_segment: dict[int, set[int]] = {}
     for fid, si in coverage.items():
         by_segment.setdefault(si, set()).add(fid)
     scan = [f for f in manifest.fragments if f.id not in coverage]
-    for si, fids in by_segment.items():
-        seg = index.segments[si]
-        try:
-            reader = open_segment(store, seg, index.name)
-        except (CorruptFile, ObjectNotFound) as e:
-            _broken(index, e, "search")
-            scan.extend(live[f] for f in fids)
-            continue
-        sources.append(_TextSource(reader, np.asarray(seg.fragment_ids, dtype=np.int64), fids,
-                                   lambda blocks, seg=seg: fetch_blocks(store, seg, index.name, blocks)))
     mapper = map_fn or (lambda f, xs: [f(x) for x in xs])
-    sources += mapper(lambda f: _memory_source(store, f, column, options), sorted(scan, key=lambda f: f.id))
 
-    docs = 0
-    total_len = 0
-    lengths: dict[int, np.ndarray] = {}  # fragment id -> tokens per row
-    per_term: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {t: [] for t in terms}
-    for src in sources:
-        stats = {int(src.fids[o]): (rows, bid, off, n) for o, rows, _, _, bid, off, n in src.reader.fragment_stats()
-                 if o < len(src.fids)}
-        wanted = [fid for fid in stats if fid in src.serves]
-        blocks = src.fetch([stats[fid][1:] for fid in wanted])
-        for fid, (bid, data) in zip(wanted, blocks):
-            lens = src.reader.lengths(bid, stats[fid][0], data).to_numpy(zero_copy_only=False).copy()
-            frag = live[fid]
-            if frag.deletion is not None:
-                lens[read_deleted(store, frag)] = _NO_DOC
-            lengths[fid] = lens
-            is_doc = lens != _NO_DOC
-            docs += int(is_doc.sum())
-            total_len += int(lens[is_doc].sum(dtype=np.uint64))
-        term_blocks = src.reader.term_blocks(terms)
-        fetched = src.fetch([(bid, off, n) for _, bid, off, n in term_blocks])
-        for (term, bid, _, _), (_, data) in zip(term_blocks, fetched):
-            addrs, tfs = src.reader.postings(bid, data)
-            fids, offs = _global(src.fids, addrs.to_numpy(zero_copy_only=False))
-            tfs = tfs.to_numpy(zero_copy_only=False)
-            keep = np.isin(fids, np.fromiter(src.serves, dtype=np.int64, count=len(src.serves)))
-            fids, offs, tfs = fids[keep], offs[keep], tfs[keep]
-            dls = np.empty(len(offs), dtype=np.uint32)
-            for fid in np.unique(fids).tolist():
-                m = fids == fid
-                dls[m] = lengths[fid][offs[m]]
-            alive = dls != _NO_DOC  # deleted rows are marked in lengths
-            gaddr = (fids[alive].astype(np.uint64) << _SHIFT) | offs[alive].astype(np.uint64)
-            per_term[term].append((gaddr, tfs[alive], dls[alive]))
-    if docs == 0:
+    # Phase 1, per segment: its documents (cached) and the query terms' postings, with its share of the statistics.
+    def stored(item: tuple[int, set[int]]) -> "tuple[_native.TextDocs, _native.TextQuery] | Exception":
+        si, fids = item
+        seg = index.segments[si]
+        # the documents depend on the served fragments and their deletion files (immutable, unique paths) only
+        key = ("fts-docs", store.uri, seg.path,
+               tuple(sorted((f, live[f].deletion.path if live[f].deletion else "") for f in fids)))
+        docs = _CACHE.get(key)
+        deleted = None if docs is not None else {f: read_deleted(store, live[f]) for f in fids}  # outside: no index error
+        try:
+            src = _TextSource(open_segment(store, seg, index.name), np.asarray(seg.fragment_ids, dtype=np.int64), fids,
+                              lambda blocks: fetch_blocks(store, seg, index.name, blocks))
+            docs, query = _text_query(src, terms, docs, deleted)
+        except (CorruptFile, ObjectNotFound) as e:
+            return e
+        _CACHE.put(key, docs, docs.size + 256)
+        return docs, query
+
+    queries: list[tuple[_native.TextDocs, _native.TextQuery]] = []
+    for (si, fids), got in zip(by_segment.items(), mapper(stored, list(by_segment.items()))):
+        if isinstance(got, Exception):
+            _broken(index, got, "search")
+            scan.extend(live[f] for f in fids)
+        else:
+            queries.append(got)
+    queries += mapper(lambda f: _text_query(_memory_source(store, f, column, options), terms, None,
+                                            {f.id: read_deleted(store, f)}), sorted(scan, key=lambda f: f.id))
+
+    docs = sum(d.docs for d, _ in queries)
+    dfs = [sum(col) for col in zip(*(q.dfs for _, q in queries))]
+    if docs == 0 or not any(dfs):
         return np.zeros(0, np.uint64), np.zeros(0, np.float64), column
-    arrays = []
-    for term in terms:
-        got = per_term[term]
-        if not got:
-            continue
-        a = np.concatenate([g[0] for g in got])
-        order = np.argsort(a, kind="stable")
-        arrays.append((pa.array(a[order]), pa.array(np.concatenate([g[1] for g in got])[order]),
-                       pa.array(np.concatenate([g[2] for g in got])[order])))
-    if not arrays:
-        return np.zeros(0, np.uint64), np.zeros(0, np.float64), column
-    addrs, scores = _native.bm25_top_k(arrays, docs, total_len / docs, k)
-    return addrs.to_numpy(zero_copy_only=False), scores.to_numpy(zero_copy_only=False), column
+    avgdl = sum(d.total_len for d, _ in queries) / docs
+    # Phase 2, per segment: its top k under the global statistics; then the top k of those.
+    tops = mapper(lambda q: q.top_k(docs, avgdl, dfs, k), [q for _, q in queries if any(q.dfs)])
+    addrs = np.concatenate([a.to_numpy(zero_copy_only=False) for a, _ in tops])
+    scores = np.concatenate([s.to_numpy(zero_copy_only=False) for _, s in tops])
+    if len(tops) > 1:
+        order = np.lexsort((addrs, -scores))[:k]  # score descending, then address
+        addrs, scores = addrs[order], scores[order]
+    return addrs, scores, column
+
+
+def _text_query(src: _TextSource, terms: list[str], docs: "_native.TextDocs | None",
+                deleted: dict[int, np.ndarray] | None) -> "tuple[_native.TextDocs, _native.TextQuery]":
+    """Phase 1 of a search on one source: its documents (``docs``, or built from the length blocks of the
+    fragments it serves and their ``deleted`` offsets) and the query terms' postings over them."""
+    term_blocks = [(bid, off, n) for _, bid, off, n in src.reader.term_blocks(terms)]
+    if docs is not None:
+        return docs, src.reader.text_query(terms, src.fetch(term_blocks), docs)
+    served = []
+    for o, _, _, _, bid, off, n in src.reader.fragment_stats():
+        fid = int(src.fids[o]) if o < len(src.fids) else -1
+        if fid in src.serves:
+            served.append((o, fid, bid, off, n))
+    fetched = src.fetch([(bid, off, n) for _, _, bid, off, n in served] + term_blocks)
+    docs = src.reader.text_docs([(o, fid, bid, data, pa.array(deleted[fid], pa.uint32()) if len(deleted[fid]) else None)
+                                 for (o, fid, bid, _, _), (_, data) in zip(served, fetched)])
+    return docs, src.reader.text_query(terms, fetched[len(served):], docs)

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, DictionaryArray, Float64Array, Int64Array, StringArray};
 use arrow::datatypes::Int32Type;
 
-use super::fts::{decode_postings, Analyzer};
+use super::fts::{self, decode_postings, Analyzer, TermPostings};
 use super::keys::{encode_f64, encode_i64, Key, KeyColumn, KeyRange};
 use super::*;
 
@@ -179,4 +179,179 @@ fn bitmap_refuses_high_cardinality() {
     let options = BuildOptions { max_bitmap_values: 10, ..Default::default() };
     let err = build(Kind::Bitmap, vec![(0, ints((0..100).map(Some).collect()))], &options).unwrap_err();
     assert!(err.to_string().contains("btree"), "{err}");
+}
+
+/// Runs both phases of a text query over one whole in-memory segment: (docs, total length, dfs, top k).
+fn text_query(bytes: &[u8], terms: &[&str], served: &[(u32, u64, Vec<u32>)], k: usize) -> (u64, u64, Vec<u64>, Vec<(u64, f64)>) {
+    let r = SegmentReader::from_bytes(bytes, "mem").unwrap();
+    let dir = r.fts().unwrap();
+    let block = |id: u32| {
+        let b = dir.block(id).unwrap();
+        &bytes[b.offset as usize..][..b.len as usize]
+    };
+    let terms: Vec<String> = terms.iter().map(|t| t.to_string()).collect();
+    let postings: Vec<(u32, &[u8])> = terms.iter().filter_map(|t| dir.term_block(t)).map(|id| (id, block(id))).collect();
+    let fragments: Vec<fts::ServedFragment<'_>> = served
+        .iter()
+        .map(|(ordinal, fid, deleted)| {
+            let id = dir.fragments.iter().position(|f| f.ordinal == *ordinal).unwrap() as u32;
+            fts::ServedFragment { ordinal: *ordinal, fragment_id: *fid, block: id, lengths: block(id), deleted }
+        })
+        .collect();
+    let docs = std::sync::Arc::new(fts::DocLengths::new(&r, &fragments).unwrap());
+    let (n, total_len) = (docs.docs, docs.total_len);
+    let q = fts::SegmentQuery::prepare(&r, docs, &terms, postings).unwrap();
+    let top = q.top_k(n, total_len as f64 / n as f64, &q.dfs(), k).unwrap();
+    // a second run (reused scratch) gives the same
+    assert_eq!(q.top_k(n, total_len as f64 / n as f64, &q.dfs(), k).unwrap(), top);
+    assert!(q.top_k(n, 1.0, &[1; 9], 3).is_err(), "one df per term");
+    (n, total_len, q.dfs(), top)
+}
+
+#[test]
+fn dense_text_query_matches_bm25_top_k() {
+    // ordinal 0 is fragment 9 and ordinal 2 fragment 4: row-address order is not ordinal order
+    let docs0 = strings(vec![Some("cat dog"), Some("cat dog"), None, Some("cat cat bird"), Some("dog"), Some("cat dog")]);
+    let docs1 = strings(vec![Some("fish"), Some("cat")]);
+    let docs2 = strings(vec![Some("cat dog"), Some("bird bird cat"), Some(""), Some("cat dog")]);
+    let built = build(Kind::Fts, vec![(0, docs0), (1, docs1), (2, docs2)], &BuildOptions::default()).unwrap();
+    // ordinal 1 is not served (its fragment is gone or served by another segment)
+    let served = vec![(0u32, 9u64, vec![5u32, 1]), (2, 4, vec![])];
+    let addr = |fid: u64, off: u64| (fid << 32) | off;
+    let (docs, total_len, dfs, top) = text_query(&built.bytes, &["cat", "dog", "nothing"], &served, 100);
+    // live docs: fragment 9 offsets 0, 3, 4; fragment 4 offsets 0, 1, 2 (empty, still a document), 3
+    assert_eq!((docs, total_len), (7, 2 + 3 + 1 + 2 + 3 + 2));
+    assert_eq!(dfs, vec![5, 4, 0]);
+    // k above the matches: every match, none of the deleted or unserved rows
+    let got: Vec<u64> = top.iter().map(|(a, _)| *a).collect();
+    assert_eq!(got.len(), 6);
+    for a in [addr(9, 1), addr(9, 5), addr(4, 2)] {
+        assert!(!got.contains(&a), "{a:#x} in {got:x?}");
+    }
+    // the same as the reference scorer over the same live postings, bit for bit
+    let live = [(addr(4, 0), 2u32), (addr(4, 1), 3), (addr(4, 3), 2), (addr(9, 0), 2), (addr(9, 3), 3), (addr(9, 4), 1)];
+    let cat: Vec<(u64, u32, u32)> = vec![(addr(4, 0), 1, 2), (addr(4, 1), 1, 3), (addr(4, 3), 1, 2), (addr(9, 0), 1, 2), (addr(9, 3), 2, 3)];
+    let dog: Vec<(u64, u32, u32)> = vec![(addr(4, 0), 1, 2), (addr(4, 3), 1, 2), (addr(9, 0), 1, 2), (addr(9, 4), 1, 1)];
+    let split = |v: &[(u64, u32, u32)]| -> (Vec<u64>, Vec<u32>, Vec<u32>) {
+        (v.iter().map(|p| p.0).collect(), v.iter().map(|p| p.1).collect(), v.iter().map(|p| p.2).collect())
+    };
+    let (ca, ct, cl) = split(&cat);
+    let (da, dt, dl) = split(&dog);
+    let terms = [TermPostings { addrs: &ca, tfs: &ct, lengths: &cl }, TermPostings { addrs: &da, tfs: &dt, lengths: &dl }];
+    let avgdl = live.iter().map(|p| p.1 as f64).sum::<f64>() / 7.0;
+    let want = fts::bm25_top_k(&terms, 7, avgdl, 100).unwrap();
+    assert_eq!(top.len(), want.len());
+    for ((a, s), (wa, ws)) in top.iter().zip(&want) {
+        assert_eq!((a, s.to_bits()), (wa, ws.to_bits()));
+    }
+    // ties ("cat dog" at 4:0, 4:3 and 9:0) by smaller row address
+    let tied: Vec<u64> = top.iter().filter(|(_, s)| *s == top[0].1).map(|(a, _)| *a).collect();
+    assert_eq!(tied, vec![addr(4, 0), addr(4, 3), addr(9, 0)]);
+    // a k inside the tie keeps the smallest addresses
+    let (.., two) = text_query(&built.bytes, &["cat", "dog"], &served, 2);
+    assert_eq!(two.iter().map(|(a, _)| *a).collect::<Vec<_>>(), vec![addr(4, 0), addr(4, 3)]);
+    // a term only in deleted or unserved rows matches nothing
+    let (_, _, dfs, none) = text_query(&built.bytes, &["fish"], &served, 10);
+    assert_eq!((dfs, none.len()), (vec![0], 0));
+    // every fragment served, nothing deleted: the same scores as the reference over all postings
+    let all = vec![(0u32, 9u64, vec![]), (1, 5, vec![]), (2, 4, vec![])];
+    let (docs, _, dfs, top) = text_query(&built.bytes, &["cat"], &all, 3);
+    assert_eq!((docs, dfs), (11, vec![8]));
+    assert_eq!(top.iter().map(|(a, _)| *a).collect::<Vec<_>>(), vec![addr(5, 1), addr(9, 3), addr(4, 0)]);
+    // bad input is refused, not a panic
+    let r = SegmentReader::from_bytes(&built.bytes, "mem").unwrap();
+    let nothing = std::sync::Arc::new(fts::DocLengths::new(&r, &[]).unwrap());
+    let bad = fts::SegmentQuery::<&[u8]>::prepare(&r, nothing.clone(), &["cat".into()], vec![]);
+    assert!(matches!(bad, Err(crate::Error::InvalidArgument(_))));
+    let other = SegmentReader::from_bytes(&build(Kind::Fts, vec![(0, strings(vec![Some("cat")]))], &BuildOptions::default()).unwrap().bytes, "other").unwrap();
+    assert!(fts::SegmentQuery::<&[u8]>::prepare(&other, nothing, &[], vec![]).is_err());
+}
+
+#[test]
+fn dense_text_query_equals_bm25_top_k_bit_for_bit_on_many_documents() {
+    // enough postings for the precomputed score tables, some tf and lengths beyond them
+    let mut x = 17u64;
+    let mut next = |m: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % m
+    };
+    let words = ["a", "b", "c", "d", "e", "f"];
+    let frag = |n: usize, next: &mut dyn FnMut(u64) -> u64| -> Vec<Option<String>> {
+        (0..n)
+            .map(|_| match next(50) {
+                0 => None,
+                1 => Some(vec!["a"; 9 + next(300) as usize].join(" ")),
+                _ => Some((0..1 + next(12)).map(|_| words[(next(6) * next(6) / 5) as usize]).collect::<Vec<_>>().join(" ")),
+            })
+            .collect()
+    };
+    let texts: Vec<Vec<Option<String>>> = vec![frag(30_000, &mut next), frag(20_000, &mut next)];
+    let cols = texts.iter().enumerate().map(|(o, v)| (o as u32, col(Arc::new(StringArray::from(v.clone()))))).collect();
+    let built = build(Kind::Fts, cols, &BuildOptions::default()).unwrap();
+    let deleted: Vec<u32> = (0..20_000).step_by(7).collect();
+    for (served, k) in [(vec![(0u32, 3u64, vec![]), (1, 2, vec![])], 60_000), (vec![(0, 1, vec![]), (1, 2, deleted.clone())], 60_000), (vec![(1, 2, deleted.clone())], 5)] {
+        let (docs, total_len, dfs, top) = text_query(&built.bytes, &["a", "e", "b"], &served, k);
+        // scored on the global pool's threads and on 7, split at other documents: the same
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(7).build().unwrap();
+        assert_eq!(pool.install(|| text_query(&built.bytes, &["a", "e", "b"], &served, k)).3, top);
+        // the reference: live postings with global addresses and lengths, per term
+        let r = SegmentReader::from_bytes(&built.bytes, "mem").unwrap();
+        let dir = r.fts().unwrap();
+        let mut lens = std::collections::HashMap::new();
+        for (o, fid, del) in &served {
+            let i = dir.fragments.iter().position(|f| f.ordinal == *o).unwrap();
+            let mut l = fts::decode_lengths(r.stored_block(&built.bytes, i as u32).unwrap(), dir.fragments[i].rows, "mem").unwrap();
+            del.iter().for_each(|d| l[*d as usize] = fts::NO_DOC);
+            lens.insert(*o, (*fid, l));
+        }
+        let live: Vec<u32> = lens.values().flat_map(|(_, l)| l.iter().copied().filter(|d| *d != fts::NO_DOC)).collect();
+        assert_eq!((docs, total_len), (live.len() as u64, live.iter().map(|d| *d as u64).sum()));
+        let mut cols = Vec::new();
+        for t in ["a", "e", "b"] {
+            let (addrs, tfs) = decode_postings(r.stored_block(&built.bytes, dir.term_block(t).unwrap()).unwrap(), "mem").unwrap();
+            let mut v: Vec<(u64, u32, u32)> = addrs
+                .iter()
+                .zip(&tfs)
+                .filter_map(|(a, tf)| {
+                    let (fid, l) = lens.get(&((a >> 32) as u32))?;
+                    let dl = l[(a & 0xFFFF_FFFF) as usize];
+                    (dl != fts::NO_DOC).then_some(((fid << 32) | (a & 0xFFFF_FFFF), *tf, dl))
+                })
+                .collect();
+            v.sort_unstable();
+            cols.push((v.iter().map(|p| p.0).collect::<Vec<_>>(), v.iter().map(|p| p.1).collect::<Vec<_>>(), v.iter().map(|p| p.2).collect::<Vec<_>>()));
+        }
+        assert_eq!(dfs, cols.iter().map(|c| c.0.len() as u64).collect::<Vec<_>>());
+        assert!(dfs[0] > 8192 && cols[0].1.iter().any(|tf| *tf > 8) && cols[0].2.iter().any(|dl| *dl > 256));
+        let terms: Vec<TermPostings<'_>> = cols.iter().map(|(a, t, l)| TermPostings { addrs: a, tfs: t, lengths: l }).collect();
+        let want = fts::bm25_top_k(&terms, docs, total_len as f64 / docs as f64, k).unwrap();
+        assert_eq!(top.len(), want.len());
+        assert!(top.iter().zip(&want).all(|((a, s), (wa, ws))| a == wa && s.to_bits() == ws.to_bits()), "{served:?}");
+    }
+}
+
+#[test]
+#[ignore]
+fn tmp_bench_text_query() {
+    let mut x = 17u64;
+    let mut next = |m: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % m
+    };
+    let v: Vec<Option<String>> = (0..1_000_000).map(|_| Some((0..5 + next(10)).map(|_| if next(10) == 0 { "a" } else { "b" }).collect::<Vec<_>>().join(" "))).collect();
+    let built = build(Kind::Fts, vec![(0, col(Arc::new(StringArray::from(v))))], &BuildOptions::default()).unwrap();
+    let r = SegmentReader::from_bytes(&built.bytes, "mem").unwrap();
+    let dir = r.fts().unwrap();
+    let block = |id: u32| { let b = dir.block(id).unwrap(); &built.bytes[b.offset as usize..][..b.len as usize] };
+    let fr = [fts::ServedFragment { ordinal: 0, fragment_id: 1, block: 0, lengths: block(0), deleted: &[] }];
+    let docs = std::sync::Arc::new(fts::DocLengths::new(&r, &fr).unwrap());
+    let terms = vec!["a".to_string()];
+    let q = fts::SegmentQuery::prepare(&r, docs.clone(), &terms, vec![(dir.term_block("a").unwrap(), block(dir.term_block("a").unwrap()))]).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    for _ in 0..3 {
+        let t0 = std::time::Instant::now();
+        let top = pool.install(|| q.top_k(docs.docs, docs.total_len as f64 / docs.docs as f64, &q.dfs(), 10).unwrap());
+        let e = t0.elapsed();
+        eprintln!("df {:?} top_k {:?} = {:.1} ns/posting {}", q.dfs(), e, e.as_nanos() as f64 / q.dfs()[0] as f64, top.len());
+    }
 }

@@ -2,15 +2,17 @@
 //! blocks a query needs and decodes the blocks the caller fetched.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use arrow::array::{make_array, Array, ArrayData, Float64Array, UInt32Array, UInt64Array};
 use arrow::pyarrow::PyArrowType;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 
 use super::without_gil;
 use crate::error::Error;
-use crate::index::fts::{self, Analyzer, TermPostings};
+use crate::index::fts::{self, Analyzer, DocLengths, SegmentQuery, ServedFragment, TermPostings};
 use crate::index::keys::{encode_f64, encode_i64, KeyType};
 use crate::index::{self, BuildOptions, Built, Footer, Key, KeyColumn, KeyRange, Kind, SegmentReader};
 
@@ -142,9 +144,70 @@ pub(crate) fn bm25_top_k(
             .collect();
         fts::bm25_top_k(&postings, docs, avgdl, k)
     })?;
+    Ok(top_arrays(&top))
+}
+
+fn top_arrays(top: &[(u64, f64)]) -> (PyArrowType<ArrayData>, PyArrowType<ArrayData>) {
     let addrs: UInt64Array = top.iter().map(|(a, _)| *a).collect::<Vec<_>>().into();
     let scores: Float64Array = top.iter().map(|(_, s)| *s).collect::<Vec<_>>().into();
-    Ok((PyArrowType(addrs.into_data()), PyArrowType(scores.into_data())))
+    (PyArrowType(addrs.into_data()), PyArrowType(scores.into_data()))
+}
+
+/// A served fragment from Python: (ordinal, fragment id, length block id, block bytes, deleted offsets uint32 or None).
+type PyServed = (u32, u64, u32, PyBackedBytes, Option<PyArrowType<ArrayData>>);
+
+/// The documents a full-text segment serves in a query (from
+/// [`IndexSegment::text_docs`]): lengths of the served fragments' rows, deleted
+/// rows dropped, and their BM25 statistics. Reusable by every query while the
+/// served fragments and their deletions stay the same.
+#[pyclass(frozen, module = "lamina._native")]
+pub(crate) struct TextDocs {
+    docs: Arc<DocLengths>,
+}
+
+#[pymethods]
+impl TextDocs {
+    /// Live documents (non-null, not deleted) of the served fragments.
+    #[getter]
+    fn docs(&self) -> u64 {
+        self.docs.docs
+    }
+
+    /// Total tokens of those documents.
+    #[getter]
+    fn total_len(&self) -> u64 {
+        self.docs.total_len
+    }
+
+    /// Bytes held.
+    #[getter]
+    fn size(&self) -> usize {
+        self.docs.size()
+    }
+}
+
+/// One segment's side of a BM25 query (from [`IndexSegment::text_query`]): the
+/// checked posting blocks of the query terms and their live document
+/// frequencies; [`TextQuery::top_k`] scores them with the global statistics.
+#[pyclass(frozen, module = "lamina._native")]
+pub(crate) struct TextQuery {
+    query: SegmentQuery<PyBackedBytes>,
+}
+
+#[pymethods]
+impl TextQuery {
+    /// Live document frequency of each query term here, in query-term order.
+    #[getter]
+    fn dfs(&self) -> Vec<u64> {
+        self.query.dfs()
+    }
+
+    /// The best `k` here by BM25 under the global `docs`, `avgdl` and per-term `dfs`:
+    /// (row addresses uint64, scores float64), best first, ties by smaller address.
+    fn top_k(&self, py: Python<'_>, docs: u64, avgdl: f64, dfs: Vec<u64>, k: usize) -> PyResult<(PyArrowType<ArrayData>, PyArrowType<ArrayData>)> {
+        let top = without_gil(py, || self.query.top_k(docs, avgdl, &dfs, k))?;
+        Ok(top_arrays(&top))
+    }
 }
 
 /// A key range from Python: (lo, lo_inclusive, hi, hi_inclusive), None bounds open.
@@ -295,5 +358,40 @@ impl IndexSegment {
         self.reader.check_block(id, data)?;
         let l = fts::decode_lengths(data, rows, &self.reader.object)?;
         Ok(PyArrowType(UInt32Array::from(l).into_data()))
+    }
+
+    /// The documents this full-text segment serves in a query: `fragments` are
+    /// (ordinal, fragment id, length block id, block bytes, deleted offsets as
+    /// uint32 or None); row addresses are `fragment id << 32 | offset`.
+    fn text_docs(&self, py: Python<'_>, fragments: Vec<PyServed>) -> PyResult<TextDocs> {
+        let deleted: Vec<Option<UInt32Array>> = fragments
+            .iter()
+            .map(|f| f.4.as_ref().map(|a| u32_array(a.0.clone(), "deleted offsets")).transpose())
+            .collect::<Result<_, Error>>()?;
+        let docs = without_gil(py, || {
+            let served: Vec<ServedFragment<'_>> = fragments
+                .iter()
+                .zip(&deleted)
+                .map(|((ordinal, fid, block, bytes, _), del)| ServedFragment {
+                    ordinal: *ordinal,
+                    fragment_id: *fid,
+                    block: *block,
+                    lengths: &bytes[..],
+                    deleted: del.as_ref().map_or(&[][..], |d| d.values()),
+                })
+                .collect();
+            DocLengths::new(&self.reader, &served)
+        })?;
+        Ok(TextDocs { docs: Arc::new(docs) })
+    }
+
+    /// Phase 1 of a BM25 query: `terms` are the query terms (distinct, in order),
+    /// `postings` the fetched posting blocks [(id, bytes)] of the terms
+    /// [`Self::term_blocks`] named (checked against their checksums), `docs` this
+    /// segment's [`Self::text_docs`].
+    fn text_query(&self, py: Python<'_>, terms: Vec<String>, postings: Vec<(u32, PyBackedBytes)>, docs: &Bound<'_, TextDocs>) -> PyResult<TextQuery> {
+        let docs = docs.get().docs.clone();
+        let query = without_gil(py, || SegmentQuery::prepare(&self.reader, docs, &terms, postings))?;
+        Ok(TextQuery { query })
     }
 }
