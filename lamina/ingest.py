@@ -123,6 +123,7 @@ class ShardApplier:
         self.key_type = memtable_key_type(self.schema.field(self.pk).type) if self.pk else None
         self.stats = ApplierStats(self.shard)
         self._lock = threading.RLock()
+        self._last_expiry = time.monotonic()
         self._reset()
 
     # -- state ------------------------------------------------------------------
@@ -290,10 +291,14 @@ class ShardApplier:
         return removed
 
     def step(self) -> None:
-        """One round of the applier loop: apply, flush if due, expire old segments."""
+        """One round of the applier loop: apply, flush if due, expire old segments (at most once a minute)."""
         self.poll()
         if self.should_flush():
             self.flush()
+        now = time.monotonic()
+        if now - self._last_expiry >= min(60.0, self.options.retention_seconds):
+            self._last_expiry = now
+            self.remove_applied_segments()
 
     def snapshot(self) -> ApplierStats:
         with self._lock:

@@ -60,19 +60,20 @@ def test_appliers_keep_the_table_up_to_date_local_and_s3(ray_cluster, table_loca
     assert set(t.manifest.wal_watermarks) == {"0/0000000000", "1/0000000000"}
 
 
-def test_applier_killed_mid_flush_is_restarted_and_applies_exactly_once(ray_cluster, local_table_uri, tmp_path):
-    lamina.create_table(local_table_uri, SCHEMA)
+def test_applier_killed_mid_flush_is_restarted_and_applies_exactly_once(ray_cluster, table_location, tmp_path):
+    uri, opts = table_location
+    lamina.create_table(uri, SCHEMA, storage_options=opts)
     marker = tmp_path / "killed-in-flush"
-    ing = Ingestion.start(local_table_uri, 1, options=IngestOptions(flush_rows=300, flush_seconds=0.3),
+    ing = Ingestion.start(uri, 1, storage_options=opts, options=IngestOptions(flush_rows=300, flush_seconds=0.3),
                           runtime_env={"env_vars": {FAULT_KILL_IN_FLUSH: str(marker)}})
     try:
-        expected = produce(local_table_uri, 0, 0, 20, 50)
+        expected = produce(uri, 0, 0, 20, 50, opts)
         wait_for(lambda: marker.exists())
-        wait_for(lambda: lamina.open_table(local_table_uri).count_rows() == len(expected))
+        wait_for(lambda: lamina.open_table(uri, storage_options=opts).count_rows() == len(expected))
         time.sleep(1.0)  # any duplicate flush would land by now
     finally:
         ing.stop()
-    ids = lamina.open_table(local_table_uri).to_arrow(columns=["id"]).column("id").to_pylist()
+    ids = lamina.open_table(uri, storage_options=opts).to_arrow(columns=["id"]).column("id").to_pylist()
     assert sorted(ids) == sorted(expected), "every committed WAL row exactly once"
 
 
