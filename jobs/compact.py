@@ -28,6 +28,7 @@ from lamina.commit import commit
 from lamina.errors import CommitConflict, InvalidConfig, LaminaError
 from lamina.transaction import AddressMapping, Rewrite, RewriteGroup
 from planner import CompactionOptions, CompactionPlan, plan_compaction
+from jobs.cli import storage_options
 from planner.options import parse_assignment
 from workers.compaction import GroupResult, GroupTask, remote_compact_group
 
@@ -217,18 +218,6 @@ def compact(uri: str, options: CompactionOptions, *, storage_options: dict[str, 
     return plan, summary
 
 
-def _storage_options(items: list[str]) -> dict[str, Any] | None:
-    if not items:
-        return None
-    out = {}
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise InvalidConfig(f"--storage-option {item!r}: expected key=value")
-        out[k.strip()] = v.strip()
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jobs.compact", description="Compact a Lamina table on Ray.")
     ap.add_argument("uri", help="table location: a local path or s3://bucket/prefix")
@@ -244,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = load_options(args.config, args.assignments, max_concurrency=args.max_concurrency,
                                partial_commit_every=args.partial_commit_every)
-        plan, summary = compact(args.uri, options, storage_options=_storage_options(args.storage_option),
+        plan, summary = compact(args.uri, options, storage_options=storage_options(args.storage_option),
                                 dry_run=args.dry_run, progress=not args.json)
     except InvalidConfig as e:
         print(f"error: {e}", file=sys.stderr)

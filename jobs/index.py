@@ -26,6 +26,7 @@ from typing import Any
 import lamina
 from lamina.errors import InvalidArgument, LaminaError
 from lamina.indexing import KINDS, IndexBuild, IndexOptions, build_index
+from jobs.cli import storage_options
 from workers.index import ray_runner
 
 log = logging.getLogger("lamina.index")
@@ -81,14 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             raise InvalidArgument("--update needs --name or --column")
         sizes = {k: v for k, v in (("task_rows", args.task_rows), ("segment_rows", args.segment_rows)) if v is not None}
         options = IndexOptions(stem=args.stem, **sizes)
-        storage = {}
-        for item in args.storage_option:
-            k, sep, v = item.partition("=")
-            if not sep:
-                raise InvalidArgument(f"--storage-option {item!r}: expected key=value")
-            storage[k.strip()] = v.strip()
         result = run(args.uri, args.column, args.kind, name=args.name, update=args.update, options=options,
-                     storage_options=storage or None, max_concurrency=args.max_concurrency, progress=not args.json)
+                     storage_options=storage_options(args.storage_option), max_concurrency=args.max_concurrency, progress=not args.json)
     except InvalidArgument as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 from lamina.errors import InvalidArgument, LaminaError
 from lamina.ingest import IngestOptions, shard_for
+from jobs.cli import storage_options
 from workers.ingest import get_or_create, wait_ready
 
 log = logging.getLogger("lamina.ingest")
@@ -105,13 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = IngestOptions(flush_rows=args.flush_rows, flush_bytes=args.flush_bytes, flush_seconds=args.flush_seconds,
                                 retention_seconds=args.retention_seconds)
-        storage = {}
-        for item in args.storage_option:
-            k, sep, v = item.partition("=")
-            if not sep:
-                raise InvalidArgument(f"--storage-option {item!r}: expected key=value")
-            storage[k.strip()] = v.strip()
-        ingestion = Ingestion.start(args.uri, args.shards, storage_options=storage or None, options=options)
+        ingestion = Ingestion.start(args.uri, args.shards, storage_options=storage_options(args.storage_option),
+                                    options=options)
     except InvalidArgument as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
