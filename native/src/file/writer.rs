@@ -22,6 +22,8 @@ use crate::error::{Error, Result};
 
 /// Row limit of a data page (enforced at batch granularity by the encoder).
 pub const DATA_PAGE_ROWS: usize = 8192;
+/// Size at which a column chunk's dictionary stops growing and its pages fall back to plain.
+pub const DICTIONARY_PAGE_BYTES: usize = 128 * 1024;
 
 /// How to lay out one data file.
 #[derive(Debug, Clone)]
@@ -96,6 +98,9 @@ impl WriteOptions {
             .set_statistics_enabled(EnabledStatistics::Page)
             // Pages of at most ~8K rows: a point read (index lookup, take) decodes one page, not 20K rows.
             .set_data_page_row_count_limit(DATA_PAGE_ROWS)
+            // High-cardinality columns fall back to plain pages early: a point read decodes the
+            // column chunk's dictionary page, so it must stay small.
+            .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
             .set_max_row_group_row_count(Some(self.row_group_rows))
             .set_max_row_group_bytes(self.row_group_bytes)
             .set_key_value_metadata(Some(metadata));

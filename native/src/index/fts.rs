@@ -399,8 +399,6 @@ pub struct DocLengths {
     object: String,
     /// Served fragments in ordinal order.
     spans: Vec<Span>,
-    /// Ordinal -> position in `spans`; `u32::MAX` where the ordinal is not served.
-    by_ordinal: Vec<u32>,
     lengths: Vec<u32>,
     /// Every fragment of the segment is served and nothing is deleted: every posting is live.
     complete: bool,
@@ -420,10 +418,9 @@ impl DocLengths {
         if ids.windows(2).any(|w| w[0] == w[1]) || served.windows(2).any(|w| w[0].ordinal == w[1].ordinal) {
             return Err(Error::InvalidArgument(format!("a fragment or ordinal is served twice by {object}")));
         }
-        let mut by_ordinal = vec![u32::MAX; served.last().map_or(0, |f| f.ordinal as usize + 1)];
         let mut spans = Vec::with_capacity(served.len());
         let mut rows = 0u32;
-        for (i, f) in served.iter().enumerate() {
+        for f in &served {
             if f.fragment_id >> 32 != 0 {
                 return Err(Error::InvalidArgument(format!("fragment id {} does not fit a row address", f.fragment_id)));
             }
@@ -432,7 +429,6 @@ impl DocLengths {
                 .get(f.block as usize)
                 .filter(|s| s.ordinal == f.ordinal)
                 .ok_or_else(|| Error::InvalidArgument(format!("block {} of {object} is not the lengths of ordinal {}", f.block, f.ordinal)))?;
-            by_ordinal[f.ordinal as usize] = i as u32;
             spans.push(Span { base: f.fragment_id << 32, ordinal: f.ordinal, start: rows, rows: stats.rows });
             rows = rows
                 .checked_add(stats.rows)
@@ -441,10 +437,10 @@ impl DocLengths {
         }
         let mut lengths = Vec::with_capacity(rows as usize);
         let mut deleted = false;
-        for f in &served {
+        for (f, span) in served.iter().zip(&spans) {
             reader.check_block(f.block, f.lengths)?;
             let start = lengths.len();
-            let n = spans[by_ordinal[f.ordinal as usize] as usize].rows as usize;
+            let n = span.rows as usize;
             if f.lengths.len() != n * 4 {
                 return Err(corrupt(object, format!("a length block of {} bytes for {n} rows", f.lengths.len())));
             }
@@ -465,48 +461,58 @@ impl DocLengths {
             }
         }
         let complete = !deleted && served.len() == dir.fragments.len();
-        Ok(DocLengths { object: object.to_string(), spans, by_ordinal, lengths, complete, docs, total_len })
+        Ok(DocLengths { object: object.to_string(), spans, lengths, complete, docs, total_len })
     }
 
     /// Bytes held.
     pub fn size(&self) -> usize {
-        self.lengths.len() * 4 + self.by_ordinal.len() * 4 + self.spans.len() * 16
+        self.lengths.len() * 4 + self.spans.len() * std::mem::size_of::<Span>()
     }
 
-    /// The local address of document `doc` (< the documents held).
-    fn local_address(&self, doc: usize) -> u64 {
-        let s = self.spans[self.spans.partition_point(|s| s.start as usize <= doc) - 1];
-        local_address(s.ordinal, (doc - s.start as usize) as u32)
-    }
-
-    /// Document index and length of a local address: None if its fragment is not
-    /// served or the row is null or deleted.
+    /// Calls `f(document - lo, tf, length)` for every posting of `block` on a live
+    /// document in `lo..hi`, in posting order. Postings of fragments not served
+    /// are skipped without being read (each served fragment's postings are found
+    /// by binary search, the block being sorted by address).
     #[inline(always)]
-    fn doc(&self, addr: u64) -> Result<Option<(u32, u32)>> {
-        let Some(&pos) = self.by_ordinal.get((addr >> 32) as usize) else {
-            return self.unserved(addr);
+    fn for_each_live<B: AsRef<[u8]>>(&self, block: &PostingBlock<B>, lo: usize, hi: usize, mut f: impl FnMut(usize, u32, u32)) -> Result<()> {
+        if lo >= hi {
+            return Ok(());
+        }
+        let (addrs, tfs) = block.columns();
+        let addr_at = |i: usize| {
+            let a = &addrs[8 * i..8 * i + 8];
+            u64::from_le_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]])
         };
-        let Some(span) = self.spans.get(pos as usize) else {
-            return self.unserved(addr);
-        };
-        let off = addr as u32;
-        if off >= span.rows {
-            return Err(corrupt(&self.object, format!("a posting names offset {off} of an ordinal with {} rows", span.rows)));
+        let mut from = 0;
+        let first_span = self.spans.partition_point(|s| (s.start + s.rows) as usize <= lo);
+        for span in &self.spans[first_span..] {
+            let start = span.start as usize;
+            if start >= hi {
+                break;
+            }
+            // the offsets of this fragment inside lo..hi, and their postings
+            let (o_lo, o_hi) = (lo.saturating_sub(start), (span.rows as usize).min(hi - start));
+            let a_lo = local_address(span.ordinal, o_lo as u32);
+            let a_hi = a_lo + (o_hi - o_lo) as u64;
+            let first = from + partition_point(block.n - from, |i| addr_at(from + i) < a_lo);
+            let end = first + partition_point(block.n - first, |i| addr_at(first + i) < a_hi);
+            from = end;
+            let lengths = &self.lengths[start + o_lo..start + o_hi];
+            for (a, t) in addrs[8 * first..8 * end].chunks_exact(8).zip(tfs[4 * first..4 * end].chunks_exact(4)) {
+                let addr = u64::from_le_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]);
+                // in range unless the block is not sorted
+                let i = addr.wrapping_sub(a_lo) as usize;
+                let Some(&dl) = lengths.get(i) else {
+                    return Err(corrupt(&self.object, "posting addresses are not ascending"));
+                };
+                if dl != NO_DOC {
+                    f(start + o_lo + i - lo, u32::from_le_bytes([t[0], t[1], t[2], t[3]]), dl);
+                } else if self.complete {
+                    return Err(corrupt(&self.object, format!("a posting names row {} of ordinal {}, a null", o_lo + i, span.ordinal)));
+                }
+            }
         }
-        let doc = span.start + off;
-        match self.lengths[doc as usize] {
-            NO_DOC if self.complete => Err(corrupt(&self.object, format!("a posting names row {off} of ordinal {}, a null", addr >> 32))),
-            NO_DOC => Ok(None),
-            dl => Ok(Some((doc, dl))),
-        }
-    }
-
-    #[cold]
-    fn unserved(&self, addr: u64) -> Result<Option<(u32, u32)>> {
-        if self.complete {
-            return Err(corrupt(&self.object, format!("a posting names ordinal {}, which has no lengths", addr >> 32)));
-        }
-        Ok(None)
+        Ok(())
     }
 }
 
@@ -529,15 +535,6 @@ impl<B: AsRef<[u8]>> PostingBlock<B> {
     /// The bytes of the addresses (u64 each) and of the term frequencies (u32 each).
     fn columns(&self) -> (&[u8], &[u8]) {
         self.bytes.as_ref()[4..].split_at(self.n * 8)
-    }
-
-    /// (local address, term frequency) of every posting.
-    fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        let (addrs, tfs) = self.columns();
-        addrs
-            .chunks_exact(8)
-            .zip(tfs.chunks_exact(4))
-            .map(|(a, t)| (u64::from_le_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]), u32::from_le_bytes([t[0], t[1], t[2], t[3]])))
     }
 }
 
@@ -581,9 +578,7 @@ impl<B: AsRef<[u8]>> SegmentQuery<B> {
                 block.n as u64
             } else {
                 let mut live = 0u64;
-                for (addr, _) in block.iter() {
-                    live += docs.doc(addr)?.is_some() as u64;
-                }
+                docs.for_each_live(&block, 0, docs.lengths.len(), |_, _, _| live += 1)?;
                 live
             };
             out.push((Some(block), df));
@@ -619,9 +614,7 @@ impl<B: AsRef<[u8]>> SegmentQuery<B> {
             .collect();
         let postings: usize = terms.iter().map(|(b, _)| b.n).sum();
         let rows = self.docs.lengths.len();
-        let t0 = std::time::Instant::now();
         let mut scratch = Scratch::take(rows);
-        eprintln!("take {:?}", t0.elapsed());
         // ranges of whole bitmap words, so each thread owns its slots and bits
         let parts = if postings >= PARALLEL_POSTINGS { rayon::current_num_threads().clamp(1, rows.div_ceil(PART_ROWS)) } else { 1 };
         let mut ranges = Vec::with_capacity(parts);
@@ -651,32 +644,13 @@ impl<B: AsRef<[u8]>> SegmentQuery<B> {
     /// Scores documents `lo..lo + scores.len()` (`scores` and `touched` are their
     /// slots and bits, zeroed) and returns their best `k`, leaving the slots zeroed.
     fn score_range(&self, lo: usize, scores: &mut [f64], touched: &mut [u64], terms: &[(&PostingBlock<B>, ScoreTable)], k: usize) -> Result<Vec<Ranked>> {
-        let hi = lo + scores.len();
-        let docs = &self.docs;
-        let (addr_lo, addr_hi) = (if lo == 0 { 0 } else { docs.local_address(lo) }, if hi == docs.lengths.len() { u64::MAX } else { docs.local_address(hi) });
-        let t0 = std::time::Instant::now();
         for (block, table) in terms {
-            let (addrs, tfs) = block.columns();
-            let addr_at = |i: usize| u64::from_le_bytes([addrs[8 * i], addrs[8 * i + 1], addrs[8 * i + 2], addrs[8 * i + 3], addrs[8 * i + 4], addrs[8 * i + 5], addrs[8 * i + 6], addrs[8 * i + 7]]);
-            let first = if addr_lo == 0 { 0 } else { partition_point(block.n, |i| addr_at(i) < addr_lo) };
-            let end = if addr_hi == u64::MAX { block.n } else { partition_point(block.n, |i| addr_at(i) < addr_hi) };
-            for (a, t) in addrs[8 * first..8 * end.max(first)].chunks_exact(8).zip(tfs[4 * first..4 * end.max(first)].chunks_exact(4)) {
-                let addr = u64::from_le_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]);
-                if let Some((doc, dl)) = docs.doc(addr)? {
-                    let d = (doc as usize).wrapping_sub(lo);
-                    if d >= scores.len() {
-                        return Err(corrupt(&docs.object, "posting addresses are not ascending"));
-                    }
-                    scores[d] += table.score(u32::from_le_bytes([t[0], t[1], t[2], t[3]]), dl);
-                    touched[d >> 6] |= 1 << (d & 63);
-                }
-            }
+            self.docs.for_each_live(block, lo, lo + scores.len(), |d, tf, dl| {
+                scores[d] += table.score(tf, dl);
+                touched[d >> 6] |= 1 << (d & 63);
+            })?;
         }
-        eprintln!("accumulate {:?}", t0.elapsed());
-        let t0 = std::time::Instant::now();
-        let r = best_touched(scores, touched, lo, &docs.spans, k);
-        eprintln!("scan {:?}", t0.elapsed());
-        Ok(r)
+        Ok(best_touched(scores, touched, lo, &self.docs.spans, k))
     }
 }
 
@@ -737,7 +711,7 @@ impl ScoreTable {
 
 /// A zeroed score slot per document and a bit per touched document, reused
 /// across queries (a fresh 8-byte-per-document allocation costs more than the
-/// scoring); [`Scratch::top_k`] leaves both zeroed again.
+/// scoring); [`best_touched`] leaves both zeroed again.
 struct Scratch {
     scores: Vec<f64>,
     touched: Vec<u64>,
@@ -777,13 +751,15 @@ fn best_touched(scores: &mut [f64], touched: &mut [u64], lo: usize, spans: &[Spa
     use std::collections::BinaryHeap;
     let mut heap: BinaryHeap<Ranked> = BinaryHeap::with_capacity(k.min(scores.len()) + 1);
     let mut span = spans.partition_point(|s| s.start as usize <= lo).saturating_sub(1);
+    let mut threshold = f64::NEG_INFINITY;
     for (w, word) in touched.iter_mut().enumerate() {
         let mut bits = std::mem::take(word);
         while bits != 0 {
             let i = (w << 6) | bits.trailing_zeros() as usize;
             bits &= bits - 1;
             let score = std::mem::take(&mut scores[i]);
-            if k == 0 {
+            // below the k-th best score: worse whatever its address (NaN goes on to the full comparison)
+            if k == 0 || score < threshold {
                 continue;
             }
             // documents come in ascending order, so spans are walked once
@@ -799,6 +775,9 @@ fn best_touched(scores: &mut [f64], touched: &mut [u64], lo: usize, spans: &[Spa
                 if r < *worst {
                     *worst = r;
                 }
+            }
+            if heap.len() == k {
+                threshold = heap.peek().map_or(threshold, |w| w.0);
             }
         }
     }

@@ -265,6 +265,17 @@ fn dense_text_query_matches_bm25_top_k() {
     assert!(matches!(bad, Err(crate::Error::InvalidArgument(_))));
     let other = SegmentReader::from_bytes(&build(Kind::Fts, vec![(0, strings(vec![Some("cat")]))], &BuildOptions::default()).unwrap().bytes, "other").unwrap();
     assert!(fts::SegmentQuery::<&[u8]>::prepare(&other, nothing, &[], vec![]).is_err());
+    // damaged input is Corrupt: a deleted offset beyond the rows, a posting block failing its checksum
+    let dir = r.fts().unwrap();
+    let block = |id: u32| dir.block(id).map(|b| &built.bytes[b.offset as usize..][..b.len as usize]).unwrap();
+    let beyond = [fts::ServedFragment { ordinal: 1, fragment_id: 5, block: 1, lengths: block(1), deleted: &[2] }];
+    assert!(matches!(fts::DocLengths::new(&r, &beyond), Err(crate::Error::Corrupt { .. })));
+    let docs = std::sync::Arc::new(fts::DocLengths::new(&r, &beyond[..0]).unwrap());
+    let id = dir.term_block("cat").unwrap();
+    let mut flipped = block(id).to_vec();
+    flipped[5] ^= 1;
+    let bad = fts::SegmentQuery::prepare(&r, docs, &["cat".into()], vec![(id, flipped.as_slice())]);
+    assert!(matches!(bad, Err(crate::Error::Corrupt { .. })));
 }
 
 #[test]
@@ -327,31 +338,5 @@ fn dense_text_query_equals_bm25_top_k_bit_for_bit_on_many_documents() {
         let want = fts::bm25_top_k(&terms, docs, total_len as f64 / docs as f64, k).unwrap();
         assert_eq!(top.len(), want.len());
         assert!(top.iter().zip(&want).all(|((a, s), (wa, ws))| a == wa && s.to_bits() == ws.to_bits()), "{served:?}");
-    }
-}
-
-#[test]
-#[ignore]
-fn tmp_bench_text_query() {
-    let mut x = 17u64;
-    let mut next = |m: u64| {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (x >> 33) % m
-    };
-    let v: Vec<Option<String>> = (0..1_000_000).map(|_| Some((0..5 + next(10)).map(|_| if next(10) == 0 { "a" } else { "b" }).collect::<Vec<_>>().join(" "))).collect();
-    let built = build(Kind::Fts, vec![(0, col(Arc::new(StringArray::from(v))))], &BuildOptions::default()).unwrap();
-    let r = SegmentReader::from_bytes(&built.bytes, "mem").unwrap();
-    let dir = r.fts().unwrap();
-    let block = |id: u32| { let b = dir.block(id).unwrap(); &built.bytes[b.offset as usize..][..b.len as usize] };
-    let fr = [fts::ServedFragment { ordinal: 0, fragment_id: 1, block: 0, lengths: block(0), deleted: &[] }];
-    let docs = std::sync::Arc::new(fts::DocLengths::new(&r, &fr).unwrap());
-    let terms = vec!["a".to_string()];
-    let q = fts::SegmentQuery::prepare(&r, docs.clone(), &terms, vec![(dir.term_block("a").unwrap(), block(dir.term_block("a").unwrap()))]).unwrap();
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-    for _ in 0..3 {
-        let t0 = std::time::Instant::now();
-        let top = pool.install(|| q.top_k(docs.docs, docs.total_len as f64 / docs.docs as f64, &q.dfs(), 10).unwrap());
-        let e = t0.elapsed();
-        eprintln!("df {:?} top_k {:?} = {:.1} ns/posting {}", q.dfs(), e, e.as_nanos() as f64 / q.dfs()[0] as f64, top.len());
     }
 }

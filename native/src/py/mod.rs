@@ -35,6 +35,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(index::tokenize_text, m)?)?;
     m.add_function(wrap_pyfunction!(index::bm25_top_k, m)?)?;
     m.add_class::<index::IndexSegment>()?;
+    m.add_class::<index::TextDocs>()?;
+    m.add_class::<index::TextQuery>()?;
     m.add_class::<memtable::MemTable>()?;
     m.add("INDEX_FOOTER_LEN", crate::index::FOOTER_LEN)?;
     m.add_function(wrap_pyfunction!(wal::wal_check_schema, m)?)?;
