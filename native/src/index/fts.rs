@@ -164,13 +164,16 @@ struct Analyzed {
     postings: HashMap<String, Vec<(u64, u32)>>,
 }
 
+/// Smallest unit of parallel analysis; a fragment is cut into about 4 chunks per thread, since
+/// every chunk's term map must be merged serially afterwards.
 const CHUNK_DOCS: usize = 2048;
 
 fn analyze(ordinal: u32, col: &KeyColumn, analyzer: &Analyzer) -> Analyzed {
     let mut docs: Vec<(u32, &[u8])> = Vec::with_capacity(col.len());
     col.for_each_bytes(|off, b| docs.push((off, b)));
+    let per_chunk = (docs.len() / (rayon::current_num_threads() * 4)).max(CHUNK_DOCS);
     let chunks: Vec<(Vec<(u32, u32)>, Postings)> = docs
-        .par_chunks(CHUNK_DOCS)
+        .par_chunks(per_chunk)
         .map_init(
             || analyzer.stem.then(|| Stemmer::create(Algorithm::English)),
             |stemmer, chunk| {
