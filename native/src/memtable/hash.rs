@@ -126,7 +126,15 @@ impl<F: KeyFormat> HashIndex<F> {
     /// Points `key`'s slot at `node`, its new newest entry, already linked into the list.
     /// `keys` is the number of distinct keys before this insert (below [`MAX_KEYS`]).
     /// Returns whether `key` is new. `w` and `arena` are the list writer's.
-    pub(super) fn upsert(&self, w: &mut IndexWriter, arena: &mut Arena, key: F::Probe<'_>, hash: u64, node: *mut Node<F>, keys: u64) -> bool {
+    pub(super) fn upsert(
+        &self,
+        w: &mut IndexWriter,
+        arena: &mut Arena,
+        key: F::Probe<'_>,
+        hash: u64,
+        node: *mut Node<F>,
+        keys: u64,
+    ) -> bool {
         let mut t = self.table.load(Relaxed);
         if (keys as usize + 1) * 2 > w.tags.len() {
             t = self.grow(w, arena, t);

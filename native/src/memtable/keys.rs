@@ -32,6 +32,9 @@ pub(super) trait KeyFormat: 'static {
     /// `stored` compared with `key`.
     fn compare(stored: &Self::Stored, key: Self::Probe<'_>) -> Ordering;
 
+    /// Two keys compared (the order `compare` follows).
+    fn order(a: Self::Probe<'_>, b: Self::Probe<'_>) -> Ordering;
+
     /// A hash of `key` for the point-lookup index; `seed` is per memtable.
     fn hash(key: Self::Probe<'_>, seed: u64) -> u64;
 }
@@ -71,6 +74,11 @@ impl KeyFormat for NumKey {
     #[inline]
     fn compare(stored: &u64, key: u64) -> Ordering {
         stored.cmp(&key)
+    }
+
+    #[inline]
+    fn order(a: u64, b: u64) -> Ordering {
+        a.cmp(&b)
     }
 
     #[inline]
@@ -191,6 +199,11 @@ impl KeyFormat for BytesKey {
             Ordering::Equal => Self::load(stored).bytes.cmp(key.bytes),
             other => other,
         }
+    }
+
+    #[inline]
+    fn order(a: BytesProbe<'_>, b: BytesProbe<'_>) -> Ordering {
+        a.prefix.cmp(&b.prefix).then_with(|| a.bytes.cmp(b.bytes))
     }
 
     #[inline]

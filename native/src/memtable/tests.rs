@@ -212,6 +212,91 @@ fn random_operations_match_a_versioned_model() {
 }
 
 #[test]
+fn batches_apply_like_rows_in_order() {
+    for kind in [KeyKind::UInt64, KeyKind::Bytes] {
+        let mt = MemTable::new(kind);
+        let mut model: BTreeMap<u64, Vec<Version>> = BTreeMap::new();
+        let mut rng = Rng(9);
+        let bytes_key = |k: u64| format!("{k:0>width$}", width = (k % 30) as usize + 1).into_bytes();
+        let mut seq = 0;
+        for batch in 0..60 {
+            // Batches of 0 to ~3000 rows over 5000 keys: repeats within a batch, tombstones,
+            // keys above everything (the append path) and single-row batches.
+            let rows = match batch % 4 {
+                0 => rng.below(3000) as usize,
+                1 => 1,
+                _ => rng.below(200) as usize,
+            };
+            let ks: Vec<u64> = (0..rows).map(|_| if batch % 7 == 3 { 10_000 + batch * 100 + rng.below(50) } else { rng.below(5000) }).collect();
+            let kbs: Vec<Vec<u8>> = ks.iter().map(|&k| bytes_key(k)).collect();
+            let vals: Vec<Option<Vec<u8>>> = (0..rows).map(|i| (rng.below(6) != 0).then(|| format!("b{batch}r{i}").into_bytes())).collect();
+            let batch_rows: Vec<(Key<'_>, Option<&[u8]>)> = (0..rows)
+                .map(|i| (if kind == KeyKind::UInt64 { Key::U64(ks[i]) } else { Key::Bytes(&kbs[i]) }, vals[i].as_deref()))
+                .collect();
+            let last = mt.writer().apply_batch(&batch_rows).unwrap();
+            for (i, &k) in ks.iter().enumerate() {
+                model.entry(k).or_default().push((seq + 1 + i as u64, vals[i].clone()));
+            }
+            seq += rows as u64;
+            assert_eq!(last, seq);
+            assert_eq!(mt.sequence(), seq);
+            // A single put between batches continues the sequence.
+            let k = rng.below(5000);
+            let kb = bytes_key(k);
+            let key = if kind == KeyKind::UInt64 { Key::U64(k) } else { Key::Bytes(&kb) };
+            seq = mt.put(key, b"single").unwrap();
+            model.entry(k).or_default().push((seq, Some(b"single".to_vec())));
+        }
+        assert_eq!(mt.len(), seq);
+        assert_eq!(mt.distinct_keys(), model.len() as u64);
+        for _ in 0..5000 {
+            let k = *model.keys().nth(rng.below(model.len() as u64) as usize).unwrap();
+            let visible = rng.below(seq + 2);
+            let kb = bytes_key(k);
+            let key = if kind == KeyKind::UInt64 { Key::U64(k) } else { Key::Bytes(&kb) };
+            let want = match model[&k].iter().rev().find(|(s, _)| *s <= visible) {
+                None => Lookup::Absent,
+                Some((_, None)) => Lookup::Deleted,
+                Some((_, Some(v))) => Lookup::Live(v),
+            };
+            assert_eq!(mt.get_at(key, visible).unwrap(), want);
+            assert_eq!(mt.get_at_by_seek(key, visible).unwrap(), want);
+        }
+        // The scan: newest per key, in key order, with its sequence.
+        let mut want: Vec<(Vec<u8>, Option<Vec<u8>>, u64)> = model
+            .iter()
+            .map(|(&k, vs)| {
+                let (s, v) = vs.last().unwrap();
+                (if kind == KeyKind::UInt64 { k.to_be_bytes().to_vec() } else { bytes_key(k) }, v.clone(), *s)
+            })
+            .collect();
+        want.sort();
+        let got: Vec<(Vec<u8>, Option<Vec<u8>>, u64)> = mt
+            .newest()
+            .map(|e| {
+                let k = match e.key {
+                    Key::U64(v) => v.to_be_bytes().to_vec(),
+                    other => owned(other).1,
+                };
+                (k, e.value.map(<[u8]>::to_vec), e.seq)
+            })
+            .collect();
+        assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn an_invalid_batch_applies_nothing() {
+    let mt = MemTable::new(KeyKind::Int64);
+    mt.put(Key::I64(1), b"one").unwrap();
+    let rows = [(Key::I64(2), Some(&b"two"[..])), (Key::Bytes(b"3"), None)];
+    assert!(matches!(mt.writer().apply_batch(&rows), Err(Error::InvalidArgument(_))));
+    assert_eq!((mt.len(), mt.sequence()), (1, 1));
+    assert_eq!(mt.get(Key::I64(2)).unwrap(), Lookup::Absent);
+    assert_eq!(mt.writer().apply_batch(&[]).unwrap(), 1);
+}
+
+#[test]
 fn wrong_key_types_and_sizes_are_invalid_arguments() {
     let mt = MemTable::new(KeyKind::Int64);
     assert!(matches!(mt.put(Key::U64(1), b"v"), Err(Error::InvalidArgument(_))));
@@ -290,16 +375,28 @@ fn readers_never_miss_a_published_key_while_one_writer_inserts() {
         std::thread::scope(|s| {
             s.spawn(|| {
                 let mut w = mt.writer();
-                for (i, (&k, key)) in order.iter().zip(&keys).enumerate() {
-                    w.put(*key, &value_of(k, 0)).unwrap();
-                    published.store(i + 1, Ordering::Release);
+                let values: Vec<Vec<u8>> = order.iter().map(|&k| value_of(k, 0)).collect();
+                let mut i = 0;
+                while i < N {
+                    if (i / 1000) % 2 == 0 {
+                        // Rows one by one.
+                        w.put(keys[i], &values[i]).unwrap();
+                        i += 1;
+                    } else {
+                        // A batch of up to 100 rows.
+                        let end = (i + 1 + i % 100).min(N);
+                        let rows: Vec<(Key<'_>, Option<&[u8]>)> = (i..end).map(|j| (keys[j], Some(values[j].as_slice()))).collect();
+                        w.apply_batch(&rows).unwrap();
+                        i = end;
+                    }
+                    published.store(i, Ordering::Release);
                     // Overwrite an earlier key now and then: readers must see one version or the other.
-                    if i % 7 == 0 && i > 0 {
+                    if i % 7 == 0 {
                         let j = (i * 31) % i;
                         w.put(keys[j], &value_of(order[j], (i % 250) as u8 + 1)).unwrap();
                     }
                     if i % 1024 == 0 {
-                        // Let readers run between batches without releasing the writer.
+                        // Let readers run without releasing the writer.
                         std::thread::yield_now();
                     }
                 }

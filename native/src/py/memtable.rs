@@ -45,23 +45,22 @@ impl KeyColumn {
         if array.null_count() > 0 {
             return Err(Error::InvalidArgument("memtable keys must not be null".into()));
         }
-        let ok = match (kind, array.data_type()) {
-            (KeyKind::Int64 | KeyKind::UInt64, DataType::Int64) => return Ok(KeyColumn::I64(array.as_primitive::<Int64Type>().clone())),
-            (KeyKind::Int64 | KeyKind::UInt64, DataType::UInt64) => return Ok(KeyColumn::U64(array.as_primitive::<UInt64Type>().clone())),
-            (KeyKind::Bytes, t) => matches!(
-                t,
-                DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-            ),
-            _ => false,
-        };
-        if !ok {
-            return Err(Error::InvalidArgument(format!(
-                "memtable keys are {}; got an array of {}",
-                kind.name(),
-                array.data_type()
-            )));
+        let numeric = matches!(kind, KeyKind::Int64 | KeyKind::UInt64);
+        match array.data_type() {
+            DataType::Int64 if numeric => Ok(KeyColumn::I64(array.as_primitive::<Int64Type>().clone())),
+            DataType::UInt64 if numeric => Ok(KeyColumn::U64(array.as_primitive::<UInt64Type>().clone())),
+            DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+                if kind == KeyKind::Bytes =>
+            {
+                Ok(KeyColumn::Bytes(array))
+            }
+            t => Err(Error::InvalidArgument(format!("memtable keys are {}; got an array of {t}", kind.name()))),
         }
-        Ok(KeyColumn::Bytes(array))
     }
 
     fn len(&self) -> usize {
@@ -74,7 +73,8 @@ impl KeyColumn {
 
     /// Key `i` as the memtable of `kind` takes it; integers out of its range are errors.
     fn key(&self, kind: KeyKind, i: usize) -> Result<Key<'_>> {
-        let out_of_range = |v: &dyn std::fmt::Display| Error::InvalidArgument(format!("key {v} is out of range for {} keys", kind.name()));
+        let out_of_range =
+            |v: &dyn std::fmt::Display| Error::InvalidArgument(format!("key {v} is out of range for {} keys", kind.name()));
         Ok(match self {
             KeyColumn::I64(a) => {
                 let v = a.value(i);
@@ -111,7 +111,7 @@ fn bytes_at(a: &ArrayRef, i: usize) -> &[u8] {
 fn value_column(data: ArrayData, rows: usize) -> Result<ArrayRef> {
     let array = make_array(data);
     if !matches!(array.data_type(), DataType::Binary | DataType::LargeBinary | DataType::BinaryView) {
-        return Err(Error::InvalidArgument(format!("memtable values must be binary or large_binary, not {}", array.data_type())));
+        return Err(Error::InvalidArgument(format!("memtable values must be binary, large_binary or binary_view, not {}", array.data_type())));
     }
     if array.len() != rows {
         return Err(Error::InvalidArgument(format!("{rows} keys but {} values", array.len())));
@@ -200,20 +200,11 @@ impl MemTable {
         let keys = KeyColumn::new(kind, keys.0)?;
         let values = value_column(values.0, keys.len())?;
         let seq = without_gil(py, || -> Result<u64> {
-            // Everything is checked first, so a bad row applies nothing.
-            for i in 0..keys.len() {
-                keys.key(kind, i)?;
-                if !values.is_null(i) && bytes_at(&values, i).len() >= u32::MAX as usize {
-                    return Err(Error::InvalidArgument(format!("value #{i} is too large for a memtable")));
-                }
-            }
-            let mut w = self.inner.writer();
-            let mut seq = self.inner.sequence();
-            for i in 0..keys.len() {
-                let value = (!values.is_null(i)).then(|| bytes_at(&values, i));
-                seq = w.apply(keys.key(kind, i)?, value)?;
-            }
-            Ok(seq)
+            let rows = (0..keys.len())
+                .map(|i| Ok((keys.key(kind, i)?, (!values.is_null(i)).then(|| bytes_at(&values, i)))))
+                .collect::<Result<Vec<_>>>()?;
+            // Checks every row before applying any.
+            self.inner.writer().apply_batch(&rows)
         })?;
         Ok(seq)
     }
