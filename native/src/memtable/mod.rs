@@ -72,6 +72,12 @@ impl Key<'_> {
     }
 }
 
+/// A value, or `None` for a delete (a tombstone).
+pub type Value<'a> = Option<&'a [u8]>;
+
+/// One row of a batch: a key and its value or `None` to delete it.
+pub type Row<'a> = (Key<'a>, Value<'a>);
+
 /// What a point lookup found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lookup<'a> {
@@ -312,12 +318,9 @@ impl Writer<'_> {
     /// gets the current sequence plus `i + 1`. Faster than [`Writer::apply`] per row for
     /// large batches (the rows are linked in key order). Checks every row first: an
     /// invalid one applies nothing. Returns the last sequence.
-    pub fn apply_batch(&mut self, rows: &[(Key<'_>, Option<&[u8]>)]) -> Result<u64> {
+    pub fn apply_batch(&mut self, rows: &[Row<'_>]) -> Result<u64> {
         /// Every row with its key as `probe` makes it (an error for a key of another type).
-        fn probes<'k, P>(
-            rows: &[(Key<'k>, Option<&'k [u8]>)],
-            probe: impl Fn(Key<'k>) -> Result<P>,
-        ) -> Result<Vec<(P, Option<&'k [u8]>)>> {
+        fn probes<'k, P>(rows: &[Row<'k>], probe: impl Fn(Key<'k>) -> Result<P>) -> Result<Vec<(P, Value<'k>)>> {
             rows.iter().map(|&(key, value)| Ok((probe(key)?, value))).collect()
         }
         let kind = self.kind();
