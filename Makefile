@@ -41,6 +41,9 @@ pytest: setup
 bench: setup
 	$(BIN)/python -m benchmarks.write_read
 	$(BIN)/python -m benchmarks.compaction
+	$(BIN)/python -m benchmarks.index
+	$(BIN)/python -m benchmarks.memtable
+	$(BIN)/python -m benchmarks.wal
 
 clean:
 	rm -rf $(VENV) demo_table
