@@ -224,13 +224,15 @@ class ShardApplier:
 
     def _older_versions(self, base, keys: pa.Array) -> dict[int, np.ndarray]:
         """Offsets of the live rows in the table holding any of ``keys`` (merge-on-write)."""
+        sel = select(self.store, base, self._keys_filter(keys), [], with_offsets=True)
+        return {f.id: t.column("_offset").to_numpy() for f, t in zip(base.fragments, sel.tables) if t.num_rows}
+
+    def _keys_filter(self, keys: pa.Array) -> Filter:
+        """``pk IN keys`` as a parsed filter an index on the key answers exactly (no string to parse)."""
         col = self.schema.field(self.pk).type
         keys = keys.cast(col) if keys.type != col else keys
-        scalars = tuple((s, True, s, True) for s in keys)
-        conj = Conjunct(self.pk, scalars, f"{self.pk} IN (<{len(keys)} keys>)", False)
-        flt = Filter(pc.field(self.pk).isin(keys), frozenset([self.pk]), conj.text, (conj,), pure=True)
-        sel = select(self.store, base, flt, [], with_offsets=True)
-        return {f.id: t.column("_offset").to_numpy() for f, t in zip(base.fragments, sel.tables) if t.num_rows}
+        conj = Conjunct(self.pk, tuple((k, True, k, True) for k in keys), f"{self.pk} IN (<{len(keys)} keys>)", False)
+        return Filter(pc.field(self.pk).isin(keys), frozenset([self.pk]), conj.text, (conj,), pure=True)
 
     # -- reads ---------------------------------------------------------------------
     def get(self, pk: Any) -> dict | None:
@@ -258,10 +260,7 @@ class ShardApplier:
             missing = np.nonzero(states == 0)[0]
             if len(missing):
                 table = self.table.reload()
-                wanted = keys.take(pa.array(missing))
-                scalars = tuple((s, True, s, True) for s in wanted)
-                conj = Conjunct(self.pk, scalars, f"{self.pk} IN (<{len(wanted)} keys>)", False)
-                flt = Filter(pc.field(self.pk).isin(wanted), frozenset([self.pk]), conj.text, (conj,), pure=True)
+                flt = self._keys_filter(keys.take(pa.array(missing)))
                 found = pa.concat_tables(select(self.store, table.manifest, flt, None).tables or [self.schema.empty_table()])
                 by_key = {r[self.pk]: r for r in found.to_pylist()}
                 for i in missing.tolist():
