@@ -136,6 +136,7 @@ class ShardApplier:
             if shard == self.shard:
                 self.starts[segment] = int(n)
         self.positions = dict(self.starts)
+        self._finished: set[int] = set()
         self.memtable = _native.MemTable(self.key_type) if self.pk else None
         self.buffered: list[bytes] = []  # tables without a key: transactions in order
         self.unflushed_rows = 0
@@ -146,7 +147,7 @@ class ShardApplier:
         """Applies every committed WAL transaction not applied yet; returns the rows applied."""
         with self._lock:
             applied = 0
-            for txns, state in iter_shard(self.store, self.shard, self.positions):
+            for txns, state in iter_shard(self.store, self.shard, self.positions, self._finished):
                 if state.torn and self.stats.torn.get(state.segment) != state.torn:
                     log.warning("shard %d: torn WAL tail not applied: %s", self.shard, state.torn)
                     self.stats.torn[state.segment] = state.torn
@@ -154,6 +155,8 @@ class ShardApplier:
                     self._apply(t)
                     self.positions[t.segment] = t.txn + 1
                     applied += t.rows
+                if state.sealed is not None and self.positions.get(state.segment, 0) >= state.sealed:
+                    self._finished.add(state.segment)  # sealed and applied: never read again
             if applied:
                 if not self.unflushed_rows:
                     self.first_unflushed = time.monotonic()

@@ -370,7 +370,9 @@ def decode_rows(data: bytes, schema: pa.Schema, where: str) -> tuple[pa.RecordBa
     return batch, deletes.to_numpy(zero_copy_only=False).astype(bool)
 
 
-def iter_shard(store: ObjectStore, shard: int, positions: dict[int, int]) -> Iterator[tuple[list[WalTxn], SegmentState]]:
-    """For each segment of ``shard``: its transactions after ``positions[segment]`` (default 0)."""
+def iter_shard(store: ObjectStore, shard: int, positions: dict[int, int],
+               skip: "set[int] | frozenset[int]" = frozenset()) -> Iterator[tuple[list[WalTxn], SegmentState]]:
+    """For each segment of ``shard`` not in ``skip``: its transactions after ``positions[segment]`` (default 0)."""
     for segment in list_segments(store, shard):
-        yield read_segment(store, shard, segment, positions.get(segment, 0))
+        if segment not in skip:
+            yield read_segment(store, shard, segment, positions.get(segment, 0))
