@@ -2,8 +2,9 @@
 
 Order matters for safety: manifests of expired versions go first (oldest first),
 then files that no remaining version references and that are older than the
-cutoff. Newer unreferenced files may belong to a writer still committing, so
-they stay; the latest version and everything it needs always stays.
+cutoff. A version expires by the time it stopped being the latest (its
+successor's commit time). Newer unreferenced files may belong to a writer still
+committing, so they stay; the latest version and everything it needs always stays.
 """
 
 from __future__ import annotations
@@ -41,28 +42,57 @@ class CleanupStats:
     kept_versions: int
 
 
-def _cutoff(older_than: "dt.timedelta | dt.datetime | float | int") -> float:
+#: Retentions shorter than this are refused unless the caller owns the risk (``enforce_retention=False``):
+#: a writer between "data file written" and "manifest put", or a reader of a version that was the
+#: latest until moments ago, would lose files.
+MIN_RETENTION = dt.timedelta(hours=1)
+
+
+def _retention_seconds(older_than: "dt.timedelta | dt.datetime | float | int") -> float:
     if isinstance(older_than, dt.timedelta):
         seconds = older_than.total_seconds()
     elif isinstance(older_than, dt.datetime):
         ts = older_than if older_than.tzinfo else older_than.replace(tzinfo=dt.timezone.utc)
-        return ts.timestamp()
+        seconds = time.time() - ts.timestamp()
     elif isinstance(older_than, (int, float)) and not isinstance(older_than, bool):
         seconds = float(older_than)
     else:
         raise InvalidArgument(f"older_than must be a timedelta, a datetime or seconds, not {type(older_than).__name__}")
-    if seconds < 0:
-        raise InvalidArgument(f"older_than must not be negative ({seconds} s)")
-    return time.time() - seconds
+    if not seconds >= 0:  # also refuses NaN
+        raise InvalidArgument(f"older_than must not be negative or in the future ({seconds} s)")
+    return seconds
 
 
-def cleanup(store: ObjectStore, older_than: "dt.timedelta | dt.datetime | float | int") -> CleanupStats:
-    cutoff = _cutoff(older_than)
+def cleanup(store: ObjectStore, older_than: "dt.timedelta | dt.datetime | float | int", *,
+            enforce_retention: bool = True) -> CleanupStats:
+    """Removes versions that stopped being the latest more than ``older_than`` ago, then the files
+    that no remaining version references and that are older than ``older_than``.
+
+    A version's age is the time since its successor was committed (not its own commit time), so
+    a version that was the latest a second ago is never expired, and readers that opened it keep
+    their files for the whole retention. ``older_than`` below ``MIN_RETENTION`` raises unless
+    ``enforce_retention=False`` says no writer or reader can be running.
+    """
+    seconds = _retention_seconds(older_than)
+    if enforce_retention and seconds < MIN_RETENTION.total_seconds():
+        raise InvalidArgument(
+            f"cleanup of {store.uri} with older_than={seconds:g} s is below the {MIN_RETENTION} safety floor: a write "
+            f"in progress or a reader of a recent version could lose its files. Use a retention longer than your "
+            f"longest write, or pass enforce_retention=False if nothing reads or writes the table meanwhile"
+        )
+    cutoff = time.time() - seconds
     versions = list_versions(store)
     if not versions:
         return CleanupStats(0, 0, 0, 0)
     latest = versions[-1]
-    expired = [v for v in versions[:-1] if load_manifest(store, v).timestamp_ms / 1000 < cutoff]
+    table_uuid = load_manifest(store, latest).table_uuid
+    # A version expires once its successor is older than the cutoff. Only a prefix of the history
+    # goes (stop at the first version kept), so what is left is always contiguous.
+    expired: list[int] = []
+    for v, successor in zip(versions, versions[1:]):
+        if load_manifest(store, successor, table_uuid).timestamp_ms / 1000 >= cutoff:
+            break
+        expired.append(v)
     expired_set = set(expired)
     for v in expired:  # oldest first: a crash leaves a contiguous suffix of versions
         store.delete([manifest_path(v)])
@@ -71,7 +101,7 @@ def cleanup(store: ObjectStore, older_than: "dt.timedelta | dt.datetime | float 
     kept = [v for v in list_versions(store) if v not in expired_set]
     referenced: set[str] = set()
     for v in kept:
-        referenced |= load_manifest(store, v).referenced_paths()
+        referenced |= load_manifest(store, v, table_uuid).referenced_paths()
     doomed, doomed_bytes = [], 0
     for prefix in _OWNED_DIRS:
         for obj in store.list(prefix):

@@ -12,8 +12,23 @@ from __future__ import annotations
 
 import logging
 
-from lamina.errors import CommitConflict, CommitStateUnknown, LaminaError, StorageError
-from lamina.manifest import Manifest, encode_manifest, first_version_after, manifest_path, try_load_manifest
+from lamina.errors import (
+    CommitConflict,
+    CommitStateUnknown,
+    LaminaError,
+    ObjectNotFound,
+    SchemaMismatch,
+    StorageError,
+    TableReplaced,
+)
+from lamina.manifest import (
+    Manifest,
+    encode_manifest,
+    manifest_path,
+    remember_manifest,
+    try_load_manifest,
+    versions_from,
+)
 from lamina.retry import Backoff
 from lamina.store import ObjectStore
 from lamina.transaction import Transaction
@@ -41,24 +56,35 @@ def commit(store: ObjectStore, txn: Transaction, base: Manifest, *, backoff: Bac
         if abandon_on_conflict:
             _abandon(store, txn)
         raise
+    except SchemaMismatch as e:  # nothing was committed, and these files can never be
+        _abandon(store, txn)
+        raise SchemaMismatch(f"{txn.operation} on table {store.uri}: {e}") from None
 
 
 def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backoff) -> Manifest:
     for attempt in range(backoff.max_attempts):
         txn.attempts = attempt + 1
-        base = catch_up(store, txn, base)
-        txn.prepare(base, store)
+        try:
+            base = catch_up(store, txn, base)
+            txn.prepare(base, store)
+        except ObjectNotFound as e:  # before any put: nothing was committed
+            raise CommitConflict(
+                f"{txn.operation} on table {store.uri} (read at version {txn.read_version}) needs a file that is gone "
+                f"({e}); cleanup probably removed it with the versions it belonged to. Nothing was committed; "
+                f"re-run the {txn.operation} on the latest version"
+            ) from e
         new = txn.apply(base)
         path = manifest_path(new.version)
         try:
             won = store.put_if_absent(path, encode_manifest(new))
         except StorageError as e:
-            won = _resolve_unknown(store, txn, new.version, e)
+            won = _resolve_unknown(store, txn, new, e)
         if won:
+            remember_manifest(store, new)
             if attempt:
                 log.debug("%s committed version %d of %s after %d lost races", txn.operation, new.version, store.uri, attempt)
             return new
-        theirs = try_load_manifest(store, new.version)
+        theirs = try_load_manifest(store, new.version, base.table_uuid)
         if theirs is not None and theirs.transaction.get("uuid") == txn.uuid:
             return theirs  # an earlier attempt of this very request had landed
         backoff.sleep(attempt)
@@ -71,33 +97,42 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
 def catch_up(store: ObjectStore, txn: Transaction, base: Manifest) -> Manifest:
     """Replays ``txn`` over every version committed after ``base``; returns the newest.
 
-    A missing next version normally means ``base`` is the head. If a later version exists,
-    ``cleanup`` removed the versions in between: this operation read history that is gone,
-    and writing the next number would put a manifest into that removed history.
+    A missing next version normally means ``base`` is the head, which one listing confirms:
+    ``base`` itself must still be there. If it is gone, or a later version exists without
+    the next one, ``cleanup`` removed history this operation read (or the table was dropped):
+    writing the next number would put a manifest into history that is gone.
     """
     while True:
-        theirs = try_load_manifest(store, base.version + 1)
+        theirs = try_load_manifest(store, base.version + 1, base.table_uuid)
         if theirs is None:
-            later = first_version_after(store, base.version)
-            if later is None:
+            listed = versions_from(store, base.version, 2)
+            if listed == [base.version]:
                 return base
+            if not listed:
+                raise TableReplaced(
+                    f"{txn.operation} on table {store.uri} read version {txn.read_version}, but the table has no versions "
+                    f"from {base.version} on any more: it was dropped. Nothing was committed; open the table again"
+                )
             # Versions are written in order (N+2 only by someone who read N+1), so a later version
             # with N+1 still missing on a second look means N+1 was removed, not that it is being written.
-            theirs = try_load_manifest(store, base.version + 1)
+            theirs = try_load_manifest(store, base.version + 1, base.table_uuid)
             if theirs is None:
                 raise CommitConflict(
-                    f"{txn.operation} on table {store.uri} read version {txn.read_version}, but versions after "
-                    f"{base.version} up to {later - 1} were cleaned up since; nothing was committed: reload the table "
+                    f"{txn.operation} on table {store.uri} read version {txn.read_version}, but versions from "
+                    f"{base.version} up to {listed[-1] - 1} were cleaned up since; nothing was committed: reload the table "
                     f"and re-run the {txn.operation} (or run cleanup with an older_than longer than your longest write)"
                 )
         txn.rebase(theirs, store)
         base = theirs
 
 
-def _resolve_unknown(store: ObjectStore, txn: Transaction, version: int, error: StorageError) -> bool:
-    """After a failed put of ``version``: True if ours landed, False if another did."""
+def _resolve_unknown(store: ObjectStore, txn: Transaction, new: Manifest, error: StorageError) -> bool:
+    """After a failed put of ``new``: True if ours landed, False if another did."""
+    version = new.version
     try:
-        theirs = try_load_manifest(store, version)
+        theirs = try_load_manifest(store, version, new.table_uuid)
+    except CommitConflict:
+        raise
     except LaminaError as e:
         raise CommitStateUnknown(
             f"{txn.operation} on table {store.uri}: writing version {version} failed ({error}) and it cannot be read back ({e}); "

@@ -100,6 +100,8 @@ def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.Recor
         file_bytes=int(meta["file_bytes"]),
         row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
         file_version=str(meta["file_version"]),
+        checksum=meta.get("checksum"),
+        schema=schema,
     )
 
 

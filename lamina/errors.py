@@ -79,5 +79,9 @@ class CommitConflict(LaminaError):
     """A concurrent commit made this operation invalid; re-run it on the latest version."""
 
 
+class TableReplaced(CommitConflict):
+    """The table at a URI was dropped and created again: what was read belongs to the old one."""
+
+
 class CommitStateUnknown(LaminaError):
     """The commit may or may not have been written; reload the table before retrying."""

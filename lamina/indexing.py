@@ -15,6 +15,7 @@ Formats are in docs/FORMAT.md §10; queries in ``lamina.index_query``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import re
@@ -121,6 +122,18 @@ def check_indexable(schema: pa.Schema, column: str, kind: str, where: str) -> pa
         raise InvalidArgument(f"cannot build a {kind} index on column {column!r} of {where}: type {t} is not supported "
                               "(integers, floats, booleans, dates/times/timestamps/durations, strings and binary are)")
     return t
+
+
+def default_name(column: str, kind: str) -> str:
+    """``<column>_<kind>``, with every character an index name cannot hold (non-ASCII, spaces,
+    '/', …) replaced by '_' and a short hash of the column appended when anything was replaced,
+    so two such columns never share a default name."""
+    base = f"{column}_{kind}"
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", base).lstrip(".-") or "index"
+    if safe == base and len(safe) <= 64:
+        return base
+    digest = hashlib.sha256(column.encode()).hexdigest()[:8]
+    return f"{safe[:64 - 9]}_{digest}"
 
 
 def check_name(name: str) -> str:
@@ -497,7 +510,7 @@ def build_index(table: Any, column: str | None, kind: str | None, *, name: str |
         if column is None or kind is None:
             raise InvalidArgument("create_index needs a column and a kind (btree, bitmap or fts)")
         options = options or IndexOptions()
-        name = check_name(name if name is not None else f"{column}_{kind}")
+        name = check_name(name if name is not None else default_name(column, kind))
         if any(ix.name == name for ix in base.indices):
             raise InvalidArgument(f"table {where} already has an index named {name!r}; drop it first, pick another name, or update it")
     check_indexable(base.schema, column, kind, where)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lamina.errors import CorruptFile, LaminaError, ObjectNotFound, VersionNotFound
+from lamina.errors import CorruptFile, LaminaError, ObjectNotFound, TableReplaced, VersionNotFound
 from lamina.store import ObjectStore, check_relative
 
 FORMAT = "lamina.manifest"
@@ -33,6 +33,8 @@ INDICES_DIR = "_indices/"
 WAL_DIR = "_wal/"
 TRANSACTIONS_DIR = "_transactions/"
 MANIFEST_SUFFIX = ".manifest"
+#: Files are checksummed with CRC32C (docs/FORMAT.md, "Checksums").
+CHECKSUM_PREFIX = "crc32c:"
 
 #: Row address of a row: ``(fragment_id << 32) | offset``.
 ADDRESS_SHIFT = 32
@@ -54,6 +56,8 @@ class DeletionFile:
 
     path: str
     deleted_rows: int
+    #: ``crc32c:<hex>`` of the file's bytes (None in manifests written before checksums).
+    checksum: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,11 @@ class Fragment:
     deletion: DeletionFile | None = None
     #: Stable row ids of the physical rows, as ``[start, end)`` ranges in offset order.
     row_ids: tuple[tuple[int, int], ...] | None = None
+    #: ``crc32c:<hex>`` of the data file's bytes, computed while writing (None in older manifests).
+    checksum: str | None = None
+    #: The schema the data file was written with; known only for fragments not yet committed,
+    #: so a commit can refuse a fragment whose schema is not the table's. Never stored.
+    schema: pa.Schema | None = field(default=None, compare=False, repr=False)
 
     @property
     def deleted_rows(self) -> int:
@@ -93,6 +102,8 @@ class IndexSegment:
     bytes: int
     rows: int
     fragment_ids: tuple[int, ...]
+    #: ``crc32c:<hex>`` of the segment file (None in older manifests).
+    checksum: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,9 @@ class Manifest:
     wal_watermarks: dict[str, int] = field(default_factory=dict)
     #: Record of the transaction that produced this version (docs/FORMAT.md, "Transactions").
     transaction: dict[str, Any] = field(default_factory=dict)
+    #: Identifies this incarnation of the table: set at create time, carried by every version.
+    #: A table dropped and created again at the same URI has another one ("" before it existed).
+    table_uuid: str = ""
 
     @property
     def rows(self) -> int:
@@ -190,8 +204,10 @@ def _fragment_to_json(f: Fragment) -> dict[str, Any]:
         "file_bytes": f.file_bytes,
         "file_version": f.file_version,
         "row_groups": [[g.rows, g.bytes] for g in f.row_groups],
-        "deletion": None if f.deletion is None else {"path": f.deletion.path, "deleted_rows": f.deletion.deleted_rows},
+        "deletion": None if f.deletion is None else {"path": f.deletion.path, "deleted_rows": f.deletion.deleted_rows,
+                                                     "checksum": f.deletion.checksum},
         "row_ids": None if f.row_ids is None else [list(r) for r in f.row_ids],
+        "checksum": f.checksum,
     }
 
 
@@ -200,6 +216,7 @@ def _body(m: Manifest) -> dict[str, Any]:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "version": m.version,
+        "table_uuid": m.table_uuid,
         "timestamp_ms": m.timestamp_ms,
         "schema": _schema_to_json(m.schema),
         "primary_key": list(m.primary_key),
@@ -211,7 +228,7 @@ def _body(m: Manifest) -> dict[str, Any]:
         "indices": [
             {"name": i.name, "column": i.column, "kind": i.kind, "uuid": i.uuid, "details": i.details,
              "segments": [{"uuid": s.uuid, "path": s.path, "bytes": s.bytes, "rows": s.rows,
-                           "fragment_ids": list(s.fragment_ids)} for s in i.segments]}
+                           "fragment_ids": list(s.fragment_ids), "checksum": s.checksum} for s in i.segments]}
             for i in m.indices
         ],
         "wal_watermarks": m.wal_watermarks,
@@ -262,6 +279,7 @@ def decode_manifest(data: bytes, where: str) -> Manifest:
             indices=indices,
             wal_watermarks={str(k): int(v) for k, v in body["wal_watermarks"].items()},
             transaction=dict(body["transaction"]),
+            table_uuid=str(body.get("table_uuid", "")),
         )
     except CorruptFile:
         raise
@@ -270,6 +288,8 @@ def decode_manifest(data: bytes, where: str) -> Manifest:
     ids = [f.id for f in m.fragments]
     if len(set(ids)) != len(ids) or any(i < 0 or i >= m.next_fragment_id for i in ids):
         raise corrupt("fragment ids are duplicated or out of range")
+    if any(e > m.next_row_id for f in m.fragments if f.row_ids for _, e in f.row_ids):
+        raise corrupt(f"stable row ids reach beyond next_row_id {m.next_row_id}")
     return m
 
 
@@ -283,7 +303,7 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
         dpath = check_relative(f["deletion"]["path"], what=what)
         if not dpath.startswith(DELETIONS_DIR):
             raise CorruptFile(f"{what}: deletion file {dpath!r} is not under {DELETIONS_DIR}")
-        deletion = DeletionFile(dpath, int(f["deletion"]["deleted_rows"]))
+        deletion = DeletionFile(dpath, int(f["deletion"]["deleted_rows"]), _checksum(f["deletion"].get("checksum"), what))
     frag = Fragment(
         id=int(f["id"]),
         path=path,
@@ -293,10 +313,23 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
         file_version=str(f["file_version"]),
         deletion=deletion,
         row_ids=None if f["row_ids"] is None else tuple((int(s), int(e)) for s, e in f["row_ids"]),
+        checksum=_checksum(f.get("checksum"), what),
     )
     if not 0 <= frag.deleted_rows <= frag.rows or sum(g.rows for g in frag.row_groups) != frag.rows:
         raise CorruptFile(f"{what}: row counts are inconsistent (rows={frag.rows}, deleted={frag.deleted_rows})")
+    if frag.row_ids is not None and (
+        any(not 0 <= s <= e for s, e in frag.row_ids) or sum(e - s for s, e in frag.row_ids) != frag.rows
+    ):
+        raise CorruptFile(f"{what}: stable row ids {list(frag.row_ids)[:4]}... do not cover its {frag.rows} rows")
     return frag
+
+
+def _checksum(value: Any, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith(CHECKSUM_PREFIX) or len(value) != len(CHECKSUM_PREFIX) + 8:
+        raise CorruptFile(f"{what}: malformed checksum {value!r}")
+    return value
 
 
 def _index_from_json(i: dict[str, Any], where: str) -> IndexEntry:
@@ -307,37 +340,42 @@ def _index_from_json(i: dict[str, Any], where: str) -> IndexEntry:
         if not path.startswith(INDICES_DIR):
             raise CorruptFile(f"{what}: segment {path!r} is not under {INDICES_DIR}")
         segments.append(IndexSegment(str(s["uuid"]), path, int(s["bytes"]), int(s["rows"]),
-                                     tuple(int(f) for f in s["fragment_ids"])))
+                                     tuple(int(f) for f in s["fragment_ids"]), _checksum(s.get("checksum"), what)))
     return IndexEntry(str(i["name"]), str(i["column"]), str(i["kind"]), str(i["uuid"]), tuple(segments), dict(i["details"]))
 
 
 # -- reading -----------------------------------------------------------------
 class _ManifestCache:
-    """Manifests are immutable once written, so caching by (table, version) is always safe."""
+    """Manifests are immutable once written, so caching by (table, incarnation, version) is safe.
+
+    The table uuid is part of the key: a table created again at the same URI has another
+    uuid, so its versions never meet the old table's cached ones.
+    """
 
     def __init__(self, capacity: int = 256):
-        self._items: OrderedDict[tuple[str, int], Manifest] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, int], Manifest] = OrderedDict()
         self._lock = threading.Lock()
         self._capacity = capacity
 
-    def get(self, key: tuple[str, int]) -> Manifest | None:
+    def get(self, key: tuple[str, str, int]) -> Manifest | None:
         with self._lock:
             m = self._items.get(key)
             if m is not None:
                 self._items.move_to_end(key)
             return m
 
-    def put(self, key: tuple[str, int], m: Manifest) -> None:
+    def put(self, m: Manifest, uri: str) -> None:
+        key = (uri, m.table_uuid, m.version)
         with self._lock:
             self._items[key] = m
             self._items.move_to_end(key)
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
 
-
-    def evict(self, key: tuple[str, int]) -> None:
+    def evict(self, uri: str, version: int) -> None:
         with self._lock:
-            self._items.pop(key, None)
+            for key in [k for k in self._items if k[0] == uri and k[2] == version]:
+                del self._items[key]
 
 
 _CACHE = _ManifestCache()
@@ -345,15 +383,25 @@ _CACHE = _ManifestCache()
 
 def forget_manifest(store: ObjectStore, version: int) -> None:
     """Drops a removed version from this process's cache."""
-    _CACHE.evict((store.uri, version))
+    _CACHE.evict(store.uri, version)
 
 
-def load_manifest(store: ObjectStore, version: int) -> Manifest:
-    """The manifest of ``version``; ``VersionNotFound`` if there is none."""
-    key = (store.uri, version)
-    cached = _CACHE.get(key)
-    if cached is not None:
-        return cached
+def remember_manifest(store: ObjectStore, m: Manifest) -> None:
+    """Caches a manifest this process just wrote."""
+    _CACHE.put(m, store.uri)
+
+
+def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = None) -> Manifest:
+    """The manifest of ``version``; ``VersionNotFound`` if there is none.
+
+    ``table_uuid`` is the incarnation the caller holds: the manifest may then come from the
+    cache, and one of another incarnation raises ``TableReplaced``. Without it (opening a
+    table, finding its latest version) the manifest is always read from storage.
+    """
+    if table_uuid is not None:
+        cached = _CACHE.get((store.uri, table_uuid, version))
+        if cached is not None:
+            return cached
     path = manifest_path(version)
     try:
         data = store.get(path)
@@ -362,13 +410,18 @@ def load_manifest(store: ObjectStore, version: int) -> Manifest:
     m = decode_manifest(data, store.describe(path))
     if m.version != version:
         raise CorruptFile(f"manifest {store.describe(path)} says it is version {m.version}")
-    _CACHE.put(key, m)
+    _CACHE.put(m, store.uri)
+    if table_uuid is not None and m.table_uuid != table_uuid:
+        raise TableReplaced(
+            f"table {store.uri} was dropped and created again: version {version} belongs to table {m.table_uuid or '(unnamed)'}, "
+            f"not to table {table_uuid or '(unnamed)'} read before. Nothing was changed; open the table again with open_table"
+        )
     return m
 
 
-def try_load_manifest(store: ObjectStore, version: int) -> Manifest | None:
+def try_load_manifest(store: ObjectStore, version: int, table_uuid: str | None = None) -> Manifest | None:
     try:
-        return load_manifest(store, version)
+        return load_manifest(store, version, table_uuid)
     except VersionNotFound:
         return None
 
@@ -382,13 +435,16 @@ def list_versions(store: ObjectStore) -> list[int]:
     return sorted(versions)
 
 
-def first_version_after(store: ObjectStore, version: int) -> int | None:
-    """The smallest version above ``version`` still on storage (one short listing)."""
-    for obj in store.list(VERSIONS_DIR, start_after=manifest_path(version)):
+def versions_from(store: ObjectStore, version: int, limit: int) -> list[int]:
+    """Up to ``limit`` versions from ``version`` on still on storage, ascending (one short listing)."""
+    found: list[int] = []
+    for obj in store.list(VERSIONS_DIR, start_after=manifest_path(version - 1)):
         name = obj.path[len(VERSIONS_DIR):]
         if name.endswith(MANIFEST_SUFFIX) and name[: -len(MANIFEST_SUFFIX)].isdigit():
-            return int(name[: -len(MANIFEST_SUFFIX)])
-    return None
+            found.append(int(name[: -len(MANIFEST_SUFFIX)]))
+            if len(found) == limit:
+                break
+    return found
 
 
 def latest_version(store: ObjectStore) -> int | None:

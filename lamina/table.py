@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import os
 import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
@@ -28,6 +29,7 @@ from lamina.errors import (
     SchemaMismatch,
     TableExists,
     TableNotFound,
+    TableReplaced,
 )
 from lamina.filter import parse_filter
 from lamina.manifest import (
@@ -39,6 +41,7 @@ from lamina.manifest import (
     load_manifest,
     manifest_path,
     now_ms,
+    remember_manifest,
 )
 from lamina.store import ObjectStore, open_store
 from lamina.index_query import select
@@ -161,7 +164,7 @@ class Table:
         self._storage_options = storage_options
 
     def __reduce__(self):
-        return (_reopen, (self.uri, self.version, self._storage_options))
+        return (_reopen, (self.uri, self.version, self._storage_options, self._manifest.table_uuid))
 
     def __repr__(self) -> str:
         return f"Table({self.uri!r}, version={self.version}, rows={self._manifest.rows}, fragments={len(self._manifest.fragments)})"
@@ -204,20 +207,33 @@ class Table:
         """Every version still on storage, oldest first."""
         out = []
         for v in list_versions(self._store):
-            m = load_manifest(self._store, v)
+            m = load_manifest(self._store, v, self._manifest.table_uuid)
             out.append(VersionInfo(v, dt.datetime.fromtimestamp(m.timestamp_ms / 1000, dt.timezone.utc),
                                    m.transaction.get("operation", "?"), m.rows, len(m.fragments)))
         return out
 
     def checkout(self, version: int) -> "Table":
         """The table as of ``version`` (this object is unchanged)."""
-        return Table(self._store, load_manifest(self._store, int(version)), self._storage_options)
+        return Table(self._store, load_manifest(self._store, int(version), self._manifest.table_uuid), self._storage_options)
 
     def reload(self) -> "Table":
-        """Moves this view to the latest version; returns self."""
+        """Moves this view to the latest version; returns self.
+
+        Raises ``TableReplaced`` if the table was dropped and created again at this URI (the
+        old table's versions are never mixed with the new one's), ``TableNotFound`` if it is gone.
+        """
         latest = latest_version(self._store)
-        if latest is not None and latest != self.version:
-            self._manifest = load_manifest(self._store, latest)
+        if latest is None:
+            raise TableNotFound(f"the table at {self.uri} was dropped (no versions left); nothing to reload")
+        if latest != self.version:
+            m = load_manifest(self._store, latest)
+            if m.table_uuid != self._manifest.table_uuid or latest < self.version:
+                raise TableReplaced(
+                    f"the table at {self.uri} was dropped and created again (now table {m.table_uuid or '(unnamed)'} at version "
+                    f"{latest}; this view holds table {self._manifest.table_uuid or '(unnamed)'} at version {self.version}): "
+                    f"open it again with open_table"
+                )
+            self._manifest = m
         return self
 
     # -- writes -------------------------------------------------------------
@@ -443,15 +459,19 @@ class Table:
             versions=len(list_versions(self._store)), indices=len(m.indices),
         )
 
-    def cleanup(self, older_than: "dt.timedelta | dt.datetime | float" = dt.timedelta(days=7)):
-        """Removes versions older than the cutoff and every file no remaining version needs.
+    def cleanup(self, older_than: "dt.timedelta | dt.datetime | float" = dt.timedelta(days=7), *,
+                enforce_retention: bool = True):
+        """Removes versions that stopped being the latest before the cutoff, and every file no
+        remaining version needs.
 
         Files newer than the cutoff are kept even if unreferenced: they may belong to a
-        writer that has not committed yet. The latest version is always kept.
+        writer that has not committed yet. The latest version is always kept. A retention
+        under one hour is refused unless ``enforce_retention=False`` (nothing else is
+        reading or writing the table).
         """
         from lamina.cleanup import cleanup
 
-        return cleanup(self._store, older_than)
+        return cleanup(self._store, older_than, enforce_retention=enforce_retention)
 
 
 def _conform(data: DataLike, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -463,6 +483,13 @@ def _conform(data: DataLike, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     elif isinstance(data, pa.RecordBatch):
         source_schema, batches = data.schema, iter([data])
     elif isinstance(data, list):
+        if not all(isinstance(row, dict) for row in data):
+            raise InvalidArgument("a list to append must hold one dict per row")
+        names = set(schema.names)
+        extra = sorted({str(k) for row in data for k in row if k not in names})
+        if extra:
+            raise SchemaMismatch(f"rows have keys {extra} that are not columns of the table ({', '.join(schema.names)}); "
+                                 "remove them or add the columns with overwrite(..., schema=...)")
         try:
             table = pa.Table.from_pylist(data, schema=schema)
         except (pa.ArrowException, TypeError, ValueError, KeyError) as e:
@@ -533,9 +560,11 @@ def create_table(uri: str, schema: pa.Schema, *, primary_key: str | Sequence[str
         version=1, timestamp_ms=now_ms(), schema=schema, fragments=(), next_fragment_id=0, next_row_id=0,
         primary_key=pk, stable_row_ids=bool(stable_row_ids), config=options.to_config(),
         transaction={"operation": "create", "read_version": 0, "timestamp_ms": now_ms()},
+        table_uuid=uuid.uuid4().hex,
     )
     if not store.put_if_absent(manifest_path(1), encode_manifest(manifest)):
         raise TableExists(f"a Lamina table was created at {store.uri} concurrently; open it with lamina.open_table")
+    remember_manifest(store, manifest)
     return Table(store, manifest, storage_options)
 
 
@@ -550,8 +579,9 @@ def open_table(uri: str, *, version: int | None = None, storage_options: dict[st
     return Table(store, load_manifest(store, int(version)), storage_options)
 
 
-def _reopen(uri: str, version: int, storage_options: dict[str, Any] | None) -> Table:
-    return open_table(uri, version=version, storage_options=storage_options)
+def _reopen(uri: str, version: int, storage_options: dict[str, Any] | None, table_uuid: str | None = None) -> Table:
+    store = open_store(uri, storage_options)
+    return Table(store, load_manifest(store, int(version), table_uuid), storage_options)
 
 
 __all__ = ["Table", "create_table", "open_table", "FragmentInfo", "VersionInfo", "TableStats", "IndexInfo"]

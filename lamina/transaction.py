@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Iterable
 
 import numpy as np
 
-from lamina.errors import CommitConflict
+from lamina.errors import CommitConflict, SchemaMismatch
 from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, now_ms
 from lamina.store import ObjectStore
 
@@ -170,16 +170,34 @@ class Transaction(abc.ABC):
         return nxt.replace(indices=tuple(ix.prune(live) for ix in nxt.indices))
 
 
-def assign_ids(base: Manifest, fragments: Iterable[Fragment]) -> tuple[list[Fragment], int, int]:
-    """Gives new fragments ids (and stable row ids when the table keeps them)."""
+def check_schema(f: Fragment, schema: Any, version: int) -> None:
+    """Refuses a new fragment whose data file was written with another schema than the table's.
+
+    A commit is the last place a fragment can be stopped before it makes the table unreadable:
+    whatever path wrote it (append, WAL flush, compaction), its schema must be the table's.
+    """
+    if f.schema is not None and not f.schema.equals(schema):
+        def show(s: Any) -> str:
+            return ", ".join(f"{x.name}: {x.type}" for x in s)
+        raise SchemaMismatch(
+            f"data file {f.path} was written with schema ({show(f.schema)}) but the table has schema ({show(schema)}) "
+            f"at version {version}: the table's schema changed since the data was written. Nothing was committed; "
+            f"read the table again and write the data in its current schema"
+        )
+
+
+def assign_ids(base: Manifest, fragments: Iterable[Fragment], schema: Any = None) -> tuple[list[Fragment], int, int]:
+    """Gives new fragments ids (and stable row ids when the table keeps them), after checking
+    each against the schema the table will have (``schema``, else the base's)."""
     next_id, next_row = base.next_fragment_id, base.next_row_id
     out = []
     for f in fragments:
+        check_schema(f, base.schema if schema is None else schema, base.version)
         row_ids = f.row_ids
         if base.stable_row_ids and row_ids is None:
             row_ids = ((next_row, next_row + f.rows),)
             next_row += f.rows
-        out.append(dataclasses.replace(f, id=next_id, row_ids=row_ids if base.stable_row_ids else None))
+        out.append(dataclasses.replace(f, id=next_id, row_ids=row_ids if base.stable_row_ids else None, schema=None))
         next_id += 1
     return out, next_id, next_row
 
@@ -422,11 +440,12 @@ class Rewrite(Transaction):
             present = [i for i in group.old_fragment_ids if i in order]
             new_frags, new_ids = [], []
             for out, f in enumerate(group.new_fragments):
+                check_schema(f, base.schema, base.version)
                 deletion = self._carried_files.get((gi, out), (0, None))[1]
                 if deletion is not None and deletion.deleted_rows >= f.rows:
                     new_ids.append(-1)  # every row of this output was deleted meanwhile: not committed
                     continue
-                new_frags.append(dataclasses.replace(f, id=next_id, deletion=deletion,
+                new_frags.append(dataclasses.replace(f, id=next_id, deletion=deletion, schema=None,
                                                      row_ids=f.row_ids if base.stable_row_ids else None))
                 new_ids.append(next_id)
                 next_id += 1
@@ -508,7 +527,7 @@ class Overwrite(Transaction):
         self.written = [f.path for f in fragments]
 
     def apply(self, base: Manifest) -> Manifest:
-        new, next_id, next_row = assign_ids(base, self.fragments)
+        new, next_id, next_row = assign_ids(base, self.fragments, self.schema)
         return self._next(
             base, fragments=tuple(new), next_fragment_id=next_id, next_row_id=next_row, indices=(),
             schema=self.schema if self.schema is not None else base.schema,

@@ -160,6 +160,7 @@ class GroupCompactor:
             row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
             file_version=str(meta["file_version"]),
             row_ids=id_ranges(np.concatenate(ids)) if task.stable_row_ids and ids else None,
+            checksum=meta.get("checksum"), schema=task.schema,
         )
         result.mapping = runs
         result.source_deletions = {f.id: (f.deletion.path if f.deletion else None) for f in task.fragments}

@@ -1,0 +1,98 @@
+"""A table dropped and created again at the same URI is a new table: nothing read from the old
+one (cached manifests, open Table objects) is ever served as, or committed into, the new one."""
+
+from __future__ import annotations
+
+import shutil
+
+import boto3
+import pytest
+
+import lamina
+from lamina.errors import CommitConflict, TableReplaced
+from tests.lamina.helpers import SCHEMA, ids_of, rows
+
+
+def _drop(uri, opts):
+    """What a user does to drop a table: remove every object under its root (rm -r / an S3 prefix delete)."""
+    if opts is None:
+        shutil.rmtree(uri)
+        return
+    bucket, prefix = uri[len("s3://"):].split("/", 1)
+    s3 = boto3.client("s3", endpoint_url=opts["endpoint_url"], region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        for obj in page.get("Contents", []):
+            s3.delete_object(Bucket=bucket, Key=obj["Key"])
+
+
+def test_recreated_table_is_never_read_through_the_old_tables_cache(table_location):
+    uri, opts = table_location
+    old = lamina.create_table(uri, SCHEMA, storage_options=opts)
+    old.append(rows(0, 10))
+    old.append(rows(10, 10))  # versions 1..3 of the old table are now cached in this process
+    assert ids_of(lamina.open_table(uri, storage_options=opts)) == list(range(20))
+    _drop(uri, opts)
+    new = lamina.create_table(uri, SCHEMA, storage_options=opts)
+    new.append(rows(1000, 5))
+    new.append(rows(2000, 5))  # the same version numbers as the old table's
+    reopened = lamina.open_table(uri, storage_options=opts)
+    assert reopened.version == 3
+    assert ids_of(reopened) == list(range(1000, 1005)) + list(range(2000, 2005))
+    assert ids_of(reopened.checkout(2)) == list(range(1000, 1005))
+    assert ids_of(lamina.open_table(uri, version=2, storage_options=opts)) == list(range(1000, 1005))
+    reopened.append(rows(3000, 1))  # a commit rebases onto the new table only
+    assert ids_of(lamina.open_table(uri, storage_options=opts)) == list(range(1000, 1005)) + list(range(2000, 2005)) + [3000]
+
+
+def test_open_view_of_a_dropped_table_cannot_commit_into_its_successor(table_location):
+    uri, opts = table_location
+    old = lamina.create_table(uri, SCHEMA, storage_options=opts)
+    old.append(rows(0, 10))
+    old.append(rows(10, 10))  # the old view sits at version 3
+    _drop(uri, opts)
+    new = lamina.create_table(uri, SCHEMA, storage_options=opts)
+    for start in (100, 200, 300):
+        new.append(rows(start, 3))  # the new table reaches version 4
+    with pytest.raises(CommitConflict, match="dropped and created again"):
+        old.append(rows(50, 1))
+    with pytest.raises(TableReplaced):
+        old.reload()
+    assert ids_of(lamina.open_table(uri, storage_options=opts)) == [100, 101, 102, 200, 201, 202, 300, 301, 302]
+
+
+def test_open_view_of_a_dropped_table_cannot_extend_a_shorter_successor(local_table_uri):
+    old = lamina.create_table(local_table_uri, SCHEMA)
+    for start in (0, 10, 20):
+        old.append(rows(start, 10))  # version 4
+    _drop(local_table_uri, None)
+    new = lamina.create_table(local_table_uri, SCHEMA)
+    new.append(rows(500, 2))  # version 2: the old view's next version (5) is free
+    with pytest.raises(TableReplaced, match="dropped"):
+        old.append(rows(40, 1))
+    t = lamina.open_table(local_table_uri)
+    assert t.version == 2 and ids_of(t) == [500, 501]
+
+
+def test_pickled_view_reopens_only_its_own_table_in_another_process(local_table_uri, tmp_path):
+    """A view shipped to a worker (Ray pickles it) after its table was replaced must not open the new table."""
+    import pickle
+    import subprocess
+    import sys
+
+    old = lamina.create_table(local_table_uri, SCHEMA)
+    old.append(rows(0, 3))
+    (tmp_path / "view.pickle").write_bytes(pickle.dumps(old))
+    _drop(local_table_uri, None)
+    new = lamina.create_table(local_table_uri, SCHEMA)
+    new.append(rows(7, 1))
+    code = (
+        "import pickle, sys\n"
+        "from lamina.errors import TableReplaced\n"
+        "try:\n"
+        f"    pickle.loads(open({str(tmp_path / 'view.pickle')!r}, 'rb').read())\n"
+        "except TableReplaced:\n"
+        "    sys.exit(0)\n"
+        "sys.exit(3)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], cwd=str(__import__("pathlib").Path(__file__).parents[2])).returncode == 0
