@@ -64,7 +64,11 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> bool:
-        """Writes the object only if nothing is at ``path``; False if something was."""
+        """Writes the object only if nothing is at ``path``; False if something was.
+
+        True also when a retry of this call finds the object an earlier attempt of this
+        same call wrote (its response lost); never for an object another call wrote,
+        even with identical bytes."""
 
     @abc.abstractmethod
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:

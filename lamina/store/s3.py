@@ -3,14 +3,25 @@
 Credentials come from the standard chain (env, profile, instance role) unless
 ``storage_options`` gives them. Every call retries throttling, 5xx, dropped
 connections and S3's 409 ``ConditionalRequestConflict`` with the shared
-backoff; put-if-absent is ``PutObject`` with ``If-None-Match: *``.
+backoff; put-if-absent is ``PutObject`` (or ``CompleteMultipartUpload``) with
+``If-None-Match: *``.
+
+A retried conditional write can meet its own object: S3 executed the first attempt
+but the response was lost. Every conditional or multipart write therefore carries a
+writer token in its user metadata (``x-amz-meta-lamina-token``), fresh per call; a
+retry that meets 412 (or, for multipart, an upload that is gone) reads the object's
+token back and reports success only if it is this call's. A 412 on the first attempt
+is a genuine loss and costs no extra request; two writers of byte-identical content
+are told apart by the token, so exactly one wins.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 import time
+import uuid
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
@@ -49,6 +60,13 @@ _RETRY_CODES = {
 }
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 _MIB = 1024 * 1024
+
+#: User-metadata key of the writer token (sent as ``x-amz-meta-lamina-token``).
+TOKEN_KEY = "lamina-token"
+
+# Outcomes of one conditional request, resolved outside its retry loop: _TAKEN is a retry's
+# 412 (an object is there, perhaps ours), _UNSURE a retry that cannot tell whether ours landed.
+_WON, _LOST, _TAKEN, _UNSURE, _RESTART = "won", "lost", "taken", "unsure", "restart"
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -192,54 +210,150 @@ class S3Store(ObjectStore):
     def put_if_absent(self, path: str, data: bytes) -> bool:
         from botocore.exceptions import ClientError
 
+        if len(data) >= self.multipart_threshold:
+            return self._upload(path, lambda: io.BytesIO(data), conditional=True)
         key = self._key(path)
+        token = uuid.uuid4().hex
+        attempts = 0
 
-        def put() -> bool:
+        def put() -> str:
+            nonlocal attempts
+            attempts += 1
             try:
-                self._client().put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
-                return True
+                self._client().put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*", Metadata={TOKEN_KEY: token})
+                return _WON
             except ClientError as e:
-                if str(e.response.get("Error", {}).get("Code", "")) == "PreconditionFailed":
-                    return False
-                raise
+                if _error_code(e) != "PreconditionFailed":
+                    raise
+                # On the first attempt the object was there before us. A retry may meet the
+                # object its own earlier attempt wrote before that attempt's response was lost.
+                return _TAKEN if attempts > 1 else _LOST
 
-        return self._call("writing", path, put)
+        outcome = self._call("writing", path, put)
+        if outcome == _TAKEN:
+            ours = self._holds_token(path, token)
+            if ours is None:
+                raise self._vanished(path)
+            return ours
+        return outcome == _WON
 
     def put_file(self, path: str, local_path: str) -> None:
         size = os.path.getsize(local_path)
-        key = self._key(path)
         if size < self.multipart_threshold:
             with open(local_path, "rb") as f:
                 data = f.read()
             self.put(path, data)
             return
-        client = self._client()
-        upload_id = self._call("starting upload of", path, lambda: client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"])
-        parts = []
+        self._upload(path, lambda: open(local_path, "rb"), conditional=False)
+
+    def _holds_token(self, path: str, token: str) -> bool | None:
+        """Whether the object at ``path`` was written by the call that made ``token``; None if none is there."""
+        key = self._key(path)
         try:
-            with open(local_path, "rb") as f:
-                number = 1
-                while True:
-                    chunk = f.read(self.multipart_chunk_size)
-                    if not chunk:
-                        break
-                    n = number
-                    etag = self._call(
-                        f"uploading part {n} of", path,
-                        lambda: client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=chunk)["ETag"],
-                    )
-                    parts.append({"ETag": etag, "PartNumber": n})
-                    number += 1
-            self._call(
-                "completing upload of", path,
-                lambda: client.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}),
+            head = self._call("checking", path, lambda: self._client().head_object(Bucket=self.bucket, Key=key))
+        except ObjectNotFound:
+            return None
+        return head.get("Metadata", {}).get(TOKEN_KEY) == token
+
+    def _vanished(self, path: str) -> StorageError:
+        return StorageError(
+            f"writing {self.describe(path)}: a retry found an object there, which was removed before it could be "
+            "checked; whether this write landed is unknown: read the location back before retrying"
+        )
+
+    def _upload(self, path: str, open_source: Callable[[], Any], *, conditional: bool) -> bool:
+        """A multipart upload of what ``open_source()`` reads; with ``conditional``, only if ``path`` is free.
+
+        True once the object is this call's; False (conditional only) if another writer's
+        object is at ``path``. S3 may forget a completed upload and answer a repeated
+        completion with NoSuchUpload, and asks for a new upload after a 409 conflict: both
+        start the upload again under the same token, so whichever of this call's completions
+        landed is recognised as its own.
+        """
+        key = self._key(path)
+        client = self._client()
+        token = uuid.uuid4().hex
+        restarts = self.backoff.delays()
+        retried = False  # whether a request of this call may already have written the object
+        while True:
+            upload_id = self._call(
+                "starting upload of", path,
+                lambda: client.create_multipart_upload(Bucket=self.bucket, Key=key, Metadata={TOKEN_KEY: token})["UploadId"],
             )
-        except BaseException:
+            outcome = _RESTART
             try:
-                client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
-            except Exception:  # the original error matters more; the bucket's lifecycle rule reaps the rest
-                pass
-            raise
+                parts = self._upload_parts(path, key, upload_id, open_source)
+                outcome, attempts = self._complete(path, key, upload_id, parts, conditional, first=not retried)
+                retried = retried or attempts > 1
+                if outcome in (_TAKEN, _UNSURE):
+                    ours = self._holds_token(path, token)
+                    if ours is None and outcome == _TAKEN:
+                        raise self._vanished(path)
+                    # Nothing there: nothing of ours landed (nor a conflicting write): start again.
+                    # Another's object: a loss for put-if-absent; a plain upload must still write its own.
+                    outcome = _WON if ours else (_LOST if ours is False and conditional else _RESTART)
+            finally:
+                if outcome != _WON:
+                    try:
+                        client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+                    except Exception:  # the outcome matters more; the bucket's lifecycle rule reaps the rest
+                        pass
+            if outcome != _RESTART:
+                return outcome == _WON
+            retried = True
+            delay = next(restarts, None)
+            if delay is None:
+                raise StorageError(
+                    f"uploading {self.describe(path)} failed: S3 dropped or refused the upload "
+                    f"{self.backoff.max_attempts} times; retry later"
+                )
+            time.sleep(delay)
+
+    def _upload_parts(self, path: str, key: str, upload_id: str, open_source: Callable[[], Any]) -> list[dict[str, Any]]:
+        client = self._client()
+        parts: list[dict[str, Any]] = []
+        with open_source() as f:
+            number = 1
+            while True:
+                chunk = f.read(self.multipart_chunk_size)
+                if not chunk:
+                    return parts
+                n = number
+                etag = self._call(
+                    f"uploading part {n} of", path,
+                    lambda: client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=chunk)["ETag"],
+                )
+                parts.append({"ETag": etag, "PartNumber": n})
+                number += 1
+
+    def _complete(self, path: str, key: str, upload_id: str, parts: list[dict[str, Any]], conditional: bool,
+                  *, first: bool) -> tuple[str, int]:
+        """Completes one upload; returns (outcome, attempts made)."""
+        from botocore.exceptions import ClientError
+
+        client = self._client()
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "UploadId": upload_id, "MultipartUpload": {"Parts": parts}}
+        if conditional:
+            kwargs["IfNoneMatch"] = "*"
+        attempts = 0
+
+        def complete() -> str:
+            nonlocal attempts
+            attempts += 1
+            try:
+                client.complete_multipart_upload(**kwargs)
+                return _WON
+            except ClientError as e:
+                code = _error_code(e)
+                if code == "PreconditionFailed" and conditional:
+                    return _LOST if first and attempts == 1 else _TAKEN
+                if code == "NoSuchUpload" and attempts > 1:
+                    return _UNSURE  # completed by an attempt whose response was lost, or aborted
+                if code == "ConditionalRequestConflict":  # S3 asks for a new upload
+                    return _RESTART if first and attempts == 1 else _UNSURE
+                raise
+
+        return self._call("completing upload of", path, complete), attempts
 
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
         client = self._client()
@@ -293,6 +407,10 @@ class S3Store(ObjectStore):
         if size is None:
             size = self.size(path)
         return pa.PythonFile(RangeReader(self, path, size), mode="r")
+
+
+def _error_code(e: Any) -> str:
+    return str(e.response.get("Error", {}).get("Code", ""))
 
 
 def _int_option(options: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
