@@ -11,6 +11,7 @@ reading the version back and looking for this transaction's uuid.
 from __future__ import annotations
 
 import logging
+import time
 
 from lamina.errors import (
     CommitConflict,
@@ -34,6 +35,10 @@ from lamina.store import ObjectStore
 from lamina.transaction import Transaction
 
 log = logging.getLogger("lamina.commit")
+
+#: A transaction older than this checks that the files it wrote are still there before each put:
+#: a write that outlived cleanup's retention may have had them removed (docs/FORMAT.md, cleanup).
+VERIFY_FILES_AFTER_SECONDS = 15 * 60
 
 #: Lost races are resolved by replaying, so the waits are short; many writers may contend.
 COMMIT_BACKOFF = Backoff(base_seconds=0.01, cap_seconds=1.0, max_attempts=100)
@@ -74,6 +79,8 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
                 f"re-run the {txn.operation} on the latest version"
             ) from e
         new = txn.apply(base)
+        if time.monotonic() - txn.started > VERIFY_FILES_AFTER_SECONDS:
+            _check_written(store, txn)
         path = manifest_path(new.version)
         try:
             won = store.put_if_absent(path, encode_manifest(new))
@@ -141,6 +148,17 @@ def _resolve_unknown(store: ObjectStore, txn: Transaction, new: Manifest, error:
     if theirs is None:
         raise error  # nothing landed: a plain failure, the operation can be retried as a whole
     return theirs.transaction.get("uuid") == txn.uuid
+
+
+def _check_written(store: ObjectStore, txn: Transaction) -> None:
+    gone = [p for p in txn.written if not store.exists(p)]
+    if gone:
+        raise CommitConflict(
+            f"{txn.operation} on table {store.uri} (read at version {txn.read_version}) ran for "
+            f"{time.monotonic() - txn.started:.0f} s and {len(gone)} of the files it wrote are gone (e.g. {gone[0]}): "
+            f"cleanup with a retention shorter than this write removed them. Nothing was committed; re-run the "
+            f"{txn.operation} and keep cleanup's older_than longer than your longest write"
+        )
 
 
 def _abandon(store: ObjectStore, txn: Transaction) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable
@@ -138,6 +139,8 @@ class Transaction(abc.ABC):
         self.written: list[str] = []
         #: Put attempts the commit took (1 when it won the first race).
         self.attempts = 0
+        #: When the operation started (monotonic): long writes re-check their files before committing.
+        self.started = time.monotonic()
 
     def rebase(self, theirs: Manifest, store: ObjectStore) -> None:
         """Adjusts this transaction to sit on top of ``theirs``; raises CommitConflict."""

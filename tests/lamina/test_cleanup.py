@@ -83,3 +83,158 @@ def test_writer_older_than_cleaned_history_gets_a_conflict_not_a_stale_commit(lo
         slow.append(rows(1000, 10))
     assert [v.version for v in t.versions()] == [6], "no manifest was written into the removed history"
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(50))
+
+
+def _age_files(uri, seconds):
+    """Backdates every data and deletion file of a local table, as if written ``seconds`` ago."""
+    then = time.time() - seconds
+    for sub in ("data", "_deletions"):
+        d = os.path.join(uri, sub)
+        for name in os.listdir(d) if os.path.isdir(d) else []:
+            os.utime(os.path.join(d, name), (then, then))
+
+
+def test_version_that_was_latest_moments_ago_keeps_its_files(local_table_uri, monkeypatch):
+    import lamina.transaction
+
+    eight_days_ms = 8 * 86400 * 1000
+    real_now = lamina.transaction.now_ms
+    monkeypatch.setattr(lamina.transaction, "now_ms", lambda: real_now() - eight_days_ms)
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 50))  # version 2, committed "eight days ago"
+    reader = lamina.open_table(local_table_uri)  # a reader that opened the latest version
+    monkeypatch.setattr(lamina.transaction, "now_ms", real_now)
+    _age_files(local_table_uri, 8 * 86400)
+    t.overwrite(rows(100, 10))  # version 3, now: version 2 stopped being the latest just now
+    stats = t.cleanup(older_than=dt.timedelta(days=7))
+    assert stats.versions_removed == 1, "only version 1 (superseded eight days ago) has expired"
+    assert [v.version for v in t.versions()] == [2, 3]
+    assert ids_of(reader) == list(range(50)), "the reader of version 2 still reads all its rows"
+    assert ids_of(t.checkout(2)) == list(range(50))
+
+
+def test_short_retention_is_refused_unless_the_caller_owns_the_risk(local_table_uri):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 10))
+    for short in (0, 59 * 60, dt.timedelta(minutes=5)):
+        with pytest.raises(InvalidArgument, match="safety floor"):
+            t.cleanup(older_than=short)
+    assert [v.version for v in t.versions()] == [1, 2]
+    with pytest.raises(InvalidArgument):
+        t.cleanup(older_than=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1), enforce_retention=False)
+    assert t.cleanup(older_than=0, enforce_retention=False).versions_removed == 1
+
+
+def test_compaction_whose_base_lost_a_deletion_file_conflicts_cleanly(local_table_uri):
+    import lamina.deletion
+    from lamina.commit import commit
+    from lamina.datafile import WriteOptions
+    from lamina.errors import CommitConflict
+    from lamina.rewrite import full_rewrite
+    from lamina.transaction import Rewrite
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 20))
+    t.append(rows(20, 20))
+    t.delete("id < 5")
+    base = t.manifest
+    read_deletions = [f.deletion.path for f in base.fragments if f.deletion]
+    group = full_rewrite(t.store, base, [f.id for f in base.fragments], WriteOptions())
+    t.delete("id < 10")  # a concurrent delete the rewrite must carry onto its output...
+    t.store.delete(read_deletions)  # ...but cleanup removed the deletion file the rewrite read
+    lamina.deletion._CACHE = lamina.deletion._BitmapCache()  # the committing process never read it
+    with pytest.raises(CommitConflict, match="needs a file that is gone"):
+        commit(t.store, Rewrite(base.version, [group]), base)
+    assert not any(t.store.exists(f.path) for f in group.new_fragments), "the abandoned outputs are removed"
+    assert ids_of(lamina.open_table(local_table_uri)) == list(range(10, 40))
+
+
+def test_long_write_whose_files_were_cleaned_up_does_not_commit(local_table_uri, monkeypatch):
+    import lamina.commit
+    from lamina.errors import CommitConflict
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 10))
+    monkeypatch.setattr(lamina.commit, "VERIFY_FILES_AFTER_SECONDS", -1)  # every write counts as long
+    removed = []
+    # The check runs before the put: simulate cleanup removing the file between write and commit.
+    import lamina.datafile
+    real_write = lamina.datafile.write_fragment
+
+    def write_then_lose(store, schema, batches, options):
+        frag = real_write(store, schema, batches, options)
+        store.delete([frag.path])
+        removed.append(frag.path)
+        return frag
+
+    monkeypatch.setattr(lamina.datafile, "write_fragment", write_then_lose)
+    with pytest.raises(CommitConflict, match="files it wrote are gone"):
+        t.append(rows(10, 10))
+    assert removed and lamina.open_table(local_table_uri).version == 2
+    assert ids_of(lamina.open_table(local_table_uri)) == list(range(10))
+
+
+class _CommitDuringCleanup:
+    """A store through which cleanup runs; right after cleanup first lists the versions, another
+    writer commits (files written long ago, e.g. a slow compaction's outputs)."""
+
+    def __init__(self, inner, commit_now):
+        self._inner, self._commit_now, self.done = inner, commit_now, False
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def list(self, prefix, start_after=None):
+        listed = list(self._inner.list(prefix, start_after))
+        if not self.done and prefix == "_versions/":
+            self.done = True
+            self._commit_now()
+        return iter(listed)
+
+
+def test_version_committed_while_cleanup_runs_keeps_its_files(local_table_uri):
+    from lamina.cleanup import cleanup
+    from lamina.datafile import write_fragments
+    from lamina.transaction import Append
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 10))
+    t.append(rows(10, 10))
+    slow = lamina.open_table(local_table_uri)
+    frags = write_fragments(t.store, SCHEMA, rows(100, 10).to_batches(), t.write_options)
+    _age_files(local_table_uri, 7200)  # the slow writer's file is two hours old when it commits
+    store = _CommitDuringCleanup(t.store, lambda: slow._commit(Append(slow.version, frags)))
+    cleanup(store, dt.timedelta(hours=1))
+    assert store.done
+    latest = lamina.open_table(local_table_uri)
+    assert latest.version == 4 and t.store.exists(frags[0].path)
+    assert ids_of(latest) == list(range(20)) + list(range(100, 110))
+
+
+class _CrashAfterFirstManifestRemoval:
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def delete(self, paths):
+        paths = list(paths)
+        if any(p.startswith("_versions/") for p in paths):
+            self._inner.delete(paths[:1])
+            raise KeyboardInterrupt("cleanup killed")
+        self._inner.delete(paths)
+
+
+def test_crash_mid_cleanup_leaves_contiguous_history(local_table_uri):
+    from lamina.cleanup import cleanup
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    for start in range(0, 50, 10):
+        t.append(rows(start, 10))  # versions 1..6
+    with pytest.raises(KeyboardInterrupt):
+        cleanup(_CrashAfterFirstManifestRemoval(t.store), 0, enforce_retention=False)
+    versions = [v.version for v in lamina.open_table(local_table_uri).versions()]
+    assert versions == list(range(versions[0], 7)) and versions[0] == 2, versions
+    for v in versions:
+        assert ids_of(lamina.open_table(local_table_uri, version=v)) == list(range(10 * (v - 1)))
