@@ -9,7 +9,7 @@ again attaches to them. ``--until-idle S`` flushes and stops once no new rows ar
 seconds (batch use, tests); otherwise the job runs until interrupted, then flushes and stops.
 From Python: ``Ingestion.start(uri, shards)`` gives the same with ``get``/``get_many``.
 
-Exit status: 0 done, 1 a failure, 2 bad arguments.
+Exit status: 0 done, 1 a failure (a shard stopped: its error is logged), 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -115,10 +115,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     last_applied, idle_since = -1, time.monotonic()
+    reported: set[int] = set()
     try:
         while True:
             time.sleep(1.0)
             stats = ingestion.stats()
+            for s in stats:
+                if s.get("error") and s["shard"] not in reported:
+                    reported.add(s["shard"])
+                    log.error("ingest: %s", s["error"])
             applied = sum(s["applied_rows"] for s in stats)
             log.info("ingest: %s", "; ".join(f"shard {s['shard']}: applied {s['applied_rows']:,}, flushed {s['flushed_rows']:,}, "
                                               f"in memtable {s['memtable_rows']:,}, version {s['version']}" for s in stats))
@@ -128,12 +133,28 @@ def main(argv: list[str] | None = None) -> int:
                 break
     except KeyboardInterrupt:
         log.info("interrupted: flushing")
-    ingestion.flush()
+    import ray
+
+    failed = False
+    flushes = {}
+    for h, s in zip(ingestion.handles, ingestion.stats()):
+        if s.get("error"):  # a stopped shard: its unflushed rows stay in the WAL
+            failed = True
+            if s["shard"] not in reported:
+                log.error("ingest: %s", s["error"])
+        else:
+            flushes[s["shard"]] = h.flush.remote()
+    for shard, ref in flushes.items():
+        try:
+            ray.get(ref)
+        except Exception as e:  # its rows stay in the WAL for the next run
+            failed = True
+            log.error("ingest: shard %d could not flush: %s", shard, e)
     stats = ingestion.stats()
     ingestion.stop(flush=False)
     if args.json:
         print(json.dumps(stats, indent=2, default=str))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ in a Ray actor and ``jobs.ingest`` runs one per shard.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
@@ -31,19 +32,23 @@ import pyarrow.compute as pc
 from lamina import _native
 from lamina.commit import commit
 from lamina.datafile import write_fragments
-from lamina.errors import CommitConflict, InvalidArgument
+from lamina.errors import CommitConflict, CorruptFile, InvalidArgument, ObjectNotFound, SchemaMismatch
 from lamina.faults import maybe_die
 from lamina.filter import Conjunct, Filter
 from lamina.index_query import select
+from lamina.manifest import VERSIONS_DIR
 from lamina.transaction import WalFlush
 from lamina.wal import (
     CLAIM,
     SEALED,
+    SegmentState,
     WalTxn,
-    iter_shard,
     list_segments,
     parse_watermark_key,
+    read_sealed,
+    read_segment,
     segment_prefix,
+    shard_prefix,
     watermark_key,
 )
 
@@ -98,10 +103,89 @@ class ApplierStats:
     flushed_rows: int = 0
     flushes: int = 0
     memtable_rows: int = 0
+    #: Size of the unflushed rows now (memtable arena, or row bytes without a key) and the
+    #: most it reached after any applied transaction; stays within flush_bytes + one transaction.
+    memtable_bytes: int = 0
+    peak_memtable_bytes: int = 0
     conflicts: int = 0
+    #: Flushes that failed (storage errors); the memtable is kept and no more WAL is applied
+    #: while it is full, so a storage outage holds the applier back instead of growing it.
+    flush_failures: int = 0
     torn: dict[int, str] = field(default_factory=dict)
     watermarks: dict[str, int] = field(default_factory=dict)
     version: int = 0
+    #: Why the shard is stopped (``ShardStopped``), None while it runs.
+    error: str | None = None
+
+
+class ShardStopped(SchemaMismatch):
+    """A WAL applier stopped its shard: the table's schema changed in a way the shard's
+    unflushed WAL rows cannot follow. Nothing is lost: they stay in the WAL."""
+
+
+#: ``_wal/<shard>/stopped``: a stopped shard's record (JSON: table, shard, the schema its WAL
+#: rows were read in, the error), so a restarted applier stays stopped instead of decoding
+#: those rows in the new schema. Removed by the applier once the table's schema fits again.
+STOPPED = "stopped"
+
+#: Pairs of column types in which every WAL value decodes to the same value.
+_SAME_ENCODING = {
+    (pa.string(), pa.large_string()), (pa.binary(), pa.large_binary()),
+    (pa.string(), pa.binary()), (pa.string(), pa.large_binary()), (pa.large_string(), pa.large_binary()),
+}
+
+
+def show_schema(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}{'' if f.nullable else ' not null'}" for f in schema)
+
+
+def wal_schema_change(old: pa.Schema, new: pa.Schema, old_key: str | None, new_key: str | None) -> str | None:
+    """None if WAL rows written in ``old`` decode in ``new`` to the same values (so rows from
+    producers of either schema can be read in ``new``); else why not.
+
+    The row codec names columns by position and lays values out by type (docs/FORMAT.md
+    §11.2), so that holds when ``new`` keeps ``old``'s columns in place with their names,
+    value layouts and nullability (or relaxes it), adds only nullable columns after them, and
+    keeps the primary key.
+    """
+    if old_key != new_key:
+        return f"the primary key changed from {old_key!r} to {new_key!r}"
+    dropped = [f.name for f in old if f.name not in new.names]
+    if dropped:
+        return f"column(s) {dropped} were dropped"
+    for i, f in enumerate(old):
+        g = new.field(i)
+        if g.name != f.name:
+            return f"column {i} is {g.name!r}, was {f.name!r} (columns moved)"
+        if not (f.type.equals(g.type) or (f.type, g.type) in _SAME_ENCODING):
+            return f"column {f.name!r} changed type from {f.type} to {g.type}"
+        if f.nullable and not g.nullable:
+            return f"column {f.name!r} is no longer nullable"
+    required = [g.name for g in list(new)[len(old):] if not g.nullable]
+    if required:
+        return f"new column(s) {required} are not nullable, and rows written before have no value for them"
+    try:
+        _native.wal_check_schema(new)
+    except InvalidArgument as e:
+        return str(e)
+    return None
+
+
+class _PutWatch:
+    """The store, noting whether a commit tried to put a manifest (after which the outcome of a
+    failed commit is unknown and its files must stay for ``cleanup``)."""
+
+    def __init__(self, store):
+        self._store = store
+        self.manifest_put = False
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        if path.startswith(VERSIONS_DIR):
+            self.manifest_put = True
+        return self._store.put_if_absent(path, data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
 
 
 class ShardApplier:
@@ -114,17 +198,98 @@ class ShardApplier:
         self.uri, self.shard, self.options = uri, int(shard), options or IngestOptions()
         self.table = lamina.open_table(uri, storage_options=storage_options)
         self.store = self.table.store
-        self.schema = self.table.schema
-        pk = self.table.primary_key
-        if len(pk) > 1:
-            raise InvalidArgument(f"the WAL supports single-column primary keys; {uri} has {list(pk)}")
-        self.pk = pk[0] if pk else None
-        self.key_index = self.schema.names.index(self.pk) if self.pk else None
-        self.key_type = memtable_key_type(self.schema.field(self.pk).type) if self.pk else None
         self.stats = ApplierStats(self.shard)
+        self._stopped: ShardStopped | None = None
+        #: The schema WAL rows are decoded in: the table's, or a stopped shard's recorded one.
+        self.schema = self.table.schema
+        self.pk = self._table_key()
+        recorded = self._read_stop_record()
+        if recorded is not None:
+            self.schema, self.pk = recorded
+        self._use_schema(self.schema)
         self._lock = threading.RLock()
         self._last_expiry = time.monotonic()
         self._reset()
+        if recorded is not None and self._stopped is None:
+            self.store.delete([shard_prefix(self.shard) + STOPPED])
+            log.warning("shard %d of %s: the table's schema fits its WAL again; the shard goes on", self.shard, self.uri)
+
+    def _table_key(self) -> str | None:
+        pk = self.table.primary_key
+        if len(pk) > 1:
+            raise InvalidArgument(f"the WAL supports single-column primary keys; {self.uri} has {list(pk)}")
+        return pk[0] if pk else None
+
+    def _use_schema(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.key_index = schema.names.index(self.pk) if self.pk else None
+        self.key_type = memtable_key_type(schema.field(self.pk).type) if self.pk else None
+
+    # -- schema changes --------------------------------------------------------------
+    def _reload(self):
+        """The table at its latest version, with the applier following a schema change (or stopping)."""
+        self.table.reload()
+        self._follow_schema()
+        return self.table
+
+    def _follow_schema(self) -> None:
+        new = self.table.schema
+        if self._stopped is not None or new.equals(self.schema):
+            return
+        old, old_key = self.schema, self.pk
+        new_key = self._table_key()
+        why = wal_schema_change(old, new, old_key, new_key)
+        if why is None:
+            log.warning("shard %d of %s: the table's schema changed to (%s); WAL rows are read in it from now on",
+                        self.shard, self.uri, show_schema(new))
+            self.pk = new_key
+            self._use_schema(new)
+            return
+        self._stop(
+            f"WAL shard {self.shard} of table {self.uri} stopped: the table's schema changed from "
+            f"({show_schema(old)}) to ({show_schema(new)}), and the shard's WAL rows, written in the "
+            f"old schema, cannot be read in the new one: {why}. Nothing was lost: the rows flushed before "
+            f"are in the table and the rest stays in the WAL (watermarks "
+            f"{ {watermark_key(self.shard, s): n for s, n in sorted(self.starts.items())} }). To apply them, "
+            f"change the table back to the old schema (or one that only adds nullable columns to it) and "
+            f"start the applier again; to give them up, remove the shard's WAL segments and "
+            f"{shard_prefix(self.shard)}{STOPPED} by hand"
+        )
+
+    def _schema_changed(self) -> bool:
+        """Reloads the table; True if the applier now reads WAL rows in another schema (raises if stopped)."""
+        old = self.schema
+        self._reload()
+        self._check_running()
+        return not self.schema.equals(old)
+
+    def _stop(self, message: str) -> None:
+        self._stopped = ShardStopped(message)
+        self.stats.error = message
+        log.error("%s", message)
+        record = {"table": self.uri, "shard": self.shard, "error": message, "primary_key": self.pk,
+                  "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode()}
+        try:
+            self.store.put(shard_prefix(self.shard) + STOPPED, json.dumps(record).encode())
+        except Exception as e:  # the in-memory stop still holds; a restart re-checks the schema
+            log.warning("shard %d of %s: could not record the stop (%s)", self.shard, self.uri, e)
+        raise self._stopped
+
+    def _read_stop_record(self) -> tuple[pa.Schema, str | None] | None:
+        """(the schema the WAL was read in, its key) if the shard was stopped, else None."""
+        path = shard_prefix(self.shard) + STOPPED
+        try:
+            record = json.loads(self.store.get(path))
+            return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(record["schema"]))), record["primary_key"]
+        except ObjectNotFound:
+            return None
+        except (ValueError, KeyError, TypeError, pa.ArrowException):
+            raise CorruptFile(f"the stop record {self.store.describe(path)} of WAL shard {self.shard} is unreadable; "
+                              f"check the table's schema against the WAL and remove it by hand") from None
+
+    def _check_running(self) -> None:
+        if self._stopped is not None:
+            raise self._stopped
 
     # -- state ------------------------------------------------------------------
     def _reset(self) -> None:
@@ -137,37 +302,98 @@ class ShardApplier:
                 self.starts[segment] = int(n)
         self.positions = dict(self.starts)
         self._finished: set[int] = set()
+        self._clear_memtable()
+        try:
+            self._follow_schema()
+        except ShardStopped:
+            pass  # recorded; every entry point raises it
+
+    def _clear_memtable(self) -> None:
         self.memtable = _native.MemTable(self.key_type) if self.pk else None
         self.buffered: list[bytes] = []  # tables without a key: transactions in order
+        self.buffered_bytes = 0
         self.unflushed_rows = 0
         self.first_unflushed = 0.0
 
+    @property
+    def memtable_bytes(self) -> int:
+        """Size of the unflushed rows: the memtable's arena (row bytes and skiplist nodes), or the
+        buffered transactions' bytes for a table without a key."""
+        return self.memtable.arena_bytes if self.memtable is not None else self.buffered_bytes
+
+    def full(self) -> bool:
+        """Whether the unflushed rows reached flush_rows or flush_bytes: no more WAL is applied until a flush."""
+        o = self.options
+        return self.unflushed_rows >= o.flush_rows or self.memtable_bytes >= o.flush_bytes
+
     # -- applying -----------------------------------------------------------------
     def poll(self) -> int:
-        """Applies every committed WAL transaction not applied yet; returns the rows applied."""
+        """Applies committed WAL transactions not applied yet, until the memtable is full (see
+        ``full``); returns the rows applied. So the memtable never holds more than flush_rows /
+        flush_bytes plus one transaction, whatever the backlog; ``step`` flushes and goes on."""
         with self._lock:
+            self._check_running()
             applied = 0
-            for txns, state in iter_shard(self.store, self.shard, self.positions, self._finished):
-                if state.torn and self.stats.torn.get(state.segment) != state.torn:
-                    log.warning("shard %d: torn WAL tail not applied: %s", self.shard, state.torn)
-                    self.stats.torn[state.segment] = state.torn
-                for t in txns:
+            for segment in list_segments(self.store, self.shard):
+                if segment in self._finished:
+                    continue
+                if self.full():
+                    break
+                applied += self._poll_segment(segment)
+            return applied
+
+    def _poll_segment(self, segment: int) -> int:
+        applied = 0
+        while True:
+            room = max(1, self.options.flush_bytes - self.memtable_bytes)
+            txns, state = read_segment(self.store, self.shard, segment, self.positions.get(segment, 0), max_bytes=room)
+            if state.torn and self.stats.torn.get(segment) != state.torn:
+                log.warning("shard %d: torn WAL tail not applied: %s", self.shard, state.torn)
+                self.stats.torn[segment] = state.torn
+            for t in txns:
+                if self.full():
+                    return applied
+                try:
                     self._apply(t)
-                    self.positions[t.segment] = t.txn + 1
-                    applied += t.rows
-                if state.sealed is not None and self.positions.get(state.segment, 0) >= state.sealed:
-                    self._finished.add(state.segment)  # sealed and applied: never read again
-            if applied:
+                except CorruptFile:
+                    # Rows a producer wrote in a schema the table changed to since this applier
+                    # read it name columns it does not know: follow the change (or stop), else corrupt.
+                    if not self._schema_changed():
+                        raise
+                    self._apply(t)
+                self.positions[t.segment] = t.txn + 1
                 if not self.unflushed_rows:
                     self.first_unflushed = time.monotonic()
-                self.unflushed_rows += applied
-                self.stats.applied_rows += applied
-            return applied
+                self.unflushed_rows += t.rows
+                self.stats.applied_rows += t.rows
+                self.stats.peak_memtable_bytes = max(self.stats.peak_memtable_bytes, self.memtable_bytes)
+                applied += t.rows
+            if state.gone is not None:
+                self._segment_gone(state)
+                return applied
+            if state.sealed is not None and self.positions.get(segment, 0) >= state.sealed:
+                self._finished.add(segment)  # sealed and applied: never read again
+            if not state.more:
+                return applied
+
+    def _segment_gone(self, state: SegmentState) -> None:
+        """A sealed segment's data vanished before this applier read all of it: fine if its
+        transactions are committed (another applier flushed them and retention removed them),
+        else reported like a torn tail."""
+        committed = self.table.reload().manifest.wal_watermarks.get(watermark_key(self.shard, state.segment), 0)
+        if committed >= (state.sealed or 0):
+            self._finished.add(state.segment)  # this applier's copy is stale; its flush will lose the race
+            return
+        why = f"{state.gone}, but only {committed} of its {state.sealed} transactions are committed to the table"
+        if self.stats.torn.get(state.segment) != why:
+            log.warning("shard %d: WAL segment removed before it was applied: %s", self.shard, why)
+            self.stats.torn[state.segment] = why
 
     def _apply(self, t: WalTxn) -> None:
         where = f"{self.store.describe(segment_prefix(self.shard, t.segment))} transaction {t.txn}"
         if self.memtable is None:
             self.buffered.append(t.data)
+            self.buffered_bytes += len(t.data)
             return
         keys, values, deletes = _native.wal_split(t.data, self.schema, self.key_index, where)
         keys = pa.array(keys) if not isinstance(keys, pa.Array) else keys
@@ -179,51 +405,96 @@ class ShardApplier:
     def should_flush(self) -> bool:
         if not self.unflushed_rows:
             return False
-        o = self.options
-        mem = self.memtable.arena_bytes if self.memtable is not None else sum(len(b) for b in self.buffered)
-        return (self.unflushed_rows >= o.flush_rows or mem >= o.flush_bytes
-                or time.monotonic() - self.first_unflushed >= o.flush_seconds)
+        return self.full() or time.monotonic() - self.first_unflushed >= self.options.flush_seconds
 
     # -- flushing -------------------------------------------------------------------
     def flush(self) -> int | None:
         """Writes the memtable as one fragment and commits it with the watermarks; returns the
-        version (None if there was nothing to flush or another applier won the race)."""
+        version (None if there was nothing to flush or another applier won the race).
+
+        A flush that fails leaves the memtable as it was (``poll`` applies no more while it is
+        full). Its data file is removed when nothing was committed for sure; when the outcome
+        is unknown (the manifest put failed) it stays for ``cleanup``, which removes it if no
+        version references it.
+        """
         with self._lock:
+            self._check_running()
             moved = {s: n for s, n in self.positions.items() if n != self.starts.get(s, 0)}
             if not moved:
                 return None
+            base = self._reload().manifest  # follows a schema change before decoding, or stops
+            self._check_running()
             where = f"WAL shard {self.shard} of {self.uri}"
-            changed_keys = None
-            if self.memtable is not None:
-                keys, values = self.memtable.newest()
-                live = values.filter(values.is_valid())
-                batch = _native.wal_decode_values(live, self.schema, where)
-                changed_keys = keys
-            else:
-                batches = [_native.wal_decode(b, self.schema, where)[0] for b in self.buffered]
-                batch = pa.Table.from_batches(batches, schema=self.schema) if batches else self.schema.empty_table()
-            base = self.table.reload().manifest
-            fragments = write_fragments(self.store, self.schema, iter(batch.to_batches() if isinstance(batch, pa.Table) else [batch]),
-                                        self.table.write_options)
-            deltas = self._older_versions(base, changed_keys) if changed_keys is not None and len(changed_keys) else {}
-            maybe_die(FAULT_KILL_IN_FLUSH)
-            txn = WalFlush(base.version, fragments,
-                           deltas, {watermark_key(self.shard, s): n for s, n in moved.items()},
-                           {watermark_key(self.shard, s): self.starts.get(s, 0) for s in moved})
+            fragments: list = []
             try:
-                self.table._manifest = commit(self.store, txn, base)
-            except CommitConflict as e:
+                changed_keys = None
+                if self.memtable is not None:
+                    keys, values = self.memtable.newest()
+                    live = values.filter(values.is_valid())
+                    batch = _native.wal_decode_values(live, self.schema, where)
+                    changed_keys = keys
+                    batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
+                else:
+                    batches = [_native.wal_decode(b, self.schema, where)[0] for b in self.buffered]
+                fragments = write_fragments(self.store, self.schema, iter(batches), self.table.write_options)
+                deltas = self._older_versions(base, changed_keys) if changed_keys is not None and len(changed_keys) else {}
+                maybe_die(FAULT_KILL_IN_FLUSH)
+                txn = WalFlush(base.version, fragments,
+                               deltas, {watermark_key(self.shard, s): n for s, n in moved.items()},
+                               {watermark_key(self.shard, s): self.starts.get(s, 0) for s in moved})
+            except Exception:
+                self.stats.flush_failures += 1
+                self._remove_files(fragments)  # nothing was committed
+                raise
+            watch = _PutWatch(self.store)
+            try:
+                self.table._manifest = commit(watch, txn, base)
+            except CommitConflict as e:  # nothing committed; commit() removed the files
                 log.warning("shard %d: flush not committed (%s); reloading from the committed watermarks", self.shard, e)
                 self.stats.conflicts += 1
                 self._reset()
                 return None
+            except SchemaMismatch as e:  # the commit path refused the fragment: nothing committed
+                self._remove_files(fragments)
+                self._stop(f"WAL shard {self.shard} of table {self.uri} stopped: its flush was refused ({e}). "
+                           f"The applier read its WAL rows in ({show_schema(self.schema)}); the table has "
+                           f"({show_schema(self.table.reload().schema)}). Nothing was lost: the unflushed rows stay in "
+                           f"the WAL; start the applier again once the table's schema fits them")
+            except Exception as e:
+                self.stats.flush_failures += 1
+                if not watch.manifest_put:
+                    self._remove_files(fragments)  # failed before any manifest put: nothing committed
+                else:
+                    log.warning("shard %d: flush failed with an unknown outcome (%s); its data files stay for cleanup",
+                                self.shard, e)
+                raise
             self.stats.flushes += 1
             self.stats.flushed_rows += self.unflushed_rows
             self.starts = dict(self.positions)
-            self.memtable = _native.MemTable(self.key_type) if self.pk else None
-            self.buffered = []
-            self.unflushed_rows = 0
+            self._clear_memtable()
             return self.table.version
+
+    def _remove_files(self, fragments: list) -> None:
+        if not fragments:
+            return
+        try:
+            self.store.delete([f.path for f in fragments])
+        except Exception as e:  # cleanup() removes them later (no version references them)
+            log.warning("shard %d: could not remove the %d data files of a failed flush (%s); cleanup will",
+                        self.shard, len(fragments), e)
+
+    def drain(self) -> int | None:
+        """Applies and flushes what is committed to the WAL now, flush_bytes at a time; returns
+        the last version committed (None if nothing was)."""
+        version = None
+        while True:
+            with self._lock:
+                self.poll()
+                more = self.full()
+                v = self.flush()
+            version = v if v is not None else version
+            if not more or v is None:
+                return version
 
     def _older_versions(self, base, keys: pa.Array) -> dict[int, np.ndarray]:
         """Offsets of the live rows in the table holding any of ``keys`` (merge-on-write)."""
@@ -251,6 +522,7 @@ class ShardApplier:
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             raise InvalidArgument(f"keys must be values of {self.pk!r} ({col})") from None
         with self._lock:
+            self._check_running()
             probe = keys.cast(pa.int64()) if self.key_type == "int64" else keys
             states, values = self.memtable.get_many(probe)
             states = states.to_numpy(zero_copy_only=False)
@@ -262,7 +534,8 @@ class ShardApplier:
                     out[i] = row
             missing = np.nonzero(states == 0)[0]
             if len(missing):
-                table = self.table.reload()
+                table = self._reload()
+                self._check_running()
                 flt = self._keys_filter(keys.take(pa.array(missing)))
                 found = pa.concat_tables(select(self.store, table.manifest, flt, None).tables or [self.schema.empty_table()])
                 by_key = {r[self.pk]: r for r in found.to_pylist()}
@@ -272,18 +545,27 @@ class ShardApplier:
 
     # -- housekeeping ------------------------------------------------------------------
     def remove_applied_segments(self, now: float | None = None) -> list[int]:
-        """Deletes sealed segments whose every transaction is committed, once older than the retention."""
+        """Deletes sealed segments whose every transaction is committed to the table, once their
+        seal is older than the retention; returns the segments this call removed.
+
+        "Committed" is the table's watermark, not this applier's position: a segment applied
+        but not flushed must survive, to be replayed after a restart. Two appliers of one
+        shard may run this at once: a segment the other removed meanwhile is simply done.
+        """
         now = time.time() if now is None else now
         removed = []
         with self._lock:
+            committed = self.table.reload().manifest.wal_watermarks
             for segment in list_segments(self.store, self.shard):
                 prefix = segment_prefix(self.shard, segment)
                 objects = list(self.store.list(prefix))
                 seal = next((o for o in objects if o.path == prefix + SEALED), None)
                 if seal is None or now - seal.modified < self.options.retention_seconds:
                     continue
-                sealed_at = int(json.loads(self.store.get(seal.path))["transactions"])
-                if self.starts.get(segment, 0) < sealed_at:
+                sealed_at = read_sealed(self.store, self.shard, segment)
+                if sealed_at is None:
+                    continue  # removed meanwhile (another applier): done
+                if committed.get(watermark_key(self.shard, segment), 0) < sealed_at:
                     continue
                 # The seal goes last (a segment without one is never removed); the claim stays, so
                 # the segment number is never claimed again while its watermark says "applied".
@@ -293,7 +575,10 @@ class ShardApplier:
         return removed
 
     def step(self) -> None:
-        """One round of the applier loop: apply, flush if due, expire old segments (at most once a minute)."""
+        """One round of the applier loop: apply (up to the memtable's bounds), flush if due, expire
+        old segments (at most once a minute). While flushes fail, the memtable stays full and
+        nothing more is applied. A stopped shard raises ``ShardStopped``."""
+        self._check_running()
         self.poll()
         if self.should_flush():
             self.flush()
@@ -305,6 +590,7 @@ class ShardApplier:
     def snapshot(self) -> ApplierStats:
         with self._lock:
             self.stats.memtable_rows = self.unflushed_rows
+            self.stats.memtable_bytes = self.memtable_bytes
             self.stats.watermarks = {watermark_key(self.shard, s): n for s, n in self.starts.items()}
             self.stats.version = self.table.version
             return self.stats

@@ -298,23 +298,46 @@ class WalTxn:
 @dataclass
 class SegmentState:
     segment: int
-    committed: int  # transactions readable
+    committed: int  # transactions readable (``start`` + those returned)
     sealed: int | None  # final count once sealed
     torn: str | None  # why the tail is unreadable, if it is
+    more: bool = False  # stopped at ``max_bytes``: transactions after ``committed`` were not read
+    gone: str | None = None  # a sealed segment whose data vanished while or before it was read (retention)
 
 
-def read_segment(store: ObjectStore, shard: int, segment: int, start: int) -> tuple[list[WalTxn], SegmentState]:
-    """Committed transactions ``start…`` of a segment, and its state; a torn tail is reported, not applied."""
-    seg = segment_prefix(shard, segment)
-    sealed = None
+def read_sealed(store: ObjectStore, shard: int, segment: int) -> int | None:
+    """A segment's final transaction count, or None if it is not sealed (or its seal was removed)."""
+    path = segment_prefix(shard, segment) + SEALED
     try:
-        sealed = int(json.loads(store.get(seg + SEALED))["transactions"])
+        raw = store.get(path)
     except ObjectNotFound:
-        pass
+        return None
+    try:
+        return int(json.loads(raw)["transactions"])
     except (ValueError, KeyError, TypeError):
-        raise CorruptFile(f"WAL seal marker {store.describe(seg + SEALED)} is unreadable") from None
+        raise CorruptFile(f"WAL seal marker {store.describe(path)} is unreadable") from None
+
+
+def read_segment(store: ObjectStore, shard: int, segment: int, start: int,
+                 max_bytes: int | None = None) -> tuple[list[WalTxn], SegmentState]:
+    """Committed transactions ``start…`` of a segment, and its state; a torn tail is reported, not applied.
+
+    With ``max_bytes``, stops after the transaction that reaches that many bytes of row data
+    (at least one is read) and says so (``state.more``). A sealed segment whose files are
+    missing was removed by retention (perhaps by another applier while this one read it):
+    that is ``state.gone``, not a torn tail; whether its transactions were committed is for
+    the caller to check against the watermarks.
+    """
+    seg = segment_prefix(shard, segment)
+    sealed = read_sealed(store, shard, segment)
     out: list[WalTxn] = []
-    torn = None
+    torn = gone = None
+    more = False
+    taken = 0
+
+    def full(i: int, last: int) -> bool:
+        return max_bytes is not None and taken >= max_bytes and i + 1 < last
+
     local = store.local_path(seg + INDEX_FILE)
     if local is not None:
         try:
@@ -322,14 +345,24 @@ def read_segment(store: ObjectStore, shard: int, segment: int, start: int) -> tu
                 index = f.read()
         except FileNotFoundError:
             index = b""
+            if sealed is not None and sealed > start:
+                gone = f"{store.describe(seg + INDEX_FILE)} is gone"
         whole = len(index) // ENTRY.size
         if len(index) % ENTRY.size:
             torn = f"{len(index) % ENTRY.size} bytes of a partial transaction entry at the end of {store.describe(seg + INDEX_FILE)}"
         if whole > start:
             data_path = store.local_path(seg + DATA_FILE)
-            size = os.path.getsize(data_path) if os.path.exists(data_path) else 0
-            with open(data_path if size else os.devnull, "rb") as f:
+            try:
+                f = open(data_path, "rb")
+            except FileNotFoundError:
+                f = open(os.devnull, "rb")
+                if sealed is not None:
+                    gone = f"{store.describe(seg + DATA_FILE)} is gone"
+            with f:
+                size = os.fstat(f.fileno()).st_size
                 for i in range(start, whole):
+                    if gone:
+                        break
                     s, e, rows, crc, txn = ENTRY.unpack_from(index, i * ENTRY.size)
                     if txn != i or e > size or s > e:
                         torn = f"transaction {i} of {store.describe(seg + DATA_FILE)} points past the data ({e} > {size} bytes)"
@@ -340,15 +373,29 @@ def read_segment(store: ObjectStore, shard: int, segment: int, start: int) -> tu
                         torn = f"transaction {i} of {store.describe(seg + DATA_FILE)} fails its checksum"
                         break
                     out.append(WalTxn(shard, segment, i, rows, data))
+                    taken += len(data)
+                    if full(i, whole):
+                        more = True
+                        break
     else:
         names = sorted(o.path for o in store.list(seg) if o.path.endswith(".t"))
         for i, name in enumerate(names):
             if int(name[len(seg):-2]) != i:
-                torn = f"WAL transaction objects of {store.describe(seg)} skip number {i}"
+                if sealed is not None:
+                    gone = f"WAL transaction objects of {store.describe(seg)} skip number {i}"
+                else:
+                    torn = f"WAL transaction objects of {store.describe(seg)} skip number {i}"
                 break
             if i < start:
                 continue
-            obj = store.get(name)
+            try:
+                obj = store.get(name)
+            except ObjectNotFound:
+                if sealed is None:
+                    torn = f"{store.describe(name)} was listed but is missing"
+                else:
+                    gone = f"{store.describe(name)} is gone"
+                break
             if len(obj) < ENTRY.size:
                 torn = f"{store.describe(name)} is truncated"
                 break
@@ -358,10 +405,18 @@ def read_segment(store: ObjectStore, shard: int, segment: int, start: int) -> tu
                 torn = f"{store.describe(name)} fails its checksum"
                 break
             out.append(WalTxn(shard, segment, i, rows, data))
+            taken += len(data)
+            if full(i, len(names)):
+                more = True
+                break
+        if sealed is not None and torn is None and gone is None and not more and start + len(out) < sealed:
+            gone = f"{store.describe(seg)} holds {len(names)} of its {sealed} transaction objects"
     committed = start + len(out)
-    if sealed is not None and torn is None and committed < sealed and start <= sealed:
+    if gone is not None:
+        torn = None  # retention's work, not a torn tail: the caller checks the watermarks
+    elif sealed is not None and torn is None and not more and committed < sealed and start <= sealed:
         torn = f"segment {store.describe(seg)} is sealed at {sealed} transactions but only {committed} are readable"
-    return out, SegmentState(segment, committed, sealed, torn)
+    return out, SegmentState(segment, committed, sealed, torn, more, gone)
 
 
 def decode_rows(data: bytes, schema: pa.Schema, where: str) -> tuple[pa.RecordBatch, np.ndarray]:

@@ -4,6 +4,8 @@ The actor runs ``ShardApplier.step`` in a background thread every ``poll_seconds
 serves ``get``/``get_many``/``flush``/``stats`` concurrently (the applier has a lock).
 Ray restarts it when its process dies (``max_restarts=-1``); the new instance resumes
 from the watermarks in the manifest, so a kill at any point loses and duplicates nothing.
+A shard stopped by a schema change (``ShardStopped``) ends the loop for good: the actor
+stays up, ``stats()["error"]`` says why, ``flush``/``get`` raise it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from lamina.ingest import IngestOptions, ShardApplier
+from lamina.ingest import IngestOptions, ShardApplier, ShardStopped
 
 log = logging.getLogger("lamina.ingest")
 
@@ -39,6 +41,8 @@ class WalApplier:
             try:
                 self.applier.step()
                 self._errors = 0
+            except ShardStopped:
+                return  # logged by the applier; retrying cannot help until the table's schema fits its WAL
             except Exception:  # keep applying; the error is logged and retried with backoff
                 self._errors += 1
                 log.exception("shard %d: applier step failed (%d in a row)", self.applier.shard, self._errors)
@@ -53,9 +57,9 @@ class WalApplier:
         return self.applier.get_many(pks)
 
     def flush(self) -> int | None:
-        """Applies what is committed now and flushes it; returns the version (None: nothing to flush)."""
-        self.applier.poll()
-        return self.applier.flush()
+        """Applies what is committed now and flushes it, flush_bytes at a time; returns the last
+        version (None: nothing to flush)."""
+        return self.applier.drain()
 
     def remove_applied_segments(self) -> list[int]:
         return self.applier.remove_applied_segments()

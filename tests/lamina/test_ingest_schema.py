@@ -1,0 +1,135 @@
+"""A WAL applier whose table changes schema under it (issue 16, defect 3): it converts what
+decodes the same in both schemas, or stops its shard with an error naming the table, the
+shard and both schemas; the table stays readable and no committed row is lost."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import lamina
+from lamina.errors import SchemaMismatch
+from lamina.ingest import ShardApplier, ShardStopped
+from lamina.wal import WalWriter, read_segment
+from workers.ingest import WalApplier
+
+KEYED = pa.schema([("id", pa.int64()), ("name", pa.string()), ("v", pa.float64())])
+
+
+def _rows(start: int, n: int, tag: str) -> list[dict]:
+    return [{"id": i, "name": f"{tag}{i}", "v": float(i)} for i in range(start, start + n)]
+
+
+def _setup(uri: str, opts=None) -> tuple[WalWriter, ShardApplier]:
+    lamina.create_table(uri, KEYED, primary_key="id", storage_options=opts)
+    w = WalWriter(uri, 0, storage_options=opts)
+    applier = ShardApplier(uri, 0, opts)
+    w.put_many(_rows(0, 10, "a"))
+    w.commit()
+    applier.poll()
+    assert applier.flush() is not None  # rows 0..9 committed to the table
+    w.put_many(_rows(10, 10, "b"))
+    w.commit()
+    assert applier.poll() == 10  # rows 10..19 applied, not flushed
+    return w, applier
+
+
+def test_applier_stops_its_shard_when_the_table_schema_changes_incompatibly(table_location):
+    uri, opts = table_location
+    w, applier = _setup(uri, opts)
+    new = pa.schema([("id", pa.int64()), ("v", pa.string())])  # "name" dropped, "v" retyped
+    t = lamina.open_table(uri, storage_options=opts)
+    t.overwrite(pa.table({"id": [100], "v": ["x"]}, schema=new), schema=new)
+    version = t.version
+
+    with pytest.raises(ShardStopped) as stopped:
+        applier.flush()  # the flush that would have committed rows 10..19 in the old schema
+    msg = str(stopped.value)
+    assert isinstance(stopped.value, SchemaMismatch)
+    assert uri.rstrip("/") in msg and "shard 0" in msg
+    assert "name: string" in msg and "v: double" in msg, "the applier's schema"
+    assert "v: string" in msg, "the table's schema"
+    # stopped for good: no busy loop that applies, flushes or fails differently
+    with pytest.raises(ShardStopped):
+        applier.step()
+    with pytest.raises(ShardStopped):
+        applier.flush()
+    with pytest.raises(ShardStopped):
+        applier.get(12)
+    assert applier.snapshot().error == msg
+    # a restarted applier (Ray restarts a dead actor) stays stopped instead of reading old rows in the new schema
+    restarted = ShardApplier(uri, 0, opts)
+    with pytest.raises(ShardStopped, match="shard 0"):
+        restarted.step()
+    # the actor body ends its loop on a stopped shard (no retry with backoff) and reports why
+    actor = WalApplier(uri, 0, opts)
+    actor._thread.join(timeout=60)
+    assert not actor._thread.is_alive() and actor._errors == 0
+    assert "v: string" in actor.stats()["error"]
+    with pytest.raises(ShardStopped):
+        actor.flush()
+
+    # the table is readable and holds what was committed; nothing was added
+    after = lamina.open_table(uri, storage_options=opts)
+    assert after.version == version
+    assert after.to_arrow().to_pylist() == [{"id": 100, "v": "x"}]
+    # the WAL still holds the unflushed transaction (nothing lost), and retention keeps it
+    assert applier.remove_applied_segments(now=2e10) == []
+    w.close()
+    assert applier.remove_applied_segments(now=2e10) == []
+    txns, _ = read_segment(after.store, 0, 0, after.manifest.wal_watermarks["0/0000000000"])
+    assert [t.rows for t in txns] == [10]
+
+
+def test_applier_converts_rows_when_the_table_only_gained_nullable_columns(table_location):
+    uri, opts = table_location
+    w, applier = _setup(uri, opts)
+    wider = KEYED.append(pa.field("extra", pa.int32()))
+    t = lamina.open_table(uri, storage_options=opts)
+    old = t.to_arrow()
+    t.overwrite(old.append_column("extra", pa.nulls(old.num_rows, pa.int32())), schema=wider)
+    # a producer that opened the table after the change writes the new column
+    w2 = WalWriter(uri, 0, storage_options=opts)
+    w2.put_many([{"id": 50, "name": "c50", "v": 5.0, "extra": 7}])
+    w2.commit()
+    # and the old producer keeps writing in the schema it opened
+    w.put_many(_rows(5, 1, "upd"))
+    w.commit()
+
+    applier.step()
+    version = applier.flush()
+    assert version is not None
+    after = lamina.open_table(uri, storage_options=opts)
+    assert after.schema.equals(wider)
+    got = {r["id"]: r for r in after.to_arrow().to_pylist()}
+    expected = {i: {"id": i, "name": f"a{i}", "v": float(i), "extra": None} for i in range(10)}
+    expected |= {i: {"id": i, "name": f"b{i}", "v": float(i), "extra": None} for i in range(10, 20)}
+    expected[5] = {"id": 5, "name": "upd5", "v": 5.0, "extra": None}
+    expected[50] = {"id": 50, "name": "c50", "v": 5.0, "extra": 7}
+    assert got == expected
+    assert applier.get(50) == expected[50] and applier.get(12) == expected[12]
+
+
+def test_applier_stops_when_the_commit_refuses_its_fragment_schema(local_table_uri, monkeypatch):
+    """The commit path's own check (a fragment in another schema than the table's) stops the
+    shard too: no retry loop, the written file removed, the WAL kept."""
+    import lamina.ingest as ingest
+
+    w, applier = _setup(local_table_uri)
+
+    def refuse(*_a, **_k):
+        raise SchemaMismatch("data file x was written with schema (a) but the table has schema (b)")
+
+    monkeypatch.setattr(ingest, "commit", refuse)
+    with pytest.raises(ShardStopped, match="shard 0"):
+        applier.flush()
+    with pytest.raises(ShardStopped):
+        applier.step()
+    monkeypatch.undo()
+    t = lamina.open_table(local_table_uri)
+    referenced = t.manifest.referenced_paths()
+    assert {o.path for o in t.store.list("data/")} == referenced, "the refused flush's data file is removed"
+    assert sorted(t.to_arrow().column("id").to_pylist()) == list(range(10))
+    restarted = ShardApplier(local_table_uri, 0)  # the schema did not actually change: a new applier goes on
+    assert restarted.poll() == 10 and restarted.flush() is not None
+    assert sorted(lamina.open_table(local_table_uri).to_arrow().column("id").to_pylist()) == list(range(20))
