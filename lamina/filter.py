@@ -19,13 +19,24 @@ Grammar (keywords case-insensitive)::
                | TIMESTAMP 'iso-8601' | DATE 'yyyy-mm-dd'
 
 Literals compared with a column are cast to the column's type, so
-``ts >= '2024-01-01'`` works on a timestamp column.
+``ts >= '2024-01-01'`` works on a timestamp column. On an integer column a number
+the type cannot hold exactly is compared by value: ``i > 5.5`` is ``i >= 6``,
+``i = 5.5`` matches nothing, ``i < 1e30`` every non-null row.
+
+Comparisons follow IEEE 754 and SQL's three-valued logic: a comparison with NULL
+is NULL, and rows where the filter is NULL are not returned; NaN equals nothing and
+orders with nothing (``x > 'NaN'`` matches no row, ``x != 'NaN'`` every non-null
+row); -0.0 equals 0.0. ``x IN (a, b)`` matches the rows ``x = a OR x = b`` would
+(NaN in the list matches nothing, 0.0 matches -0.0); a NULL in the list matches
+the null rows, and IN itself is never NULL (``x NOT IN (1, 2)`` returns null rows).
+Every filter gives the same rows with and without indices (``lamina.index_query``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +104,66 @@ class _Col:
 class _Lit:
     value: Any
     explicit_type: pa.DataType | None = None
+
+
+_OPS = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_CMP = {"=": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+        "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _integral(v: int | float) -> bool:
+    return isinstance(v, int) or v.is_integer()
+
+
+def _int_bounds(t: pa.DataType) -> tuple[int, int]:
+    if pa.types.is_signed_integer(t):
+        return -(1 << (t.bit_width - 1)), (1 << (t.bit_width - 1)) - 1
+    return 0, (1 << t.bit_width) - 1
+
+
+def _exact_int(v: int | float, t: pa.DataType) -> int | None:
+    """``v`` as a value of integer type ``t``, or None when no value of ``t`` equals it."""
+    if isinstance(v, float):
+        if not v.is_integer():  # also NaN and ±inf
+            return None
+        v = int(v)
+    lo, hi = _int_bounds(t)
+    return v if lo <= v <= hi else None
+
+
+def _const(ref: pc.Expression, value: bool) -> pc.Expression:
+    """TRUE or FALSE on the non-null rows of ``ref``, NULL on its null rows (as a comparison is)."""
+    return pc.if_else(pc.is_null(ref), pa.scalar(None, pa.bool_()), pa.scalar(value))
+
+
+def _int_by_value(ref: pc.Expression, t: pa.DataType, op: str, v: int | float) -> tuple[pc.Expression, list | None]:
+    """``ref op v`` on integer type ``t`` where no value of ``t`` equals ``v`` (a fraction, NaN,
+    ±inf, or out of range), compared by value: ``i > 5.5`` is ``i >= 6``, ``i = 5.5`` is FALSE."""
+    if op in ("=", "!="):
+        return _const(ref, op == "!="), None
+    if isinstance(v, float) and math.isnan(v):
+        return _const(ref, False), None
+    lo, hi = _int_bounds(t)
+    if op in ("<", "<="):  # i <= m
+        if v == math.inf or v == -math.inf:
+            return _const(ref, v > 0), None
+        m = math.floor(v) if op == "<=" or not _integral(v) else int(v) - 1
+        if m < lo or m >= hi:
+            return _const(ref, m >= hi), None
+        s = pa.scalar(m, t)
+        return ref <= pc.scalar(s), [(None, False, s, True)]
+    if v == math.inf or v == -math.inf:  # i >= m
+        return _const(ref, v < 0), None
+    m = math.ceil(v) if op == ">=" or not _integral(v) else int(v) + 1
+    if m > hi or m <= lo:
+        return _const(ref, m <= lo), None
+    s = pa.scalar(m, t)
+    return ref >= pc.scalar(s), [(s, True, None, False)]
 
 
 def _tokenize(text: str) -> list[_Tok]:
@@ -187,10 +258,9 @@ class _Parser:
             if nxt is None or (nxt.kind == "kw" and nxt.value in ("AND", "OR")) or (nxt.kind == "op" and nxt.value == ")"):
                 self.i += 1
                 return pc.scalar(t.value == "TRUE"), [None]
-        ranges: list[tuple[Any, bool, Any, bool]] = []
+        ranges: list[tuple[Any, bool, Any, bool]] | None = None  # None: no index can answer this term
         point = True
         left = self.operand()
-        indexed = left
         negate = bool(self.accept("kw", "NOT"))
         if self.accept("kw", "IN"):
             self.expect("op", "(")
@@ -199,21 +269,20 @@ class _Parser:
                 values.append(self.literal())
             self.expect("op", ")")
             col = self.need_column(left, "IN")
-            scalars = [self.cast(v, col.type) for v in values]
-            arr = pa.array([v.as_py() for v in scalars], type=col.type)
+            arr = self.value_set(col, values)
             e = pc.is_in(self.ref(col), value_set=arr)
-            ranges = [(v, True, v, True) for v in scalars if v.is_valid]
-            if len(ranges) < len(scalars):  # NULL in the list matches null rows: not a key lookup
-                ranges = []
+            if not arr.null_count:  # NULL in the list matches null rows: not a key lookup
+                ranges = [(v, True, v, True) for v in arr]
         elif self.accept("kw", "BETWEEN"):
             lo = self.literal()
             self.expect("kw", "AND")
             hi = self.literal()
             col = self.need_column(left, "BETWEEN")
-            lo_s, hi_s = self.cast(lo, col.type), self.cast(hi, col.type)
-            e = (self.ref(col) >= lo_s) & (self.ref(col) <= hi_s)
-            if lo_s.is_valid and hi_s.is_valid:
-                ranges, point = [(lo_s, True, hi_s, True)], False
+            e_lo, r_lo = self.compare(col, ">=", lo)
+            e_hi, r_hi = self.compare(col, "<=", hi)
+            e = e_lo & e_hi
+            if r_lo is not None and r_hi is not None:
+                ranges, point = [(r_lo[0][0], r_lo[0][1], r_hi[0][2], r_hi[0][3])], False
         elif self.accept("kw", "LIKE"):
             pattern = self.literal()
             col = self.need_column(left, "LIKE")
@@ -229,33 +298,69 @@ class _Parser:
             if negate:
                 raise InvalidFilter(f"cannot parse filter {self.text!r}: NOT must precede IN, BETWEEN or LIKE here")
             op = self.expect("op")
-            if op.value not in ("=", "==", "!=", "<>", "<", "<=", ">", ">="):
+            if op.value not in _OPS:
                 raise InvalidFilter(f"cannot parse filter {self.text!r}: {op.value!r} at position {op.pos} is not a comparison")
+            cmp = _OPS[op.value]
             right = self.operand()
-            ltype = left.type if isinstance(left, _Col) else None
-            rtype = right.type if isinstance(right, _Col) else None
-            a, b = self.value(left, rtype), self.value(right, ltype)
-            e = {"=": a == b, "==": a == b, "!=": a != b, "<>": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op.value]
-            ranges, point, indexed = self.comparison_range(left, op.value, right)
-        if negate or not ranges or not isinstance(indexed, _Col) or len(indexed.path) != 1:
+            if isinstance(left, _Lit) and isinstance(right, _Col):
+                left, cmp, right = right, _FLIP[cmp], left
+            if isinstance(left, _Col) and isinstance(right, _Lit):
+                e, ranges = self.compare(left, cmp, right)
+                point = cmp == "="
+            else:
+                ltype = left.type if isinstance(left, _Col) else None
+                rtype = right.type if isinstance(right, _Col) else None
+                e = _CMP[cmp](self.value(left, rtype), self.value(right, ltype))
+        if negate or ranges is None or not isinstance(left, _Col) or len(left.path) != 1:
             return (~e if negate else e), [None]
-        return e, [Conjunct(indexed.path[0], tuple(ranges), self._span(start), not point)]
+        return e, [Conjunct(left.path[0], tuple(ranges), self._span(start), not point)]
 
-    def comparison_range(self, left: _Col | _Lit, op: str, right: _Col | _Lit) -> tuple[list, bool, _Col | _Lit]:
-        """``column op literal`` (either side) as a key range; nothing for other shapes."""
-        flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "==": "=="}
-        if isinstance(left, _Lit) and isinstance(right, _Col):
-            if op not in flip:
-                return [], True, left
-            left, op, right = right, flip[op], left
-        if not (isinstance(left, _Col) and isinstance(right, _Lit)) or len(left.path) != 1:
-            return [], True, left
-        v = self.cast(right, left.type)
-        if not v.is_valid:
-            return [], True, left
-        bound = {"=": (v, True, v, True), "==": (v, True, v, True), "<": (None, False, v, False),
-                 "<=": (None, False, v, True), ">": (v, False, None, False), ">=": (v, True, None, False)}.get(op)
-        return ([bound] if bound else []), op in ("=", "=="), left
+    def compare(self, col: _Col, op: str, lit: _Lit) -> tuple[pc.Expression, list | None]:
+        """``col op lit`` (op one of = != < <= > >=): the expression, and the key range it selects
+        (None for ``!=``, a NULL literal, and comparisons that reduce to TRUE or FALSE)."""
+        ref = self.ref(col)
+        v = lit.value
+        if pa.types.is_integer(col.type) and _is_number(v) and _exact_int(v, col.type) is None:
+            return _int_by_value(ref, col.type, op, v)
+        s = self.cast(lit, col.type)
+        e = _CMP[op](ref, pc.scalar(s))
+        if not s.is_valid or op == "!=":
+            return e, None
+        return e, [{"=": (s, True, s, True), "<": (None, False, s, False), "<=": (None, False, s, True),
+                    ">": (s, False, None, False), ">=": (s, True, None, False)}[op]]
+
+    def value_set(self, col: _Col, values: list[_Lit]) -> pa.Array:
+        """The values of an IN list that rows of ``col`` can equal, as one array of its type, so
+        that IN means what ORed ``=`` would: a NaN equals nothing and is left out, 0.0 and -0.0
+        are both in when either is, a number an integer column cannot hold is left out. A NULL
+        stays (it matches the null rows)."""
+        t = col.type
+        integer, floating = pa.types.is_integer(t), pa.types.is_floating(t)
+        text = pa.types.is_string(t) or pa.types.is_large_string(t)
+        kept: list[Any] = []
+        scalars = False  # some literal needed a cast: kept holds pa.Scalars too
+        for lit in values:  # plain Python values where the type allows (fast for long lists)
+            v = lit.value
+            if integer and _is_number(v):
+                x = _exact_int(v, t)
+                if x is not None:
+                    kept.append(x)
+            elif v is None or (floating and _is_number(v)) or (text and isinstance(v, str)):
+                kept.append(v)
+            else:
+                kept.append(self.cast(lit, t))
+                scalars = True
+        try:
+            arr = pa.array([x if isinstance(x, pa.Scalar) else pa.scalar(x, t) for x in kept] if scalars else kept, type=t)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
+            for lit in values:
+                self.cast(lit, t)  # raises naming the literal that does not fit
+            raise InvalidFilter(f"filter {self.text!r}: the IN list does not fit a column of type {t}") from None
+        if floating and len(arr):
+            arr = arr.filter(pc.invert(pc.fill_null(pc.is_nan(arr), False)))
+            if pc.any(pc.equal(arr, 0)).as_py():
+                arr = pa.concat_arrays([arr, pa.array([0.0, -0.0], type=t)])
+        return arr
 
     def operand(self) -> _Col | _Lit:
         t = self.peek()

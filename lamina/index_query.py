@@ -17,6 +17,7 @@ error instead.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -76,14 +77,86 @@ class Plan:
         return [p for p in self.parts if fid in p.coverage]
 
 
-def _intersect(a: tuple, b: tuple) -> tuple:
-    """Intersection of two ranges of pa.Scalar bounds (None = open)."""
-    lo, lo_inc, hi, hi_inc = a
-    if b[0] is not None and (lo is None or b[0].as_py() > lo.as_py() or (b[0].as_py() == lo.as_py() and not b[1])):
-        lo, lo_inc = b[0], b[1]
-    if b[2] is not None and (hi is None or b[2].as_py() < hi.as_py() or (b[2].as_py() == hi.as_py() and not b[3])):
-        hi, hi_inc = b[2], b[3]
-    return lo, lo_inc, hi, hi_inc
+def _keys(scalars: Sequence[pa.Scalar]) -> list[Any]:
+    """Filter literals (of the column's type) as keys, in one conversion; None for nulls."""
+    if not scalars:
+        return []
+    try:
+        keys = key_array(pa.array(scalars)).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return [key_value(s) for s in scalars]
+    return [k.encode() if isinstance(k, str) else k for k in keys]
+
+
+def _is_point(r: tuple[Any, bool, Any, bool]) -> bool:
+    return r[0] is not None and r[1] and r[3] and (r[0] is r[2] or r[0] == r[2])
+
+
+def _is_nan(k: Any) -> bool:
+    return isinstance(k, float) and math.isnan(k)
+
+
+class _KeySet:
+    """The AND of one column's conjuncts as keys: within one range, and (when some conjunct is
+    a list of points) among a set of points. A NaN or null bound, or an empty intersection,
+    leaves nothing: every comparison with NaN or NULL is false, so the terms match no row."""
+
+    def __init__(self) -> None:
+        self.lo: Any = None
+        self.lo_inc = False
+        self.hi: Any = None
+        self.hi_inc = False
+        self.points: set[Any] | None = None
+        self.empty = False
+
+    def add_range(self, lo: Any, lo_inc: bool, hi: Any, hi_inc: bool) -> None:
+        if _is_nan(lo) or _is_nan(hi):
+            self.empty = True
+            return
+        if lo is not None and (self.lo is None or lo > self.lo or (lo == self.lo and not lo_inc)):
+            self.lo, self.lo_inc = lo, lo_inc
+        if hi is not None and (self.hi is None or hi < self.hi or (hi == self.hi and not hi_inc)):
+            self.hi, self.hi_inc = hi, hi_inc
+        if self.lo is not None and self.hi is not None:
+            if self.lo > self.hi or (self.lo == self.hi and not (self.lo_inc and self.hi_inc)):
+                self.empty = True
+
+    def add_points(self, keys: list[Any]) -> None:
+        found = {k for k in keys if k is not None and not _is_nan(k)}  # -0.0 and 0.0 are one key
+        self.points = found if self.points is None else self.points & found
+
+    def _within(self, k: Any) -> bool:
+        if self.lo is not None and (k < self.lo or (k == self.lo and not self.lo_inc)):
+            return False
+        return not (self.hi is not None and (k > self.hi or (k == self.hi and not self.hi_inc)))
+
+    def ranges(self) -> list[tuple[Any, bool, Any, bool]]:
+        if self.empty:
+            return []
+        if self.points is None:
+            return [(self.lo, self.lo_inc, self.hi, self.hi_inc)]
+        return [(k, True, k, True) for k in sorted(self.points) if self._within(k)]
+
+
+def _column_ranges(conjs: Sequence[Conjunct]) -> tuple[list[tuple[Any, bool, Any, bool]], list[Conjunct]]:
+    """Key ranges whose union is exactly the AND of ``conjs`` (all on one column), and the
+    conjuncts they account for (a conjunct of several ranges that are not all points is left out:
+    its rows are then re-checked)."""
+    acc, used = _KeySet(), []
+    for c in conjs:
+        if len(c.ranges) == 1:
+            lo, lo_inc, hi, hi_inc = c.ranges[0]
+            lo_k, hi_k = _keys([lo])[0] if lo is not None else None, _keys([hi])[0] if hi is not None else None
+            if (lo is not None and lo_k is None) or (hi is not None and hi_k is None):
+                acc.empty = True  # a NULL bound: the comparison is never true
+            else:
+                acc.add_range(lo_k, lo_inc, hi_k, hi_inc)
+        elif all(_is_point(r) for r in c.ranges):
+            acc.add_points(_keys([r[0] for r in c.ranges]))
+        else:
+            continue
+        used.append(c)
+    return acc.ranges(), used
 
 
 def _pick_index(manifest: Manifest, column: str, is_range: bool) -> IndexEntry | None:
@@ -108,18 +181,8 @@ def plan_filter(manifest: Manifest, flt: Filter) -> Plan:
         if index is None:
             exact = False
             continue
-        singles = [c for c in conjs if len(c.ranges) == 1]
-        if singles:
-            r = singles[0].ranges[0]
-            for c in singles[1:]:
-                r = _intersect(r, c.ranges[0])
-            chosen, ranges = singles, [r]
-        else:  # several IN lists: use the shortest
-            shortest = min(conjs, key=lambda c: len(c.ranges))
-            chosen, ranges = [shortest], list(shortest.ranges)
+        key_ranges, chosen = _column_ranges(conjs)
         exact = exact and len(chosen) == len(conjs)
-        key_ranges = [(None if lo is None else key_value(lo), lo_inc, None if hi is None else key_value(hi), hi_inc)
-                      for lo, lo_inc, hi, hi_inc in ranges]
         parts.append(Part(column, [c.text for c in chosen], key_ranges, index, index.coverage(live)))
     return Plan(parts, list(manifest.fragments), exact and bool(parts))
 

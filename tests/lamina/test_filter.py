@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+import lamina
 from lamina.errors import InvalidFilter
 from lamina.filter import parse_filter
 from tests.lamina.helpers import SCHEMA, rows
@@ -70,3 +73,111 @@ def test_bad_filters(text, message):
 def test_non_filter_type():
     with pytest.raises(InvalidFilter, match="not int"):
         parse_filter(5, SCHEMA)
+
+
+# -- indexed filters equal the scan (issue 16, defect 2 and section D) ---------------------
+NAN, INF = math.nan, math.inf
+EDGE_X = [NAN, INF, -INF, -0.0, 0.0, None, 0.5, -0.5]
+
+
+def _edge_rows(start: int, n: int) -> pa.Table:
+    """Rows ``start..start+n``: float ``x`` with NaN, ±inf, ±0.0 and nulls among plain values, int
+    ``i`` with nulls, string ``cat`` with nulls."""
+    ids = range(start, start + n)
+    return pa.table({
+        "x": pa.array([EDGE_X[k % 16] if k % 16 < len(EDGE_X) else float(k) for k in ids], pa.float64()),
+        "i": pa.array([None if k % 13 == 0 else k for k in ids], pa.int64()),
+        "cat": pa.array([None if k % 11 == 0 else f"c{k % 5}" for k in ids], pa.string()),
+    })
+
+
+@pytest.fixture
+def edge_tables(tmp_path):
+    """Two tables of the same rows, the first with a btree on x and i and a bitmap on cat (its
+    last append is not indexed, so reads mix index lookups and scans)."""
+    tables = []
+    for name, indexed in (("indexed", True), ("plain", False)):
+        t = lamina.create_table(str(tmp_path / name), _edge_rows(0, 0).schema)
+        t.append(_edge_rows(0, 600))
+        t.append(_edge_rows(600, 600))
+        if indexed:
+            t.create_index("x", "btree")
+            t.create_index("i", "btree")
+            t.create_index("cat", "bitmap")
+        t.append(_edge_rows(1200, 200))
+        tables.append(t)
+    return tables
+
+
+def _canon(rows: list[dict]) -> list[tuple]:
+    """Rows comparable with ==: floats by repr, so NaN equals NaN and -0.0 differs from 0.0."""
+    return [tuple(repr(v) if isinstance(v, float) else v for v in r.values()) for r in rows]
+
+
+def _eq(a, b):  # IEEE equality on Python values, NULL never equal
+    return a is not None and b is not None and a == b
+
+
+EDGE_CASES = [
+    # a NaN bound matches nothing, whatever it is combined with
+    ("x > 900 AND x > 'NaN'", lambda r: False),
+    ("x > 'NaN' AND x > 900", lambda r: False),
+    ("x < 'NaN' OR x = 'NaN'", lambda r: False),
+    ("x BETWEEN 'NaN' AND 1000 AND x > 3", lambda r: False),
+    ("x >= 5 AND x <= 'NaN'", lambda r: False),
+    ("x != 'NaN' AND x > 1390", lambda r: r["x"] is not None and r["x"] > 1390),
+    ("x IN ('NaN', 17)", lambda r: _eq(r["x"], 17)),
+    # ±inf and ±0.0
+    ("x >= 'inf'", lambda r: _eq(r["x"], INF)),
+    ("x > -0.0 AND x < 'inf' AND x < 40", lambda r: r["x"] is not None and 0 < r["x"] < 40),
+    ("x >= 0.0 AND x <= -0.0", lambda r: _eq(r["x"], 0.0)),
+    ("x IN (-0.0)", lambda r: _eq(r["x"], 0.0)),
+    ("x IN (0.0, 18) AND x < 1", lambda r: _eq(r["x"], 0.0)),
+    ("x = 0 AND i < 100", lambda r: _eq(r["x"], 0.0) and r["i"] is not None and r["i"] < 100),
+    ("x < '-inf' OR x > 'inf'", lambda r: False),
+    # mixed int/float literals: an integer column compares by value
+    ("i > 5.5 AND i < 8", lambda r: r["i"] in (6, 7)),
+    ("i = 5.5", lambda r: False),
+    ("i IN (5.5, 6.0, 1e30, -1e300)", lambda r: r["i"] == 6),
+    ("i BETWEEN 1.5 AND 3.5", lambda r: r["i"] in (2, 3)),
+    ("i < 1e30 AND i > 1390", lambda r: r["i"] is not None and r["i"] > 1390),
+    ("i > -1e30 AND i < 3", lambda r: r["i"] is not None and r["i"] < 3),
+    ("i >= 99999999999999999999", lambda r: False),
+    ("x > 1395 AND x < 1397.0", lambda r: _eq(r["x"], 1396.0)),
+    # the shapes of section D: several bounds on one column, NULL in IN lists, mixed terms
+    ("i IN (7, NULL)", lambda r: r["i"] is None or r["i"] == 7),
+    ("i = 7 AND cat IS NULL", lambda r: False),
+    ("i = 22 AND cat IS NULL", lambda r: r["i"] == 22),
+    ("i < 50 AND cat LIKE 'c1%'", lambda r: r["i"] is not None and r["i"] < 50 and r["cat"] == "c1"),
+    ("i < 100 AND i > 5 AND i > 10", lambda r: r["i"] is not None and 10 < r["i"] < 100),
+    ("i IN (1,2,3) AND i IN (2,3,4)", lambda r: r["i"] in (2, 3)),
+    ("i IN (1,2,3) AND i IN (4,5)", lambda r: False),
+    ("i IN (1,2,3,40) AND i > 2 AND i <= 40", lambda r: r["i"] in (3, 40)),
+    ("i > 10 AND i < 10", lambda r: False),
+    ("i >= 10 AND i <= 10", lambda r: r["i"] == 10),
+    ("i >= 10 AND i < 10", lambda r: False),
+    ("i = NULL", lambda r: False),
+    ("i < NULL AND i > 3", lambda r: False),
+    ("cat IN ('c1', 'c2') AND cat >= 'c2' AND i < 60", lambda r: r["cat"] == "c2" and r["i"] is not None and r["i"] < 60),
+    ("cat = 'c3' AND x > 100 AND x < 130", lambda r: r["cat"] == "c3" and r["x"] is not None and 100 < r["x"] < 130),
+]
+
+
+@pytest.mark.parametrize("text,expected", EDGE_CASES, ids=[c[0] for c in EDGE_CASES])
+def test_indexed_filter_equals_scan_and_brute_force(edge_tables, text, expected):
+    indexed, _ = edge_tables
+    everything = indexed.to_arrow().to_pylist()
+    want = _canon([r for r in everything if expected(r)])
+    assert _canon(indexed.to_arrow(filter=text, use_index=False).to_pylist()) == want
+    assert _canon(indexed.to_arrow(filter=text, use_index=True).to_pylist()) == want
+
+
+@pytest.mark.parametrize("text,expected", [c for c in EDGE_CASES if "NaN" in c[0] or "IN" in c[0]],
+                         ids=[c[0] for c in EDGE_CASES if "NaN" in c[0] or "IN" in c[0]])
+def test_indexed_delete_removes_only_matching_rows(edge_tables, text, expected):
+    indexed, plain = edge_tables
+    keep = _canon([r for r in plain.to_arrow().to_pylist() if not expected(r)])
+    n_indexed, n_plain = indexed.delete(text), plain.delete(text)
+    assert n_indexed == n_plain
+    assert _canon(indexed.to_arrow().to_pylist()) == keep
+    assert _canon(plain.to_arrow().to_pylist()) == keep
