@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import _native
-from lamina.errors import CorruptFile, InvalidArgument, LaminaError, ObjectNotFound, SchemaMismatch
+from lamina.errors import CorruptFile, InvalidArgument, LaminaError, ObjectNotFound, SchemaMismatch, StorageError
 from lamina.manifest import WAL_DIR
 from lamina.store import ObjectStore
 
@@ -249,14 +249,32 @@ class WalWriter:
                 os.fsync(f.fileno())
             self._offset += len(data)
         else:
-            obj = data + ENTRY.pack(0, len(data), rows, zlib.crc32(data), self._txn)
-            if not self.store.put_if_absent(f"{seg}{self._txn:010d}.t", obj):
-                raise WalError(f"WAL transaction {seg}{self._txn:010d}.t exists: another writer uses segment {self._segment}")
+            self._put_transaction(f"{seg}{self._txn:010d}.t", data + ENTRY.pack(0, len(data), rows, zlib.crc32(data), self._txn))
             self._offset += len(data)
         tid = txn_id(self._segment, self._txn)
         self._txn += 1
         self._segment_rows += rows
         return tid
+
+    def _put_transaction(self, path: str, obj: bytes) -> None:
+        """Writes one S3 transaction object. A put whose outcome is unknown (the request may have
+        landed, its answer lost) and is then retried by a later ``commit()`` meets its own object:
+        the segment is claimed by this writer alone, so identical bytes there are this transaction."""
+        try:
+            if self.store.put_if_absent(path, obj):
+                return
+        except StorageError:
+            if not self._is_mine(path, obj):
+                raise  # nothing landed: commit() can be called again
+            return
+        if not self._is_mine(path, obj):
+            raise WalError(f"WAL transaction {self.store.describe(path)} holds other bytes: another writer uses segment {self._segment}")
+
+    def _is_mine(self, path: str, obj: bytes) -> bool:
+        try:
+            return self.store.get(path) == obj
+        except ObjectNotFound:
+            return False
 
     def _seal(self) -> None:
         seg = segment_prefix(self.shard, self._segment)
