@@ -27,6 +27,7 @@ from lamina.errors import (
     InvalidArgument,
     RowNotFound,
     SchemaMismatch,
+    StorageError,
     TableExists,
     TableNotFound,
     TableReplaced,
@@ -42,6 +43,7 @@ from lamina.manifest import (
     manifest_path,
     now_ms,
     remember_manifest,
+    try_load_manifest,
 )
 from lamina.store import ObjectStore, open_store
 from lamina.index_query import select
@@ -562,7 +564,15 @@ def create_table(uri: str, schema: pa.Schema, *, primary_key: str | Sequence[str
         transaction={"operation": "create", "read_version": 0, "timestamp_ms": now_ms()},
         table_uuid=uuid.uuid4().hex,
     )
-    if not store.put_if_absent(manifest_path(1), encode_manifest(manifest)):
+    try:
+        created = store.put_if_absent(manifest_path(1), encode_manifest(manifest))
+    except StorageError:
+        # The answer was lost: the table is ours if version 1 holds our table uuid.
+        theirs = try_load_manifest(store, 1)
+        if theirs is None:
+            raise
+        created = theirs.table_uuid == manifest.table_uuid
+    if not created:
         raise TableExists(f"a Lamina table was created at {store.uri} concurrently; open it with lamina.open_table")
     remember_manifest(store, manifest)
     return Table(store, manifest, storage_options)

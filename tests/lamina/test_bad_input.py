@@ -82,3 +82,34 @@ def test_decoded_manifest_round_trips_checksums_and_table_uuid(local_table_uri):
     m = decode_manifest(t.store.get(manifest_path(t.version)), "test")
     assert m.table_uuid == t.manifest.table_uuid and len(m.table_uuid) == 32
     assert ids_of(t) == list(range(10))
+
+
+@pytest.mark.parametrize("lands", [True, False])
+def test_create_table_whose_answer_was_lost_knows_whether_it_created_the_table(local_table_uri, monkeypatch, lands):
+    import lamina.table
+    from lamina.errors import StorageError
+    from lamina.store import open_store
+
+    real_open = lamina.table.open_store
+
+    class AnswerLost:
+        def __init__(self, inner):
+            self._inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        def put_if_absent(self, path, data):
+            if lands:
+                self._inner.put_if_absent(path, data)
+            raise StorageError(f"writing {path} failed: connection reset")
+
+    monkeypatch.setattr(lamina.table, "open_store", lambda uri, opts=None: AnswerLost(real_open(uri, opts)))
+    if lands:
+        t = lamina.create_table(local_table_uri, SCHEMA)
+        assert t.version == 1
+    else:
+        with pytest.raises(StorageError):
+            lamina.create_table(local_table_uri, SCHEMA)
+    monkeypatch.setattr(lamina.table, "open_store", real_open)
+    assert (lamina.open_table(local_table_uri).version == 1) if lands else not open_store(local_table_uri).exists("_versions/00000000000000000001.manifest")
