@@ -322,9 +322,11 @@ class ShardApplier:
         return self.memtable.arena_bytes if self.memtable is not None else self.buffered_bytes
 
     def full(self) -> bool:
-        """Whether the unflushed rows reached flush_rows or flush_bytes: no more WAL is applied until a flush."""
+        """Whether the unflushed rows reached flush_rows or flush_bytes: no more WAL is applied until a
+        flush. Never with nothing unflushed (the arena starts at one 1 MiB chunk), so a poll always
+        makes progress."""
         o = self.options
-        return self.unflushed_rows >= o.flush_rows or self.memtable_bytes >= o.flush_bytes
+        return self.unflushed_rows > 0 and (self.unflushed_rows >= o.flush_rows or self.memtable_bytes >= o.flush_bytes)
 
     # -- applying -----------------------------------------------------------------
     def poll(self) -> int:
