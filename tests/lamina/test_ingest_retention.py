@@ -1,0 +1,102 @@
+"""WAL retention: only sealed segments whose every transaction is committed to the table go
+(issue 16, section D), and two appliers of one shard expiring or reading the same segments
+never fail each other (issue 16, defect 10). Interleavings are forced through a store hook."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pyarrow as pa
+
+import lamina
+from lamina.ingest import IngestOptions, ShardApplier
+from lamina.wal import WalWriter, list_segments, segment_prefix
+
+SIMPLE = pa.schema([("id", pa.int64()), ("name", pa.string())])
+LATER = 2e10  # a "now" far past every seal's retention
+
+
+class HookStore:
+    """The store, calling ``hook(path)`` once, before (or ``after``) the first ``get`` whose path ``matches``."""
+
+    def __init__(self, store, matches: Callable[[str], bool], hook: Callable[[str], None], after: bool = False):
+        self._store, self._matches, self._hook, self._after = store, matches, hook, after
+        self.fired = False
+
+    def get(self, path: str) -> bytes:
+        fire = not self.fired and self._matches(path)
+        if fire and not self._after:
+            self.fired = True
+            self._hook(path)
+        data = self._store.get(path)
+        if fire and self._after:
+            self.fired = True
+            self._hook(path)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def _write(uri: str, ids: list[int], opts=None, close: bool = True, per_txn: int = 5, shard: int = 0) -> WalWriter:
+    w = WalWriter(uri, shard, storage_options=opts)
+    for k in range(0, len(ids), per_txn):
+        w.put_many([{"id": i, "name": f"n{i}"} for i in ids[k:k + per_txn]])
+        w.commit()
+    if close:
+        w.close()
+    return w
+
+
+def _ids(uri: str, opts=None) -> list[int]:
+    return sorted(lamina.open_table(uri, storage_options=opts).to_arrow(columns=["id"]).column("id").to_pylist())
+
+
+def _leftover(store, segment: int, shard: int = 0) -> list[str]:
+    return [o.path.rsplit("/", 1)[1] for o in store.list(segment_prefix(shard, segment))]
+
+
+def test_two_appliers_expiring_the_same_segments_both_succeed(table_location):
+    uri, opts = table_location
+    lamina.create_table(uri, SIMPLE, storage_options=opts)
+    _write(uri, list(range(10)), opts)
+    _write(uri, list(range(10, 20)), opts)
+    a = ShardApplier(uri, 0, opts)
+    a.poll()
+    a.flush()
+    b = ShardApplier(uri, 0, opts)  # a zombie of the same shard
+    removed_by_b: list[int] = []
+    # a has listed segment 0 and its seal; before a reads the seal, b removes every applied segment
+    a.store = HookStore(a.store, lambda p: p == segment_prefix(0, 0) + "sealed",
+                        lambda _p: removed_by_b.extend(b.remove_applied_segments(now=LATER)))
+    assert a.remove_applied_segments(now=LATER) == [], "b did the work; a finds it done"
+    assert a.store.fired and removed_by_b == [0, 1]
+    assert _leftover(a.store, 0) == ["claim"] and _leftover(a.store, 1) == ["claim"]
+    for applier in (a, b):
+        applier.step()
+        assert applier.poll() == 0 and applier.flush() is None and applier.stats.torn == {}
+    assert _ids(uri, opts) == list(range(20))
+
+
+def test_an_applier_reading_a_segment_another_applier_removed_goes_on(table_location):
+    uri, opts = table_location
+    lamina.create_table(uri, SIMPLE, storage_options=opts)
+    _write(uri, list(range(10)), opts)
+    a = ShardApplier(uri, 0, opts)  # started before b flushed the segment
+    b = ShardApplier(uri, 0, opts)
+
+    def b_applies_flushes_and_removes(_path: str) -> None:
+        b.poll()
+        b.flush()
+        assert b.remove_applied_segments(now=LATER) == [0]
+
+    seg = segment_prefix(0, 0)
+    local = a.store.local_path(seg) is not None
+    # mid-read: locally right after a read the seal, on S3 after it listed the transaction objects
+    a.store = HookStore(a.store, (lambda p: p == seg + "sealed") if local else (lambda p: p.endswith(".t")),
+                        b_applies_flushes_and_removes, after=local)
+    a.step()  # must not fail, nor report a torn tail: b committed what a could not read
+    assert a.store.fired
+    assert a.stats.torn == {} and a.stats.applied_rows == 0
+    assert a.flush() is None and a.poll() == 0
+    assert _ids(uri, opts) == list(range(10))
