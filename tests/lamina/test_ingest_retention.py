@@ -100,3 +100,41 @@ def test_an_applier_reading_a_segment_another_applier_removed_goes_on(table_loca
     assert a.stats.torn == {} and a.stats.applied_rows == 0
     assert a.flush() is None and a.poll() == 0
     assert _ids(uri, opts) == list(range(10))
+
+
+def test_a_sealed_segment_applied_but_not_flushed_survives_retention_and_is_replayed(local_table_uri):
+    """Retention removes a segment only when it is sealed, its seal is older than the retention
+    and the table's watermark covers every transaction: each condition is checked here on a
+    segment that passes all the others (shard 2, so shards are not mixed up)."""
+    uri, s = local_table_uri, 2
+    lamina.create_table(uri, SIMPLE)
+    a = ShardApplier(uri, s, options=IngestOptions(retention_seconds=3600))
+    _write(uri, list(range(0, 10)), shard=s)                    # segment 0: committed below
+    w1 = _write(uri, list(range(10, 15)), close=False, shard=s)  # segment 1: 1 transaction committed below, 1 more after
+    _write(uri, list(range(20, 30)), shard=s)                   # segment 2: committed below
+    w3 = _write(uri, list(range(30, 35)), close=False, shard=s)  # segment 3: committed below, never sealed
+    a.poll()
+    a.flush()
+    w1.put_many([{"id": i, "name": f"n{i}"} for i in range(15, 20)])
+    w1.commit()
+    w1.close()                                                 # segment 1: sealed at 2, watermark 1
+    _write(uri, list(range(40, 45)), shard=s)                   # segment 4: sealed at 1, applied below, not flushed
+    a.poll()
+    assert a.positions == {0: 2, 1: 2, 2: 2, 3: 1, 4: 1} and a.starts == {0: 2, 1: 1, 2: 2, 3: 1}
+
+    assert a.remove_applied_segments() == [], "every seal is younger than the retention"
+    assert a.remove_applied_segments(now=LATER) == [0, 2]
+    for kept in (1, 3, 4):
+        assert len(_leftover(a.store, kept, s)) > 1, f"segment {kept} must survive retention"
+
+    restarted = ShardApplier(uri, s)  # the memtable of a is lost: segments 1 and 4 are replayed
+    assert restarted.poll() == 10
+    restarted.flush()
+    expected = list(range(0, 35)) + list(range(40, 45))
+    assert _ids(uri) == expected, "every row exactly once"
+    assert restarted.remove_applied_segments(now=LATER) == [1, 4]
+    w3.close()
+    assert restarted.remove_applied_segments(now=LATER) == [3]
+    assert list_segments(restarted.store, s) == [0, 1, 2, 3, 4]
+    assert all(_leftover(restarted.store, g, s) == ["claim"] for g in range(5))
+    assert ShardApplier(uri, s).poll() == 0 and _ids(uri) == expected
