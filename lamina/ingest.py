@@ -10,6 +10,12 @@ segment is past it, and the watermark moves in the same commit as the rows. A re
 applier rebuilds its memtable from the watermarks; a second applier of the same shard
 cannot commit the same transactions (the conflict matrix's ``watermarks`` rule).
 
+Bounded: a poll applies WAL only while the memtable is under flush_rows / flush_bytes, so it
+holds at most that plus one transaction whatever the backlog, and nothing more is applied
+while flushes fail. Schema changes: an applier reads WAL rows in the table's schema as of its
+start, follows a change in which those rows decode the same (``wal_schema_change``) and
+otherwise stops its shard (``ShardStopped``), keeping the unflushed rows in the WAL.
+
 ``ShardApplier`` is plain Python (tests drive it directly); ``workers.ingest`` wraps it
 in a Ray actor and ``jobs.ingest`` runs one per shard.
 """
