@@ -11,6 +11,7 @@ pub mod deletion;
 pub mod error;
 pub mod file;
 pub mod index;
+pub mod io;
 pub mod memtable;
 pub mod wal;
 

@@ -29,6 +29,7 @@ use parquet::file::writer::SerializedFileWriter;
 use crate::error::{Error, Result};
 use crate::file::writer::{WriteOptions, WrittenFile};
 use crate::file::{FILE_VERSION, FILE_VERSION_KEY};
+use crate::io::PosFile;
 
 /// One source data file and the physical offsets deleted from it (sorted, unique).
 #[derive(Debug, Clone)]
@@ -62,8 +63,8 @@ fn decode(src: &Opened, source: &Source, row_group: usize, schema: &SchemaRef, b
     let result = (|| -> Result<()> {
         let rows = src.meta().row_group(row_group).num_rows() as u64;
         let first = first_row(src.meta(), row_group);
-        let input = src.file.try_clone().map_err(|e| Error::io(&src.path, e))?;
-        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(input, src.reader_meta.clone())
+        // A positional reader of its own: the encoder thread may be copying chunks of this file meanwhile.
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(src.file.clone(), src.reader_meta.clone())
             .with_row_groups(vec![row_group])
             .with_batch_size(batch_rows);
         if let Some(sel) = selection(&source.deleted, first, rows) {
@@ -110,7 +111,8 @@ pub struct RewriteStats {
 
 struct Opened {
     path: String,
-    file: File,
+    /// Read positionally only: decode and copy read one source from two threads at once.
+    file: PosFile,
     reader_meta: ArrowReaderMetadata,
 }
 
@@ -122,7 +124,7 @@ impl Opened {
 
 fn open(source: &Source) -> Result<Opened> {
     let path = source.path.display().to_string();
-    let file = File::open(&source.path).map_err(|e| Error::io(&path, e))?;
+    let file = PosFile::open(&source.path)?;
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
     let reader_meta = ArrowReaderMetadata::load(&file, options)
         .map_err(|e| Error::Corrupt { object: path.clone(), reason: format!("cannot read the Parquet footer ({e})") })?;
@@ -489,7 +491,7 @@ fn write_output(
 
 /// Re-reads the written footer: the row count and the Arrow schema must be what was promised.
 fn verify(path: &str, schema: &SchemaRef, rows: u64) -> Result<()> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let file = PosFile::open(Path::new(path))?;
     let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
         .map_err(|e| Error::Corrupt { object: path.to_string(), reason: format!("written file does not read back ({e})") })?;
     if meta.metadata().file_metadata().num_rows() as u64 != rows || meta.schema().fields() != schema.fields() {

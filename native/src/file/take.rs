@@ -3,7 +3,6 @@
 //! groups. This is what makes an index lookup cheap.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -15,6 +14,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
 
 use crate::error::{Error, Result};
+use crate::io::PosFile;
 
 /// Parsed footers + offset indexes of recently read files (files are immutable: path and size identify one).
 const CACHED_FILES: usize = 256;
@@ -32,7 +32,7 @@ fn corrupt(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::Corrupt { object: path.display().to_string(), reason: format!("cannot read Parquet ({e})") }
 }
 
-fn metadata(path: &Path, file: &File, size: u64) -> Result<ArrowReaderMetadata> {
+fn metadata(path: &Path, file: &PosFile, size: u64) -> Result<ArrowReaderMetadata> {
     let key = (path.to_path_buf(), size);
     if let Some(m) = cache().lock().ok().and_then(|c| c.0.get(&key).cloned()) {
         return Ok(m);
@@ -59,7 +59,10 @@ pub fn take(path: &Path, size: u64, offsets: &[u32], columns: &[String]) -> Resu
     if offsets.windows(2).any(|w| w[0] >= w[1]) {
         return Err(Error::InvalidArgument("offsets must be sorted and distinct".into()));
     }
-    let file = File::open(path).map_err(|e| Error::io(path.display().to_string(), e))?;
+    let file = PosFile::open(path)?;
+    if file.len() != size {
+        return Err(corrupt(path, format!("the file has {} bytes, the manifest records {size}", file.len())));
+    }
     let meta = metadata(path, &file, size)?;
     let schema = Arc::clone(meta.schema());
     let mut roots = Vec::with_capacity(columns.len());
