@@ -179,7 +179,10 @@ def check_schema(f: Fragment, schema: Any, version: int) -> None:
     A commit is the last place a fragment can be stopped before it makes the table unreadable:
     whatever path wrote it (append, WAL flush, compaction), its schema must be the table's.
     """
-    if f.schema is not None and not f.schema.equals(schema):
+    if f.schema is None:
+        raise SchemaMismatch(f"new fragment {f.path} does not say which schema its data file was written in; "
+                             "fragments must come from lamina.datafile.write_fragment or carry their schema")
+    if not f.schema.equals(schema):
         def show(s: Any) -> str:
             return ", ".join(f"{x.name}: {x.type}" for x in s)
         raise SchemaMismatch(

@@ -29,7 +29,7 @@ def append_foreign_file(t: lamina.Table, data) -> None:
         t.store.put_file(path, target)
     meta = pq.read_metadata(target)
     groups = tuple(RowGroup(meta.row_group(i).num_rows, meta.row_group(i).total_byte_size) for i in range(meta.num_row_groups))
-    frag = Fragment(-1, path, meta.num_rows, t.store.size(path), groups, "0")
+    frag = Fragment(-1, path, meta.num_rows, t.store.size(path), groups, "0", schema=data.schema)
     commit(t.store, Append(t.version, [frag]), t.manifest)
     t.reload()
 
