@@ -51,6 +51,7 @@ from lamina.wal import (
     WalTxn,
     list_segments,
     parse_watermark_key,
+    read_claim,
     read_sealed,
     read_segment,
     segment_prefix,
@@ -228,6 +229,8 @@ class ShardApplier:
 
     def _use_schema(self, schema: pa.Schema) -> None:
         self.schema = schema
+        #: Segments whose writer's schema was checked against ``schema``.
+        self._readable_segments: set[int] = set()
         self.key_index = schema.names.index(self.pk) if self.pk else None
         self.key_type = memtable_key_type(schema.field(self.pk).type) if self.pk else None
 
@@ -350,7 +353,29 @@ class ShardApplier:
                 applied += self._poll_segment(segment)
             return applied
 
+    def _check_segment_schema(self, segment: int) -> None:
+        """Refuses to read a segment whose writer encoded rows in a schema they do not decode in
+        (a producer opened before a schema change, or an applier started after one)."""
+        if segment in self._readable_segments:
+            return
+        claim = read_claim(self.store, self.shard, segment)
+        if claim is not None and not claim[0].equals(self.schema):
+            why = wal_schema_change(claim[0], self.schema, claim[1], self.pk)
+            if why is not None and self._schema_changed():  # the table may have moved on: read it again
+                why = wal_schema_change(claim[0], self.schema, claim[1], self.pk)
+            if why is not None:
+                self._stop(
+                    f"WAL shard {self.shard} of table {self.uri} stopped: segment {segment} was written in "
+                    f"({show_schema(claim[0])}) and its rows cannot be read in the schema the applier reads "
+                    f"({show_schema(self.schema)}): {why}. Nothing was lost: the segment's rows stay in the WAL. "
+                    f"To apply them, change the table to a schema they decode in and start the applier again; "
+                    f"to give them up, remove the segment {segment_prefix(self.shard, segment)} and "
+                    f"{shard_prefix(self.shard)}{STOPPED} by hand"
+                )
+        self._readable_segments.add(segment)
+
     def _poll_segment(self, segment: int) -> int:
+        self._check_segment_schema(segment)
         applied = 0
         while True:
             room = max(1, self.options.flush_bytes - self.memtable_bytes)

@@ -19,6 +19,7 @@ number of producers may write one shard; each transaction is durable when ``comm
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -80,6 +81,34 @@ def list_segments(store: ObjectStore, shard: int) -> list[int]:
         if head.isdigit():
             segs.add(int(head))
     return sorted(segs)
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def _show(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)
+
+
+def read_claim(store: ObjectStore, shard: int, segment: int) -> tuple[pa.Schema, str | None] | None:
+    """(schema, primary key) the segment's writer encoded its rows in; None for a claim written
+    before claims recorded it (its rows are in the table's schema of the time)."""
+    path = segment_prefix(shard, segment) + CLAIM
+    try:
+        record = json.loads(store.get(path))
+    except ObjectNotFound:
+        return None
+    except ValueError:
+        raise CorruptFile(f"WAL segment claim {store.describe(path)} is not JSON") from None
+    if not isinstance(record, dict) or "schema" not in record:
+        return None
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(record["schema"])))
+        pk = record.get("primary_key") or []
+        return schema, (str(pk[0]) if pk else None)
+    except (ValueError, TypeError, pa.ArrowException) as e:
+        raise CorruptFile(f"WAL segment claim {store.describe(path)} has an unreadable schema ({e})") from None
 
 
 def _check_row_schema(schema: pa.Schema, primary_key: Sequence[str]) -> None:
@@ -220,13 +249,17 @@ class WalWriter:
     def _claim(self) -> int:
         existing = list_segments(self.store, self.shard)
         nxt = (existing[-1] + 1) if existing else 0
-        me = json.dumps({"writer": uuid.uuid4().hex, "pid": os.getpid()}).encode()
+        # The claim records the schema the writer encodes rows in, so an applier reads each
+        # segment in the schema it was written in (or refuses it), whatever the table has now.
+        me = json.dumps({"writer": uuid.uuid4().hex, "pid": os.getpid(), "schema": encode_schema(self.schema),
+                         "primary_key": list(self.primary_key)}).encode()
         while not self.store.put_if_absent(segment_prefix(self.shard, nxt) + CLAIM, me):
             nxt += 1
         return nxt
 
     def _roll(self) -> None:
         if self._segment is not None:
+            self._check_table_schema()
             self._seal()
         self._segment = self._claim()
         self._txn = self._offset = self._segment_rows = 0
@@ -255,6 +288,19 @@ class WalWriter:
         self._txn += 1
         self._segment_rows += rows
         return tid
+
+    def _check_table_schema(self) -> None:
+        """At each segment roll: a writer whose table changed schema since it opened stops writing."""
+        from lamina.manifest import latest_version, load_manifest
+
+        latest = latest_version(self.store)
+        schema = load_manifest(self.store, latest).schema if latest is not None else self.schema
+        if not schema.equals(self.schema):
+            raise SchemaMismatch(
+                f"the schema of table {self.store.uri} changed since this WAL writer for shard {self.shard} opened "
+                f"(it writes ({_show(self.schema)}), the table now has ({_show(schema)})); the rows committed so far "
+                f"are in the WAL. Open a new WalWriter and write the uncommitted rows in the new schema"
+            )
 
     def _put_transaction(self, path: str, obj: bytes) -> None:
         """Writes one S3 transaction object. A put whose outcome is unknown (the request may have

@@ -133,3 +133,47 @@ def test_applier_stops_when_the_commit_refuses_its_fragment_schema(local_table_u
     restarted = ShardApplier(local_table_uri, 0)  # the schema did not actually change: a new applier goes on
     assert restarted.poll() == 10 and restarted.flush() is not None
     assert sorted(lamina.open_table(local_table_uri).to_arrow().column("id").to_pylist()) == list(range(20))
+
+
+def test_applier_started_after_a_schema_change_reads_each_segment_in_its_writers_schema(local_table_uri):
+    """Rows written before an incompatible change are never decoded in the new schema, even by an
+    applier that never saw the old one; a compatible change reads them with nulls in new columns."""
+    lamina.create_table(local_table_uri, KEYED, primary_key="id")
+    w = WalWriter(local_table_uri, 0)
+    w.put_many(_rows(0, 5, "a"))
+    w.commit()  # in the WAL, never applied
+    same_layout = pa.schema([("id", pa.int64()), ("name", pa.string()), ("v", pa.int64())])  # float64 -> int64: same width
+    t = lamina.open_table(local_table_uri)
+    t.overwrite(pa.table({"id": [100], "name": ["z"], "v": [7]}, schema=same_layout), schema=same_layout)
+    fresh = ShardApplier(local_table_uri, 0)  # started after the change: its schema is the new one
+    with pytest.raises(ShardStopped, match="segment 0 was written in"):
+        fresh.poll()
+    assert lamina.open_table(local_table_uri).to_arrow().to_pylist() == [{"id": 100, "name": "z", "v": 7}]
+
+
+def test_applier_started_after_a_compatible_change_reads_old_segments(local_table_uri):
+    lamina.create_table(local_table_uri, KEYED, primary_key="id")
+    w = WalWriter(local_table_uri, 0)
+    w.put_many(_rows(0, 3, "a"))
+    w.commit()
+    wider = pa.schema(list(KEYED) + [pa.field("extra", pa.string())])
+    t = lamina.open_table(local_table_uri)
+    t.overwrite(pa.table({"id": [100], "name": ["z"], "v": [1.0], "extra": ["e"]}, schema=wider), schema=wider)
+    fresh = ShardApplier(local_table_uri, 0)
+    assert fresh.poll() == 3
+    fresh.flush()
+    got = lamina.open_table(local_table_uri).to_arrow().sort_by("id").to_pylist()
+    assert got == [{"id": i, "name": f"a{i}", "v": float(i), "extra": None} for i in range(3)] + \
+        [{"id": 100, "name": "z", "v": 1.0, "extra": "e"}]
+
+
+def test_writer_stops_at_its_next_segment_once_the_table_schema_changed(local_table_uri):
+    lamina.create_table(local_table_uri, KEYED, primary_key="id")
+    w = WalWriter(local_table_uri, 0, max_segment_rows=2)
+    w.put_many(_rows(0, 2, "a"))
+    w.commit()  # segment 0 is full: the next commit rolls to a new segment
+    new = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    lamina.open_table(local_table_uri).overwrite(pa.table({"id": [1], "v": ["x"]}, schema=new), schema=new)
+    w.put_many(_rows(2, 1, "b"))
+    with pytest.raises(SchemaMismatch, match="changed since this WAL writer"):
+        w.commit()
