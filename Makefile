@@ -13,7 +13,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/lamina/target
 export RAY_AUTH_MODE ?= disabled
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup native pytest cargo-test bench clean
+.PHONY: demo test setup native pytest cargo-test bench mutation clean
 
 demo: setup
 	$(BIN)/python -m jobs.demo
@@ -45,5 +45,31 @@ bench: setup
 	$(BIN)/python -m benchmarks.memtable
 	$(BIN)/python -m benchmarks.wal
 
+# Mutation testing of the data-protecting modules (docs/RELIABILITY.md, "Mutation testing").
+# Slow (the better part of an hour on 2 cores), so never part of `make test` or CI. Config:
+# [tool.mutmut] in pyproject.toml; one module:  make mutation MUTATION_MODULES=lamina.commit
+# Afterwards `$(BIN)/mutmut show NAME` prints a surviving mutant's diff.
+MUTATION_MODULES ?= lamina.commit lamina.transaction lamina.manifest lamina.deletion lamina.cleanup \
+	lamina.filter lamina.index_query lamina.ingest planner
+MUTATION_JOBS ?= 2
+
+mutation: setup
+	$(BIN)/python -m pip install -q "mutmut>=3"  # the `mutation` extra
+	rm -rf mutants && mkdir -p mutants/lamina && cp lamina/_native*.so mutants/lamina/
+	@for m in $(MUTATION_MODULES); do \
+		echo "mutation: $$m (log: mutants/$$m.log)"; \
+		$(BIN)/mutmut run --max-children $(MUTATION_JOBS) "$$m.*" > mutants/$$m.log 2>&1 \
+			|| { tail -40 mutants/$$m.log; exit 1; }; \
+	done
+	@echo "module                      mutants   killed survived    other   score"
+	@$(BIN)/mutmut results --all true | sed -nE 's/^ *([A-Za-z0-9_.]+)\.x(_|ǁ).*: ([a-z ]+)$$/\1 \3/p' | awk ' \
+		{ m = $$1; st = substr($$0, length(m) + 2) } st == "not checked" { next } { n[m]++; N++ } \
+		st == "killed" || st == "timeout" { k[m]++; K++ } \
+		st == "survived" { s[m]++; S++ } \
+		END { for (m in n) printf "%-26s %8d %8d %8d %8d %6.1f%%\n", m, n[m], k[m], s[m], n[m] - k[m] - s[m], 100 * k[m] / n[m] | "sort"; \
+		      close("sort"); \
+		      if (N) printf "%-26s %8d %8d %8d %8d %6.1f%%\n", "total", N, K, S, N - K - S, 100 * K / N }'
+	@$(BIN)/mutmut results
+
 clean:
-	rm -rf $(VENV) demo_table
+	rm -rf $(VENV) demo_table mutants
