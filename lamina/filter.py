@@ -30,6 +30,16 @@ row); -0.0 equals 0.0. ``x IN (a, b)`` matches the rows ``x = a OR x = b`` would
 (NaN in the list matches nothing, 0.0 matches -0.0); a NULL in the list matches
 the null rows, and IN itself is never NULL (``x NOT IN (1, 2)`` returns null rows).
 Every filter gives the same rows with and without indices (``lamina.index_query``).
+
+Limits: a filter string has at most ``MAX_FILTER_LENGTH`` (10,000,000) characters,
+``MAX_FILTER_TERMS`` (100,000) predicates (an IN list is one, whatever its length)
+and ``MAX_FILTER_DEPTH`` (100) levels of nested parentheses; past one of them
+``InvalidFilter`` says which. Any filter string either evaluates or raises
+``InvalidFilter``. Long filters stay cheap: an IN list is one set lookup (100,000
+literals parse in well under a second), ``=`` terms ORed on one column are folded
+into one, and long AND/OR chains become balanced trees in which no AND (OR) is the
+direct operand of another, because Arrow flattens such chains before evaluating
+and recurses once per operand (a crash at about 10,000 ORed terms).
 """
 
 from __future__ import annotations
@@ -57,6 +67,13 @@ _TOKEN = re.compile(
     )""",
     re.VERBOSE,
 )
+#: Limits on a filter string (module doc); each far above what a hand-written filter needs.
+MAX_FILTER_LENGTH = 10_000_000
+MAX_FILTER_TERMS = 100_000
+MAX_FILTER_DEPTH = 100
+#: Parsed filters up to this length are cached (repeated point lookups); longer ones are not kept.
+_CACHED_TEXT = 65_536
+
 _KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "NULL", "TRUE", "FALSE", "BETWEEN", "LIKE", "TIMESTAMP", "DATE"}
 
 
@@ -87,11 +104,11 @@ class Filter:
     pure: bool = False
 
 
-@dataclass
 class _Tok:
-    kind: str
-    value: str
-    pos: int
+    __slots__ = ("kind", "value", "pos")
+
+    def __init__(self, kind: str, value: str, pos: int):
+        self.kind, self.value, self.pos = kind, value, pos
 
 
 @dataclass
@@ -110,6 +127,11 @@ _OPS = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": 
 _FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _CMP = {"=": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
         "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+
+
+def _is_nan(s: pa.Scalar) -> bool:
+    v = s.as_py()
+    return isinstance(v, float) and math.isnan(v)
 
 
 def _is_number(v: Any) -> bool:
@@ -167,15 +189,15 @@ def _int_by_value(ref: pc.Expression, t: pa.DataType, op: str, v: int | float) -
 
 
 def _tokenize(text: str) -> list[_Tok]:
-    toks, pos = [], 0
-    while pos < len(text):
-        if text[pos:].strip() == "":
-            break
-        m = _TOKEN.match(text, pos)
+    toks, pos, end = [], 0, len(text.rstrip())
+    match = _TOKEN.match
+    while pos < end:
+        m = match(text, pos)
         if not m or m.end() == pos:
-            raise InvalidFilter(f"cannot parse filter {text!r} at position {pos}: unexpected {text[pos:pos + 10]!r}")
-        group = m.lastgroup or ""
-        kind, value, start = group, m.group(group), m.start(group)
+            pos = len(text) - len(text[pos:].lstrip())  # the first character that is not a space
+            raise InvalidFilter(f"cannot parse filter {_short(text)} at position {pos}: unexpected {text[pos:pos + 10]!r}")
+        kind = m.lastgroup or ""
+        value, start = m.group(kind), m.start(kind)
         if kind == "word" and value.upper() in _KEYWORDS:
             kind, value = "kw", value.upper()
         toks.append(_Tok(kind, value, start))
@@ -183,12 +205,56 @@ def _tokenize(text: str) -> list[_Tok]:
     return toks
 
 
+def _short(text: str) -> str:
+    """``text`` quoted for an error message, cut to its start when long."""
+    return repr(text) if len(text) <= 200 else f"{text[:160]!r}... ({len(text):,} characters)"
+
+
+@dataclass
+class _Part:
+    """A parsed (sub)expression: its pyarrow expression and the indexable terms whose AND it
+    implies (a None entry: some term is not one of them, so "no None" means the expression IS
+    their AND); ``root``: "and" / "or" when its root is that Arrow function; ``eq``: a
+    ``column = literal`` term (exact, not NULL or NaN), which an OR may fold into an IN."""
+
+    expr: pc.Expression
+    conj: list[Conjunct | None]
+    root: str = ""
+    eq: tuple[_Col, pa.Scalar] | None = None
+
+
+def _join(op: str, exprs: list[tuple[pc.Expression, str]]) -> tuple[pc.Expression, str]:
+    """``exprs`` (expression, root) joined by ``op`` ("and" / "or") as a balanced tree where no
+    ``op`` node is the direct operand of another: where one would be, the node is written by De
+    Morgan (``a AND b`` as ``NOT (NOT a OR NOT b)``, equal in three-valued logic). Arrow flattens
+    directly nested AND (OR) calls into one chain and recurses once per operand, which crashed the
+    process (stack overflow) at about 10,000 ORed terms and took seconds well below that."""
+    level = exprs
+    while len(level) > 1:
+        nxt = []
+        for i in range(0, len(level) - 1, 2):
+            (a, ra), (b, rb) = level[i], level[i + 1]
+            if ra != op and rb != op:
+                nxt.append(((a & b) if op == "and" else (a | b), op))
+            else:
+                nxt.append((~((~a) | (~b)) if op == "and" else ~((~a) & (~b)), "not"))
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
 class _Parser:
     def __init__(self, text: str, schema: pa.Schema):
         self.text, self.schema = text, schema
+        if len(text) > MAX_FILTER_LENGTH:
+            raise InvalidFilter(f"filter {_short(text)} is longer than {MAX_FILTER_LENGTH:,} characters; split it into "
+                                "several calls, or pass an Expression such as pyarrow.compute.field('id').isin(values)")
         self.toks = _tokenize(text)
         self.i = 0
         self.columns: set[str] = set()
+        self.depth = 0
+        self.terms = 0
 
     # -- helpers
     def peek(self, offset: int = 0) -> _Tok | None:
@@ -207,59 +273,96 @@ class _Parser:
         if t is None:
             got = self.peek()
             where = f"at position {got.pos} ({got.value!r})" if got else "at the end"
-            raise InvalidFilter(f"cannot parse filter {self.text!r}: expected {value or kind} {where}")
+            raise InvalidFilter(f"cannot parse filter {_short(self.text)}: expected {value or kind} {where}")
         return t
 
     # -- grammar
-    # Each rule returns (expression, conjuncts): the indexable terms whose AND the
-    # expression implies (an OR or NOT implies none of its parts); a None entry marks a
-    # term that is not one of them, so "no None" means the expression IS their AND.
-    def parse(self) -> tuple[pc.Expression, list[Conjunct]]:
+    def parse(self) -> _Part:
         if not self.toks:
             raise InvalidFilter("empty filter: pass a condition such as \"id < 100\"")
         e = self.or_()
         if self.peek() is not None:
             t = self.peek()
-            raise InvalidFilter(f"cannot parse filter {self.text!r}: unexpected {t.value!r} at position {t.pos}")
+            raise InvalidFilter(f"cannot parse filter {_short(self.text)}: unexpected {t.value!r} at position {t.pos}")
         return e
 
-    def or_(self) -> tuple[pc.Expression, list[Conjunct]]:
-        e, conj = self.and_()
+    def or_(self) -> _Part:
+        parts = [self.and_()]
         while self.accept("kw", "OR"):
-            e, conj = e | self.and_()[0], [None]
-        return e, conj
+            parts.append(self.and_())
+        if len(parts) == 1:
+            return parts[0]
+        parts = self.fold_equalities(parts)
+        if len(parts) == 1:
+            return _Part(parts[0].expr, [None], parts[0].root)
+        expr, root = _join("or", [(p.expr, p.root) for p in parts])
+        return _Part(expr, [None], root)
 
-    def and_(self) -> tuple[pc.Expression, list[Conjunct]]:
-        e, conj = self.not_()
+    def and_(self) -> _Part:
+        parts = [self.not_()]
         while self.accept("kw", "AND"):
-            e2, c2 = self.not_()
-            e, conj = e & e2, conj + c2
-        return e, conj
+            parts.append(self.not_())
+        if len(parts) == 1:
+            return parts[0]
+        expr, root = _join("and", [(p.expr, p.root) for p in parts])
+        return _Part(expr, [c for p in parts for c in p.conj], root)
 
-    def not_(self) -> tuple[pc.Expression, list[Conjunct]]:
-        if self.accept("kw", "NOT"):
-            return ~self.not_()[0], [None]
-        return self.predicate()
+    def not_(self) -> _Part:
+        n = 0
+        while self.accept("kw", "NOT"):  # a loop, not recursion: NOT NOT ... is not nesting
+            n += 1
+        part = self.predicate()
+        return _Part(~part.expr, [None], "not") if n % 2 else part
+
+    def fold_equalities(self, parts: list[_Part]) -> list[_Part]:
+        """ORed ``column = literal`` terms on one column as one set lookup (NULL on null rows, as
+        the comparisons give); the other terms as they are."""
+        groups: dict[tuple[str, ...], list[_Part]] = {}
+        for p in parts:
+            if p.eq is not None:
+                groups.setdefault(p.eq[0].path, []).append(p)
+        folded = {path: g for path, g in groups.items() if len(g) > 1}
+        if not folded:
+            return parts
+        out = [p for p in parts if p.eq is None or p.eq[0].path not in folded]
+        for group in folded.values():
+            col = group[0].eq[0]
+            values = pa.array([p.eq[1] for p in group], type=col.type)
+            if pa.types.is_floating(col.type) and pc.any(pc.equal(values, 0)).as_py():
+                values = pa.concat_arrays([values, pa.array([0.0, -0.0], type=col.type)])
+            ref = self.ref(col)
+            out.append(_Part(pc.if_else(pc.is_null(ref), pa.scalar(None, pa.bool_()), pc.is_in(ref, value_set=values)), [None]))
+        return out
 
     def _span(self, start: int) -> str:
         end_tok = self.toks[self.i - 1]
         return self.text[self.toks[start].pos:end_tok.pos + len(end_tok.value)]
 
-    def predicate(self) -> tuple[pc.Expression, list[Conjunct]]:
+    def predicate(self) -> _Part:
         t = self.peek()
         start = self.i
         if t and t.kind == "op" and t.value == "(":
             self.i += 1
+            self.depth += 1
+            if self.depth > MAX_FILTER_DEPTH:
+                raise InvalidFilter(f"filter {_short(self.text)} nests parentheses more than {MAX_FILTER_DEPTH} deep "
+                                    f"(at position {t.pos}); write it with fewer levels")
             e = self.or_()
             self.expect("op", ")")
+            self.depth -= 1
             return e
+        self.terms += 1
+        if self.terms > MAX_FILTER_TERMS:
+            raise InvalidFilter(f"filter {_short(self.text)} has more than {MAX_FILTER_TERMS:,} terms (at position "
+                                f"{t.pos if t else len(self.text)}); write long lists of values as one IN (...)")
         if t and t.kind == "kw" and t.value in ("TRUE", "FALSE"):
             nxt = self.peek(1)
             if nxt is None or (nxt.kind == "kw" and nxt.value in ("AND", "OR")) or (nxt.kind == "op" and nxt.value == ")"):
                 self.i += 1
-                return pc.scalar(t.value == "TRUE"), [None]
+                return _Part(pc.scalar(t.value == "TRUE"), [None])
         ranges: list[tuple[Any, bool, Any, bool]] | None = None  # None: no index can answer this term
         point = True
+        root = ""
         left = self.operand()
         negate = bool(self.accept("kw", "NOT"))
         if self.accept("kw", "IN"):
@@ -280,26 +383,26 @@ class _Parser:
             col = self.need_column(left, "BETWEEN")
             e_lo, r_lo = self.compare(col, ">=", lo)
             e_hi, r_hi = self.compare(col, "<=", hi)
-            e = e_lo & e_hi
+            e, root = e_lo & e_hi, "and"
             if r_lo is not None and r_hi is not None:
                 ranges, point = [(r_lo[0][0], r_lo[0][1], r_hi[0][2], r_hi[0][3])], False
         elif self.accept("kw", "LIKE"):
             pattern = self.literal()
             col = self.need_column(left, "LIKE")
             if not isinstance(pattern.value, str):
-                raise InvalidFilter(f"LIKE needs a string pattern in {self.text!r}")
+                raise InvalidFilter(f"LIKE needs a string pattern in {_short(self.text)}")
             e = pc.match_like(self.ref(col), pattern.value)
         elif not negate and self.accept("kw", "IS"):
             is_not = bool(self.accept("kw", "NOT"))
             self.expect("kw", "NULL")
             e = self.value(left, None).is_valid() if is_not else self.value(left, None).is_null()
-            return e, [None]
+            return _Part(e, [None])
         else:
             if negate:
-                raise InvalidFilter(f"cannot parse filter {self.text!r}: NOT must precede IN, BETWEEN or LIKE here")
+                raise InvalidFilter(f"cannot parse filter {_short(self.text)}: NOT must precede IN, BETWEEN or LIKE here")
             op = self.expect("op")
             if op.value not in _OPS:
-                raise InvalidFilter(f"cannot parse filter {self.text!r}: {op.value!r} at position {op.pos} is not a comparison")
+                raise InvalidFilter(f"cannot parse filter {_short(self.text)}: {op.value!r} at position {op.pos} is not a comparison")
             cmp = _OPS[op.value]
             right = self.operand()
             if isinstance(left, _Lit) and isinstance(right, _Col):
@@ -311,9 +414,14 @@ class _Parser:
                 ltype = left.type if isinstance(left, _Col) else None
                 rtype = right.type if isinstance(right, _Col) else None
                 e = _CMP[cmp](self.value(left, rtype), self.value(right, ltype))
-        if negate or ranges is None or not isinstance(left, _Col) or len(left.path) != 1:
-            return (~e if negate else e), [None]
-        return e, [Conjunct(left.path[0], tuple(ranges), self._span(start), not point)]
+        if negate:
+            return _Part(~e, [None], "not")
+        eq = None
+        if ranges is not None and point and len(ranges) == 1 and isinstance(left, _Col) and not _is_nan(ranges[0][0]):
+            eq = (left, ranges[0][0])
+        if ranges is None or not isinstance(left, _Col) or len(left.path) != 1:
+            return _Part(e, [None], root, eq)
+        return _Part(e, [Conjunct(left.path[0], tuple(ranges), self._span(start), not point)], root, eq)
 
     def compare(self, col: _Col, op: str, lit: _Lit) -> tuple[pc.Expression, list | None]:
         """``col op lit`` (op one of = != < <= > >=): the expression, and the key range it selects
@@ -355,7 +463,7 @@ class _Parser:
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
             for lit in values:
                 self.cast(lit, t)  # raises naming the literal that does not fit
-            raise InvalidFilter(f"filter {self.text!r}: the IN list does not fit a column of type {t}") from None
+            raise InvalidFilter(f"filter {_short(self.text)}: the IN list does not fit a column of type {t}") from None
         if floating and len(arr):
             arr = arr.filter(pc.invert(pc.fill_null(pc.is_nan(arr), False)))
             if pc.any(pc.equal(arr, 0)).as_py():
@@ -365,7 +473,7 @@ class _Parser:
     def operand(self) -> _Col | _Lit:
         t = self.peek()
         if t is None:
-            raise InvalidFilter(f"cannot parse filter {self.text!r}: unexpected end")
+            raise InvalidFilter(f"cannot parse filter {_short(self.text)}: unexpected end")
         if t.kind in ("word", "dq", "bq"):
             return self.column()
         return self.literal()
@@ -377,11 +485,11 @@ class _Parser:
         field_type: pa.DataType
         idx = self.schema.get_field_index(names[0])
         if idx < 0:
-            raise InvalidFilter(f"filter {self.text!r} names column {names[0]!r}, which the table does not have; columns: {', '.join(self.schema.names)}")
+            raise InvalidFilter(f"filter {_short(self.text)} names column {names[0]!r}, which the table does not have; columns: {', '.join(self.schema.names)}")
         field_type = self.schema.field(idx).type
         for part in names[1:]:
             if not pa.types.is_struct(field_type) or field_type.get_field_index(part) < 0:
-                raise InvalidFilter(f"filter {self.text!r}: {'.'.join(names)!r} is not a field of the table")
+                raise InvalidFilter(f"filter {_short(self.text)}: {'.'.join(names)!r} is not a field of the table")
             field_type = field_type.field(field_type.get_field_index(part)).type
         self.columns.add(names[0])
         return _Col(tuple(names), field_type)
@@ -389,7 +497,7 @@ class _Parser:
     def name(self) -> str:
         t = self.peek()
         if t is None or t.kind not in ("word", "dq", "bq"):
-            raise InvalidFilter(f"cannot parse filter {self.text!r}: expected a column name")
+            raise InvalidFilter(f"cannot parse filter {_short(self.text)}: expected a column name")
         self.i += 1
         if t.kind == "dq":
             return t.value[1:-1].replace('""', '"')
@@ -400,11 +508,11 @@ class _Parser:
     def literal(self) -> _Lit:
         t = self.peek()
         if t is None:
-            raise InvalidFilter(f"cannot parse filter {self.text!r}: expected a value at the end")
+            raise InvalidFilter(f"cannot parse filter {_short(self.text)}: expected a value at the end")
         self.i += 1
         if t.kind == "num":
             v = t.value
-            return _Lit(int(v) if re.fullmatch(r"-?\d+", v) else float(v))
+            return _Lit(float(v) if "." in v or "e" in v or "E" in v else int(v))
         if t.kind == "str":
             return _Lit(t.value[1:-1].replace("''", "'"))
         if t.kind == "kw" and t.value in ("TRUE", "FALSE"):
@@ -418,12 +526,12 @@ class _Parser:
                     return _Lit(dt.date.fromisoformat(s), pa.date32())
                 return _Lit(dt.datetime.fromisoformat(s), None)
             except ValueError:
-                raise InvalidFilter(f"filter {self.text!r}: {s!r} is not an ISO-8601 {t.value.lower()}") from None
-        raise InvalidFilter(f"cannot parse filter {self.text!r}: expected a value at position {t.pos}, got {t.value!r}")
+                raise InvalidFilter(f"filter {_short(self.text)}: {s!r} is not an ISO-8601 {t.value.lower()}") from None
+        raise InvalidFilter(f"cannot parse filter {_short(self.text)}: expected a value at position {t.pos}, got {t.value!r}")
 
     def need_column(self, operand: _Col | _Lit, what: str) -> _Col:
         if not isinstance(operand, _Col):
-            raise InvalidFilter(f"filter {self.text!r}: the left side of {what} must be a column")
+            raise InvalidFilter(f"filter {_short(self.text)}: the left side of {what} must be a column")
         return operand
 
     def ref(self, col: _Col) -> pc.Expression:
@@ -437,7 +545,7 @@ class _Parser:
                 return pa.scalar(lit.value).cast(target)
             return pa.scalar(lit.value, type=target)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
-            raise InvalidFilter(f"filter {self.text!r}: value {lit.value!r} cannot be compared with a column of type {target}") from None
+            raise InvalidFilter(f"filter {_short(self.text)}: value {lit.value!r} cannot be compared with a column of type {target}") from None
 
     def value(self, operand: _Col | _Lit, other_type: pa.DataType | None) -> pc.Expression:
         if isinstance(operand, _Col):
@@ -447,13 +555,23 @@ class _Parser:
         return pc.scalar(operand.value)
 
 
-@functools.lru_cache(maxsize=512)
 def _parse_text(text: str, schema: pa.Schema) -> Filter:
-    """Parsed filters are immutable, and repeated queries are common (point lookups): cache them."""
+    return _parse_cached(text, schema) if len(text) <= _CACHED_TEXT else _parse_uncached(text, schema)
+
+
+def _parse_uncached(text: str, schema: pa.Schema) -> Filter:
     p = _Parser(text, schema)
-    expression, conjuncts = p.parse()
-    found = tuple(c for c in conjuncts if c is not None)
-    return Filter(expression, frozenset(p.columns), text, found, pure=bool(found) and None not in conjuncts)
+    part = p.parse()
+    try:  # binds every function to its argument types: a type error is the filter's, not the read's
+        pa.Table.from_batches([], schema=schema).filter(part.expr)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+        raise InvalidFilter(f"filter {_short(text)} does not apply to this table: {e}") from None
+    found = tuple(c for c in part.conj if c is not None)
+    return Filter(part.expr, frozenset(p.columns), text, found, pure=bool(found) and None not in part.conj)
+
+
+#: Parsed filters are immutable, and repeated queries are common (point lookups): cache them.
+_parse_cached = functools.lru_cache(maxsize=512)(_parse_uncached)
 
 
 def parse_filter(flt: "str | pc.Expression | Filter", schema: pa.Schema) -> Filter:

@@ -181,3 +181,111 @@ def test_indexed_delete_removes_only_matching_rows(edge_tables, text, expected):
     assert n_indexed == n_plain
     assert _canon(indexed.to_arrow().to_pylist()) == keep
     assert _canon(plain.to_arrow().to_pylist()) == keep
+
+
+# -- large and deep filters (issue 16, defect 5) ---------------------------------------------
+_BIG_OR = r'''
+import sys, numpy as np, pyarrow as pa, lamina
+t = lamina.create_table(sys.argv[1], pa.schema([("id", pa.int64()), ("x", pa.float64())]))
+t.append(pa.table({"id": np.arange(60000), "x": np.arange(60000) / 2}))
+t.create_index("id", "btree")
+ids = " OR ".join(f"id = {3 * i}" for i in range(10000))  # one column: folded into a set lookup
+mixed = " OR ".join(f"id = {3 * i}" if i % 2 else f"x = {3 * i}.5" for i in range(10000))  # kept as 10,000 terms
+ands = " AND ".join(f"id <> {i}" for i in range(10000))
+for text in (ids, mixed, ands):
+    for use_index in (True, False):
+        print(t.to_arrow(filter=text, use_index=use_index).num_rows, flush=True)
+'''
+
+
+def test_ten_thousand_ored_terms_evaluate(tmp_path):
+    """10,000 ORed (ANDed) terms used to end in SIGSEGV (Arrow flattened the OR chain and
+    recursed once per term): run in a subprocess so that a crash fails this test only."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _BIG_OR, str(tmp_path / "t")], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-2000:]}"
+    # ids 0, 3, ..., 29997; mixed: odd i give id 3i, even i give x = 3i + 0.5, i.e. id = 6i + 1 < 60000
+    assert run.stdout.split() == ["10000"] * 2 + ["10000"] * 2 + ["50000"] * 2
+
+
+@pytest.mark.parametrize("depth", [101, 1000, 100_000])
+def test_nesting_beyond_the_limit_is_invalid_filter(depth):
+    from lamina.filter import MAX_FILTER_DEPTH
+
+    assert depth > MAX_FILTER_DEPTH
+    with pytest.raises(InvalidFilter, match=f"nests parentheses more than {MAX_FILTER_DEPTH} deep"):
+        parse_filter("(" * depth + "id = 1" + ")" * depth, SCHEMA)
+
+
+def test_nesting_up_to_the_limit_and_long_not_chains_evaluate():
+    from lamina.filter import MAX_FILTER_DEPTH
+
+    deep = "(" * (MAX_FILTER_DEPTH - 1) + "id < 3 OR (id = 7" + ")" * MAX_FILTER_DEPTH
+    assert DATA.filter(parse_filter(deep, SCHEMA).expression)["id"].to_pylist() == [0, 1, 2, 7]
+    nots = "NOT " * 20_001 + "id >= 2"  # a RecursionError before: NOT chains are not nesting
+    assert DATA.filter(parse_filter(nots, SCHEMA).expression)["id"].to_pylist() == [0, 1]
+
+
+def test_overly_long_filters_and_too_many_terms_are_invalid_filter(monkeypatch):
+    from lamina import filter as filter_module
+
+    with pytest.raises(InvalidFilter, match="longer than 10,000,000 characters"):
+        parse_filter("id IN (" + "1, " * 3_400_000 + "1)", SCHEMA)
+    monkeypatch.setattr(filter_module, "MAX_FILTER_TERMS", 40)
+    parse_filter(" OR ".join(f"id = {i} AND score > 0.5" for i in range(20)), SCHEMA)  # 40 terms
+    with pytest.raises(InvalidFilter, match="more than 40 terms"):
+        parse_filter(" OR ".join(f"id = {i} AND score > 0.5" for i in range(20)) + " OR TRUE", SCHEMA)
+    parse_filter("id IN (" + ", ".join(map(str, range(1000))) + ")", SCHEMA)  # an IN list is one term
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+def test_in_list_of_100k_literals(tmp_path, indexed):
+    t = lamina.create_table(str(tmp_path / "t"), pa.schema([("id", pa.int64()), ("name", pa.string())]))
+    t.append(pa.table({"id": np.arange(300_000), "name": [f"n{i}" for i in range(300_000)]}))
+    if indexed:
+        t.create_index("id", "btree")
+    wanted = np.random.default_rng(5).choice(400_000, 100_000, replace=False)  # a quarter beyond the table
+    text = "id IN (" + ", ".join(map(str, wanted)) + ")"
+    assert ("index 'id_btree'" in t.explain(text)) == indexed
+    got = t.to_arrow(filter=text)["id"].to_numpy()
+    assert np.array_equal(got, np.sort(wanted[wanted < 300_000]))
+    names = "name IN (" + ", ".join(f"'n{i}'" for i in wanted) + ")"
+    assert t.count_rows(names) == int((wanted < 300_000).sum())
+
+
+_FUZZ_TOKENS = ["(", ")", "NOT", "AND", "OR", "id", "score", "category", "meta.a", "ts", "=", "<", ">=", "!=", "IN",
+                "BETWEEN", "LIKE", "IS", "NULL", "TRUE", "FALSE", "1", "2.5", "-3", "1e999", "'a'", "'NaN'", "'%'",
+                ",", "TIMESTAMP", "DATE", "'2024-01-01'", "@", '"', "''", "`x`", ".", "vec", "meta"]
+
+
+_FUZZ_ATOMS = ["id = 1", "score < 'NaN'", "category LIKE '%'", "1 < 'a'", "meta.a IN (1, NULL)", "ts >= '2024-01-01'",
+               "vec = 1", "meta = 1", "id BETWEEN 'a' AND 2", "id LIKE 'a'", "'a' = 'a'", "score = id", "category = id",
+               "TRUE", "NULL", "id IS NULL", "1 = 1.5", "meta.b > 3", "DATE '2024-01-01' < ts", "id IN (1e999, 2)",
+               "score IN ('x')", "category IN (1, 2)", "ts = 5", "id = TRUE", "NULL = NULL", "id > 2.5 AND id < 1e999"]
+
+
+def test_any_filter_string_evaluates_or_raises_invalid_filter():
+    """Seeded random filters (atoms of every kind joined at random, then sometimes a token
+    dropped or added): each parses into a filter that evaluates, or raises InvalidFilter."""
+    rng = np.random.default_rng(16)
+    valid = 0
+    for _ in range(3000):
+        parts = [str(rng.choice(_FUZZ_ATOMS)) for _ in range(int(rng.integers(1, 4)))]
+        joined = parts[0]
+        for p in parts[1:]:
+            joined = f"{joined} {rng.choice(['AND', 'OR', 'AND NOT', 'OR NOT'])} " + (f"({p})" if rng.random() < 0.5 else p)
+        tokens = joined.split()
+        if rng.random() < 0.4:
+            tokens.insert(int(rng.integers(0, len(tokens) + 1)), str(rng.choice(_FUZZ_TOKENS)))
+        if rng.random() < 0.2 and len(tokens) > 1:
+            del tokens[int(rng.integers(0, len(tokens)))]
+        text = " ".join(tokens)
+        try:
+            flt = parse_filter(text, SCHEMA)
+        except InvalidFilter:
+            continue
+        DATA.filter(flt.expression)
+        valid += 1
+    assert valid > 200  # many of them parse

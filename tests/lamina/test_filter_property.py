@@ -259,9 +259,22 @@ class Gen:
             return Node("or", kids=tuple(self.tree(depth - 1) for _ in range(int(self.r.integers(2, 4)))))
         return Node("not", kids=(self.tree(depth - 1),))
 
+    def equalities(self) -> Node:
+        """``c = a OR c = b OR ...`` (which the parser folds into one set lookup), maybe negated
+        and maybe with another term ORed in."""
+        column = self.pick(["id", "x", "cat", "k"])
+        kids = [Node("cmp", column, self.pick(["=", "=="]), (self.lit(column),), left_literal=self.chance(0.2))
+                for _ in range(int(self.r.integers(2, 6)))]
+        if self.chance(0.3):
+            kids.insert(int(self.r.integers(0, len(kids))), self.term())
+        node = Node("or", kids=tuple(kids))
+        return Node("not", kids=(node,)) if self.chance(0.4) else node
+
     def filter(self) -> Node:
         """Mostly what an index serves (several bounds on one column; top-level ANDs, sometimes
         with a term no index answers); otherwise any tree."""
+        if self.chance(0.1):
+            return self.equalities() if self.chance(0.5) else Node("and", kids=(self.term(indexable=True), self.equalities()))
         if self.chance(0.3):
             column = self.pick(["id", "x", "x", "cat", "k"])
             return Node("and", kids=tuple(self.term(column, indexable=True) for _ in range(int(self.r.integers(2, 5)))))
