@@ -293,8 +293,8 @@ class _Parser:
         if len(parts) == 1:
             return parts[0]
         parts = self.fold_equalities(parts)
-        if len(parts) == 1:
-            return _Part(parts[0].expr, [None], parts[0].root)
+        if len(parts) == 1:  # all folded into one set lookup (no index answers it: conj [None])
+            return parts[0]
         expr, root = _join("or", [(p.expr, p.root) for p in parts])
         return _Part(expr, [None], root)
 

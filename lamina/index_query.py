@@ -2,12 +2,17 @@
 
 A filter's top-level AND terms of the shapes ``col = v``, ``col IN (…)``,
 ``col <op> v`` and ``col BETWEEN a AND b`` are answered by a btree or bitmap index
-on ``col`` (terms on one column are intersected into one range first). For every
-fragment an index covers, the index gives candidate offsets (a superset of the
-matches); deleted offsets are dropped, the rows are read and the **whole**
-filter is applied to them, so results equal a scan exactly. Fragments no index
-covers, and fragments where candidates exceed ``TAKE_FRACTION`` of the rows, are
-scanned. Results keep table order (fragment, then offset).
+on ``col``. The terms on one column are intersected in the key domain into one
+range, or a set of points when some term is an IN list (``_column_ranges``); a NaN
+or NULL bound, or bounds that cross, leave nothing (no comparison with NaN or NULL
+is true), and a term that is not a range or a set of points is left to the
+re-check. For every fragment an index covers, the index gives candidate offsets
+(a superset of the matches); deleted offsets are dropped, the rows are read and
+the **whole** filter is applied to them, so results equal a scan exactly. Only
+when the filter is exactly the AND of terms the indices answered in full
+(``Plan.exact``) are the candidates the answer without the re-check. Fragments
+no index covers, and fragments where candidates exceed ``TAKE_FRACTION`` of the
+rows, are scanned. Results keep table order (fragment, then offset).
 
 A broken index (missing or corrupt segment) is logged as a warning and the
 fragments it serves are scanned; set ``LAMINA_INDEX_ON_ERROR=raise`` to get the

@@ -203,6 +203,7 @@ class Gen:
 
     def __init__(self, seed: int):
         self.r = np.random.default_rng(seed)
+        self.narrow: list[Lit] | None = None  # when set, literals come from these (equal bounds meet)
 
     def pick(self, xs):
         return xs[int(self.r.integers(0, len(xs)))]
@@ -211,6 +212,8 @@ class Gen:
         return bool(self.r.random() < p)
 
     def lit(self, column: str) -> Lit:
+        if self.narrow is not None:
+            return self.pick(self.narrow)
         if self.chance(0.06):
             return Lit(None)
         if column == "cat":
@@ -275,9 +278,13 @@ class Gen:
         with a term no index answers); otherwise any tree."""
         if self.chance(0.1):
             return self.equalities() if self.chance(0.5) else Node("and", kids=(self.term(indexable=True), self.equalities()))
-        if self.chance(0.3):
+        if self.chance(0.3):  # several bounds on one column, from few values half of the time
             column = self.pick(["id", "x", "x", "cat", "k"])
-            return Node("and", kids=tuple(self.term(column, indexable=True) for _ in range(int(self.r.integers(2, 5)))))
+            if self.chance(0.5):
+                self.narrow = [self.lit(column) for _ in range(3)]
+            node = Node("and", kids=tuple(self.term(column, indexable=True) for _ in range(int(self.r.integers(2, 5)))))
+            self.narrow = None
+            return node
         if self.chance(0.5):
             column = self.pick(["id", "x", "x", "cat", "k"])
             kids = [self.term(column if self.chance(0.7) else None, indexable=self.chance(0.85))
