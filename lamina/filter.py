@@ -134,6 +134,13 @@ def _is_nan(s: pa.Scalar) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
+def _plain(t: pa.DataType) -> bool:
+    """Types every comparison and IN with a literal of the same type binds to."""
+    return (pa.types.is_integer(t) or (pa.types.is_floating(t) and t != pa.float16()) or pa.types.is_boolean(t)
+            or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_timestamp(t) or pa.types.is_date(t))
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -255,6 +262,9 @@ class _Parser:
         self.columns: set[str] = set()
         self.depth = 0
         self.terms = 0
+        #: Some term may not bind (column against column, a literal alone, LIKE on a non-string, an
+        #: unusual type): the expression is checked against the schema once parsed.
+        self.unchecked = False
 
     # -- helpers
     def peek(self, offset: int = 0) -> _Tok | None:
@@ -389,6 +399,7 @@ class _Parser:
         elif self.accept("kw", "LIKE"):
             pattern = self.literal()
             col = self.need_column(left, "LIKE")
+            self.unchecked |= not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type))
             if not isinstance(pattern.value, str):
                 raise InvalidFilter(f"LIKE needs a string pattern in {_short(self.text)}")
             e = pc.match_like(self.ref(col), pattern.value)
@@ -402,7 +413,8 @@ class _Parser:
                 raise InvalidFilter(f"cannot parse filter {_short(self.text)}: NOT must precede IN, BETWEEN or LIKE here")
             op = self.expect("op")
             if op.value not in _OPS:
-                raise InvalidFilter(f"cannot parse filter {_short(self.text)}: {op.value!r} at position {op.pos} is not a comparison")
+                raise InvalidFilter(f"cannot parse filter {_short(self.text)}: {op.value!r} at position {op.pos} "
+                                    "is not a comparison")
             cmp = _OPS[op.value]
             right = self.operand()
             if isinstance(left, _Lit) and isinstance(right, _Col):
@@ -411,6 +423,7 @@ class _Parser:
                 e, ranges = self.compare(left, cmp, right)
                 point = cmp == "="
             else:
+                self.unchecked = True
                 ltype = left.type if isinstance(left, _Col) else None
                 rtype = right.type if isinstance(right, _Col) else None
                 e = _CMP[cmp](self.value(left, rtype), self.value(right, ltype))
@@ -428,6 +441,7 @@ class _Parser:
         (None for ``!=``, a NULL literal, and comparisons that reduce to TRUE or FALSE)."""
         ref = self.ref(col)
         v = lit.value
+        self.unchecked |= not _plain(col.type)
         if pa.types.is_integer(col.type) and _is_number(v) and _exact_int(v, col.type) is None:
             return _int_by_value(ref, col.type, op, v)
         s = self.cast(lit, col.type)
@@ -443,6 +457,7 @@ class _Parser:
         are both in when either is, a number an integer column cannot hold is left out. A NULL
         stays (it matches the null rows)."""
         t = col.type
+        self.unchecked |= not _plain(t)
         integer, floating = pa.types.is_integer(t), pa.types.is_floating(t)
         text = pa.types.is_string(t) or pa.types.is_large_string(t)
         kept: list[Any] = []
@@ -485,7 +500,8 @@ class _Parser:
         field_type: pa.DataType
         idx = self.schema.get_field_index(names[0])
         if idx < 0:
-            raise InvalidFilter(f"filter {_short(self.text)} names column {names[0]!r}, which the table does not have; columns: {', '.join(self.schema.names)}")
+            raise InvalidFilter(f"filter {_short(self.text)} names column {names[0]!r}, which the table does not have; "
+                                f"columns: {', '.join(self.schema.names)}")
         field_type = self.schema.field(idx).type
         for part in names[1:]:
             if not pa.types.is_struct(field_type) or field_type.get_field_index(part) < 0:
@@ -545,7 +561,8 @@ class _Parser:
                 return pa.scalar(lit.value).cast(target)
             return pa.scalar(lit.value, type=target)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
-            raise InvalidFilter(f"filter {_short(self.text)}: value {lit.value!r} cannot be compared with a column of type {target}") from None
+            raise InvalidFilter(f"filter {_short(self.text)}: value {lit.value!r} cannot be compared with a column "
+                                f"of type {target}") from None
 
     def value(self, operand: _Col | _Lit, other_type: pa.DataType | None) -> pc.Expression:
         if isinstance(operand, _Col):
@@ -562,10 +579,11 @@ def _parse_text(text: str, schema: pa.Schema) -> Filter:
 def _parse_uncached(text: str, schema: pa.Schema) -> Filter:
     p = _Parser(text, schema)
     part = p.parse()
-    try:  # binds every function to its argument types: a type error is the filter's, not the read's
-        pa.Table.from_batches([], schema=schema).filter(part.expr)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-        raise InvalidFilter(f"filter {_short(text)} does not apply to this table: {e}") from None
+    if p.unchecked:
+        try:  # binds every function to its argument types: a type error is the filter's, not the read's
+            pa.Table.from_batches([], schema=schema).filter(part.expr)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+            raise InvalidFilter(f"filter {_short(text)} does not apply to this table: {e}") from None
     found = tuple(c for c in part.conj if c is not None)
     return Filter(part.expr, frozenset(p.columns), text, found, pure=bool(found) and None not in part.conj)
 
