@@ -1,4 +1,10 @@
-"""Type stub of the native module built from native/ (Rust, pyo3)."""
+"""Type stub of the native module built from native/ (Rust, pyo3).
+
+Every function releases the GIL for its work and never raises a pyo3 ``PanicException``:
+failures are ``lamina.errors`` exceptions naming the object involved — ``CorruptFile`` when
+stored bytes are damaged (even if a dependency panicked on them), ``InvalidArgument``,
+``StorageError`` (local I/O) or ``LaminaError`` (encoder or internal failures).
+"""
 
 import pyarrow as pa
 
@@ -25,8 +31,29 @@ def write_data_file(
 def encode_deletions(offsets: pa.Array) -> bytes:
     """uint32 offsets → portable roaring bitmap bytes."""
 
-def decode_deletions(data: bytes, object: str) -> pa.UInt32Array:
-    """Portable roaring bitmap bytes → sorted uint32 offsets; CorruptFile naming ``object`` if undecodable."""
+def decode_deletions(data: bytes, object: str, rows: int | None = None) -> pa.UInt32Array:
+    """Portable roaring bitmap bytes → sorted uint32 offsets; CorruptFile naming ``object`` if undecodable
+    or, with ``rows`` (the fragment's row count), if an offset is ``>= rows`` (checked before the offsets
+    are materialized)."""
+
+def take_local_rows(path: str, size: int, offsets: pa.UInt32Array, columns: list[str]) -> pa.RecordBatch:
+    """Rows at sorted, distinct ``offsets`` of a local data file of ``size`` bytes (the manifest's size;
+    CorruptFile if the file differs), reading only the pages that hold them."""
+
+def wal_check_schema(schema: pa.Schema) -> None:
+    """InvalidArgument naming the first column the WAL cannot carry."""
+
+def wal_encode(batch: pa.RecordBatch, deletes: pa.BooleanArray | None = None, key_columns: list[int] = []) -> tuple[bytes, pa.UInt64Array]:
+    """Rows of ``batch`` in the row-first WAL layout, and each row's end offset."""
+
+def wal_decode(rows: bytes, schema: pa.Schema, object: str) -> tuple[pa.RecordBatch, pa.UInt8Array]:
+    """WAL rows → (batch of ``schema``, deletes as uint8); CorruptFile naming ``object``."""
+
+def wal_decode_values(values: pa.Array, schema: pa.Schema, object: str) -> pa.RecordBatch:
+    """Decodes the non-null values of a binary array, one encoded row each."""
+
+def wal_split(rows: bytes, schema: pa.Schema, key_column: int, object: str) -> tuple[pa.Array, pa.BinaryArray, pa.UInt8Array]:
+    """WAL rows → (keys, one encoded row per value, deletes as uint8), for the memtable."""
 
 def rewrite_data_file(
     sources: list[tuple[str, pa.Array]],

@@ -25,9 +25,20 @@ pub fn decode(bytes: &[u8], object: &str) -> Result<RoaringBitmap> {
     })
 }
 
-/// Decodes a deletion file into its sorted offsets.
-pub fn decode_offsets(bytes: &[u8], object: &str) -> Result<Vec<u32>> {
-    Ok(decode(bytes, object)?.iter().collect())
+/// Decodes a deletion file into its sorted offsets; with `rows` (the fragment's row count),
+/// an offset at or beyond it is `Corrupt`, checked before the offsets are materialized (a few
+/// hostile bytes of run containers can otherwise describe billions of offsets).
+pub fn decode_offsets(bytes: &[u8], object: &str, rows: Option<u64>) -> Result<Vec<u32>> {
+    let bitmap = decode(bytes, object)?;
+    if let (Some(rows), Some(max)) = (rows, bitmap.max()) {
+        if u64::from(max) >= rows {
+            return Err(Error::Corrupt {
+                object: object.to_string(),
+                reason: format!("deletes offset {max} of a fragment of {rows} rows"),
+            });
+        }
+    }
+    Ok(bitmap.iter().collect())
 }
 
 #[cfg(test)]
@@ -37,13 +48,13 @@ mod tests {
     #[test]
     fn round_trip_sorts_and_dedups() {
         let bytes = encode([7u32, 3, 3, 1_000_000, 0]);
-        assert_eq!(decode_offsets(&bytes, "t").unwrap(), vec![0, 3, 7, 1_000_000]);
+        assert_eq!(decode_offsets(&bytes, "t", None).unwrap(), vec![0, 3, 7, 1_000_000]);
     }
 
     #[test]
     fn empty_round_trip() {
         let bytes = encode(std::iter::empty());
-        assert!(decode_offsets(&bytes, "t").unwrap().is_empty());
+        assert!(decode_offsets(&bytes, "t", None).unwrap().is_empty());
     }
 
     #[test]

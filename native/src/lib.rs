@@ -18,4 +18,9 @@ pub mod wal;
 #[cfg(feature = "python")]
 mod py;
 
+#[cfg(test)]
+mod corrupt_tests;
+#[cfg(test)]
+pub(crate) mod testkit;
+
 pub use error::{Error, Result};

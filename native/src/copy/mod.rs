@@ -26,7 +26,7 @@ use parquet::column::writer::ColumnCloseResult;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use parquet::file::writer::SerializedFileWriter;
 
-use crate::error::{Error, Result};
+use crate::error::{guard, Error, Result, Work};
 use crate::file::writer::{WriteOptions, WrittenFile};
 use crate::file::{FILE_VERSION, FILE_VERSION_KEY};
 use crate::io::PosFile;
@@ -60,9 +60,9 @@ fn decode(src: &Opened, source: &Source, row_group: usize, schema: &SchemaRef, b
         object: src.path.clone(),
         reason: format!("row group {row_group} cannot be decoded ({e})"),
     };
-    let result = (|| -> Result<()> {
-        let rows = src.meta().row_group(row_group).num_rows() as u64;
-        let first = first_row(src.meta(), row_group);
+    // parquet's page decoders can still panic on hostile page bytes: that is this file's corruption.
+    let result = guard(Work::Reads(&src.path), || -> Result<()> {
+        let (first, rows) = src.span(row_group);
         // A positional reader of its own: the encoder thread may be copying chunks of this file meanwhile.
         let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(src.file.clone(), src.reader_meta.clone())
             .with_row_groups(vec![row_group])
@@ -90,7 +90,7 @@ fn decode(src: &Opened, source: &Source, row_group: usize, schema: &SchemaRef, b
             }
         }
         Ok(())
-    })();
+    });
     match result {
         Ok(()) => true,
         Err(e) => {
@@ -114,11 +114,22 @@ struct Opened {
     /// Read positionally only: decode and copy read one source from two threads at once.
     file: PosFile,
     reader_meta: ArrowReaderMetadata,
+    /// First row of each row group, and the total row count last (checked, from the footer).
+    starts: Vec<u64>,
 }
 
 impl Opened {
     fn meta(&self) -> &ParquetMetaData {
         self.reader_meta.metadata()
+    }
+
+    /// (first row, rows) of a row group.
+    fn span(&self, row_group: usize) -> (u64, u64) {
+        (self.starts[row_group], self.starts[row_group + 1] - self.starts[row_group])
+    }
+
+    fn corrupt(&self, reason: impl Into<String>) -> Error {
+        Error::Corrupt { object: self.path.clone(), reason: reason.into() }
     }
 }
 
@@ -126,15 +137,36 @@ fn open(source: &Source) -> Result<Opened> {
     let path = source.path.display().to_string();
     let file = PosFile::open(&source.path)?;
     let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
-    let reader_meta = ArrowReaderMetadata::load(&file, options)
-        .map_err(|e| Error::Corrupt { object: path.clone(), reason: format!("cannot read the Parquet footer ({e})") })?;
-    let rows = reader_meta.metadata().file_metadata().num_rows();
+    let reader_meta = guard(Work::Reads(&path), || {
+        ArrowReaderMetadata::load(&file, options)
+            .map_err(|e| Error::Corrupt { object: path.clone(), reason: format!("cannot read the Parquet footer ({e})") })
+    })?;
+    let corrupt = |reason: String| Error::Corrupt { object: path.clone(), reason };
+    let mut starts = Vec::with_capacity(reader_meta.metadata().num_row_groups() + 1);
+    let mut rows = 0u64;
+    starts.push(0);
+    for (i, rg) in reader_meta.metadata().row_groups().iter().enumerate() {
+        rows = u64::try_from(rg.num_rows())
+            .ok()
+            .and_then(|n| rows.checked_add(n))
+            .ok_or_else(|| corrupt(format!("row group {i} has {} rows", rg.num_rows())))?;
+        starts.push(rows);
+    }
+    // Chunk and page ranges inside the file: parquet trusts them (its offset arithmetic overflows).
+    crate::file::check_layout(reader_meta.metadata(), file.len(), &path)?;
+    let total = reader_meta.metadata().file_metadata().num_rows();
+    if u64::try_from(total).ok() != Some(rows) {
+        return Err(corrupt(format!("the footer says {total} rows, its row groups hold {rows}")));
+    }
+    if source.deleted.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(Error::InvalidArgument(format!("deleted offsets of {path} must be sorted and distinct")));
+    }
     if let Some(&last) = source.deleted.last() {
-        if i64::from(last) >= rows {
+        if u64::from(last) >= rows {
             return Err(Error::InvalidArgument(format!("deleted offset {last} is beyond the {rows} rows of {path}")));
         }
     }
-    Ok(Opened { path, file, reader_meta })
+    Ok(Opened { path, file, reader_meta, starts })
 }
 
 /// Buffers decoded rows and writes them as row groups of `row_group_rows`.
@@ -275,13 +307,14 @@ impl Output {
         let meta = src.meta();
         let rg_meta = meta.row_group(row_group);
         let page_index = meta.page_index_for_row_group(row_group);
+        let (_, rows) = src.span(row_group);
         let path = self.path.clone();
         let perr = |source| Error::Parquet { path: path.clone(), source };
         let mut rg = self.writer.next_row_group().map_err(perr)?;
         for (i, column) in rg_meta.columns().iter().enumerate() {
             let close = ColumnCloseResult {
                 bytes_written: column.compressed_size() as u64,
-                rows_written: rg_meta.num_rows() as u64,
+                rows_written: rows,
                 metadata: column.clone(),
                 bloom_filter: None,
                 column_index: page_index.column_index(i).cloned(),
@@ -360,20 +393,21 @@ pub fn rewrite(
         if row_group >= src.meta().num_row_groups() {
             return Err(Error::InvalidArgument(format!("{} has no row group {row_group}", src.path)));
         }
-        let rows = src.meta().row_group(row_group).num_rows() as u64;
-        match action {
+        let (first, rows) = src.span(row_group);
+        let live = match action {
             Action::Copy { .. } => {
                 check_copy(src, &sources[source], &schema)?;
-                expected_rows += rows;
+                rows
             }
             Action::Encode { .. } => {
-                let first = first_row(src.meta(), row_group);
+                // Offsets are sorted, distinct and below the file's rows (checked by open): at most `rows` fall here.
                 let deleted = &sources[source].deleted;
                 let lo = deleted.partition_point(|&d| u64::from(d) < first);
                 let hi = deleted.partition_point(|&d| u64::from(d) < first + rows);
-                expected_rows += rows - (hi - lo) as u64;
+                rows - (hi - lo) as u64
             }
-        }
+        };
+        expected_rows = expected_rows.checked_add(live).ok_or_else(|| src.corrupt("row counts overflow"))?;
     }
 
     let display = output.display().to_string();
@@ -413,10 +447,6 @@ fn check_copy(src: &Opened, source: &Source, schema: &SchemaRef) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-fn first_row(meta: &ParquetMetaData, row_group: usize) -> u64 {
-    meta.row_groups()[..row_group].iter().map(|rg| rg.num_rows() as u64).sum()
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -13,7 +13,7 @@ use parquet::arrow::arrow_reader::{
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
 
-use crate::error::{Error, Result};
+use crate::error::{guard, Error, Result, Work};
 use crate::io::PosFile;
 
 /// Parsed footers + offset indexes of recently read files (files are immutable: path and size identify one).
@@ -34,20 +34,22 @@ fn corrupt(path: &Path, e: impl std::fmt::Display) -> Error {
 
 fn metadata(path: &Path, file: &PosFile, size: u64) -> Result<ArrowReaderMetadata> {
     let key = (path.to_path_buf(), size);
-    if let Some(m) = cache().lock().ok().and_then(|c| c.0.get(&key).cloned()) {
+    // A panic elsewhere while the lock was held leaves the cache consistent: ignore the poison.
+    let lock = || cache().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(m) = lock().0.get(&key).cloned() {
         return Ok(m);
     }
     let options = ArrowReaderOptions::new()
         .with_offset_index_policy(PageIndexPolicy::Optional)
         .with_column_index_policy(PageIndexPolicy::Skip);
     let m = ArrowReaderMetadata::load(file, options).map_err(|e| corrupt(path, e))?;
-    if let Ok(mut c) = cache().lock() {
-        if c.0.insert(key.clone(), m.clone()).is_none() {
-            c.1.push_back(key);
-            while c.1.len() > CACHED_FILES {
-                if let Some(old) = c.1.pop_front() {
-                    c.0.remove(&old);
-                }
+    super::check_layout(m.metadata(), file.len(), &path.display().to_string())?;
+    let mut c = lock();
+    if c.0.insert(key.clone(), m.clone()).is_none() {
+        c.1.push_back(key);
+        while c.1.len() > CACHED_FILES {
+            if let Some(old) = c.1.pop_front() {
+                c.0.remove(&old);
             }
         }
     }
@@ -59,6 +61,11 @@ pub fn take(path: &Path, size: u64, offsets: &[u32], columns: &[String]) -> Resu
     if offsets.windows(2).any(|w| w[0] >= w[1]) {
         return Err(Error::InvalidArgument("offsets must be sorted and distinct".into()));
     }
+    // parquet's decoders can still panic on hostile footer or page bytes: that is this file's corruption.
+    guard(Work::Reads(&path.display().to_string()), || read_rows(path, size, offsets, columns))
+}
+
+fn read_rows(path: &Path, size: u64, offsets: &[u32], columns: &[String]) -> Result<RecordBatch> {
     let file = PosFile::open(path)?;
     if file.len() != size {
         return Err(corrupt(path, format!("the file has {} bytes, the manifest records {size}", file.len())));
@@ -70,7 +77,15 @@ pub fn take(path: &Path, size: u64, offsets: &[u32], columns: &[String]) -> Resu
         roots.push(schema.index_of(c).map_err(|_| Error::InvalidArgument(format!("{} has no column {c:?}", path.display())))?);
     }
     let md = meta.metadata();
-    let total: u64 = md.row_groups().iter().map(|g| g.num_rows() as u64).sum();
+    let mut ends = Vec::with_capacity(md.num_row_groups());
+    let mut total = 0u64;
+    for (i, g) in md.row_groups().iter().enumerate() {
+        total = u64::try_from(g.num_rows())
+            .ok()
+            .and_then(|n| total.checked_add(n))
+            .ok_or_else(|| corrupt(path, format!("row group {i} has {} rows", g.num_rows())))?;
+        ends.push(total);
+    }
     if let Some(last) = offsets.last() {
         if *last as u64 >= total {
             return Err(corrupt(path, format!("offset {last} is beyond its {total} rows")));
@@ -81,8 +96,7 @@ pub fn take(path: &Path, size: u64, offsets: &[u32], columns: &[String]) -> Resu
     let mut selectors = Vec::new();
     let mut start = 0u64;
     let mut i = 0;
-    for (gi, g) in md.row_groups().iter().enumerate() {
-        let end = start + g.num_rows() as u64;
+    for (gi, &end) in ends.iter().enumerate() {
         let mut cursor = start;
         let first = i;
         while i < offsets.len() && (offsets[i] as u64) < end {

@@ -217,7 +217,7 @@ mod tests {
         let path = dir.path().join("a.parquet");
         std::fs::write(&path, b"taken").unwrap();
         let b = batch(0, 10);
-        let err = write_file(&path, b.schema(), &[b.clone()], &WriteOptions::default()).unwrap_err();
+        let err = write_file(&path, b.schema(), std::slice::from_ref(&b), &WriteOptions::default()).unwrap_err();
         assert!(matches!(err, Error::Io { .. }), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), b"taken", "an existing file is never overwritten");
 

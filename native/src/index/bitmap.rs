@@ -32,7 +32,7 @@ pub struct Directory {
 
 impl Directory {
     pub(crate) fn decode(d: &mut Dec<'_, '_>) -> Result<Directory> {
-        let key_type = KeyType::from_u8(d.u8()?, "")?;
+        let key_type = KeyType::from_u8(d.u8()?, d.object())?;
         let n = d.count(24)?;
         let mut values = Vec::with_capacity(n);
         for _ in 0..n {
@@ -56,6 +56,16 @@ impl Directory {
         ids
     }
 
+    /// Decodes value `i`'s bitmap; it must hold the rows the directory records (a few hostile
+    /// bytes of run containers can describe billions of addresses).
+    fn checked_bitmap(&self, i: usize, bytes: &[u8], object: &str) -> Result<RoaringTreemap> {
+        let bitmap = decode_bitmap(bytes, object)?;
+        if bitmap.len() != self.values[i].rows {
+            return Err(corrupt(object, format!("bitmap block {i} holds {} rows, the directory says {}", bitmap.len(), self.values[i].rows)));
+        }
+        Ok(bitmap)
+    }
+
     pub fn blocks_for(&self, ranges: &[KeyRange]) -> Vec<(u32, BlockRef)> {
         self.matching(ranges).into_iter().map(|i| (i as u32, self.values[i].block)).collect()
     }
@@ -63,7 +73,7 @@ impl Directory {
     pub fn lookup<'b>(&self, ranges: &[KeyRange], get: impl Fn(u32) -> Result<&'b [u8]>, object: &str) -> Result<Vec<u64>> {
         let mut acc = RoaringTreemap::new();
         for i in self.matching(ranges) {
-            acc |= decode_bitmap(get(i as u32)?, object)?;
+            acc |= self.checked_bitmap(i, get(i as u32)?, object)?;
         }
         Ok(acc.iter().collect())
     }
@@ -173,7 +183,7 @@ pub(crate) fn merge(inputs: &[(SegmentReader, &[u8])], options: &BuildOptions) -
         key_type = Some(dir.key_type);
         ordinals = ordinals.max(reader.ordinals);
         for (i, v) in dir.values.iter().enumerate() {
-            *by_key.entry(v.key.clone()).or_default() |= decode_bitmap(reader.stored_block(bytes, i as u32)?, &reader.object)?;
+            *by_key.entry(v.key.clone()).or_default() |= dir.checked_bitmap(i, reader.stored_block(bytes, i as u32)?, &reader.object)?;
         }
         if by_key.len() > options.max_bitmap_values {
             return Err(too_many(by_key.len(), options));

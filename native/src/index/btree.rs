@@ -43,7 +43,7 @@ pub(crate) fn encode_key(e: &mut Enc, key: &Key) {
 
 impl Directory {
     pub(crate) fn decode(d: &mut Dec<'_, '_>) -> Result<Directory> {
-        let key_type = KeyType::from_u8(d.u8()?, "")?;
+        let key_type = KeyType::from_u8(d.u8()?, d.object())?;
         let n = d.count(24)?;
         let mut pages = Vec::with_capacity(n);
         for _ in 0..n {

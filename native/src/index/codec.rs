@@ -65,6 +65,11 @@ impl<'a, 'o> Dec<'a, 'o> {
         Dec { buf, pos: 0, object }
     }
 
+    /// The object being decoded (for errors).
+    pub fn object(&self) -> &'o str {
+        self.object
+    }
+
     pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self.pos.checked_add(n).filter(|e| *e <= self.buf.len()).ok_or_else(|| {
             corrupt(self.object, format!("needs {n} bytes at {} of a {}-byte record (truncated)", self.pos, self.buf.len()))

@@ -113,7 +113,7 @@ impl Directory {
         let mut terms = Vec::with_capacity(nt);
         for _ in 0..nt {
             let raw = d.bytes()?;
-            let term = std::str::from_utf8(raw).map_err(|_| corrupt("", "a term is not UTF-8"))?.to_string();
+            let term = std::str::from_utf8(raw).map_err(|_| corrupt(d.object(), "a term is not UTF-8"))?.to_string();
             terms.push(Term { term, df: d.u32()?, block: d.block()? });
         }
         Ok(Directory { docs, total_len, analyzer: Analyzer { stem, max_token_len }, fragments, terms })
@@ -432,6 +432,12 @@ impl DocLengths {
                 .get(f.block as usize)
                 .filter(|s| s.ordinal == f.ordinal)
                 .ok_or_else(|| Error::InvalidArgument(format!("block {} of {object} is not the lengths of ordinal {}", f.block, f.ordinal)))?;
+            // The directory's row count is only trusted once the block holding one length per row
+            // was supplied and checked: it bounds what is allocated below.
+            reader.check_block(f.block, f.lengths)?;
+            if f.lengths.len() as u64 != u64::from(stats.rows) * 4 {
+                return Err(corrupt(object, format!("a length block of {} bytes for {} rows", f.lengths.len(), stats.rows)));
+            }
             spans.push(Span { base: f.fragment_id << 32, ordinal: f.ordinal, start: rows, rows: stats.rows });
             rows = rows
                 .checked_add(stats.rows)
@@ -441,12 +447,8 @@ impl DocLengths {
         let mut lengths = Vec::with_capacity(rows as usize);
         let mut deleted = false;
         for (f, span) in served.iter().zip(&spans) {
-            reader.check_block(f.block, f.lengths)?;
             let start = lengths.len();
             let n = span.rows as usize;
-            if f.lengths.len() != n * 4 {
-                return Err(corrupt(object, format!("a length block of {} bytes for {n} rows", f.lengths.len())));
-            }
             lengths.extend(f.lengths.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])));
             for &off in f.deleted {
                 let slot = lengths[start..]
@@ -555,6 +557,11 @@ pub struct SegmentQuery<B> {
 }
 
 impl<B: AsRef<[u8]>> SegmentQuery<B> {
+    /// The segment this query reads (for errors).
+    pub fn object(&self) -> &str {
+        &self.docs.object
+    }
+
     /// Phase 1: `postings` are the fetched posting blocks `(id, bytes)` of (at
     /// least) the query terms the segment has.
     pub fn prepare(reader: &SegmentReader, docs: std::sync::Arc<DocLengths>, terms: &[String], postings: Vec<(u32, B)>) -> Result<Self> {
@@ -727,7 +734,7 @@ const SCRATCH_MAX_DOCS: usize = 1 << 23;
 
 impl Scratch {
     fn take(docs: usize) -> Scratch {
-        let reused = SCRATCH.lock().ok().and_then(|mut v| v.pop());
+        let reused = SCRATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
         let mut s = reused.unwrap_or(Scratch { scores: Vec::new(), touched: Vec::new() });
         if s.scores.len() < docs {
             s.scores.resize(docs, 0.0);
@@ -738,10 +745,9 @@ impl Scratch {
 
     fn give_back(self) {
         if self.scores.len() <= SCRATCH_MAX_DOCS {
-            if let Ok(mut v) = SCRATCH.lock() {
-                if v.len() < SCRATCH_KEEP {
-                    v.push(self);
-                }
+            let mut v = SCRATCH.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if v.len() < SCRATCH_KEEP {
+                v.push(self);
             }
         }
     }

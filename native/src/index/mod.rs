@@ -22,6 +22,8 @@ mod codec;
 pub mod fts;
 pub mod keys;
 #[cfg(test)]
+mod corrupt_tests;
+#[cfg(test)]
 mod tests;
 
 use std::path::Path;
@@ -140,7 +142,7 @@ pub fn parse_footer(tail: &[u8], file_len: u64, object: &str) -> Result<Footer> 
     if version != FORMAT_VERSION {
         return Err(corrupt(object, format!("index format version {version}; this build reads version {FORMAT_VERSION}: upgrade Lamina")));
     }
-    if dir_offset.checked_add(dir_len).is_none_or(|end| end + FOOTER_LEN as u64 != file_len) {
+    if dir_offset.checked_add(dir_len).and_then(|end| end.checked_add(FOOTER_LEN as u64)) != Some(file_len) {
         return Err(corrupt(object, format!("directory at {dir_offset}+{dir_len} does not end at the footer of a {file_len}-byte file")));
     }
     Ok(Footer { dir_offset, dir_len, dir_crc, kind })

@@ -9,9 +9,9 @@ use arrow::pyarrow::PyArrowType;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::without_gil;
+use super::run;
 use crate::copy::{rewrite, Action, Source};
-use crate::error::Error;
+use crate::error::{Error, Work};
 use crate::file::writer::WriteOptions;
 
 /// Builds one output file from source row groups.
@@ -50,7 +50,9 @@ pub(crate) fn rewrite_data_file<'py>(
         .collect::<Result<Vec<_>, _>>()?;
     let options = WriteOptions { row_group_rows, row_group_bytes, zstd_level, extra_metadata: vec![] };
     let schema = Arc::new(schema.0);
-    let (written, stats) = without_gil(py, || rewrite(&srcs, &actions, schema, &output, &options))?;
+    let names: Vec<String> = srcs.iter().map(|s| s.path.display().to_string()).collect();
+    let object = format!("a source of {} ({})", output.display(), names.join(", "));
+    let (written, stats) = run(py, Work::Reads(&object), || rewrite(&srcs, &actions, schema, &output, &options))?;
     let out = super::file::written_dict(py, &written)?;
     out.set_item("row_groups_copied", stats.row_groups_copied)?;
     out.set_item("row_groups_encoded", stats.row_groups_encoded)?;

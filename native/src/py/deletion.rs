@@ -6,9 +6,9 @@ use arrow::pyarrow::PyArrowType;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::without_gil;
+use super::run;
 use crate::deletion::{decode_offsets, encode};
-use crate::error::Error;
+use crate::error::{Error, Work};
 
 /// Encodes a pyarrow uint32 array of row offsets as a portable roaring bitmap.
 #[pyfunction]
@@ -20,13 +20,15 @@ pub(crate) fn encode_deletions<'py>(py: Python<'py>, offsets: PyArrowType<ArrayD
     if array.null_count() > 0 {
         return Err(Error::InvalidArgument("deletion offsets must not contain nulls".into()).into());
     }
-    let bytes = without_gil(py, || encode(array.values().iter().copied()));
+    let bytes = run(py, Work::Makes("deletion offsets"), || Ok(encode(array.values().iter().copied())))?;
     Ok(PyBytes::new(py, &bytes))
 }
 
 /// Decodes a deletion file into a sorted pyarrow uint32 array; `object` names it in errors.
+/// With `rows` (the fragment's row count), an offset at or beyond it is CorruptFile.
 #[pyfunction]
-pub(crate) fn decode_deletions(py: Python<'_>, data: &[u8], object: &str) -> PyResult<PyArrowType<ArrayData>> {
-    let offsets = without_gil(py, || decode_offsets(data, object))?;
+#[pyo3(signature = (data, object, rows=None))]
+pub(crate) fn decode_deletions(py: Python<'_>, data: &[u8], object: &str, rows: Option<u64>) -> PyResult<PyArrowType<ArrayData>> {
+    let offsets = run(py, Work::Reads(object), || decode_offsets(data, object, rows))?;
     Ok(PyArrowType(UInt32Array::from(offsets).into_data()))
 }

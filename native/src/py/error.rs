@@ -11,7 +11,7 @@ impl From<Error> for PyErr {
             Error::Corrupt { .. } => "CorruptFile",
             Error::InvalidArgument(_) => "InvalidArgument",
             Error::Io { .. } => "StorageError",
-            Error::Parquet { .. } => "LaminaError",
+            Error::Parquet { .. } | Error::Internal { .. } => "LaminaError",
         };
         let message = err.to_string();
         Python::attach(|py| {

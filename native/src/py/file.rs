@@ -10,7 +10,8 @@ use arrow::record_batch::RecordBatch;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::without_gil;
+use super::run;
+use crate::error::Work;
 use crate::file::writer::{write_file, WriteOptions, WrittenFile};
 
 /// Writes one Parquet data file; returns {rows, file_bytes, row_groups: [(rows, bytes)], file_version}.
@@ -30,7 +31,8 @@ pub(crate) fn write_data_file<'py>(
     let options = WriteOptions { row_group_rows, row_group_bytes, zstd_level, extra_metadata: metadata };
     let schema = Arc::new(schema.0);
     let batches = batches.0;
-    let written = without_gil(py, || write_file(&path, schema, &batches, &options))?;
+    let shown = path.display().to_string();
+    let written = run(py, Work::Makes(&shown), || write_file(&path, schema, &batches, &options))?;
     written_dict(py, &written)
 }
 
@@ -58,6 +60,7 @@ pub(crate) fn take_local_rows(
         return Err(crate::error::Error::InvalidArgument("offsets must be uint32 without nulls".into()).into());
     }
     let offsets = UInt32Array::from(offsets.0);
-    let batch = without_gil(py, || crate::file::take::take(&path, size, offsets.values(), &columns))?;
+    let shown = path.display().to_string();
+    let batch = run(py, Work::Reads(&shown), || crate::file::take::take(&path, size, offsets.values(), &columns))?;
     Ok(PyArrowType(batch))
 }

@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 
-use super::without_gil;
-use crate::error::Error;
+use super::run;
+use crate::error::{Error, Work};
 use crate::index::fts::{self, Analyzer, DocLengths, SegmentQuery, ServedFragment, TermPostings};
 use crate::index::keys::{encode_f64, encode_i64, KeyType};
 use crate::index::{self, BuildOptions, Built, Footer, Key, KeyColumn, KeyRange, Kind, SegmentReader};
@@ -50,7 +50,8 @@ pub(crate) fn build_index_segment<'py>(
     let opts = options(page_entries, max_bitmap_values, stem, max_token_len);
     let columns: Vec<(u32, KeyColumn)> =
         inputs.into_iter().map(|(o, a)| Ok((o, KeyColumn::new(make_array(a.0))?))).collect::<Result<_, Error>>()?;
-    let built = without_gil(py, || -> Result<Built, Error> {
+    let shown = path.as_ref().map_or_else(|| format!("a {} index segment", kind.name()), |p| p.display().to_string());
+    let built = run(py, Work::Makes(&shown), || -> Result<Built, Error> {
         let built = index::build(kind, columns, &opts)?;
         if let Some(p) = &path {
             index::write_segment_file(p, &built.bytes)?;
@@ -76,7 +77,9 @@ pub(crate) fn merge_index_segments<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let kind = Kind::parse(kind)?;
     let opts = options(page_entries, max_bitmap_values, stem, max_token_len);
-    let built = without_gil(py, || -> Result<Built, Error> {
+    let names: Vec<&str> = inputs.iter().map(|(_, name)| name.as_str()).collect();
+    let object = format!("a segment merged into {} ({})", output.display(), names.join(", "));
+    let built = run(py, Work::Reads(&object), || -> Result<Built, Error> {
         let mut data = Vec::with_capacity(inputs.len());
         for (path, name) in &inputs {
             data.push((std::fs::read(path).map_err(|e| Error::io(path.display().to_string(), e))?, name.clone()));
@@ -91,23 +94,23 @@ pub(crate) fn merge_index_segments<'py>(
 
 /// `(dir_offset, dir_len)` from the last bytes of a segment of `file_len` bytes.
 #[pyfunction]
-pub(crate) fn index_directory_range(tail: &[u8], file_len: u64, object: &str) -> PyResult<(u64, u64)> {
-    let f = index::parse_footer(tail, file_len, object)?;
+pub(crate) fn index_directory_range(py: Python<'_>, tail: &[u8], file_len: u64, object: &str) -> PyResult<(u64, u64)> {
+    let f = run(py, Work::Reads(object), || index::parse_footer(tail, file_len, object))?;
     Ok((f.dir_offset, f.dir_len))
 }
 
 /// Query terms of `text` under an analyzer (distinct, in order).
 #[pyfunction]
 #[pyo3(signature = (text, *, stem=false, max_token_len=64))]
-pub(crate) fn analyze_text(text: &str, stem: bool, max_token_len: usize) -> Vec<String> {
-    Analyzer { stem, max_token_len }.query_terms(text)
+pub(crate) fn analyze_text(py: Python<'_>, text: &str, stem: bool, max_token_len: usize) -> PyResult<Vec<String>> {
+    run(py, Work::Makes("text analysis"), || Ok(Analyzer { stem, max_token_len }.query_terms(text)))
 }
 
 /// Every token of `text` (repeats kept): what the index counts.
 #[pyfunction]
 #[pyo3(signature = (text, *, stem=false, max_token_len=64))]
-pub(crate) fn tokenize_text(text: &str, stem: bool, max_token_len: usize) -> Vec<String> {
-    Analyzer { stem, max_token_len }.tokenize(text)
+pub(crate) fn tokenize_text(py: Python<'_>, text: &str, stem: bool, max_token_len: usize) -> PyResult<Vec<String>> {
+    run(py, Work::Makes("text analysis"), || Ok(Analyzer { stem, max_token_len }.tokenize(text)))
 }
 
 fn u64_array(a: ArrayData, what: &str) -> Result<UInt64Array, Error> {
@@ -137,7 +140,7 @@ pub(crate) fn bm25_top_k(
         .into_iter()
         .map(|(a, t, l)| Ok((u64_array(a.0, "addresses")?, u32_array(t.0, "frequencies")?, u32_array(l.0, "lengths")?)))
         .collect::<Result<_, Error>>()?;
-    let top = without_gil(py, || {
+    let top = run(py, Work::Makes("BM25 scoring"), || {
         let postings: Vec<TermPostings<'_>> = arrays
             .iter()
             .map(|(a, t, l)| TermPostings { addrs: a.values(), tfs: t.values(), lengths: l.values() })
@@ -205,7 +208,7 @@ impl TextQuery {
     /// The best `k` here by BM25 under the global `docs`, `avgdl` and per-term `dfs`:
     /// (row addresses uint64, scores float64), best first, ties by smaller address.
     fn top_k(&self, py: Python<'_>, docs: u64, avgdl: f64, dfs: Vec<u64>, k: usize) -> PyResult<(PyArrowType<ArrayData>, PyArrowType<ArrayData>)> {
-        let top = without_gil(py, || self.query.top_k(docs, avgdl, &dfs, k))?;
+        let top = run(py, Work::Reads(self.query.object()), || self.query.top_k(docs, avgdl, &dfs, k))?;
         Ok(top_arrays(&top))
     }
 }
@@ -269,8 +272,10 @@ impl IndexSegment {
     /// `footer` is the segment's last 32 bytes, `directory` the range they name.
     #[new]
     fn new(py: Python<'_>, footer: &[u8], directory: &[u8], file_len: u64, object: String) -> PyResult<Self> {
-        let f: Footer = index::parse_footer(footer, file_len, &object)?;
-        let reader = without_gil(py, || SegmentReader::open(&f, directory, &object))?;
+        let reader = run(py, Work::Reads(&object), || {
+            let f: Footer = index::parse_footer(footer, file_len, &object)?;
+            SegmentReader::open(&f, directory, &object)
+        })?;
         Ok(IndexSegment { reader })
     }
 
@@ -295,9 +300,10 @@ impl IndexSegment {
     }
 
     /// (id, offset, length) of the blocks a range query reads; ranges are (lo, lo_inclusive, hi, hi_inclusive).
-    fn blocks_for_ranges(&self, ranges: Vec<PyRange<'_>>) -> PyResult<Vec<(u32, u64, u32)>> {
+    fn blocks_for_ranges(&self, py: Python<'_>, ranges: Vec<PyRange<'_>>) -> PyResult<Vec<(u32, u64, u32)>> {
         let ranges = self.ranges(ranges)?;
-        Ok(self.block_list(self.reader.blocks_for_ranges(&ranges)?))
+        let blocks = run(py, Work::Reads(&self.reader.object), || self.reader.blocks_for_ranges(&ranges))?;
+        Ok(self.block_list(blocks))
     }
 
     /// Sorted local addresses matching any range, from the fetched blocks [(id, bytes)].
@@ -308,7 +314,7 @@ impl IndexSegment {
         blocks: Vec<(u32, Vec<u8>)>,
     ) -> PyResult<PyArrowType<ArrayData>> {
         let ranges = self.ranges(ranges)?;
-        let addrs = without_gil(py, || {
+        let addrs = run(py, Work::Reads(&self.reader.object), || {
             let refs: Vec<(u32, &[u8])> = blocks.iter().map(|(i, b)| (*i, b.as_slice())).collect();
             self.reader.lookup(&ranges, &refs)
         })?;
@@ -323,16 +329,18 @@ impl IndexSegment {
     }
 
     /// (term, id, offset, length) of the posting blocks of the terms this segment has.
-    fn term_blocks(&self, terms: Vec<String>) -> PyResult<Vec<(String, u32, u64, u32)>> {
-        let dir = self.reader.fts()?;
-        Ok(terms
-            .into_iter()
-            .filter_map(|t| {
-                let id = dir.term_block(&t)?;
-                let b = dir.block(id)?;
-                Some((t, id, b.offset, b.len))
-            })
-            .collect())
+    fn term_blocks(&self, py: Python<'_>, terms: Vec<String>) -> PyResult<Vec<(String, u32, u64, u32)>> {
+        run(py, Work::Reads(&self.reader.object), || {
+            let dir = self.reader.fts()?;
+            Ok(terms
+                .into_iter()
+                .filter_map(|t| {
+                    let id = dir.term_block(&t)?;
+                    let b = dir.block(id)?;
+                    Some((t, id, b.offset, b.len))
+                })
+                .collect())
+        })
     }
 
     /// (ordinal, rows, docs, total_len, id, offset, length) per fragment of a full-text segment.
@@ -347,16 +355,20 @@ impl IndexSegment {
     }
 
     /// Decodes a posting block: (local addresses uint64, term frequencies uint32).
-    fn postings(&self, id: u32, data: &[u8]) -> PyResult<(PyArrowType<ArrayData>, PyArrowType<ArrayData>)> {
-        self.reader.check_block(id, data)?;
-        let (a, t) = fts::decode_postings(data, &self.reader.object)?;
+    fn postings(&self, py: Python<'_>, id: u32, data: &[u8]) -> PyResult<(PyArrowType<ArrayData>, PyArrowType<ArrayData>)> {
+        let (a, t) = run(py, Work::Reads(&self.reader.object), || {
+            self.reader.check_block(id, data)?;
+            fts::decode_postings(data, &self.reader.object)
+        })?;
         Ok((PyArrowType(UInt64Array::from(a).into_data()), PyArrowType(UInt32Array::from(t).into_data())))
     }
 
     /// Decodes a fragment's length block (tokens per row; 4294967295 for nulls).
-    fn lengths(&self, id: u32, rows: u32, data: &[u8]) -> PyResult<PyArrowType<ArrayData>> {
-        self.reader.check_block(id, data)?;
-        let l = fts::decode_lengths(data, rows, &self.reader.object)?;
+    fn lengths(&self, py: Python<'_>, id: u32, rows: u32, data: &[u8]) -> PyResult<PyArrowType<ArrayData>> {
+        let l = run(py, Work::Reads(&self.reader.object), || {
+            self.reader.check_block(id, data)?;
+            fts::decode_lengths(data, rows, &self.reader.object)
+        })?;
         Ok(PyArrowType(UInt32Array::from(l).into_data()))
     }
 
@@ -368,7 +380,7 @@ impl IndexSegment {
             .iter()
             .map(|f| f.4.as_ref().map(|a| u32_array(a.0.clone(), "deleted offsets")).transpose())
             .collect::<Result<_, Error>>()?;
-        let docs = without_gil(py, || {
+        let docs = run(py, Work::Reads(&self.reader.object), || {
             let served: Vec<ServedFragment<'_>> = fragments
                 .iter()
                 .zip(&deleted)
@@ -391,7 +403,7 @@ impl IndexSegment {
     /// segment's [`Self::text_docs`].
     fn text_query(&self, py: Python<'_>, terms: Vec<String>, postings: Vec<(u32, PyBackedBytes)>, docs: &Bound<'_, TextDocs>) -> PyResult<TextQuery> {
         let docs = docs.get().docs.clone();
-        let query = without_gil(py, || SegmentQuery::prepare(&self.reader, docs, &terms, postings))?;
+        let query = run(py, Work::Reads(&self.reader.object), || SegmentQuery::prepare(&self.reader, docs, &terms, postings))?;
         Ok(TextQuery { query })
     }
 }

@@ -15,9 +15,12 @@ use arrow::pyarrow::PyArrowType;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use super::without_gil;
-use crate::error::{Error, Result};
+use super::run;
+use crate::error::{guard, Error, Result, Work};
 use crate::memtable::{self, Key, KeyKind, Lookup};
+
+/// What a memtable call works on, for an error if it fails unexpectedly.
+const MEMTABLE: Work<'static> = Work::Makes("memtable");
 
 /// Probe states, as `probe` and `get_many` report them.
 const ABSENT: u8 = 0;
@@ -162,10 +165,10 @@ impl MemTable {
     }
 
     /// One write under the writer lock, waiting for it without the GIL if it is taken.
-    fn write_one(&self, py: Python<'_>, key: Key<'_>, value: Option<&[u8]>) -> Result<u64> {
+    fn write_one(&self, py: Python<'_>, key: Key<'_>, value: Option<&[u8]>) -> PyResult<u64> {
         match self.inner.try_writer() {
-            Some(mut w) => w.apply(key, value),
-            None => without_gil(py, || self.inner.writer().apply(key, value)),
+            Some(mut w) => Ok(guard(MEMTABLE, || w.apply(key, value))?),
+            None => run(py, MEMTABLE, || self.inner.writer().apply(key, value)),
         }
     }
 }
@@ -185,12 +188,12 @@ impl MemTable {
 
     /// Puts one value; returns its sequence number.
     fn put(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &[u8]) -> PyResult<u64> {
-        Ok(self.write_one(py, self.key(key)?, Some(value))?)
+        self.write_one(py, self.key(key)?, Some(value))
     }
 
     /// Deletes a key (adds a tombstone); returns its sequence number.
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<u64> {
-        Ok(self.write_one(py, self.key(key)?, None)?)
+        self.write_one(py, self.key(key)?, None)
     }
 
     /// Puts `values[i]` under `keys[i]` in order (a null value deletes); returns the last sequence.
@@ -199,7 +202,7 @@ impl MemTable {
         let kind = self.inner.kind();
         let keys = KeyColumn::new(kind, keys.0)?;
         let values = value_column(values.0, keys.len())?;
-        let seq = without_gil(py, || -> Result<u64> {
+        let seq = run(py, MEMTABLE, || -> Result<u64> {
             let rows = (0..keys.len())
                 .map(|i| Ok((keys.key(kind, i)?, (!values.is_null(i)).then(|| bytes_at(&values, i)))))
                 .collect::<Result<Vec<_>>>()?;
@@ -211,12 +214,14 @@ impl MemTable {
 
     /// The newest value of `key`, or None if it is absent or deleted.
     fn get<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        Ok(self.inner.get(self.key(key)?)?.value().map(|v| PyBytes::new(py, v)))
+        let key = self.key(key)?;
+        Ok(guard(MEMTABLE, || self.inner.get(key))?.value().map(|v| PyBytes::new(py, v)))
     }
 
     /// (state, value): state 0 absent, 1 live (with its value), 2 deleted.
     fn probe<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<(u8, Option<Bound<'py, PyBytes>>)> {
-        let found = self.inner.get(self.key(key)?)?;
+        let key = self.key(key)?;
+        let found = guard(MEMTABLE, || self.inner.get(key))?;
         Ok((state(&found), found.value().map(|v| PyBytes::new(py, v))))
     }
 
@@ -224,7 +229,7 @@ impl MemTable {
     fn get_many(&self, py: Python<'_>, keys: PyArrowType<ArrayData>) -> PyResult<(PyArrowType<ArrayData>, PyArrowType<ArrayData>)> {
         let kind = self.inner.kind();
         let keys = KeyColumn::new(kind, keys.0)?;
-        let (states, values) = without_gil(py, || -> Result<_> {
+        let (states, values) = run(py, MEMTABLE, || -> Result<_> {
             let found = (0..keys.len()).map(|i| self.inner.get(keys.key(kind, i)?)).collect::<Result<Vec<Lookup<'_>>>>()?;
             let states = UInt8Array::from(found.iter().map(state).collect::<Vec<u8>>()).into_data();
             Ok((states, binary_array(found.iter().map(|l| l.value()))))
@@ -234,8 +239,8 @@ impl MemTable {
 
     /// (keys, values) of the newest entry of every key, in key order, as of this call;
     /// values are null for deleted keys. Keys are int64, uint64 or binary.
-    fn newest(&self, py: Python<'_>) -> (PyArrowType<ArrayData>, PyArrowType<ArrayData>) {
-        let (keys, values) = without_gil(py, || {
+    fn newest(&self, py: Python<'_>) -> PyResult<(PyArrowType<ArrayData>, PyArrowType<ArrayData>)> {
+        let (keys, values) = run(py, MEMTABLE, || {
             let entries: Vec<memtable::Entry<'_>> = self.inner.newest().collect();
             let keys = match self.inner.kind() {
                 KeyKind::Int64 => {
@@ -248,9 +253,9 @@ impl MemTable {
                 }
                 KeyKind::Bytes => binary_array(entries.iter().map(|e| if let Key::Bytes(b) = e.key { Some(b) } else { None })),
             };
-            (keys, binary_array(entries.iter().map(|e| e.value)))
-        });
-        (PyArrowType(keys), PyArrowType(values))
+            Ok((keys, binary_array(entries.iter().map(|e| e.value))))
+        })?;
+        Ok((PyArrowType(keys), PyArrowType(values)))
     }
 
     /// Entries (every put and delete, all versions).

@@ -1,9 +1,13 @@
 //! The `lamina._native` module: argument conversion only, no logic.
 //!
-//! Every call that touches more than a few bytes runs inside [`without_gil`],
-//! the one place the GIL is released.
+//! Every entry point runs its work through [`run`] (the one place the GIL is
+//! released) or, for per-key hot paths that keep the GIL, [`crate::error::guard`]
+//! directly: both turn a panic into an error naming the object (CorruptFile when
+//! stored bytes were being read), so Python never sees a `PanicException`.
 
 use pyo3::prelude::*;
+
+use crate::error::{guard, Work};
 
 mod copy;
 mod deletion;
@@ -13,9 +17,10 @@ mod index;
 mod memtable;
 mod wal;
 
-/// Runs `f` with the GIL released; native work must never hold it.
-pub(crate) fn without_gil<T: Send, F: Send + FnOnce() -> T>(py: Python<'_>, f: F) -> T {
-    py.detach(f)
+/// Runs `f` with the GIL released (native work must never hold it), a panic in it
+/// becoming an error naming what `work` names.
+pub(crate) fn run<T: Send, F: Send + FnOnce() -> crate::Result<T>>(py: Python<'_>, work: Work<'_>, f: F) -> PyResult<T> {
+    Ok(py.detach(|| guard(work, f))?)
 }
 
 #[pymodule]

@@ -9,14 +9,14 @@ use arrow::record_batch::RecordBatch;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::without_gil;
-use crate::error::Error;
+use super::run;
+use crate::error::{Error, Work};
 use crate::wal;
 
 /// InvalidArgument naming the first column the WAL cannot carry.
 #[pyfunction]
-pub(crate) fn wal_check_schema(schema: PyArrowType<Schema>) -> PyResult<()> {
-    Ok(wal::check_schema(&schema.0)?)
+pub(crate) fn wal_check_schema(py: Python<'_>, schema: PyArrowType<Schema>) -> PyResult<()> {
+    run(py, Work::Makes("a WAL schema check"), || wal::check_schema(&schema.0))
 }
 
 /// Encodes a batch row-first: (bytes, end offset of each row). `deletes` marks key-only delete rows.
@@ -34,7 +34,7 @@ pub(crate) fn wal_encode<'py>(
         None => None,
     };
     let batch = batch.0;
-    let (bytes, ends) = without_gil(py, || wal::encode(&batch, deletes.as_ref(), &key_columns))?;
+    let (bytes, ends) = run(py, Work::Makes("WAL rows"), || wal::encode(&batch, deletes.as_ref(), &key_columns))?;
     Ok((PyBytes::new(py, &bytes), PyArrowType(UInt64Array::from(ends).into_data())))
 }
 
@@ -47,7 +47,7 @@ pub(crate) fn wal_decode(
     object: &str,
 ) -> PyResult<(PyArrowType<RecordBatch>, PyArrowType<ArrayData>)> {
     let schema = Arc::new(schema.0);
-    let decoded = without_gil(py, || wal::decode(rows, schema, object))?;
+    let decoded = run(py, Work::Reads(object), || wal::decode(rows, schema, object))?;
     let deletes: UInt8Array = decoded.deletes.iter().map(|d| *d as u8).collect::<Vec<_>>().into();
     Ok((PyArrowType(decoded.batch), PyArrowType(deletes.into_data())))
 }
@@ -62,7 +62,7 @@ pub(crate) fn wal_decode_values(
 ) -> PyResult<PyArrowType<RecordBatch>> {
     let values = make_array(values.0);
     let schema = Arc::new(schema.0);
-    let batch = without_gil(py, || -> Result<RecordBatch, Error> {
+    let batch = run(py, Work::Reads(object), || -> Result<RecordBatch, Error> {
         let mut rows = Vec::new();
         match values.data_type() {
             DataType::Binary => values.as_binary::<i32>().iter().flatten().for_each(|v| rows.extend_from_slice(v)),
@@ -84,6 +84,6 @@ pub(crate) fn wal_split(
     object: &str,
 ) -> PyResult<(PyArrowType<ArrayData>, PyArrowType<ArrayData>, PyArrowType<ArrayData>)> {
     let schema = Arc::new(schema.0);
-    let (keys, values, deletes) = without_gil(py, || wal::split(rows, schema, key_column, object))?;
+    let (keys, values, deletes) = run(py, Work::Reads(object), || wal::split(rows, schema, key_column, object))?;
     Ok((PyArrowType(keys.to_data()), PyArrowType(values.into_data()), PyArrowType(deletes.into_data())))
 }

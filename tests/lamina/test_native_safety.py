@@ -1,0 +1,116 @@
+"""Corrupt stored bytes reach the native readers as CorruptFile, never as a pyo3 PanicException.
+
+Issue 16, defect 8: corrupt data files reached the native reader through ``take()``,
+index-served reads and compaction and ended in ``PanicException`` (a BaseException that
+``except Exception`` does not catch) or in allocations sized by a corrupt length field. The
+exhaustive corpus (every reader, truncations, bit flips, bounded fuzzing) is the cargo test
+suite (``native/src/corrupt_tests.rs``, ``native/src/index/corrupt_tests.rs``); these tests
+check the same through the Python entry points.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+
+import lamina
+from lamina import _native
+from lamina.errors import CorruptFile, LaminaError
+from planner import CompactionOptions, plan_compaction
+from tests.lamina.helpers import SCHEMA, rows
+from workers.compaction import GroupCompactor, GroupTask
+
+
+def first_page_offset_moved_before_its_chunk(data: bytes) -> bytes:
+    """The data file with the offset index of its first column chunk pointing before the chunk.
+
+    The first chunk starts at byte 4 (after the magic); its offset index is encoded as
+    ``19 1c 16 08 ...`` (field 1: a list of one PageLocation, whose i64 offset 4 is the zigzag
+    varint 08). Clearing that bit moves the page to offset 0: parquet's page reader then
+    subtracts the chunk start from it (an overflow, a panic in checked builds).
+    """
+    at = data.rfind(b"\x19\x1c\x16\x08")
+    assert at > 0, "the first chunk's offset index was not found"
+    out = bytearray(data)
+    out[at + 3] = 0x00
+    return bytes(out)
+
+
+def one_fragment_table(uri: str) -> lamina.Table:
+    t = lamina.create_table(uri, SCHEMA)
+    t.append(rows(0, 3000), row_group_rows=1000)
+    return t
+
+
+def test_hostile_page_offsets_reach_take_and_indexed_reads_as_corrupt_file(tmp_path):
+    t = one_fragment_table(str(tmp_path / "t"))
+    t.create_index("id", "btree")
+    frag = t.manifest.fragments[0]
+    path = t.store.local_path(frag.path)
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(first_page_offset_moved_before_its_chunk(data))
+    t = lamina.open_table(str(tmp_path / "t"))
+    with pytest.raises(CorruptFile, match=frag.path.split("/")[-1]):
+        t.take([5, 1500])
+    with pytest.raises(CorruptFile, match=frag.path.split("/")[-1]):
+        t.to_arrow(filter="id = 5")  # served by the btree, then a point read of the data file
+
+
+def test_corrupt_sources_fail_their_compaction_group_with_corrupt_file(tmp_path):
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    t.append(rows(0, 3000), row_group_rows=1000)
+    t.append(rows(3000, 500), row_group_rows=1000)
+    options = CompactionOptions(target_rows_per_fragment=100_000, min_row_group_bytes=16 * 1024)
+    plan = plan_compaction(t.manifest, options, t.uri)
+    assert [g.mode for g in plan.groups] == ["hybrid"]
+    frags = t.manifest.fragment_map()
+    task = GroupTask(t.uri, None, plan.groups[0], tuple(frags[i] for i in plan.groups[0].fragment_ids), t.schema,
+                     t.write_options, options, False)
+    victim = t.store.local_path(task.fragments[0].path)
+    with open(victim, "rb") as f:
+        valid = f.read()
+    rng = random.Random(16)
+    variants = [("page offset before its chunk", first_page_offset_moved_before_its_chunk(valid))]
+    variants += [(f"truncated to {n}", valid[:n]) for n in range(0, len(valid), max(1, len(valid) // 25))]
+    for _ in range(60):  # flips where the footer, page indexes and last pages are
+        pos = len(valid) - 1 - rng.randrange(min(len(valid), 6000))
+        flipped = bytearray(valid)
+        flipped[pos] ^= 1 << rng.randrange(8)
+        variants.append((f"bit flip at {pos}", bytes(flipped)))
+    corrupt = 0
+    for how, variant in variants:
+        with open(victim, "wb") as f:
+            f.write(variant)
+        r = GroupCompactor().run(task)  # a PanicException would escape here: it is not an Exception
+        if not r.ok:
+            assert r.error.startswith("CorruptFile") and task.fragments[0].path in r.error, (how, r.error)
+            corrupt += 1
+        elif how.startswith(("page offset", "truncated")):
+            pytest.fail(f"{how}: compacted without an error")
+    assert corrupt >= 25
+
+
+def test_native_entry_points_name_the_object_in_lamina_errors(tmp_path):
+    with pytest.raises(CorruptFile, match="_deletions/d.bin"):
+        _native.decode_deletions(b"\x00garbage", "_deletions/d.bin")
+    bitmap = _native.encode_deletions(pa.array([1, 5, 9], pa.uint32()))
+    assert _native.decode_deletions(bitmap, "_deletions/d.bin", rows=10).to_pylist() == [1, 5, 9]
+    with pytest.raises(CorruptFile, match="offset 9 of a fragment of 9 rows"):
+        _native.decode_deletions(bitmap, "_deletions/d.bin", rows=9)
+    with pytest.raises(CorruptFile, match="_wal/0001"):
+        _native.wal_decode(b"\x05\x00\x00", pa.schema([("k", pa.int64())]), "_wal/0001")
+    with pytest.raises(CorruptFile, match="_indices/i.idx"):
+        _native.index_directory_range(b"x" * 40, 40, "_indices/i.idx")
+    with pytest.raises(CorruptFile, match="_indices/i.idx"):
+        _native.IndexSegment(b"x" * 32, b"", 32, "_indices/i.idx")
+    garbage = tmp_path / "g.parquet"
+    garbage.write_bytes(b"PAR1" + b"\xff" * 100 + b"PAR1")
+    with pytest.raises(CorruptFile, match="g.parquet"):
+        _native.take_local_rows(str(garbage), 108, pa.array([0], pa.uint32()), ["id"])
+    with pytest.raises(CorruptFile, match="manifest records 99"):
+        _native.take_local_rows(str(garbage), 99, pa.array([0], pa.uint32()), ["id"])
+    assert issubclass(CorruptFile, LaminaError) and issubclass(CorruptFile, Exception)
