@@ -1,0 +1,110 @@
+"""Deletion-file behaviours that survived mutation testing (docs/RELIABILITY.md, "Mutation testing").
+
+Deletion files are immutable, so a process reads each at most once while it fits the cache, and
+the cache of decoded offsets stays within its bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lamina
+import lamina.deletion
+from lamina.deletion import _BitmapCache
+from lamina.table import Table
+from tests.lamina.helpers import SCHEMA, ids_of, rows
+
+
+class _CountingStore:
+    def __init__(self, inner):
+        self._inner, self.deletion_gets = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def get(self, path, *args, **kwargs):
+        if path.startswith("_deletions/"):
+            self.deletion_gets.append(path)
+        return self._inner.get(path, *args, **kwargs)
+
+
+@pytest.fixture
+def fresh_cache(monkeypatch):
+    monkeypatch.setattr(lamina.deletion, "_CACHE", _BitmapCache())
+
+
+def _table_with_deletions(uri):
+    t = lamina.create_table(uri, SCHEMA)
+    for start in (0, 100):
+        t.append(rows(start, 100))
+    t.delete("id IN (3, 13, 57, 103, 150, 199)")
+    return t
+
+
+def test_each_deletion_file_is_read_once_per_process(local_table_uri, fresh_cache):
+    t = _table_with_deletions(local_table_uri)
+    lamina.deletion._CACHE = _BitmapCache()  # as if another process had deleted
+    store = _CountingStore(t.store)
+    reader = Table(store, t.manifest)
+    expected = [i for i in range(200) if i not in (3, 13, 57, 103, 150, 199)]
+    assert ids_of(reader) == expected
+    assert ids_of(reader) == expected
+    assert reader.count_rows() == len(expected)
+    assert sorted(store.deletion_gets) == sorted({f.deletion.path for f in t.manifest.fragments}), store.deletion_gets
+
+
+def test_deletion_files_written_here_are_not_read_back(local_table_uri, fresh_cache):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 100))
+    store = _CountingStore(t.store)
+    writer = Table(store, t.manifest)
+    writer.delete("id < 10")
+    assert ids_of(writer) == list(range(10, 100))
+    assert store.deletion_gets == []
+
+
+def _offsets(n):
+    return np.arange(n, dtype=np.uint32)
+
+
+def test_cache_holds_exactly_its_bound():
+    cache = _BitmapCache(max_offsets=10)
+    cache.put(("t", "a"), _offsets(6))
+    cache.put(("t", "b"), _offsets(4))
+    assert cache.get(("t", "a")) is not None and cache.get(("t", "b")) is not None
+    cache.put(("t", "c"), _offsets(1))  # 11 > 10: the least recently used (a) goes
+    assert cache.get(("t", "a")) is None
+    assert cache.get(("t", "b")) is not None and cache.get(("t", "c")) is not None
+
+
+def test_cache_evicts_the_least_recently_used():
+    cache = _BitmapCache(max_offsets=10)
+    cache.put(("t", "a"), _offsets(4))
+    cache.put(("t", "b"), _offsets(4))
+    assert len(cache.get(("t", "a"))) == 4  # a is now the most recently used
+    cache.put(("t", "c"), _offsets(4))
+    assert cache.get(("t", "b")) is None
+    assert cache.get(("t", "a")) is not None and cache.get(("t", "c")) is not None
+
+
+def test_cache_counts_a_file_put_twice_once():
+    cache = _BitmapCache(max_offsets=10)
+    for _ in range(3):
+        cache.put(("t", "a"), _offsets(4))
+    cache.put(("t", "b"), _offsets(6))
+    assert cache.get(("t", "a")) is not None and cache.get(("t", "b")) is not None
+
+
+def test_cache_keeps_one_file_larger_than_its_bound():
+    cache = _BitmapCache(max_offsets=10)
+    cache.put(("t", "a"), _offsets(4))
+    cache.put(("t", "big"), _offsets(50))
+    assert cache.get(("t", "a")) is None
+    assert len(cache.get(("t", "big"))) == 50
+
+
+def test_cache_keys_are_per_table():
+    cache = _BitmapCache()
+    cache.put(("t1", "_deletions/0.bin"), _offsets(3))
+    assert cache.get(("t2", "_deletions/0.bin")) is None
