@@ -24,9 +24,16 @@ def write_data_file(
 ) -> dict:
     """Writes one Parquet data file (never replacing one) and fsyncs it; releases the GIL.
 
-    Returns ``{"rows", "file_bytes", "row_groups": [(rows, bytes)], "file_version"}``.
+    Returns ``{"rows", "file_bytes", "row_groups": [(rows, bytes)], "file_version", "checksum"}``;
+    ``checksum`` is ``"crc32c:%08x"`` of the whole file, computed while writing (no second pass).
     Raises InvalidArgument, StorageError (I/O) or LaminaError (encoder).
     """
+
+def checksum(data: bytes) -> str:
+    """``"crc32c:%08x"`` (CRC-32C, hardware accelerated) of ``data``; releases the GIL."""
+
+def file_checksum(path: str) -> str:
+    """``"crc32c:%08x"`` of the local file at ``path``, streamed; releases the GIL. StorageError if unreadable."""
 
 def encode_deletions(offsets: pa.Array) -> bytes:
     """uint32 offsets → portable roaring bitmap bytes."""
@@ -67,7 +74,10 @@ def rewrite_data_file(
 ) -> dict:
     """Builds one data file from source row groups: ("copy", src, rg) splices chunks byte-for-byte,
     ("encode", src, rg) re-encodes the live rows (``sources`` give each file's deleted offsets).
-    Checks the output's rows and schema before returning; releases the GIL.
+    Checks the output's rows and schema before returning; releases the GIL. Returns ``{"rows", "file_bytes",
+    "row_groups", "file_version", "checksum", "row_groups_copied", "row_groups_encoded", "bytes_copied",
+    "rows_encoded"}``; ``checksum`` as for ``write_data_file`` (copied chunks included). CorruptFile naming the
+    source when one is damaged (its chunks and pages are checked to lie inside it before any is read).
     """
 
 INDEX_FOOTER_LEN: int
@@ -85,7 +95,7 @@ def build_index_segment(
     """Builds one index segment ("btree", "bitmap" or "fts") from (ordinal, values) pairs; values are
     int64, uint64, float64, (large) string/binary or dictionary<int32, string>. Writes ``path``
     (never replacing a file, fsynced) or returns the bytes as ``"data"``. Returns
-    ``{"rows", "ordinals", "bytes"}``. Releases the GIL."""
+    ``{"rows", "ordinals", "bytes", "checksum"}`` (``"crc32c:%08x"`` of the segment's bytes). Releases the GIL."""
 
 def merge_index_segments(
     kind: str,
@@ -97,7 +107,8 @@ def merge_index_segments(
     stem: bool = False,
     max_token_len: int = 64,
 ) -> dict:
-    """Merges local segment files [(path, name for errors)] covering disjoint ordinals into ``output``."""
+    """Merges local segment files [(path, name for errors)] covering disjoint ordinals into ``output``;
+    returns ``{"rows", "ordinals", "bytes", "checksum"}``."""
 
 def index_directory_range(tail: bytes, file_len: int, object: str) -> tuple[int, int]:
     """(offset, length) of a segment's directory, from at least its last INDEX_FOOTER_LEN bytes."""

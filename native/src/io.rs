@@ -100,3 +100,117 @@ impl Read for PosRead {
         Ok(n)
     }
 }
+
+/// How a CRC32C appears in result dicts and the manifest: `crc32c:` and 8 lowercase hex digits.
+pub fn format_checksum(crc: u32) -> String {
+    format!("crc32c:{crc:08x}")
+}
+
+/// The checksum of `data`, as [`format_checksum`] writes it.
+pub fn checksum(data: &[u8]) -> String {
+    format_checksum(crc32c::crc32c(data))
+}
+
+/// The checksum of the file at `path`, read in 1 MiB pieces.
+pub fn file_checksum(path: &Path) -> Result<String> {
+    let shown = || path.display().to_string();
+    let mut file = File::open(path).map_err(|e| Error::io(shown(), e))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut crc = 0u32;
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return Ok(format_checksum(crc)),
+            Ok(n) => crc = crc32c::crc32c_append(crc, &buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(shown(), e)),
+        }
+    }
+}
+
+/// Buffer between the parquet writer (which hands over 8 KiB pieces) and a data file: fewer,
+/// larger `write`s for spliced chunks.
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// A data file being written: checksummed as written, buffered in [`WRITE_BUFFER`] pieces.
+pub type OutputFile = HashingWriter<io::BufWriter<File>>;
+
+impl OutputFile {
+    pub fn new_file(file: File) -> OutputFile {
+        HashingWriter::new(io::BufWriter::with_capacity(WRITE_BUFFER, file))
+    }
+
+    /// The file, once everything was flushed to it (parquet's `finish` flushes through).
+    pub fn file(&self) -> &File {
+        self.inner.get_ref()
+    }
+}
+
+/// A writer that computes the CRC32C and the length of everything written through it, so a
+/// file's checksum costs no second pass over its bytes.
+#[derive(Debug)]
+pub struct HashingWriter<W> {
+    inner: W,
+    crc: u32,
+    len: u64,
+}
+
+impl<W: io::Write> HashingWriter<W> {
+    pub fn new(inner: W) -> Self {
+        HashingWriter { inner, crc: 0, len: 0 }
+    }
+
+    /// CRC32C of the bytes written so far.
+    pub fn crc(&self) -> u32 {
+        self.crc
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn get_ref(&self) -> &W {
+        &self.inner
+    }
+}
+
+impl<W: io::Write> io::Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc = crc32c::crc32c_append(self.crc, &buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    #[test]
+    fn hashing_writer_matches_one_pass_checksum_and_file_checksum() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let mut w = HashingWriter::new(File::create(&path).unwrap());
+        for piece in data.chunks(70_001) {
+            w.write_all(piece).unwrap();
+        }
+        w.flush().unwrap();
+        assert_eq!(w.len(), data.len() as u64);
+        assert_eq!(format_checksum(w.crc()), checksum(&data));
+        assert_eq!(file_checksum(&path).unwrap(), checksum(&data));
+        // CRC32C (Castagnoli) check value of "123456789"
+        assert_eq!(checksum(b"123456789"), "crc32c:e3069283");
+    }
+}

@@ -114,3 +114,40 @@ def test_native_entry_points_name_the_object_in_lamina_errors(tmp_path):
     with pytest.raises(CorruptFile, match="manifest records 99"):
         _native.take_local_rows(str(garbage), 99, pa.array([0], pa.uint32()), ["id"])
     assert issubclass(CorruptFile, LaminaError) and issubclass(CorruptFile, Exception)
+
+
+def test_written_files_carry_the_crc32c_computed_while_writing(tmp_path):
+    """Issue 16, defect 9 (native part): every file the native code writes reports its checksum."""
+    assert _native.checksum(b"123456789") == "crc32c:e3069283"  # the CRC-32C check value
+    data = rows(0, 5000)
+    path = str(tmp_path / "a.parquet")
+    meta = _native.write_data_file(path, SCHEMA, data.to_batches(), row_group_rows=1000)
+    assert meta["checksum"] == _native.file_checksum(path) == _native.checksum(open(path, "rb").read())
+    out = str(tmp_path / "b.parquet")
+    plan = [("copy", 0, 0), ("encode", 0, 1), ("copy", 0, 2), ("encode", 0, 3), ("encode", 0, 4)]
+    meta = _native.rewrite_data_file([(path, pa.array([], pa.uint32()))], plan, SCHEMA, out, row_group_rows=1000)
+    assert meta["row_groups_copied"] == 2 and meta["checksum"] == _native.file_checksum(out)
+    seg = str(tmp_path / "s.idx")
+    built = _native.build_index_segment("btree", [(0, data.column("id").combine_chunks())], seg)
+    assert built["checksum"] == _native.file_checksum(seg)
+    in_memory = _native.build_index_segment("btree", [(0, data.column("id").combine_chunks())])
+    assert in_memory["checksum"] == _native.checksum(in_memory["data"]) == built["checksum"]
+    merged = str(tmp_path / "m.idx")
+    assert _native.merge_index_segments("btree", [(seg, "s.idx")], merged)["checksum"] == _native.file_checksum(merged)
+    with pytest.raises(lamina.errors.StorageError, match="missing.parquet"):
+        _native.file_checksum(str(tmp_path / "missing.parquet"))
+
+
+def test_page_checksums_of_other_writers_are_verified(tmp_path):
+    """Files written with Parquet page CRCs (pyarrow's write_page_checksum) are checked page by page."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "crc.parquet"
+    pq.write_table(pa.table({"id": pa.array(range(100_000), pa.int64())}), path, write_page_checksum=True,
+                   compression="zstd", data_page_size=8192, use_dictionary=False)
+    raw = bytearray(path.read_bytes())
+    first_page = pq.ParquetFile(path).metadata.row_group(0).column(0).data_page_offset
+    raw[first_page + 200] ^= 0x10  # inside the first page's compressed values
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptFile, match="Page CRC checksum mismatch"):
+        _native.take_local_rows(str(path), len(raw), pa.array([0, 5], pa.uint32()), ["id"])

@@ -29,7 +29,7 @@ use parquet::file::writer::SerializedFileWriter;
 use crate::error::{guard, Error, Result, Work};
 use crate::file::writer::{WriteOptions, WrittenFile};
 use crate::file::{FILE_VERSION, FILE_VERSION_KEY};
-use crate::io::PosFile;
+use crate::io::{OutputFile, PosFile};
 
 /// One source data file and the physical offsets deleted from it (sorted, unique).
 #[derive(Debug, Clone)]
@@ -215,7 +215,7 @@ type Encoding = std::thread::JoinHandle<Result<(Vec<ArrowColumnChunk>, usize)>>;
 
 struct Output {
     path: String,
-    writer: SerializedFileWriter<File>,
+    writer: SerializedFileWriter<OutputFile>,
     factory: ArrowRowGroupWriterFactory,
     schema: SchemaRef,
     stats: RewriteStats,
@@ -461,8 +461,8 @@ fn write_output(
     expected_rows: u64,
 ) -> Result<(WrittenFile, RewriteStats)> {
     let perr = |source| Error::Parquet { path: display.to_string(), source };
-    let sync_handle = file.try_clone().map_err(|e| Error::io(display, e))?;
-    let writer = ArrowWriter::try_new(file, Arc::clone(&schema), Some(options.properties(&schema)?)).map_err(perr)?;
+    // Copied chunks and encoded row groups alike go through the hashing writer: the checksum costs no extra pass.
+    let writer = ArrowWriter::try_new(OutputFile::new_file(file), Arc::clone(&schema), Some(options.properties(&schema)?)).map_err(perr)?;
     let (writer, factory) = writer.into_serialized_writer().map_err(perr)?;
     let max_in_flight = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(1, 4);
     let mut out = Output {
@@ -509,8 +509,8 @@ fn write_output(
     encoder.flush(&mut out)?;
     out.drain()?;
     let stats = out.stats.clone();
-    let metadata = out.writer.close().map_err(perr)?;
-    let written = WrittenFile::synced(&sync_handle, display, &metadata)?;
+    let metadata = out.writer.finish().map_err(perr)?;
+    let written = WrittenFile::synced(out.writer.inner(), display, &metadata)?;
     let rows = written.rows;
     if rows != expected_rows {
         return Err(Error::Corrupt { object: display.to_string(), reason: format!("output has {rows} rows, expected {expected_rows}") });

@@ -219,6 +219,7 @@ fn hybrid_copy_and_decode_of_one_source_at_once_keep_every_value() {
         assert_eq!((written.rows, stats.row_groups_copied), (200_000, 26), "round {round}");
         let (ids, s) = values(&out);
         assert!(ids == want_ids, "round {round}: ids differ");
+        assert_eq!(written.checksum, crate::io::checksum(&std::fs::read(&out).unwrap()), "round {round}: checksum of the output");
         assert!(s == want_s, "round {round}: strings differ");
         for (out_rg, src_rg) in [(0, 0), (2, 2), (38, 38)] {
             assert!(chunk_bytes(&out, out_rg, 1) == chunk_bytes(&a, src_rg, 1), "round {round}: copied chunk differs");

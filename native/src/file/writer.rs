@@ -19,6 +19,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use super::{FILE_VERSION, FILE_VERSION_KEY, WRITER_KEY};
 use crate::error::{Error, Result};
+use crate::io::{format_checksum, OutputFile};
 
 /// Row limit of a data page (enforced at batch granularity by the encoder).
 pub const DATA_PAGE_ROWS: usize = 8192;
@@ -60,6 +61,8 @@ pub struct WrittenFile {
     pub file_bytes: u64,
     pub row_groups: Vec<RowGroupInfo>,
     pub file_version: &'static str,
+    /// CRC32C of the whole file, computed while writing: `crc32c:` and 8 hex digits.
+    pub checksum: String,
 }
 
 impl WriteOptions {
@@ -144,27 +147,39 @@ pub fn write_file(path: &Path, schema: SchemaRef, batches: &[RecordBatch], optio
 
 fn write_into(file: File, display: &str, schema: SchemaRef, batches: &[RecordBatch], properties: WriterProperties) -> Result<WrittenFile> {
     let parquet_err = |source| Error::Parquet { path: display.to_string(), source };
-    // The writer buffers internally and flushes on close; keep a handle to fsync afterwards.
-    let sync_handle = file.try_clone().map_err(|e| Error::io(display, e))?;
-    let mut writer = ArrowWriter::try_new(file, schema, Some(properties)).map_err(parquet_err)?;
+    let mut writer = ArrowWriter::try_new(OutputFile::new_file(file), schema, Some(properties)).map_err(parquet_err)?;
     for batch in batches {
         writer.write(batch).map_err(parquet_err)?;
     }
-    let metadata = writer.close().map_err(parquet_err)?;
-    WrittenFile::synced(&sync_handle, display, &metadata)
+    // finish() writes the footer and flushes every byte through the hashing writer.
+    let metadata = writer.finish().map_err(parquet_err)?;
+    WrittenFile::synced(writer.inner(), display, &metadata)
 }
 
 impl WrittenFile {
-    /// Fsyncs a just-closed file and describes it from the footer the writer returned.
-    pub(crate) fn synced(file: &File, display: &str, metadata: &parquet::file::metadata::ParquetMetaData) -> Result<Self> {
+    /// Fsyncs a just-finished file and describes it from the footer the writer returned.
+    pub(crate) fn synced(out: &OutputFile, display: &str, metadata: &parquet::file::metadata::ParquetMetaData) -> Result<Self> {
+        let file = out.file();
         file.sync_all().map_err(|e| Error::io(display, e))?;
         let file_bytes = file.metadata().map_err(|e| Error::io(display, e))?.len();
+        if file_bytes != out.len() {
+            return Err(Error::Corrupt {
+                object: display.to_string(),
+                reason: format!("{file_bytes} bytes on disk, {} written", out.len()),
+            });
+        }
         let row_groups: Vec<RowGroupInfo> = metadata
             .row_groups()
             .iter()
             .map(|rg| RowGroupInfo { rows: rg.num_rows() as u64, bytes: rg.compressed_size() as u64 })
             .collect();
-        Ok(WrittenFile { rows: row_groups.iter().map(|rg| rg.rows).sum(), file_bytes, row_groups, file_version: FILE_VERSION })
+        Ok(WrittenFile {
+            rows: row_groups.iter().map(|rg| rg.rows).sum(),
+            file_bytes,
+            row_groups,
+            file_version: FILE_VERSION,
+            checksum: format_checksum(out.crc()),
+        })
     }
 }
 
@@ -209,6 +224,16 @@ mod tests {
         let col = meta.row_group(0).column(0);
         assert!(matches!(col.compression(), Compression::ZSTD(_)), "{:?}", col.compression());
         assert!(col.column_index_offset().is_some(), "page index must be written");
+    }
+
+    #[test]
+    fn checksum_is_the_crc32c_of_the_file_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.parquet");
+        let batches = vec![batch(0, 20_000)];
+        let written = write_file(&path, batches[0].schema(), &batches, &WriteOptions { row_group_rows: 3000, ..Default::default() }).unwrap();
+        assert_eq!(written.checksum, crate::io::checksum(&std::fs::read(&path).unwrap()));
+        assert!(written.checksum.starts_with("crc32c:") && written.checksum.len() == 15, "{}", written.checksum);
     }
 
     #[test]

@@ -17,8 +17,8 @@ use crate::file::writer::WriteOptions;
 /// Builds one output file from source row groups.
 ///
 /// ``sources``: [(path, deleted uint32 offsets)]; ``actions``: [("copy"|"encode", source, row_group)].
-/// Returns {rows, file_bytes, row_groups, file_version, row_groups_copied, row_groups_encoded,
-/// bytes_copied, rows_encoded}.
+/// Returns {rows, file_bytes, row_groups, file_version, checksum, row_groups_copied,
+/// row_groups_encoded, bytes_copied, rows_encoded}; checksum is "crc32c:%08x" of the output.
 #[pyfunction]
 #[pyo3(signature = (sources, actions, schema, output, *, row_group_rows, row_group_bytes=None, zstd_level=3))]
 #[allow(clippy::too_many_arguments)]

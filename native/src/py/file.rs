@@ -14,7 +14,8 @@ use super::run;
 use crate::error::Work;
 use crate::file::writer::{write_file, WriteOptions, WrittenFile};
 
-/// Writes one Parquet data file; returns {rows, file_bytes, row_groups: [(rows, bytes)], file_version}.
+/// Writes one Parquet data file; returns {rows, file_bytes, row_groups: [(rows, bytes)], file_version,
+/// checksum} (checksum: "crc32c:%08x" of the whole file, computed while writing).
 #[pyfunction]
 #[pyo3(signature = (path, schema, batches, *, row_group_rows, row_group_bytes=None, zstd_level=3, metadata=vec![]))]
 #[allow(clippy::too_many_arguments)]
@@ -36,7 +37,7 @@ pub(crate) fn write_data_file<'py>(
     written_dict(py, &written)
 }
 
-/// {rows, file_bytes, row_groups: [(rows, bytes)], file_version} of a written file.
+/// {rows, file_bytes, row_groups: [(rows, bytes)], file_version, checksum} of a written file.
 pub(crate) fn written_dict<'py>(py: Python<'py>, written: &WrittenFile) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
     out.set_item("rows", written.rows)?;
@@ -44,7 +45,21 @@ pub(crate) fn written_dict<'py>(py: Python<'py>, written: &WrittenFile) -> PyRes
     let groups: Vec<(u64, u64)> = written.row_groups.iter().map(|g| (g.rows, g.bytes)).collect();
     out.set_item("row_groups", groups)?;
     out.set_item("file_version", written.file_version)?;
+    out.set_item("checksum", &written.checksum)?;
     Ok(out)
+}
+
+/// "crc32c:%08x" of `data`.
+#[pyfunction]
+pub(crate) fn checksum(py: Python<'_>, data: &[u8]) -> PyResult<String> {
+    run(py, Work::Makes("a checksum"), || Ok(crate::io::checksum(data)))
+}
+
+/// "crc32c:%08x" of the file at `path`, read in pieces.
+#[pyfunction]
+pub(crate) fn file_checksum(py: Python<'_>, path: PathBuf) -> PyResult<String> {
+    let shown = path.display().to_string();
+    run(py, Work::Reads(&shown), || crate::io::file_checksum(&path))
 }
 
 /// Rows at sorted, distinct `offsets` of a local data file, reading only the pages that hold them.

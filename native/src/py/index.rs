@@ -20,11 +20,12 @@ fn options(page_entries: usize, max_bitmap_values: usize, stem: bool, max_token_
     BuildOptions { page_entries, max_bitmap_values, analyzer: Analyzer { stem, max_token_len } }
 }
 
-fn built_dict<'py>(py: Python<'py>, built: &Built, data: bool) -> PyResult<Bound<'py, PyDict>> {
+fn built_dict<'py>(py: Python<'py>, built: &Built, checksum: &str, data: bool) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
     out.set_item("rows", built.rows)?;
     out.set_item("ordinals", built.ordinals)?;
     out.set_item("bytes", built.bytes.len())?;
+    out.set_item("checksum", checksum)?;
     if data {
         out.set_item("data", PyBytes::new(py, &built.bytes))?;
     }
@@ -51,14 +52,15 @@ pub(crate) fn build_index_segment<'py>(
     let columns: Vec<(u32, KeyColumn)> =
         inputs.into_iter().map(|(o, a)| Ok((o, KeyColumn::new(make_array(a.0))?))).collect::<Result<_, Error>>()?;
     let shown = path.as_ref().map_or_else(|| format!("a {} index segment", kind.name()), |p| p.display().to_string());
-    let built = run(py, Work::Makes(&shown), || -> Result<Built, Error> {
+    let (built, checksum) = run(py, Work::Makes(&shown), || -> Result<(Built, String), Error> {
         let built = index::build(kind, columns, &opts)?;
+        let checksum = crate::io::checksum(&built.bytes);
         if let Some(p) = &path {
             index::write_segment_file(p, &built.bytes)?;
         }
-        Ok(built)
+        Ok((built, checksum))
     })?;
-    built_dict(py, &built, path.is_none())
+    built_dict(py, &built, &checksum, path.is_none())
 }
 
 /// Merges local segment files (disjoint ordinals) into `output`.
@@ -79,17 +81,18 @@ pub(crate) fn merge_index_segments<'py>(
     let opts = options(page_entries, max_bitmap_values, stem, max_token_len);
     let names: Vec<&str> = inputs.iter().map(|(_, name)| name.as_str()).collect();
     let object = format!("a segment merged into {} ({})", output.display(), names.join(", "));
-    let built = run(py, Work::Reads(&object), || -> Result<Built, Error> {
+    let (built, checksum) = run(py, Work::Reads(&object), || -> Result<(Built, String), Error> {
         let mut data = Vec::with_capacity(inputs.len());
         for (path, name) in &inputs {
             data.push((std::fs::read(path).map_err(|e| Error::io(path.display().to_string(), e))?, name.clone()));
         }
         let refs: Vec<(&[u8], String)> = data.iter().map(|(b, n)| (b.as_slice(), n.clone())).collect();
         let built = index::merge(kind, &refs, &opts)?;
+        let checksum = crate::io::checksum(&built.bytes);
         index::write_segment_file(&output, &built.bytes)?;
-        Ok(built)
+        Ok((built, checksum))
     })?;
-    built_dict(py, &built, false)
+    built_dict(py, &built, &checksum, false)
 }
 
 /// `(dir_offset, dir_len)` from the last bytes of a segment of `file_len` bytes.

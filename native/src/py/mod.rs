@@ -30,6 +30,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FILE_VERSION_KEY", crate::file::FILE_VERSION_KEY)?;
     m.add_function(wrap_pyfunction!(file::write_data_file, m)?)?;
     m.add_function(wrap_pyfunction!(file::take_local_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(file::checksum, m)?)?;
+    m.add_function(wrap_pyfunction!(file::file_checksum, m)?)?;
     m.add_function(wrap_pyfunction!(copy::rewrite_data_file, m)?)?;
     m.add_function(wrap_pyfunction!(deletion::encode_deletions, m)?)?;
     m.add_function(wrap_pyfunction!(deletion::decode_deletions, m)?)?;
