@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lamina import _native
+from lamina.checksum import check, of_bytes
 from lamina.deletion import live_mask, read_deleted
 from lamina.errors import CorruptFile, InvalidConfig, LaminaError, ObjectNotFound
 from lamina.filter import Filter
@@ -154,11 +155,21 @@ def reading(store: ObjectStore, fragment: Fragment, action: str) -> Iterator[Non
         raise CorruptFile(f"data file {where} of fragment {fragment.id} {action} ({e}): truncated or corrupt") from None
 
 
-def open_parquet(store: ObjectStore, fragment: Fragment) -> pq.ParquetFile:
-    """Opens a fragment's data file, checking it against the manifest."""
+def open_parquet(store: ObjectStore, fragment: Fragment, whole: bool = False) -> pq.ParquetFile:
+    """Opens a fragment's data file, checking it against the manifest.
+
+    ``whole``: the caller reads (nearly) every byte anyway, so the object is fetched in one
+    piece and checked against its recorded checksum before anything is decoded.
+    """
     where = store.describe(fragment.path)
+    source: Any = None
+    if whole and fragment.checksum is not None:
+        with reading(store, fragment, "cannot be read"):
+            data = store.get(fragment.path)
+        check(fragment.checksum, of_bytes(data), f"data file {where} of fragment {fragment.id}")
+        source = pa.BufferReader(data)
     with reading(store, fragment, "is not readable Parquet"):
-        pf = pq.ParquetFile(store.open_input(fragment.path, fragment.file_bytes))
+        pf = pq.ParquetFile(source if source is not None else store.open_input(fragment.path, fragment.file_bytes))
     if pf.metadata.num_rows != fragment.rows:
         raise CorruptFile(f"data file {where} of fragment {fragment.id} has {pf.metadata.num_rows} rows, the manifest says {fragment.rows}")
     return pf
@@ -220,7 +231,7 @@ def read_fragment(
 ) -> pa.Table:
     """Live rows of one fragment: projected, filtered, optionally with ``_rowaddr``/``_rowid``."""
     out_cols, needed = _needed(schema, columns, flt)
-    pf = open_parquet(store, fragment)
+    pf = open_parquet(store, fragment, whole=len(needed) == len(schema))
     with reading(store, fragment, "cannot be decoded"):
         table = pf.read(columns=needed, use_threads=True)
     if table.num_rows != fragment.rows:

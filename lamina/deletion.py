@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import _native
+from lamina.checksum import check, of_bytes
 from lamina.manifest import DELETIONS_DIR, DeletionFile, Fragment
 from lamina.store import ObjectStore
 
@@ -46,15 +47,19 @@ class _BitmapCache:
 _CACHE = _BitmapCache()
 
 
-def read_offsets(store: ObjectStore, path: str | None) -> np.ndarray:
-    """Sorted uint32 offsets held by the deletion file at ``path`` (empty for None)."""
+def read_offsets(store: ObjectStore, path: str | None, checksum: str | None = None, rows: int | None = None) -> np.ndarray:
+    """Sorted uint32 offsets held by the deletion file at ``path`` (empty for None), checked
+    against its recorded ``checksum`` when read from storage; an offset not below ``rows`` (the
+    fragment's row count, when known) is ``CorruptFile`` before anything is materialized."""
     if path is None:
         return _EMPTY
     key = (store.uri, path)
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
-    offsets = _native.decode_deletions(store.get(path), store.describe(path)).to_numpy(zero_copy_only=False)
+    data = store.get(path)
+    check(checksum, of_bytes(data), f"deletion file {store.describe(path)}")
+    offsets = _native.decode_deletions(data, store.describe(path), rows).to_numpy(zero_copy_only=False)
     _CACHE.put(key, offsets)
     return offsets
 
@@ -63,7 +68,7 @@ def read_deleted(store: ObjectStore, fragment: Fragment) -> np.ndarray:
     """Sorted uint32 offsets deleted from ``fragment``, checked against the manifest."""
     if fragment.deletion is None:
         return _EMPTY
-    offsets = read_offsets(store, fragment.deletion.path)
+    offsets = read_offsets(store, fragment.deletion.path, fragment.deletion.checksum, fragment.rows)
     if len(offsets) != fragment.deletion.deleted_rows or (len(offsets) and offsets[-1] >= fragment.rows):
         from lamina.errors import CorruptFile
 
@@ -80,7 +85,7 @@ def write_deleted(store: ObjectStore, fragment_id: int, offsets: np.ndarray) -> 
     data = _native.encode_deletions(pa.array(offsets, type=pa.uint32()))
     store.put(path, data)
     _CACHE.put((store.uri, path), offsets)
-    return DeletionFile(path, int(len(offsets)))
+    return DeletionFile(path, int(len(offsets)), of_bytes(data))
 
 
 def live_mask(fragment: Fragment, deleted: np.ndarray) -> np.ndarray | None:

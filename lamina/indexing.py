@@ -339,14 +339,14 @@ def _write_segment(store: ObjectStore, rel: str, make: Callable[[str], dict[str,
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def run_build_task(task: BuildTask) -> tuple[str, int, int]:
-    """Builds one part (a thread or a Ray task); returns (path, bytes, rows)."""
+def run_build_task(task: BuildTask) -> tuple[str, int, int, str | None]:
+    """Builds one part (a thread or a Ray task); returns (path, bytes, rows, checksum)."""
     store = open_store(task.uri, task.storage_options)
     inputs = [(ordinal, read_key_column(store, frag, task.column, task.kind)) for ordinal, frag in task.fragments]
     rel = segment_path(task.segment_uuid, SEGMENT_FILE if task.final else f"part-{task.part:05d}.lidx")
     meta = _write_segment(store, rel, lambda local: build_local(task.kind, inputs, local, task.options))
     maybe_die()  # test-only fault injection (lamina.faults)
-    return rel, int(meta["bytes"]), int(meta["rows"])
+    return rel, int(meta["bytes"]), int(meta["rows"]), meta.get("checksum")
 
 
 def plan_segments(uri: str, storage_options: dict[str, Any] | None, column: str, kind: str,
@@ -372,16 +372,16 @@ def plan_segments(uri: str, storage_options: dict[str, Any] | None, column: str,
 
 
 def finish_segment(store: ObjectStore, plan: SegmentPlan, kind: str, options: IndexOptions,
-                   parts: list[tuple[str, int, int]]) -> IndexSegment:
+                   parts: list[tuple[str, int, int, str | None]]) -> IndexSegment:
     """Merges a segment's parts (natively) into ``segment.lidx``; deletes the parts."""
     fids = tuple(f.id for f in plan.fragments)
     if len(parts) == 1 and parts[0][0] == segment_path(plan.uuid):
-        path, size, rows = parts[0]
-        return IndexSegment(plan.uuid, path, size, rows, fids)
+        path, size, rows, checksum = parts[0]
+        return IndexSegment(plan.uuid, path, size, rows, fids, checksum)
     scratch = tempfile.mkdtemp(prefix="lamina-merge-", dir=os.environ.get("LAMINA_TMPDIR"))
     try:
         inputs = []
-        for i, (rel, _, _) in enumerate(parts):
+        for i, (rel, *_) in enumerate(parts):
             local = store.local_path(rel)
             if local is None:
                 local = os.path.join(scratch, f"{i}.lidx")
@@ -392,8 +392,8 @@ def finish_segment(store: ObjectStore, plan: SegmentPlan, kind: str, options: In
         meta = _write_segment(store, rel, lambda out: _native.merge_index_segments(kind, inputs, out, **options.native()))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    store.delete([p for p, _, _ in parts])
-    return IndexSegment(plan.uuid, rel, int(meta["bytes"]), int(meta["rows"]), fids)
+    store.delete([p[0] for p in parts])
+    return IndexSegment(plan.uuid, rel, int(meta["bytes"]), int(meta["rows"]), fids, meta.get("checksum"))
 
 
 Runner = Callable[[list[BuildTask]], Iterable[tuple[BuildTask, tuple[str, int, int]]]]
@@ -456,7 +456,7 @@ def segment_for_outputs(store: ObjectStore, column: str, kind: str, options: Ind
     seg_uuid = uuid.uuid4().hex
     rel = segment_path(seg_uuid)
     meta = _write_segment(store, rel, lambda local: build_local(kind, inputs, local, options))
-    return IndexSegment(seg_uuid, rel, int(meta["bytes"]), int(meta["rows"]), tuple(-1 for _ in outputs))
+    return IndexSegment(seg_uuid, rel, int(meta["bytes"]), int(meta["rows"]), tuple(-1 for _ in outputs), meta.get("checksum"))
 
 
 def new_entry(name: str, column: str, kind: str, options: IndexOptions, segments: Iterable[IndexSegment]) -> IndexEntry:

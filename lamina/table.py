@@ -50,6 +50,7 @@ from lamina.index_query import select
 from lamina.transaction import Append, CreateIndex, Delete, Overwrite, Transaction
 
 if TYPE_CHECKING:
+    from lamina.verify import VerifyReport
     from lamina.indexing import IndexOptions
 
 RESERVED_COLUMNS = (ROWADDR, ROWID, "_offset")
@@ -460,6 +461,18 @@ class Table:
             mean_rows_per_fragment=(m.rows / n) if n else 0.0,
             versions=len(list_versions(self._store)), indices=len(m.indices),
         )
+
+    def verify(self, *, threads: int = 4, progress=None) -> "VerifyReport":
+        """Reads every file this version needs and checks it against the manifest (presence, size,
+        CRC32C checksum, Parquet row count, deletion counts); returns a report naming each damaged
+        file. Changes nothing. ``python -m jobs.verify URI`` runs it from the command line.
+
+        >>> report = table.verify()
+        >>> report.ok, report.files_checked, report.problems
+        """
+        from lamina.verify import verify
+
+        return verify(self._store, self._manifest, threads=threads, progress=progress)
 
     def cleanup(self, older_than: "dt.timedelta | dt.datetime | float" = dt.timedelta(days=7), *,
                 enforce_retention: bool = True):

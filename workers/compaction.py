@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import _native
+from lamina.checksum import check, of_file
 from lamina.datafile import WriteOptions
 from lamina.deletion import read_deleted
 from lamina.errors import InvalidArgument, LaminaError
@@ -82,17 +83,13 @@ class GroupResult:
 
 
 def stage(store: ObjectStore, fragment: Fragment, directory: str, batch_bytes: int) -> tuple[str, int]:
-    """A local path holding the fragment's data file, and the GET requests it took."""
-    local = store.local_path(fragment.path)
-    if local is not None:
-        return local, 0
-    dest = os.path.join(directory, f"{fragment.id}.parquet")
-    requests = 0
-    with open(dest, "wb") as f:
-        for start in range(0, fragment.file_bytes, batch_bytes):
-            f.write(store.get_range(fragment.path, start, min(batch_bytes, fragment.file_bytes - start)))
-            requests += 1
-    return dest, requests
+    """A local path holding the fragment's data file, checked against its recorded checksum
+    (so a damaged source is never copied into an output under a fresh, valid checksum), and
+    the GET requests it took."""
+    path, requests = store.stage(fragment.path, fragment.file_bytes, directory, batch_bytes)
+    if fragment.checksum is not None:
+        check(fragment.checksum, of_file(path), f"data file {store.describe(fragment.path)} of fragment {fragment.id}")
+    return path, requests
 
 
 class GroupCompactor:

@@ -7,6 +7,7 @@ value that pickles (Ray ships it to workers) and reconnects on the other side.
 from __future__ import annotations
 
 import abc
+import os
 import posixpath
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
@@ -94,6 +95,21 @@ class ObjectStore(abc.ABC):
     def local_path(self, path: str) -> str | None:
         """A local filesystem path for ``path`` if this store is a local directory, else None."""
         return None
+
+    def stage(self, path: str, size: int, directory: str, batch_bytes: int) -> tuple[str, int]:
+        """A local file holding the object (its own path on a local store, else a copy in
+        ``directory`` fetched by ranged GETs of ``batch_bytes``), and the GET requests it took.
+        Memory held: one batch."""
+        local = self.local_path(path)
+        if local is not None:
+            return local, 0
+        dest = os.path.join(directory, posixpath.basename(path) or "object")
+        requests = 0
+        with open(dest, "wb") as f:
+            for start in range(0, size, batch_bytes):
+                f.write(self.get_range(path, start, min(batch_bytes, size - start)))
+                requests += 1
+        return dest, requests
 
     def describe(self, path: str) -> str:
         """A full location for messages: the URI joined with ``path``."""
