@@ -108,3 +108,26 @@ def test_cache_keys_are_per_table():
     cache = _BitmapCache()
     cache.put(("t1", "_deletions/0.bin"), _offsets(3))
     assert cache.get(("t2", "_deletions/0.bin")) is None
+
+
+@pytest.mark.parametrize("offsets,claimed,shown", [
+    ([], 3, "0 offsets (max -)"),  # an empty file where the manifest says 3 rows are deleted
+    ([3, 7, 100], 3, "3 offsets (max 100)"),  # one offset past the last row
+])
+def test_deletion_file_that_disagrees_with_the_manifest_is_corrupt_naming_it(local_table_uri, offsets, claimed, shown):
+    import dataclasses
+    import re
+
+    from lamina.deletion import read_deleted, write_deleted
+    from lamina.errors import CorruptFile
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 100))
+    [frag] = t.manifest.fragments
+    written = write_deleted(t.store, frag.id, np.asarray(offsets, dtype=np.uint32))
+    bad = dataclasses.replace(frag, deletion=dataclasses.replace(written, deleted_rows=claimed))
+    with pytest.raises(CorruptFile, match=(
+        rf"deletion file {re.escape(t.store.describe(written.path))} of fragment {frag.id} holds {re.escape(shown)}, "
+        rf"the manifest says {claimed} of 100 rows"
+    )):
+        read_deleted(t.store, bad)
