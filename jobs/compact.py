@@ -28,7 +28,7 @@ from lamina.commit import commit
 from lamina.errors import CommitConflict, InvalidConfig, LaminaError
 from lamina.transaction import AddressMapping, Rewrite, RewriteGroup
 from planner import CompactionOptions, CompactionPlan, plan_compaction
-from jobs.cli import storage_options
+from jobs.cli import failed, log_to_stderr, storage_options
 from planner.options import parse_assignment
 from workers.compaction import GroupResult, GroupTask, remote_compact_group
 
@@ -229,18 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partial-commit-every", type=int, help="commit every N finished groups")
     ap.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE", help="S3 storage option")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    log_to_stderr()
     try:
         options = load_options(args.config, args.assignments, max_concurrency=args.max_concurrency,
                                partial_commit_every=args.partial_commit_every)
         plan, summary = compact(args.uri, options, storage_options=storage_options(args.storage_option),
                                 dry_run=args.dry_run, progress=not args.json)
-    except InvalidConfig as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except LaminaError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return failed(e)
     if args.json:
         out = summary.to_dict()
         if args.dry_run:

@@ -26,7 +26,7 @@ from typing import Any
 import lamina
 from lamina.errors import InvalidArgument, LaminaError
 from lamina.indexing import KINDS, IndexBuild, IndexOptions, build_index
-from jobs.cli import storage_options
+from jobs.cli import failed, log_to_stderr, storage_options
 from workers.index import ray_runner
 
 log = logging.getLogger("lamina.index")
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE", help="S3 storage option")
     ap.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    log_to_stderr()
     started = time.perf_counter()
     try:
         if not args.update and (args.column is None or args.kind is None):
@@ -84,12 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         options = IndexOptions(stem=args.stem, **sizes)
         result = run(args.uri, args.column, args.kind, name=args.name, update=args.update, options=options,
                      storage_options=storage_options(args.storage_option), max_concurrency=args.max_concurrency, progress=not args.json)
-    except InvalidArgument as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except LaminaError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return failed(e)
     seconds = time.perf_counter() - started
     if args.json:
         print(json.dumps({**result.to_dict(), "seconds": round(seconds, 3)}, indent=2))

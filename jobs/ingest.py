@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from lamina.errors import InvalidArgument, LaminaError
 from lamina.ingest import IngestOptions, shard_for
-from jobs.cli import storage_options
+from jobs.cli import failed, log_to_stderr, storage_options
 from workers.ingest import get_or_create, wait_ready
 
 log = logging.getLogger("lamina.ingest")
@@ -102,18 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the final per-shard stats as JSON")
     ap.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    log_to_stderr()
     try:
         options = IngestOptions(flush_rows=args.flush_rows, flush_bytes=args.flush_bytes, flush_seconds=args.flush_seconds,
                                 retention_seconds=args.retention_seconds)
         ingestion = Ingestion.start(args.uri, args.shards, storage_options=storage_options(args.storage_option),
                                     options=options)
-    except InvalidArgument as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except LaminaError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return failed(e)
     last_applied, idle_since = -1, time.monotonic()
     reported: set[int] = set()
     try:
@@ -135,11 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         log.info("interrupted: flushing")
     import ray
 
-    failed = False
+    any_failed = False
     flushes = {}
     for h, s in zip(ingestion.handles, ingestion.stats()):
         if s.get("error"):  # a stopped shard: its unflushed rows stay in the WAL
-            failed = True
+            any_failed = True
             if s["shard"] not in reported:
                 log.error("ingest: %s", s["error"])
         else:
@@ -148,13 +144,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             ray.get(ref)
         except Exception as e:  # its rows stay in the WAL for the next run
-            failed = True
+            any_failed = True
             log.error("ingest: shard %d could not flush: %s", shard, e)
     stats = ingestion.stats()
     ingestion.stop(flush=False)
     if args.json:
         print(json.dumps(stats, indent=2, default=str))
-    return 1 if failed else 0
+    return 1 if any_failed else 0
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import sys
 import time
 
 import lamina
-from jobs.cli import storage_options
+from jobs.cli import failed, log_to_stderr, storage_options
 from lamina.errors import InvalidArgument, LaminaError
 
 log = logging.getLogger("lamina.verify")
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
     ap.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE", help="S3 storage option")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    log_to_stderr()
     started = time.perf_counter()
     last = [started]
 
@@ -45,12 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             raise InvalidArgument(f"--threads must be at least 1, got {args.threads}")
         table = lamina.open_table(args.uri, version=args.version, storage_options=storage_options(args.storage_option))
         report = table.verify(threads=args.threads, progress=progress)
-    except InvalidArgument as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except LaminaError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return failed(e)
     if args.json:
         print(json.dumps({**report.to_dict(), "seconds": round(time.perf_counter() - started, 3)}, indent=2))
     else:

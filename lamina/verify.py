@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from lamina import _native
 from lamina.checksum import of_bytes, of_file
 from lamina.errors import LaminaError, ObjectNotFound
-from lamina.manifest import Fragment, IndexSegment, Manifest
+from lamina.manifest import Fragment, Manifest
 from lamina.store import ObjectStore
 
 
