@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import lamina
-from lamina.errors import CommitConflict, CommitStateUnknown, StorageError
-from lamina.manifest import list_versions
+from lamina.errors import CommitConflict, CommitStateUnknown, ObjectNotFound, StorageError, TableReplaced
+from lamina.manifest import forget_manifest, list_versions, manifest_path
 from lamina.table import Table
 from tests.lamina.helpers import SCHEMA, ids_of, rows
 
@@ -85,3 +85,92 @@ def test_failed_put_that_cannot_be_read_back_is_reported_as_unknown(local_table_
         mine.append(rows(10, 10))
     assert list_versions(t.store) == [1, 2]
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(10))
+
+
+class _LateVersion:
+    """A store on which version ``late`` is still being written when a reader first asks for it
+    (not found), and is there by the time the reader lists the versions."""
+
+    def __init__(self, inner, late):
+        self._inner, self._late, self.hidden = inner, manifest_path(late), 0
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def get(self, path, *args, **kwargs):
+        if path == self._late and not self.hidden:
+            self.hidden += 1
+            raise ObjectNotFound(f"{path} (not written yet)")
+        return self._inner.get(path, *args, **kwargs)
+
+
+def test_version_that_lands_while_catching_up_is_replayed_not_taken_for_cleaned_history(local_table_uri):
+    t = _table(local_table_uri)  # versions 1 (create) and 2
+    stale = Table(_LateVersion(t.store, 3), t.manifest)
+    lamina.open_table(local_table_uri).append(rows(100, 10))  # version 3, by another process:
+    forget_manifest(t.store, 3)  # ...so not in this process's cache
+    assert stale.append(rows(200, 10)) == 4
+    assert stale.store.hidden == 1
+    assert ids_of(lamina.open_table(local_table_uri)) == list(range(10)) + list(range(100, 110)) + list(range(200, 210))
+
+
+def test_stale_writer_never_commits_into_a_table_recreated_at_its_uri(local_table_uri):
+    """Even when the new table's next version only shows up on the second look."""
+    import shutil
+
+    t = _table(local_table_uri)
+    stale = Table(_LateVersion(t.store, 3), t.manifest)
+    shutil.rmtree(local_table_uri)
+    new = lamina.create_table(local_table_uri, SCHEMA)
+    for start in (1000, 2000):
+        new.append(rows(start, 5))  # versions 1..3 of another table
+    forget_manifest(t.store, 3)
+    with pytest.raises(TableReplaced):
+        stale.append(rows(200, 10))
+    latest = lamina.open_table(local_table_uri)
+    assert latest.version == 3 and ids_of(latest) == list(range(1000, 1005)) + list(range(2000, 2005))
+
+
+def test_writer_two_versions_behind_is_checked_against_each_of_them(local_table_uri):
+    t = _table(local_table_uri)
+    stale = t.checkout(t.version)
+    t.overwrite(rows(500, 5))  # version 3: an append cannot be replayed over it...
+    t.append(rows(600, 5))  # ...and version 4 hides it from a writer that only looks at the newest
+    with pytest.raises(CommitConflict, match="conflicts with the overwrite committed as version 3"):
+        stale.append(rows(200, 10))
+    assert ids_of(lamina.open_table(local_table_uri)) == list(range(500, 505)) + list(range(600, 605))
+
+
+def test_writer_that_keeps_losing_the_race_gives_up_with_a_conflict(local_table_uri):
+    """Every put of the next version is beaten by another writer; after max_attempts the commit stops."""
+    from lamina.commit import commit
+    from lamina.datafile import WriteOptions, write_fragments
+    from lamina.retry import Backoff
+    from lamina.transaction import Append
+
+    t = _table(local_table_uri)
+
+    class _AlwaysBeaten:
+        def __init__(self, inner):
+            self._inner, self.beaten = inner, 0
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        def put_if_absent(self, path, data):
+            if path.startswith("_versions/"):
+                self.beaten += 1
+                lamina.open_table(local_table_uri).append(rows(1000 + 10 * self.beaten, 10))
+            return self._inner.put_if_absent(path, data)
+
+    store = _AlwaysBeaten(t.store)
+    frags = write_fragments(t.store, t.schema, iter(rows(200, 10).to_batches()), WriteOptions())
+    with pytest.raises(CommitConflict, match=(
+        rf"append on table {t.store.uri} lost the race for the next version 3 times \(read at version 2\); "
+        r"nothing was committed: retry later or with fewer concurrent writers"
+    )):
+        commit(store, Append(t.version, frags), t.manifest, backoff=Backoff(0.0, 0.0, 3))
+    assert store.beaten == 3
+    latest = lamina.open_table(local_table_uri)
+    assert latest.version == 5 and not set(range(200, 210)) & set(ids_of(latest))
+    assert not any(t.store.exists(f.path) for f in frags), "the abandoned data file is removed"
