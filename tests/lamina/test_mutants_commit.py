@@ -174,3 +174,17 @@ def test_writer_that_keeps_losing_the_race_gives_up_with_a_conflict(local_table_
     latest = lamina.open_table(local_table_uri)
     assert latest.version == 5 and not set(range(200, 210)) & set(ids_of(latest))
     assert not any(t.store.exists(f.path) for f in frags), "the abandoned data file is removed"
+
+
+def test_writer_behind_cleaned_history_is_told_which_versions_are_gone(local_table_uri):
+    t = _table(local_table_uri)
+    slow = t.checkout(t.version)  # read version 2
+    for start in range(10, 50, 10):
+        t.append(rows(start, 10))  # versions 3..6
+    t.cleanup(older_than=0, enforce_retention=False)  # keeps 6 only
+    with pytest.raises(CommitConflict, match=(
+        rf"append on table {t.store.uri} read version 2, but versions from 2 up to 5 were cleaned up since; nothing "
+        r"was committed: reload the table and re-run the append \(or run cleanup with an older_than longer than your "
+        r"longest write\)"
+    )):
+        slow.append(rows(1000, 10))
