@@ -25,8 +25,10 @@ def _table_with_stale_and_fresh_orphans(uri):
     t = lamina.create_table(uri, SCHEMA)
     t.append(rows(0, 10))
     t.store.put("data/three-hours.parquet", b"x" * 30)
+    t.store.put("_deletions/four-hours.bin", b"z" * 7)
     t.store.put("data/one-hour.parquet", b"y" * 10)
     _backdate(uri, "data/three-hours.parquet", 3 * 3600)
+    _backdate(uri, "_deletions/four-hours.bin", 4 * 3600)
     _backdate(uri, "data/one-hour.parquet", 3600)
     return t
 
@@ -41,8 +43,9 @@ def _table_with_stale_and_fresh_orphans(uri):
 def test_every_form_of_older_than_means_the_same_cutoff(local_table_uri, older_than):
     t = _table_with_stale_and_fresh_orphans(local_table_uri)
     stats = t.cleanup(older_than=older_than)
-    assert stats == CleanupStats(versions_removed=0, files_removed=1, bytes_removed=30, kept_versions=2)
-    assert not t.store.exists("data/three-hours.parquet") and t.store.exists("data/one-hour.parquet")
+    assert stats == CleanupStats(versions_removed=0, files_removed=2, bytes_removed=37, kept_versions=2)
+    assert not t.store.exists("data/three-hours.parquet") and not t.store.exists("_deletions/four-hours.bin")
+    assert t.store.exists("data/one-hour.parquet")
 
 
 def test_naive_datetime_is_utc(local_table_uri, monkeypatch):
@@ -51,7 +54,7 @@ def test_naive_datetime_is_utc(local_table_uri, monkeypatch):
     time.tzset()
     try:
         naive = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.timedelta(hours=2)
-        assert t.cleanup(older_than=naive).files_removed == 1
+        assert t.cleanup(older_than=naive).files_removed == 2
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
@@ -94,13 +97,13 @@ def test_cleanup_reports_what_it_removed_and_kept(local_table_uri):
 def test_stale_temp_files_of_interrupted_manifest_writes_are_removed(local_table_uri):
     t = lamina.create_table(local_table_uri, SCHEMA)
     t.append(rows(0, 10))
-    for name in (".tmp-stale", ".tmp-fresh", "notes-stale.txt"):
-        t.store.put(f"_versions/{name}", b"partial manifest")
-    _backdate(local_table_uri, "_versions/.tmp-stale", 3 * 3600)
-    _backdate(local_table_uri, "_versions/notes-stale.txt", 3 * 3600)
+    for name, size in ((".tmp-stale", 16), (".tmp-stale-2", 5), (".tmp-fresh", 3), ("notes-stale.txt", 8)):
+        t.store.put(f"_versions/{name}", b"m" * size)
+    for name in (".tmp-stale", ".tmp-stale-2", "notes-stale.txt"):
+        _backdate(local_table_uri, f"_versions/{name}", 3 * 3600)
     stats = t.cleanup(older_than=dt.timedelta(hours=2))
-    assert stats.files_removed == 1 and stats.bytes_removed == len(b"partial manifest")
-    assert not t.store.exists("_versions/.tmp-stale")
+    assert stats.files_removed == 2 and stats.bytes_removed == 21
+    assert not t.store.exists("_versions/.tmp-stale") and not t.store.exists("_versions/.tmp-stale-2")
     assert t.store.exists("_versions/.tmp-fresh") and t.store.exists("_versions/notes-stale.txt")
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(10))
 
@@ -122,3 +125,34 @@ def test_cleanup_of_a_location_without_versions_does_nothing(tmp_path):
     store = open_store(str(tmp_path))
     assert cleanup(store, 0, enforce_retention=False) == CleanupStats(0, 0, 0, 0)
     assert (tmp_path / "data" / "stray.parquet").exists()
+
+
+def test_cleanup_called_directly_refuses_short_retentions_too(local_table_uri):
+    t = _table_with_stale_and_fresh_orphans(local_table_uri)
+    with pytest.raises(InvalidArgument, match="safety floor"):
+        cleanup(t.store, 0)
+    assert t.store.exists("data/three-hours.parquet")
+
+
+class _CountingGets:
+    def __init__(self, inner):
+        self._inner, self.manifest_gets = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def get(self, path, *args, **kwargs):
+        if path.startswith("_versions/"):
+            self.manifest_gets.append(path)
+        return self._inner.get(path, *args, **kwargs)
+
+
+def test_cleanup_reads_only_the_latest_manifest_when_this_process_has_the_others(local_table_uri):
+    """One GET per cleanup, not one per version (history can be thousands of versions on S3)."""
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    for start in range(0, 40, 10):
+        t.append(rows(start, 10))  # versions 1..5, each cached by the process that wrote it
+    store = _CountingGets(t.store)
+    stats = cleanup(store, dt.timedelta(hours=2))
+    assert stats.versions_removed == 0 and stats.kept_versions == 5
+    assert store.manifest_gets == ["_versions/00000000000000000005.manifest"]
