@@ -24,6 +24,7 @@ from lamina.errors import (
 )
 from lamina.manifest import (
     Manifest,
+    belongs_to,
     encode_manifest,
     manifest_path,
     remember_manifest,
@@ -104,8 +105,9 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
 def catch_up(store: ObjectStore, txn: Transaction, base: Manifest) -> Manifest:
     """Replays ``txn`` over every version committed after ``base``; returns the newest.
 
-    A missing next version normally means ``base`` is the head, which one listing confirms:
-    ``base`` itself must still be there. If it is gone, or a later version exists without
+    A missing next version normally means ``base`` is the head, which one listing and one read
+    confirm: ``base`` itself must still be there, and be this table's (not a table created
+    again at the URI that reached the same number). If it is gone, or a later version exists without
     the next one, ``cleanup`` removed history this operation read (or the table was dropped):
     writing the next number would put a manifest into history that is gone.
     """
@@ -114,11 +116,16 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest) -> Manifest:
         if theirs is None:
             listed = versions_from(store, base.version, 2)
             if listed == [base.version]:
-                return base
+                # The head, if it is still this table's: a table dropped and created again may
+                # have reached the same version number.
+                if belongs_to(store, base.version, base.table_uuid):
+                    return base
+                listed = []
             if not listed:
                 raise TableReplaced(
                     f"{txn.operation} on table {store.uri} read version {txn.read_version}, but the table has no versions "
-                    f"from {base.version} on any more: it was dropped. Nothing was committed; open the table again"
+                    f"from {base.version} on any more, or they belong to a table created again at this URI: it was dropped. "
+                    f"Nothing was committed; open the table again"
                 )
             # Versions are written in order (N+2 only by someone who read N+1), so a later version
             # with N+1 still missing on a second look means N+1 was removed, not that it is being written.

@@ -419,6 +419,19 @@ def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = Non
     return m
 
 
+def belongs_to(store: ObjectStore, version: int, table_uuid: str) -> bool:
+    """Whether the manifest of ``version`` on storage (not in any cache) is one of table
+    ``table_uuid``'s; False if it is missing. One GET, no decoding: the uuid is 32 random hex
+    digits, so its ``"table_uuid"`` entry can only be found in that table's manifests."""
+    if not table_uuid:
+        return True  # a table from before table uuids: nothing to tell incarnations apart
+    try:
+        data = store.get(manifest_path(version))
+    except ObjectNotFound:
+        return False
+    return f'"table_uuid": "{table_uuid}"'.encode() in data
+
+
 def try_load_manifest(store: ObjectStore, version: int, table_uuid: str | None = None) -> Manifest | None:
     try:
         return load_manifest(store, version, table_uuid)

@@ -36,6 +36,7 @@ from lamina.filter import parse_filter
 from lamina.manifest import (
     ADDRESS_SHIFT,
     Manifest,
+    belongs_to,
     encode_manifest,
     latest_version,
     list_versions,
@@ -228,6 +229,12 @@ class Table:
         latest = latest_version(self._store)
         if latest is None:
             raise TableNotFound(f"the table at {self.uri} was dropped (no versions left); nothing to reload")
+        if latest == self.version and not belongs_to(self._store, latest, self._manifest.table_uuid):
+            m = load_manifest(self._store, latest)  # the same number, another table
+            raise TableReplaced(
+                f"the table at {self.uri} was dropped and created again (now table {m.table_uuid or '(unnamed)'} at version "
+                f"{latest}; this view holds table {self._manifest.table_uuid or '(unnamed)'}): open it again with open_table"
+            )
         if latest != self.version:
             m = load_manifest(self._store, latest)
             if m.table_uuid != self._manifest.table_uuid or latest < self.version:

@@ -96,3 +96,18 @@ def test_pickled_view_reopens_only_its_own_table_in_another_process(local_table_
         "sys.exit(3)\n"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=str(__import__("pathlib").Path(__file__).parents[2])).returncode == 0
+
+
+def test_open_view_of_a_dropped_table_cannot_commit_onto_a_successor_at_the_same_version(table_location):
+    uri, opts = table_location
+    old = lamina.create_table(uri, SCHEMA, storage_options=opts)
+    old.append(rows(0, 10))  # the old view sits at version 2
+    _drop(uri, opts)
+    new = lamina.create_table(uri, SCHEMA, storage_options=opts)
+    new.append(rows(0, 10))  # the same operations: version 2 again, a manifest of the same shape
+    with pytest.raises(TableReplaced):
+        old.append(rows(10, 1))
+    with pytest.raises(TableReplaced):
+        old.reload()
+    latest = lamina.open_table(uri, storage_options=opts)
+    assert latest.version == 2 and ids_of(latest) == list(range(10))
