@@ -68,6 +68,7 @@ def commit(store: ObjectStore, txn: Transaction, base: Manifest, *, backoff: Bac
 
 
 def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backoff) -> Manifest:
+    checked = False
     for attempt in range(backoff.max_attempts):
         txn.attempts = attempt + 1
         try:
@@ -80,8 +81,9 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
                 f"re-run the {txn.operation} on the latest version"
             ) from e
         new = txn.apply(base)
-        if time.monotonic() - txn.started > VERIFY_FILES_AFTER_SECONDS:
-            _check_written(store, txn)
+        if not checked and time.time() - txn.started > VERIFY_FILES_AFTER_SECONDS:
+            _check_written(store, txn, new)
+            checked = True
         path = manifest_path(new.version)
         try:
             won = store.put_if_absent(path, encode_manifest(new))
@@ -157,12 +159,13 @@ def _resolve_unknown(store: ObjectStore, txn: Transaction, new: Manifest, error:
     return theirs.transaction.get("uuid") == txn.uuid
 
 
-def _check_written(store: ObjectStore, txn: Transaction) -> None:
-    gone = [p for p in txn.written if not store.exists(p)]
+def _check_written(store: ObjectStore, txn: Transaction, new: Manifest) -> None:
+    needed = new.referenced_paths()
+    gone = [p for p in txn.written if p in needed and not store.exists(p)]
     if gone:
         raise CommitConflict(
             f"{txn.operation} on table {store.uri} (read at version {txn.read_version}) ran for "
-            f"{time.monotonic() - txn.started:.0f} s and {len(gone)} of the files it wrote are gone (e.g. {gone[0]}): "
+            f"{time.time() - txn.started:.0f} s and {len(gone)} of the files it wrote are gone (e.g. {gone[0]}): "
             f"cleanup with a retention shorter than this write removed them. Nothing was committed; re-run the "
             f"{txn.operation} and keep cleanup's older_than longer than your longest write"
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -79,6 +80,7 @@ def chunk_batches(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[list
 
 def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.RecordBatch], options: WriteOptions) -> Fragment:
     """Writes one data file from ``batches``; returns its fragment (id -1 until committed)."""
+    started = time.time()
     path = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
     kwargs = dict(row_group_rows=options.row_group_rows, row_group_bytes=options.row_group_bytes, zstd_level=options.zstd_level)
     local = store.local_path(path)
@@ -103,6 +105,7 @@ def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.Recor
         file_version=str(meta["file_version"]),
         checksum=meta.get("checksum"),
         schema=schema,
+        written_at=started,
     )
 
 

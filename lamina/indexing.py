@@ -22,6 +22,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -519,10 +520,11 @@ def build_index(table: Any, column: str | None, kind: str | None, *, name: str |
     if existing is not None and not todo:
         result.action = "none"
         return result
+    started = time.time()
     plans = plan_segments(table.uri, table.storage_options, column, kind, todo, options)
     segments = build_segments(table.store, plans, kind, options, runner or thread_runner(), progress)
     entry = dataclasses.replace(existing, segments=tuple(segments)) if existing else new_entry(name, column, kind, options, segments)
-    txn = CreateIndex(base.version, entry, "update" if existing else "create")
+    txn = CreateIndex(base.version, entry, "update" if existing else "create", started=started)
     table._manifest = commit(table.store, txn, base)
     m = table.manifest
     ix = next(i for i in m.indices if i.name == name)

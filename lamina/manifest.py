@@ -78,6 +78,9 @@ class Fragment:
     #: The schema the data file was written with; known only for fragments not yet committed,
     #: so a commit can refuse a fragment whose schema is not the table's. Never stored.
     schema: pa.Schema | None = field(default=None, compare=False, repr=False)
+    #: When writing its data file began (seconds since the epoch); known only before commit, so
+    #: a commit can tell a long write whose files cleanup may have removed. Never stored.
+    written_at: float | None = field(default=None, compare=False, repr=False)
 
     @property
     def deleted_rows(self) -> int:

@@ -132,15 +132,25 @@ class Transaction(abc.ABC):
 
     operation: ClassVar[str]
 
-    def __init__(self, read_version: int):
+    def __init__(self, read_version: int, started: float | None = None):
         self.uuid = uuid.uuid4().hex
         self.read_version = read_version
         #: Files this transaction wrote; removed if it is abandoned.
         self.written: list[str] = []
         #: Put attempts the commit took (1 when it won the first race).
         self.attempts = 0
-        #: When the operation started (monotonic): long writes re-check their files before committing.
-        self.started = time.monotonic()
+        #: When its first file was written (epoch seconds): pass it if files were written before the
+        #: transaction was built and are not new fragments (e.g. index segments).
+        self._started = time.time() if started is None else started
+
+    def new_fragments(self) -> list[Fragment]:
+        """The fragments this transaction adds (empty for most)."""
+        return []
+
+    @property
+    def started(self) -> float:
+        """When writing its oldest file began: a long write re-checks its files before committing."""
+        return min([self._started] + [f.written_at for f in self.new_fragments() if f.written_at is not None])
 
     def rebase(self, theirs: Manifest, store: ObjectStore) -> None:
         """Adjusts this transaction to sit on top of ``theirs``; raises CommitConflict."""
@@ -217,6 +227,9 @@ class Append(Transaction):
         super().__init__(read_version)
         self.fragments = fragments
         self.written = [f.path for f in fragments]
+
+    def new_fragments(self) -> list[Fragment]:
+        return self.fragments
 
     def apply(self, base: Manifest) -> Manifest:
         new, next_id, next_row = assign_ids(base, self.fragments)
@@ -327,6 +340,9 @@ class WalFlush(Delete):
         self.starts = dict(starts)
         self.written += [f.path for f in fragments]
 
+    def new_fragments(self) -> list[Fragment]:
+        return self.fragments
+
     def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
         if rule == WATERMARKS:
             moved = sorted(k for k in self.watermarks if theirs.wal_watermarks.get(k, 0) > self.starts.get(k, 0))
@@ -378,6 +394,9 @@ class Rewrite(Transaction):
         self.written = [f.path for g in groups for f in g.new_fragments]
         self.written += [seg.path for g in groups for _, seg in g.index_segments.values()]
         self._carried_files: dict[tuple[int, int], tuple[int, DeletionFile]] = {}
+
+    def new_fragments(self) -> list[Fragment]:
+        return [f for g in self.groups for f in g.new_fragments]
 
     @property
     def old_ids(self) -> set[int]:
@@ -491,8 +510,8 @@ class CreateIndex(Transaction):
 
     operation = "create_index"
 
-    def __init__(self, read_version: int, index: IndexEntry, action: str = "create"):
-        super().__init__(read_version)
+    def __init__(self, read_version: int, index: IndexEntry, action: str = "create", started: float | None = None):
+        super().__init__(read_version, started)
         if action not in ("create", "update", "drop"):
             raise ValueError(f"unknown index action {action!r}")
         self.index = index
@@ -531,6 +550,9 @@ class Overwrite(Transaction):
         self.fragments = fragments
         self.schema = schema
         self.written = [f.path for f in fragments]
+
+    def new_fragments(self) -> list[Fragment]:
+        return self.fragments
 
     def apply(self, base: Manifest) -> Manifest:
         new, next_id, next_row = assign_ids(base, self.fragments, self.schema)

@@ -111,6 +111,7 @@ class GroupCompactor:
         return result
 
     def _run(self, task: GroupTask, result: GroupResult) -> None:
+        written_at = time.time()
         store = open_store(task.uri, task.storage_options)
         scratch = tempfile.mkdtemp(prefix="lamina-compact-", dir=os.environ.get("LAMINA_TMPDIR"))
         try:
@@ -157,7 +158,7 @@ class GroupCompactor:
             row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
             file_version=str(meta["file_version"]),
             row_ids=id_ranges(np.concatenate(ids)) if task.stable_row_ids and ids else None,
-            checksum=meta.get("checksum"), schema=task.schema,
+            checksum=meta.get("checksum"), schema=task.schema, written_at=written_at,
         )
         result.mapping = runs
         result.source_deletions = {f.id: (f.deletion.path if f.deletion else None) for f in task.fragments}

@@ -238,3 +238,40 @@ def test_crash_mid_cleanup_leaves_contiguous_history(local_table_uri):
     assert versions == list(range(versions[0], 7)) and versions[0] == 2, versions
     for v in versions:
         assert ids_of(lamina.open_table(local_table_uri, version=v)) == list(range(10 * (v - 1)))
+
+
+def test_write_that_began_long_before_its_transaction_was_built_rechecks_its_files(local_table_uri):
+    """The age that matters is the oldest file's, not the transaction object's: a compaction job
+    builds its Rewrite only at commit time, after hours of writing."""
+    import dataclasses
+
+    from lamina.datafile import write_fragments
+    from lamina.errors import CommitConflict
+    from lamina.transaction import Append
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 10))
+    frags = write_fragments(t.store, SCHEMA, rows(10, 10).to_batches(), t.write_options)
+    assert frags[0].written_at is not None and frags[0].written_at <= time.time()
+    an_hour_ago = [dataclasses.replace(f, written_at=time.time() - 3600) for f in frags]
+    t.store.delete([frags[0].path])  # cleanup with a retention shorter than this write removed it
+    with pytest.raises(CommitConflict, match="files it wrote are gone"):
+        t._commit(Append(t.version, an_hour_ago))
+    assert lamina.open_table(local_table_uri).version == 2
+
+
+def test_compaction_outputs_carry_when_their_writing_began(local_table_uri):
+    from lamina.datafile import WriteOptions
+    from planner import CompactionOptions, plan_compaction
+    from workers.compaction import GroupCompactor, GroupTask
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    for start in range(0, 200, 100):
+        t.append(rows(start, 100))
+    options = CompactionOptions(target_rows_per_fragment=1000)
+    g = plan_compaction(t.manifest, options, t.uri).groups[0]
+    frags = t.manifest.fragment_map()
+    before = time.time()
+    result = GroupCompactor().run(GroupTask(local_table_uri, None, g, tuple(frags[i] for i in g.fragment_ids), t.schema,
+                                            WriteOptions(), options, False, ()))
+    assert result.ok and before <= result.fragment.written_at <= time.time()
