@@ -79,15 +79,39 @@ class Ingestion:
 
         return ray.get([h.stats.remote() for h in self.handles])
 
-    def stop(self, flush: bool = True) -> None:
-        """Flushes (by default) and removes the actors."""
+    def flush_each(self) -> dict[int, str]:
+        """Flushes every running shard; returns the error of each shard that is stopped or could
+        not flush (its unflushed rows stay in the WAL for the next run), by shard."""
         import ray
 
-        if flush:
-            self.flush()
-        ray.get([h.stop.remote() for h in self.handles])
-        for h in self.handles:
-            ray.kill(h, no_restart=True)
+        errors: dict[int, str] = {}
+        flushes = {}
+        for h, s in zip(self.handles, self.stats()):
+            if s.get("error"):
+                errors[s["shard"]] = s["error"]
+            else:
+                flushes[s["shard"]] = h.flush.remote()
+        for shard, ref in flushes.items():
+            try:
+                ray.get(ref)
+            except Exception as e:
+                errors[shard] = f"could not flush: {e}"
+        return errors
+
+    def stop(self, flush: bool = True) -> dict[int, str]:
+        """Flushes (by default) and removes the actors, whatever a shard's state; returns the
+        errors ``flush_each`` found."""
+        import ray
+
+        errors: dict[int, str] = {}
+        try:
+            if flush:
+                errors = self.flush_each()
+            ray.get([h.stop.remote() for h in self.handles])
+        finally:
+            for h in self.handles:
+                ray.kill(h, no_restart=True)
+        return errors
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,28 +153,17 @@ def main(argv: list[str] | None = None) -> int:
                 break
     except KeyboardInterrupt:
         log.info("interrupted: flushing")
-    import ray
-
-    any_failed = False
-    flushes = {}
-    for h, s in zip(ingestion.handles, ingestion.stats()):
-        if s.get("error"):  # a stopped shard: its unflushed rows stay in the WAL
-            any_failed = True
-            if s["shard"] not in reported:
-                log.error("ingest: %s", s["error"])
-        else:
-            flushes[s["shard"]] = h.flush.remote()
-    for shard, ref in flushes.items():
-        try:
-            ray.get(ref)
-        except Exception as e:  # its rows stay in the WAL for the next run
-            any_failed = True
-            log.error("ingest: shard %d could not flush: %s", shard, e)
-    stats = ingestion.stats()
-    ingestion.stop(flush=False)
+    try:
+        errors = ingestion.flush_each()
+        stats = ingestion.stats()
+    finally:
+        ingestion.stop(flush=False)
+    for shard, error in sorted(errors.items()):
+        if shard not in reported:  # a stopped shard (or a failed flush): its unflushed rows stay in the WAL
+            log.error("ingest: shard %d: %s", shard, error)
     if args.json:
         print(json.dumps(stats, indent=2, default=str))
-    return 1 if any_failed else 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

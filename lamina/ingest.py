@@ -248,6 +248,10 @@ class ShardApplier:
         old, old_key = self.schema, self.pk
         new_key = self._table_key()
         why = wal_schema_change(old, new, old_key, new_key)
+        if why is not None and not self.unflushed_rows:
+            # Nothing read in the old schema is held: follow the table. Rows not read yet are
+            # checked segment by segment against the schema their writer recorded.
+            why = None
         if why is None:
             log.warning("shard %d of %s: the table's schema changed to (%s); WAL rows are read in it from now on",
                         self.shard, self.uri, show_schema(new))
@@ -375,7 +379,6 @@ class ShardApplier:
         self._readable_segments.add(segment)
 
     def _poll_segment(self, segment: int) -> int:
-        self._check_segment_schema(segment)
         applied = 0
         while True:
             room = max(1, self.options.flush_bytes - self.memtable_bytes)
@@ -383,6 +386,8 @@ class ShardApplier:
             if state.torn and self.stats.torn.get(segment) != state.torn:
                 log.warning("shard %d: torn WAL tail not applied: %s", self.shard, state.torn)
                 self.stats.torn[segment] = state.torn
+            if txns:  # only a segment with rows still to read must decode in the applier's schema
+                self._check_segment_schema(segment)
             for t in txns:
                 if self.full():
                     return applied

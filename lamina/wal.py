@@ -259,8 +259,8 @@ class WalWriter:
 
     def _roll(self) -> None:
         if self._segment is not None:
+            self._seal()  # sealed first: a writer stopped below leaves no segment retention cannot remove
             self._check_table_schema()
-            self._seal()
         self._segment = self._claim()
         self._txn = self._offset = self._segment_rows = 0
 

@@ -177,3 +177,29 @@ def test_writer_stops_at_its_next_segment_once_the_table_schema_changed(local_ta
     w.put_many(_rows(2, 1, "b"))
     with pytest.raises(SchemaMismatch, match="changed since this WAL writer"):
         w.commit()
+
+
+def test_fully_flushed_shard_follows_any_schema_migration(local_table_uri):
+    """A migration the old rows could not survive is fine once they are all in the table:
+    the running applier and a restarted one go on with producers of the new schema."""
+    lamina.create_table(local_table_uri, KEYED, primary_key="id")
+    w = WalWriter(local_table_uri, 0)
+    applier = ShardApplier(local_table_uri, 0)
+    w.put_many(_rows(0, 5, "a"))
+    w.commit()
+    w.close()
+    applier.poll()
+    applier.flush()  # nothing unflushed
+    new = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    t = lamina.open_table(local_table_uri)
+    t.overwrite(pa.table({"id": [100], "v": ["x"]}, schema=new), schema=new)
+    w2 = WalWriter(local_table_uri, 0)
+    w2.put_many([{"id": 200, "v": "y"}, {"id": 201, "v": "z"}])
+    w2.commit()
+    assert applier.poll() == 2 and applier.flush() is not None
+    restarted = ShardApplier(local_table_uri, 0)  # e.g. Ray restarted the actor
+    w2.put({"id": 202, "v": "w"})
+    w2.commit()
+    assert restarted.poll() == 1 and restarted.flush() is not None
+    got = lamina.open_table(local_table_uri).to_arrow().sort_by("id").to_pylist()
+    assert got == [{"id": 100, "v": "x"}, {"id": 200, "v": "y"}, {"id": 201, "v": "z"}, {"id": 202, "v": "w"}]
