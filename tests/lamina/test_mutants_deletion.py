@@ -78,6 +78,16 @@ def test_cache_holds_exactly_its_bound():
     assert cache.get(("t", "b")) is not None and cache.get(("t", "c")) is not None
 
 
+def test_cache_stays_within_its_bound_after_evicting():
+    cache = _BitmapCache(max_offsets=10)
+    cache.put(("t", "a"), _offsets(6))
+    cache.put(("t", "b"), _offsets(4))
+    cache.put(("t", "c"), _offsets(1))  # a goes: 5 held
+    cache.put(("t", "d"), _offsets(5))  # 10 held: nothing more goes
+    assert cache.get(("t", "a")) is None
+    assert all(cache.get(("t", k)) is not None for k in "bcd")
+
+
 def test_cache_evicts_the_least_recently_used():
     cache = _BitmapCache(max_offsets=10)
     cache.put(("t", "a"), _offsets(4))
@@ -129,5 +139,25 @@ def test_deletion_file_that_disagrees_with_the_manifest_is_corrupt_naming_it(loc
     with pytest.raises(CorruptFile, match=(
         rf"deletion file {re.escape(t.store.describe(written.path))} of fragment {frag.id} holds {re.escape(shown)}, "
         rf"the manifest says {claimed} of 100 rows"
+    )):
+        read_deleted(t.store, bad)
+
+
+def test_deletion_file_read_from_storage_with_an_offset_past_the_last_row_is_corrupt(local_table_uri, fresh_cache):
+    """Checked by the decoder against the row count, before the offsets are materialized."""
+    import dataclasses
+    import re
+
+    from lamina.deletion import read_deleted, write_deleted
+    from lamina.errors import CorruptFile
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 100))
+    [frag] = t.manifest.fragments
+    written = write_deleted(t.store, frag.id, np.asarray([3, 7, 100], dtype=np.uint32))
+    lamina.deletion._CACHE = _BitmapCache()  # read by another process
+    bad = dataclasses.replace(frag, deletion=written)
+    with pytest.raises(CorruptFile, match=(
+        rf"{re.escape(t.store.describe(written.path))}: deletes offset 100 of a fragment of 100 rows"
     )):
         read_deleted(t.store, bad)
