@@ -84,3 +84,70 @@ def test_operation_this_version_cannot_replay_over_is_a_conflict(local_table_uri
     )):
         stale.append(rows(100, 10))
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(10))
+
+
+def _compact_locally(t, fragment_ids):
+    """What jobs.compact does for one group, without Ray: GroupCompactor then one Rewrite commit."""
+    from lamina.transaction import AddressMapping, Rewrite, RewriteGroup
+    from planner import CompactionOptions
+    from planner.plan import CompactionGroup
+    from workers.compaction import GroupCompactor, GroupTask
+
+    base = t.manifest
+    frags = base.fragment_map()
+    members = [frags[i] for i in fragment_ids]
+    group = CompactionGroup(0, tuple(fragment_ids), "full_rewrite", "test", sum(f.live_rows for f in members),
+                            sum(f.file_bytes for f in members), sum(len(f.row_groups) for f in members), ("small",) * len(members))
+    indices = tuple((ix.name, ix.uuid, ix.column, ix.kind, dict(ix.details)) for ix in base.indices)
+    task = GroupTask(t.uri, None, group, tuple(members), base.schema, t.write_options, CompactionOptions(),
+                     base.stable_row_ids, indices)
+    r = GroupCompactor().run(task)
+    assert r.ok, r.error
+    txn = Rewrite(base.version, [RewriteGroup(r.fragment_ids, [r.fragment], AddressMapping.from_runs(r.mapping),
+                                              dict(r.source_deletions), index_segments=dict(r.index_segments))])
+    return commit(t.store, txn, base)
+
+
+def test_compaction_keeps_its_output_covered_by_every_index(local_table_uri):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    for start in (0, 100, 200):
+        t.append(rows(start, 100))
+    t.create_index("id", "btree", name="by_id")
+    t.create_index("category", "bitmap", name="by_cat")
+    new = _compact_locally(t, [0, 1])
+    latest = lamina.open_table(local_table_uri)
+    assert latest.version == new.version and [f.id for f in latest.fragments()] == [3, 2]
+    live = {f.id for f in latest.fragments()}
+    for ix in latest.manifest.indices:
+        assert set(ix.coverage(live)) == {2, 3}, f"index {ix.name} does not cover the compacted fragment"
+        assert ix.segments[-1].fragment_ids == (3,)
+    for flt in ("id >= 50 AND id < 150", "category = 'b'", "id IN (3, 199, 250)"):
+        assert latest.to_arrow(filter=flt).equals(latest.to_arrow(filter=flt, use_index=False)), flt
+    rec = dict(latest.manifest.transaction)
+    assert rec["operation"] == "rewrite" and [(g["old_fragment_ids"], g["new_fragment_ids"]) for g in rec["groups"]] == [([0, 1], [3])]
+    assert rec["groups"][0]["mapping"] == [[0, 0, 0, 0, 100], [1, 0, 0, 100, 100]]
+    latest.append(rows(300, 10))
+    assert [f.id for f in lamina.open_table(local_table_uri).fragments()] == [3, 2, 4], "fragment ids are handed out in order"
+
+
+def test_compaction_output_takes_the_place_of_its_first_source(local_table_uri):
+    """Scan order is table order: the output of a group goes where its first source was."""
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    for start in (0, 100, 200):
+        t.append(rows(start, 10))
+    _compact_locally(t, [0])  # fragment 3 now stands first: ids 3, 1, 2
+    t.reload()
+    _compact_locally(t, [3, 2])  # sources at positions 0 and 2
+    latest = lamina.open_table(local_table_uri)
+    assert [f.id for f in latest.fragments()] == [4, 1]
+    assert latest.to_arrow(columns=["id"]).column("id").to_pylist() == list(range(10)) + list(range(200, 210)) + list(range(100, 110))
+
+
+def test_same_index_changed_twice_names_what_was_committed_first(local_table_uri):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 10))
+    t.create_index("id", "btree", name="ix")
+    stale = t.checkout(t.version)
+    t.drop_index("ix")
+    with pytest.raises(CommitConflict, match=r"both changed index 'ix' \(drop committed first\)"):
+        stale.drop_index("ix")
