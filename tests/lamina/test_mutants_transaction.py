@@ -124,6 +124,7 @@ def test_compaction_keeps_its_output_covered_by_every_index(local_table_uri):
     for flt in ("id >= 50 AND id < 150", "category = 'b'", "id IN (3, 199, 250)"):
         assert latest.to_arrow(filter=flt).equals(latest.to_arrow(filter=flt, use_index=False)), flt
     rec = dict(latest.manifest.transaction)
+    assert rec["read_version"] == new.version - 1
     assert rec["operation"] == "rewrite" and [(g["old_fragment_ids"], g["new_fragment_ids"]) for g in rec["groups"]] == [([0, 1], [3])]
     assert rec["groups"][0]["mapping"] == [[0, 0, 0, 0, 100], [1, 0, 0, 100, 100]]
     latest.append(rows(300, 10))
@@ -151,3 +152,31 @@ def test_same_index_changed_twice_names_what_was_committed_first(local_table_uri
     t.drop_index("ix")
     with pytest.raises(CommitConflict, match=r"both changed index 'ix' \(drop committed first\)"):
         stale.drop_index("ix")
+
+
+def _stale_rewrite(t, fragment_ids):
+    from lamina.rewrite import full_rewrite
+    from lamina.transaction import Rewrite
+
+    base = t.manifest
+    return base, Rewrite(base.version, [full_rewrite(t.store, base, fragment_ids, t.write_options)])
+
+
+def test_compaction_carries_a_concurrent_delete_that_touched_only_its_second_source(local_table_uri):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    for start in (0, 100):
+        t.append(rows(start, 100))
+    base, txn = _stale_rewrite(t, [0, 1])
+    t.delete("id = 150")  # committed while the compaction ran; fragment 0 untouched
+    commit(t.store, txn, base)
+    assert ids_of(lamina.open_table(local_table_uri)) == [i for i in range(200) if i != 150]
+
+
+def test_compaction_carries_a_concurrent_delete_of_a_whole_source_of_any_size(local_table_uri):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 100))
+    t.append(rows(100, 10))
+    base, txn = _stale_rewrite(t, [0, 1])
+    t.delete("id < 100")  # fragment 0 (the larger one) disappears while the compaction runs
+    commit(t.store, txn, base)
+    assert ids_of(lamina.open_table(local_table_uri)) == list(range(100, 110))
