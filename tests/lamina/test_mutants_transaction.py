@@ -180,3 +180,74 @@ def test_compaction_carries_a_concurrent_delete_of_a_whole_source_of_any_size(lo
     t.delete("id < 100")  # fragment 0 (the larger one) disappears while the compaction runs
     commit(t.store, txn, base)
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(100, 110))
+
+
+class _BeatenOnce:
+    """The first manifest put: ``other()`` commits that version first, then ours is tried (and loses)."""
+
+    def __init__(self, inner, other):
+        self._inner, self._other, self.fired = inner, other, 0
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def put_if_absent(self, path, data):
+        if path.startswith("_versions/") and not self.fired:
+            self.fired += 1
+            self._other()
+        return self._inner.put_if_absent(path, data)
+
+
+def _deletion_files(t):
+    return {o.path for o in t.store.list("_deletions/")}
+
+
+@pytest.mark.parametrize("theirs,expected_gone", [
+    ("id >= 5 AND id < 15", set(range(15))),  # the same fragment: my file must be merged again
+    ("id >= 150 AND id < 160", set(range(10)) | set(range(150, 160))),  # another fragment: my file is reused
+])
+def test_delete_that_loses_the_put_to_another_delete_keeps_both_and_writes_no_stray_file(local_table_uri, theirs, expected_gone):
+    from lamina.table import Table
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    for start in (0, 100):
+        t.append(rows(start, 100))
+    store = _BeatenOnce(t.store, lambda: lamina.open_table(local_table_uri).delete(theirs))
+    mine = Table(store, t.manifest)
+    assert mine.delete("id < 10") == (5 if theirs.startswith("id >= 5") else 10)
+    assert store.fired == 1
+    latest = lamina.open_table(local_table_uri)
+    assert set(ids_of(latest)) == set(range(200)) - expected_gone, "a delete's rows came back"
+    if theirs.startswith("id >= 150"):  # my first file is still right on the new base: no second one
+        referenced = {f.deletion.path for v in (4, 5) for f in load_manifest(t.store, v).fragments if f.deletion}
+        assert _deletion_files(latest) == referenced, "the deletion file was written again"
+
+
+def test_index_changes_record_name_action_and_segments(local_table_uri):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 10))
+    t.create_index("id", "btree", name="ix")
+    seg = [s.uuid for s in t.manifest.indices[0].segments]
+    assert _record(t, 3) == {"operation": "create_index", "index": "ix", "action": "create", "segments": seg}
+    t.drop_index("ix")
+    assert _record(t, 4) == {"operation": "create_index", "index": "ix", "action": "drop", "segments": seg}
+
+
+def test_index_change_that_loses_a_race_removes_only_its_own_files(local_table_uri):
+    """A losing create removes its new segments; a losing drop removes nothing (the files are the index's)."""
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 100))
+    stale = t.checkout(t.version)
+    t.create_index("id", "btree", name="ix")
+    theirs = set(t.manifest.indices[0].files)
+    with pytest.raises(CommitConflict, match="both changed index 'ix'"):
+        stale.create_index("score", "btree", name="ix")
+    assert {o.path for o in t.store.list("_indices/")} == theirs, "the losing create left its segments behind"
+
+    a, b = t.checkout(t.version), t.checkout(t.version)
+    a.drop_index("ix")
+    with pytest.raises(CommitConflict, match=r"both changed index 'ix' \(drop committed first\)"):
+        b.drop_index("ix")
+    assert {o.path for o in t.store.list("_indices/")} == theirs, "a losing drop removed files older versions use"
+    old = t.checkout(3)
+    assert old.to_arrow(filter="id = 42").equals(old.to_arrow(filter="id = 42", use_index=False))
