@@ -48,6 +48,9 @@ def _where(t, version):
 
 @pytest.mark.parametrize("changes,problem", [
     ({"path": "elsewhere/0.parquet"}, r"data file 'elsewhere/0.parquet' is not under data/"),
+    ({"path": "data/../../escape.parquet"}, r"path 'data/../../escape.parquet'"),
+    ({"deletion": DeletionFile("/abs/0.bin", 1, None)}, r"path '/abs/0.bin'"),
+    ({"checksum": 12345678}, r"malformed checksum 12345678"),
     ({"checksum": "crc32c:0123"}, r"malformed checksum 'crc32c:0123'"),
     ({"checksum": "md5:01234567"}, r"malformed checksum 'md5:01234567'"),
     ({"checksum": "crc32c:012345678"}, r"malformed checksum 'crc32c:012345678'"),
@@ -121,3 +124,32 @@ def test_transaction_sidecar_is_kept_with_its_version(local_table_uri):
     assert "_transactions/big.json" in latest.manifest.referenced_paths()
     assert latest.cleanup(older_than=dt.timedelta(hours=2)).files_removed == 1
     assert t.store.exists("_transactions/big.json") and not t.store.exists("_transactions/orphan.json")
+
+
+def _put_raw(t, body):
+    import json
+
+    version = t.version + 1
+    assert t.store.put_if_absent(manifest_path(version), json.dumps(body).encode())
+    return version
+
+
+@pytest.mark.parametrize("body", [[1, 2, 3], {"format": "delta.log", "version": 4}])
+def test_json_that_is_not_a_lamina_manifest_is_corrupt(local_table_uri, body):
+    t = _table(local_table_uri)
+    version = _put_raw(t, body)
+    with pytest.raises(CorruptFile, match=rf"manifest {_where(t, version)} is corrupt: not a Lamina manifest\. Open an earlier version"):
+        lamina.open_table(local_table_uri)
+
+
+def test_manifest_of_a_newer_format_asks_for_an_upgrade(local_table_uri):
+    import json
+
+    from lamina.errors import LaminaError
+
+    t = _table(local_table_uri)
+    body = json.loads(encode_manifest(t.manifest.replace(version=t.version + 1)))
+    body["format_version"] = 99
+    version = _put_raw(t, body)
+    with pytest.raises(LaminaError, match=rf"manifest {_where(t, version)} has format version 99; this Lamina reads 1: upgrade Lamina"):
+        lamina.open_table(local_table_uri)
