@@ -133,9 +133,11 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest) -> Manifest:
             # with N+1 still missing on a second look means N+1 was removed, not that it is being written.
             theirs = try_load_manifest(store, base.version + 1, base.table_uuid)
             if theirs is None:
+                first_removed = base.version + 1 if listed[0] == base.version else base.version
+                first_kept = next(v for v in listed if v > base.version)
                 raise CommitConflict(
                     f"{txn.operation} on table {store.uri} read version {txn.read_version}, but versions from "
-                    f"{base.version} up to {listed[-1] - 1} were cleaned up since; nothing was committed: reload the table "
+                    f"{first_removed} up to {first_kept - 1} were cleaned up since; nothing was committed: reload the table "
                     f"and re-run the {txn.operation} (or run cleanup with an older_than longer than your longest write)"
                 )
         txn.rebase(theirs, store)
