@@ -32,3 +32,14 @@ def rows(start: int, n: int, seed: int = 0) -> pa.Table:
 
 def ids_of(table) -> list[int]:
     return sorted(table.to_arrow(columns=["id"]).column("id").to_pylist())
+
+
+def put_next_version(t, **changes) -> int:
+    """Writes the table's next version: its current manifest with ``changes``, properly encoded
+    (a valid checksum: only the content lies). Returns the version written."""
+    from lamina.manifest import encode_manifest, manifest_path
+
+    m = t.manifest
+    nxt = m.replace(version=m.version + 1, **changes)
+    assert t.store.put_if_absent(manifest_path(nxt.version), encode_manifest(nxt))
+    return nxt.version

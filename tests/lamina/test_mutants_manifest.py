@@ -19,7 +19,7 @@ from lamina.errors import CorruptFile
 from lamina.manifest import DeletionFile, encode_manifest, manifest_path
 from planner import CompactionOptions, plan_compaction
 from planner.eligibility import BINARY_COPY
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from tests.lamina.helpers import SCHEMA, ids_of, put_next_version, rows
 
 
 def _table(uri, **kwargs):
@@ -29,17 +29,11 @@ def _table(uri, **kwargs):
     return t
 
 
-def _put_next(t, **changes):
-    m = t.manifest
-    nxt = m.replace(version=m.version + 1, **changes)
-    assert t.store.put_if_absent(manifest_path(nxt.version), encode_manifest(nxt))
-    return nxt.version
-
 
 def _with_fragment0(t, **changes):
     m = t.manifest
     f0 = dataclasses.replace(m.fragments[0], **changes)
-    return _put_next(t, fragments=(f0,) + m.fragments[1:])
+    return put_next_version(t, fragments=(f0,) + m.fragments[1:])
 
 
 def _where(t, version):
@@ -78,7 +72,7 @@ def test_malformed_index_segment_is_corrupt_naming_manifest_and_index(local_tabl
     t.create_index("id", "btree", name="by_id")
     ix = t.manifest.indices[0]
     bad = dataclasses.replace(ix, segments=(dataclasses.replace(ix.segments[0], path="data/seg.idx"),))
-    version = _put_next(t, indices=(bad,))
+    version = put_next_version(t, indices=(bad,))
     with pytest.raises(CorruptFile, match=rf"manifest {_where(t, version)} index 'by_id': segment 'data/seg.idx' is not under _indices/"):
         lamina.open_table(local_table_uri)
 
@@ -115,7 +109,7 @@ def test_transaction_sidecar_is_kept_with_its_version(local_table_uri):
     """A sidecar (a transaction record too large to inline) belongs to its version: cleanup keeps it."""
     t = _table(local_table_uri)
     t.store.put("_transactions/big.json", b"{}")
-    _put_next(t, transaction={**t.manifest.transaction, "uuid": "e" * 32, "sidecar": "_transactions/big.json"})
+    put_next_version(t, transaction={**t.manifest.transaction, "uuid": "e" * 32, "sidecar": "_transactions/big.json"})
     t.store.put("_transactions/orphan.json", b"{}")
     then = time.time() - 3 * 3600
     for name in ("big.json", "orphan.json"):

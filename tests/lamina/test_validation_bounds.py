@@ -16,8 +16,8 @@ import pytest
 import lamina
 from lamina.deletion import read_deleted, write_deleted
 from lamina.errors import CorruptFile
-from lamina.manifest import encode_manifest, load_manifest, manifest_path
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from lamina.manifest import load_manifest
+from tests.lamina.helpers import SCHEMA, ids_of, put_next_version, rows
 
 
 def _table(uri):
@@ -28,17 +28,10 @@ def _table(uri):
     return t
 
 
-def _put_next(t, **changes):
-    """Writes the table's next version: its current manifest with ``changes``, properly encoded."""
-    m = t.manifest
-    nxt = m.replace(version=m.version + 1, **changes)
-    assert t.store.put_if_absent(manifest_path(nxt.version), encode_manifest(nxt))
-    return nxt.version
-
 
 def test_fragment_id_equal_to_next_fragment_id_is_corrupt(local_table_uri):
     t = _table(local_table_uri)
-    version = _put_next(t, next_fragment_id=2)  # fragment 2 claims an id not handed out yet
+    version = put_next_version(t, next_fragment_id=2)  # fragment 2 claims an id not handed out yet
     with pytest.raises(CorruptFile, match="fragment ids are duplicated or out of range"):
         lamina.open_table(local_table_uri)
     with pytest.raises(CorruptFile):
@@ -48,7 +41,7 @@ def test_fragment_id_equal_to_next_fragment_id_is_corrupt(local_table_uri):
 
 def test_highest_fragment_id_just_below_next_fragment_id_is_valid(local_table_uri):
     t = _table(local_table_uri)
-    version = _put_next(t, fragments=t.manifest.fragments[:2], next_fragment_id=2)  # ids 0, 1 < 2
+    version = put_next_version(t, fragments=t.manifest.fragments[:2], next_fragment_id=2)  # ids 0, 1 < 2
     latest = lamina.open_table(local_table_uri)
     assert latest.version == version and ids_of(latest) == list(range(200))
 
@@ -59,7 +52,7 @@ def _with_deletion(t, offsets):
     frag = m.fragment(1)
     written = write_deleted(t.store, frag.id, np.asarray(offsets, dtype=np.uint32))
     bad = dataclasses.replace(frag, deletion=written)
-    version = _put_next(t, fragments=tuple(bad if f.id == 1 else f for f in m.fragments))
+    version = put_next_version(t, fragments=tuple(bad if f.id == 1 else f for f in m.fragments))
     return version, bad
 
 
