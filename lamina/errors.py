@@ -32,6 +32,11 @@ class SchemaMismatch(InvalidArgument):
     """Data does not match the table's schema."""
 
 
+class ShardStopped(SchemaMismatch):
+    """A WAL applier stopped its shard: the table's schema changed in a way the shard's
+    unflushed WAL rows cannot follow. Nothing is lost: they stay in the WAL."""
+
+
 class TableNotFound(LaminaError, FileNotFoundError):
     """No Lamina table exists at the URI."""
 
@@ -73,6 +78,10 @@ class BucketNotFound(StorageError):
 
 class ObjectNotFound(StorageError, FileNotFoundError):
     """An object the table needs is missing from the store."""
+
+
+class WalError(LaminaError):
+    """A WAL segment cannot be written or read as the format promises."""
 
 
 class CommitConflict(LaminaError):

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from lamina import _native
 from lamina.commit import commit
 from lamina.datafile import write_fragments
-from lamina.errors import CommitConflict, CorruptFile, InvalidArgument, ObjectNotFound, SchemaMismatch
+from lamina.errors import CommitConflict, CorruptFile, InvalidArgument, ObjectNotFound, SchemaMismatch, ShardStopped
 from lamina.faults import maybe_die
 from lamina.filter import Conjunct, Filter
 from lamina.index_query import select
@@ -123,11 +123,6 @@ class ApplierStats:
     version: int = 0
     #: Why the shard is stopped (``ShardStopped``), None while it runs.
     error: str | None = None
-
-
-class ShardStopped(SchemaMismatch):
-    """A WAL applier stopped its shard: the table's schema changed in a way the shard's
-    unflushed WAL rows cannot follow. Nothing is lost: they stay in the WAL."""
 
 
 #: ``_wal/<shard>/stopped``: a stopped shard's record (JSON: table, shard, the schema its WAL

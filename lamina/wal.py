@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import _native
-from lamina.errors import CorruptFile, InvalidArgument, LaminaError, ObjectNotFound, SchemaMismatch, StorageError
+from lamina.errors import CorruptFile, InvalidArgument, LaminaError, ObjectNotFound, SchemaMismatch, StorageError, WalError
 from lamina.manifest import WAL_DIR
 from lamina.store import ObjectStore
 
@@ -43,10 +43,6 @@ log = logging.getLogger("lamina.wal")
 ENTRY = struct.Struct("<QQIIQ")
 assert ENTRY.size == 32
 DATA_FILE, INDEX_FILE, CLAIM, SEALED = "segment.d", "segment.i", "claim", "sealed"
-
-
-class WalError(LaminaError):
-    """A WAL segment cannot be written or read as the format promises."""
 
 
 def shard_prefix(shard: int) -> str:

@@ -16,7 +16,8 @@ import threading
 import time
 from typing import Any
 
-from lamina.ingest import IngestOptions, ShardApplier, ShardStopped
+from lamina.errors import ShardStopped
+from lamina.ingest import IngestOptions, ShardApplier
 
 log = logging.getLogger("lamina.ingest")
 

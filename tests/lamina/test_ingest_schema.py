@@ -9,7 +9,8 @@ import pytest
 
 import lamina
 from lamina.errors import SchemaMismatch
-from lamina.ingest import ShardApplier, ShardStopped
+from lamina.errors import ShardStopped
+from lamina.ingest import ShardApplier
 from lamina.wal import WalWriter, read_segment
 from workers.ingest import WalApplier
 
