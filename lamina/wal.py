@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import _native
-from lamina.errors import CorruptFile, InvalidArgument, LaminaError, ObjectNotFound, SchemaMismatch, StorageError, WalError
+from lamina.errors import CorruptFile, InvalidArgument, ObjectNotFound, SchemaMismatch, StorageError, WalError
 from lamina.manifest import WAL_DIR
 from lamina.store import ObjectStore
 
