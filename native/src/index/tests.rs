@@ -340,3 +340,49 @@ fn dense_text_query_equals_bm25_top_k_bit_for_bit_on_many_documents() {
         assert!(top.iter().zip(&want).all(|((a, s), (wa, ws))| a == wa && s.to_bits() == ws.to_bits()), "{served:?}");
     }
 }
+
+/// The stored bytes of segments of every kind and key type, pinned: segments written by
+/// earlier builds must still read, so a change here is a format change (docs/FORMAT.md).
+#[test]
+fn stored_segment_bytes_are_pinned() {
+    use arrow::array::UInt64Array;
+    // the order-preserving key encodings themselves
+    assert_eq!(encode_i64(i64::MIN), 0);
+    assert_eq!(encode_i64(-1), 0x7fff_ffff_ffff_ffff);
+    assert_eq!(encode_i64(0), 0x8000_0000_0000_0000);
+    assert_eq!(encode_i64(i64::MAX), u64::MAX);
+    assert_eq!(encode_f64(f64::NEG_INFINITY), Some(0x000f_ffff_ffff_ffff));
+    assert_eq!(encode_f64(-1.5), Some(0x4007_ffff_ffff_ffff));
+    assert_eq!(encode_f64(-0.0), Some(0x8000_0000_0000_0000));
+    assert_eq!(encode_f64(0.0), Some(0x8000_0000_0000_0000));
+    assert_eq!(encode_f64(1.5), Some(0xbff8_0000_0000_0000));
+    assert_eq!(encode_f64(f64::NAN), None);
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("int64", Arc::new(Int64Array::from(vec![Some(3), Some(-7), None, Some(i64::MIN), Some(3), Some(i64::MAX)]))),
+        ("uint64", Arc::new(UInt64Array::from(vec![Some(0), Some(u64::MAX), Some(9), None, Some(9)]))),
+        ("float64", Arc::new(Float64Array::from(vec![Some(1.5), Some(f64::NAN), Some(-0.0), Some(f64::NEG_INFINITY), None, Some(0.0), Some(-1.5)]))),
+        ("string", Arc::new(StringArray::from(vec![Some("b"), Some(""), None, Some("longer than eight bytes"), Some("b"), Some("\u{e9}")]))),
+    ];
+    let mut got = Vec::new();
+    for (name, a) in &columns {
+        for kind in [Kind::BTree, Kind::Bitmap] {
+            let built = build(kind, vec![(0, col(a.clone())), (2, col(a.clone()))], &BuildOptions { page_entries: 3, ..Default::default() }).unwrap();
+            got.push(format!("{} {name}: {}", kind.name(), crate::io::checksum(&built.bytes)));
+        }
+    }
+    let text = strings(vec![Some("The cat; the CAT!"), Some("dog"), None, Some(""), Some("a cat and running dogs")]);
+    let built = build(Kind::Fts, vec![(1, text)], &BuildOptions { analyzer: Analyzer { stem: true, max_token_len: 5 }, ..Default::default() }).unwrap();
+    got.push(format!("fts: {}", crate::io::checksum(&built.bytes)));
+    let want = [
+        "btree int64: crc32c:dc6305ab",
+        "bitmap int64: crc32c:cbebb138",
+        "btree uint64: crc32c:3d60dcf8",
+        "bitmap uint64: crc32c:1ac117c6",
+        "btree float64: crc32c:36a4a21f",
+        "bitmap float64: crc32c:d5a3fe64",
+        "btree string: crc32c:c452c0b6",
+        "bitmap string: crc32c:4cd1b5eb",
+        "fts: crc32c:9d546e35",
+    ];
+    assert_eq!(got, want);
+}

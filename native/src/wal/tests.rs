@@ -104,3 +104,14 @@ fn nested_types_are_refused_by_name() {
     let err = check_schema(&schema).unwrap_err();
     assert!(err.to_string().contains("\"l\""), "{err}");
 }
+
+/// Encoded rows are stored in WAL segments that later builds must still read: pinned.
+#[test]
+fn encoded_bytes_are_pinned() {
+    let batch = every_type();
+    let deletes = BooleanArray::from(vec![false, true, false, false]);
+    let (bytes, ends) = encode(&batch, Some(&deletes), &[3]).unwrap();
+    assert_eq!(&bytes[..12], &[0, 0, 0, 0, 1, 1, 0, 0, 0, 0x80, 0xfb, 0xff], "column 0: true, column 1: -128, column 2: null");
+    assert_eq!(ends, vec![116, 136, 240, 100_357], "a delete row is its marker, its key and the end marker");
+    assert_eq!(crate::io::checksum(&bytes), "crc32c:809100a3");
+}
