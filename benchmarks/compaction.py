@@ -27,7 +27,7 @@ import pyarrow as pa
 import lamina
 from jobs.demo import sample_rows
 from planner import CompactionOptions, plan_compaction
-from workers.compaction import GroupCompactor, GroupTask
+from workers.compaction import GroupCompactor, GroupTask, tasks_for
 
 MiB = 1 << 20
 
@@ -38,13 +38,18 @@ def timed(fn):
     return time.perf_counter() - t0, out
 
 
-def one_group_task(table: lamina.Table, options: CompactionOptions) -> GroupTask:
-    plan = plan_compaction(table.manifest, options, table.uri)
+def one_group_task(table: lamina.Table, options: CompactionOptions, manifest=None) -> GroupTask:
+    """The task of the one group a plan of ``manifest`` (default: the table's) makes."""
+    manifest = manifest or table.manifest
+    plan = plan_compaction(manifest, options, table.uri)
     assert len(plan.groups) == 1, plan.describe()
-    g = plan.groups[0]
-    frags = table.manifest.fragment_map()
-    return GroupTask(table.uri, None, g, tuple(frags[i] for i in g.fragment_ids), table.schema, table.write_options,
-                     options, False)
+    [task] = tasks_for(plan, manifest, table.uri, None, table.write_options, options.read_batch_bytes)
+    return task
+
+
+def local_file(table: lamina.Table, path: str) -> str:
+    """Where a file of a local table is (the benchmarks run on local directories)."""
+    return os.path.join(table.uri, path)
 
 
 def wide_rows(start: int, n: int) -> pa.Table:
@@ -60,7 +65,7 @@ def bench_a(root: str, fragments: int, rows: int) -> dict:
     t = lamina.create_table(uri, wide_rows(0, 1).schema, row_group_rows=rows)
     for i in range(fragments):
         t.append(wide_rows(i * rows, rows))
-    files = [t.store.local_path(f.path) for f in t.manifest.fragments]
+    files = [local_file(t, f.path) for f in t.manifest.fragments]
     total = sum(os.path.getsize(f) for f in files)
     min_rg = min(g.bytes for f in t.manifest.fragments for g in f.row_groups)
 
@@ -79,7 +84,7 @@ def bench_a(root: str, fragments: int, rows: int) -> dict:
             task = one_group_task(t, o)
             s, r = timed(lambda: GroupCompactor().run(task))
             assert r.ok and r.mode == mode, (r.mode, r.error)
-            os.remove(t.store.local_path(r.fragment.path))
+            os.remove(local_file(t, r.fragment.path))
             best = s if best is None else min(best, s)
         results[mode] = best
     return {"fragments": fragments, "bytes": total, "min_row_group_bytes": min_rg, "cat_fsync_s": cat_s, **{f"{k}_s": v for k, v in results.items()}}
@@ -101,7 +106,7 @@ def bench_b(root: str, uri: str, data: pa.Table, fragments: int, rows: int) -> d
     task = one_group_task(t, opts)
     out["lamina_full_rewrite_worker_s"], r = timed(lambda: GroupCompactor().run(task))
     assert r.ok and r.mode == "full_rewrite", r.error
-    os.remove(t.store.local_path(r.fragment.path))
+    os.remove(local_file(t, r.fragment.path))
     try:
         import lance
 
@@ -135,15 +140,14 @@ def rss_child(uri: str, fragments: int) -> None:
     """(c) In a fresh process: run one group of the first ``fragments`` fragments, print peak RSS growth."""
     t = lamina.open_table(uri)
     frags = t.manifest.fragments[:fragments]
-    t._manifest = t.manifest.replace(fragments=frags)
     opts = CompactionOptions(target_rows_per_fragment=10**9, target_bytes_per_fragment=64 * 1024 * MiB)
-    task = one_group_task(t, opts)
+    task = one_group_task(t, opts, t.manifest.replace(fragments=frags))
     with open("/proc/self/clear_refs", "w") as f:  # resets VmHWM, the peak RSS, to the current RSS
         f.write("5")
     base = _status_kib("VmRSS")
     r = GroupCompactor().run(task)
     assert r.ok, r.error
-    os.remove(t.store.local_path(r.fragment.path))
+    os.remove(local_file(t, r.fragment.path))
     peak = _status_kib("VmHWM")
     width = t.checkout(t.version).to_arrow().slice(0, 10_000).nbytes / 10_000
     bound = memory_bound(t.write_options.row_group_rows, width, len(frags))
@@ -177,7 +181,7 @@ def bench_c(uri: str) -> list[dict]:
 def bench_d(root: str, uri: str) -> dict:
     import ray
 
-    from jobs.compact import compact
+    from lamina.compaction import compact
 
     out = {}
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -1,4 +1,4 @@
-"""Test-only fault injection shared by the workers.
+"""Test-only fault injection shared by the workers and drivers.
 
 ``LAMINA_FAULT_KILL_WORKER`` names a marker file: the first task to reach a kill
 point creates it and SIGKILLs its own process; later tasks (the Ray retry) see
@@ -22,4 +22,14 @@ def maybe_die(variable: str = FAULT_KILL_WORKER) -> None:
         except FileExistsError:
             return
         os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+#: Set (to anything): the compaction driver SIGKILLs itself after the outputs are written, before committing.
+FAULT_KILL_DRIVER_BEFORE_COMMIT = "LAMINA_FAULT_KILL_DRIVER_BEFORE_COMMIT"
+
+
+def maybe_kill_driver() -> None:
+    """SIGKILLs this process if ``FAULT_KILL_DRIVER_BEFORE_COMMIT`` is set."""
+    if os.environ.get(FAULT_KILL_DRIVER_BEFORE_COMMIT):
         os.kill(os.getpid(), signal.SIGKILL)

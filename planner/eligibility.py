@@ -6,7 +6,7 @@ Every decision carries a machine-readable reason (the constants below), shown by
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from lamina import _native
 from lamina.manifest import Fragment
@@ -16,6 +16,10 @@ from planner.options import CompactionOptions
 BINARY_COPY = "binary_copy"
 HYBRID = "hybrid"
 FULL_REWRITE = "full_rewrite"
+
+# What happens to one source row group
+COPY = "copy"  # its encoded column chunks are copied as they are
+ENCODE = "encode"  # its rows are decoded and re-encoded (deletions dropped)
 
 # Why a fragment is a candidate
 SMALL = "small"  # below the row and byte targets
@@ -56,11 +60,24 @@ def choose_mode(fragments: Sequence[Fragment], options: CompactionOptions) -> tu
     return HYBRID, SOME_SMALL_ROW_GROUPS
 
 
-def actions(fragments: Sequence[Fragment], mode: str, options: CompactionOptions) -> list[tuple[str, int, int]]:
-    """Per source row group, in order: ("copy" | "encode", source index, row group index)."""
+class RowGroupAction(NamedTuple):
+    """What a worker does with one source row group (the native rewrite takes these as tuples)."""
+
+    action: str  # COPY or ENCODE
+    source: int  # position of the fragment in its group
+    row_group: int  # row group index in that fragment's data file
+
+
+def actions(fragments: Sequence[Fragment], mode: str, options: CompactionOptions) -> list[RowGroupAction]:
+    """Per source row group, in order: copy it as it is or re-encode it."""
     out = []
     for si, f in enumerate(fragments):
         for ri, rg in enumerate(f.row_groups):
             copy = mode == BINARY_COPY or (mode == HYBRID and rg.bytes >= options.min_row_group_bytes)
-            out.append(("copy" if copy else "encode", si, ri))
+            out.append(RowGroupAction(COPY if copy else ENCODE, si, ri))
     return out
+
+
+def encode_all(actions: Sequence[RowGroupAction]) -> tuple[RowGroupAction, ...]:
+    """The same row groups, every one re-encoded: the full rewrite a copy falls back to."""
+    return tuple(RowGroupAction(ENCODE, a.source, a.row_group) for a in actions)

@@ -4,17 +4,23 @@
              ──► runs of adjacent candidates ──► packed up to the targets (bin_packing)
              ──► lone fragments without deletions skipped (nothing to gain)
              ──► a mode and reason per group (eligibility.choose_mode)
+             ──► per source row group: copy or re-encode (eligibility.actions)
              ──► CompactionPlan (groups in table order)
+
+Workers execute a group's actions as planned; the only thing they may change is
+falling back to re-encoding every row group (``CompactionGroup.as_full_rewrite``)
+when a source turns out not to be copyable.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lamina.manifest import Fragment, Manifest
 from planner.bin_packing import pack_adjacent
-from planner.eligibility import candidate_reason, choose_mode
+from planner.eligibility import COPY, ENCODE, FULL_REWRITE, RowGroupAction, actions, candidate_reason, choose_mode, encode_all
 from planner.options import CompactionOptions
 
 
@@ -30,11 +36,37 @@ class CompactionGroup:
     bytes: int  # data file bytes read
     row_groups: int
     candidates: tuple[str, ...]  # why each fragment was picked ("small", "deletions")
+    #: Every source row group in output order: copied as it is or re-encoded.
+    actions: tuple[RowGroupAction, ...] = ()
+
+    def as_full_rewrite(self, why: str) -> "CompactionGroup":
+        """This group with every row group re-encoded: what a worker runs when a copy is refused."""
+        return dataclasses.replace(self, mode=FULL_REWRITE, reason=f"fallback: {why}", actions=encode_all(self.actions))
+
+    def describe_actions(self) -> str:
+        """``4 copied, 1 re-encoded (10:0)``: counts, and which row groups (fragment:row groups) are
+        re-encoded in a group that also copies."""
+        copied = sum(1 for a in self.actions if a.action == COPY)
+        encoded = len(self.actions) - copied
+        text = f"{copied} copied, {encoded} re-encoded"
+        if copied and encoded:
+            runs: list[list[int]] = []  # [source, first, last]
+            for a in self.actions:
+                if a.action != ENCODE:
+                    continue
+                if runs and runs[-1][0] == a.source and runs[-1][2] == a.row_group - 1:
+                    runs[-1][2] = a.row_group
+                else:
+                    runs.append([a.source, a.row_group, a.row_group])
+            shown = [f"{self.fragment_ids[s]}:{a}" + (f"-{b}" if b != a else "") for s, a, b in runs]
+            text += f" ({', '.join(shown[:20])}{', ...' if len(shown) > 20 else ''})"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["fragment_ids"] = list(self.fragment_ids)
         d["candidates"] = list(self.candidates)
+        d["actions"] = [[a.action, self.fragment_ids[a.source], a.row_group] for a in self.actions]
         return d
 
 
@@ -79,6 +111,7 @@ class CompactionPlan:
             span = f"{ids[0]}..{ids[-1]}" if len(ids) > 3 else ",".join(map(str, ids))
             lines.append(f"  group {g.index:4d}: {g.mode:12s} reason={g.reason:24s} fragments [{span}] ({len(ids)}) "
                          f"rows={g.rows:,} bytes={g.bytes:,}")
+            lines.append(f"{'':14s}row groups: {g.describe_actions()}")
         for fid, why in self.skipped:
             lines.append(f"  skipped fragment {fid}: {why}")
         return "\n".join(lines)
@@ -128,6 +161,7 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
             bytes=sum(f.file_bytes for f in members),
             row_groups=sum(len(f.row_groups) for f in members),
             candidates=tuple(reasons[p] or "" for p in g),
+            actions=tuple(actions(members, mode, options)),
         ))
     return CompactionPlan(
         table=table or "", read_version=manifest.version, options=options, groups=tuple(out),

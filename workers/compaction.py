@@ -1,17 +1,18 @@
 """The compaction worker: executes one planned group and returns the new fragment, mapping and metrics.
 
-    GroupTask ──► stage sources (local path, or S3 ranged GETs of up to read_batch_bytes)
-              ──► native rewrite (copy / encode actions; binary copy falls back to a full
-                  rewrite when a source turns out not to be copyable)
-              ──► upload output (multipart on S3)
-              ──► one segment per table index over the output ──► GroupResult
+    GroupTask (the planned group: its row-group actions, the fragments, the table's schema)
+      ──► stage sources (local path, or S3 ranged GETs of up to read_batch_bytes), checksums checked
+      ──► native rewrite of the planned actions (copy / encode); when a source turns out not to be
+          copyable, the group's own fallback (every row group re-encoded)
+      ──► upload output (multipart on S3)
+      ──► one segment per table index over the output ──► lamina.compaction.GroupResult
 
-``GroupCompactor`` is plain Python (unit-testable without Ray); ``compact_group``
-is the Ray task around it. A worker that dies is retried by Ray; an error in a
-group (a corrupt source, say) is returned as a failed result so other groups go on.
-Memory per task: ``read_batch_bytes`` of I/O buffer plus one output row group
-(decoded rows + encoded pages), whatever the group's size; with indices, also
-the indexed column of the output and its segment (~16 bytes a row for a btree).
+``GroupCompactor`` is plain Python (unit-testable without Ray); ``compact_group`` is the
+task body that ``workers.runtime.run_tasks`` ships to Ray. A worker that dies is retried by
+Ray; an error in a group (a corrupt source, say) is returned as a failed result so other
+groups go on. Memory per task: ``read_batch_bytes`` of I/O buffer plus one output row group
+(decoded rows + encoded pages), whatever the group's size; with indices, also the indexed
+column of the output and its segment (~16 bytes a row for a btree).
 """
 
 from __future__ import annotations
@@ -22,64 +23,59 @@ import tempfile
 import time
 import traceback
 import uuid
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 from lamina import _native
 from lamina.checksum import check, of_file
+from lamina.compaction import GroupResult
 from lamina.datafile import WriteOptions
 from lamina.deletion import read_deleted
 from lamina.errors import InvalidArgument, LaminaError
 from lamina.faults import maybe_die
 from lamina.indexing import IndexOptions, segment_for_outputs
-from lamina.manifest import DATA_DIR, Fragment, IndexSegment, RowGroup
+from lamina.manifest import DATA_DIR, Fragment, Manifest, RowGroup
 from lamina.rewrite import id_ranges, live_offsets, mapping_runs
 from lamina.store import ObjectStore, open_store
-from planner.eligibility import FULL_REWRITE, actions
-from planner.options import CompactionOptions
-from planner.plan import CompactionGroup
+from planner.eligibility import FULL_REWRITE
+from planner.plan import CompactionGroup, CompactionPlan
 
+
+class IndexToExtend(NamedTuple):
+    """An index of the table that the output gets a segment of, in the same commit."""
+
+    name: str
+    uuid: str
+    column: str
+    kind: str
+    details: dict
 
 
 @dataclass(frozen=True)
 class GroupTask:
+    """Everything a worker needs for one group: a plain value Ray ships as it is."""
+
     uri: str
     storage_options: dict[str, Any] | None
     group: CompactionGroup
     fragments: tuple[Fragment, ...]
     schema: pa.Schema
     write: WriteOptions
-    options: CompactionOptions
+    read_batch_bytes: int
     stable_row_ids: bool
-    #: Indices to extend over the output in the same commit: (name, uuid, column, kind, details).
-    indices: tuple[tuple[str, str, str, str, dict], ...] = ()
+    indices: tuple[IndexToExtend, ...] = ()
 
 
-@dataclass
-class GroupResult:
-    index: int
-    fragment_ids: tuple[int, ...]
-    mode: str
-    reason: str
-    ok: bool
-    error: str | None = None
-    fragment: Fragment | None = None
-    mapping: list[tuple[int, int, int, int, int]] = field(default_factory=list)
-    source_deletions: dict[int, str | None] = field(default_factory=dict)
-    rows_in: int = 0
-    rows_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    row_groups_copied: int = 0
-    row_groups_encoded: int = 0
-    get_requests: int = 0
-    seconds: float = 0.0
-    #: Index name -> (index uuid, segment over the output); fragment ids are set at commit.
-    index_segments: dict[str, tuple[str, IndexSegment]] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+def tasks_for(plan: CompactionPlan, manifest: Manifest, uri: str, storage_options: dict[str, Any] | None,
+              write: WriteOptions, read_batch_bytes: int) -> list[GroupTask]:
+    """One task per group of ``plan`` (made from ``manifest``, the version it was planned on)."""
+    frags = manifest.fragment_map()
+    indices = tuple(IndexToExtend(ix.name, ix.uuid, ix.column, ix.kind, dict(ix.details)) for ix in manifest.indices)
+    return [GroupTask(uri, storage_options, g, tuple(frags[i] for i in g.fragment_ids), manifest.schema, write,
+                      read_batch_bytes, manifest.stable_row_ids, indices) for g in plan.groups]
 
 
 def stage(store: ObjectStore, fragment: Fragment, directory: str, batch_bytes: int) -> tuple[str, int]:
@@ -117,7 +113,7 @@ class GroupCompactor:
         try:
             sources = []
             for frag in task.fragments:
-                path, gets = stage(store, frag, scratch, task.options.read_batch_bytes)
+                path, gets = stage(store, frag, scratch, task.read_batch_bytes)
                 result.get_requests += gets
                 sources.append((path, pa.array(read_deleted(store, frag), type=pa.uint32())))
             out_rel = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
@@ -125,15 +121,15 @@ class GroupCompactor:
             out_local = in_place or os.path.join(scratch, "output.parquet")
             kwargs = dict(row_group_rows=task.write.row_group_rows, row_group_bytes=task.write.row_group_bytes,
                           zstd_level=task.write.zstd_level)
-            plan = actions(task.fragments, result.mode, task.options)
+            group = task.group
             try:
-                meta = _native.rewrite_data_file(sources, plan, task.schema, out_local, **kwargs)
+                meta = _native.rewrite_data_file(sources, list(group.actions), task.schema, out_local, **kwargs)
             except InvalidArgument as e:
-                if result.mode == FULL_REWRITE:
+                if group.mode == FULL_REWRITE:
                     raise
-                result.mode, result.reason = FULL_REWRITE, f"fallback: {e}"
-                plan = actions(task.fragments, FULL_REWRITE, task.options)
-                meta = _native.rewrite_data_file(sources, plan, task.schema, out_local, **kwargs)
+                group = group.as_full_rewrite(str(e))
+                result.mode, result.reason = group.mode, group.reason
+                meta = _native.rewrite_data_file(sources, list(group.actions), task.schema, out_local, **kwargs)
             if in_place is None:
                 store.put_file(out_rel, out_local)
             self._index(task, store, out_local, int(meta["rows"]), result)
@@ -182,13 +178,5 @@ class GroupCompactor:
 
 
 def compact_group(task: GroupTask) -> GroupResult:
-    """Ray task body (see ``remote_compact_group``)."""
+    """The task body ``workers.runtime.run_tasks`` runs on Ray."""
     return GroupCompactor().run(task)
-
-
-def remote_compact_group(options: CompactionOptions, runtime_env: dict[str, Any] | None = None):
-    """The Ray remote function: one CPU, retried when its worker dies, never for a group's own error."""
-    import ray
-
-    extra = {"runtime_env": runtime_env} if runtime_env else {}
-    return ray.remote(num_cpus=1, max_retries=options.max_task_retries, retry_exceptions=False, **extra)(compact_group)

@@ -10,7 +10,9 @@ from pathlib import Path
 
 
 import lamina
-from jobs.compact import FAULT_KILL_BEFORE_COMMIT, compact, main
+from jobs.compact import main
+from lamina.compaction import compact
+from lamina.faults import FAULT_KILL_DRIVER_BEFORE_COMMIT
 from planner import CompactionOptions
 from tests.compaction_helpers import MIXED_MODES, MIXED_OPTIONS, mixed_table
 from tests.lamina.concurrent_writer import BASE_ROWS, appended_ids, deleted_ids
@@ -113,7 +115,7 @@ def test_driver_killed_before_commit_leaves_table_unchanged(ray_cluster, local_t
     address = ray_cluster.get_runtime_context().gcs_address
     proc = subprocess.run([sys.executable, "-m", "jobs.compact", local_table_uri, "--json", "--set", "target_rows_per_fragment=8000"],
                           cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address, FAULT_KILL_BEFORE_COMMIT: "1"})
+                          env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address, FAULT_KILL_DRIVER_BEFORE_COMMIT: "1"})
     assert proc.returncode == -9, proc.stderr[-2000:]
     after = lamina.open_table(local_table_uri)
     assert after.version == t.version and after.to_arrow().equals(t.to_arrow())

@@ -107,7 +107,7 @@ def test_flipped_bit_in_a_deletion_file_is_corrupt_not_other_deletions(local_tab
 def test_compaction_never_copies_a_damaged_source_under_a_fresh_checksum(table_location, tmp_path):
     from lamina.datafile import WriteOptions
     from planner import CompactionOptions, plan_compaction
-    from workers.compaction import GroupCompactor, GroupTask
+    from workers.compaction import GroupCompactor, tasks_for
 
     uri, opts = table_location
     t = lamina.create_table(uri, SCHEMA, storage_options=opts)
@@ -121,10 +121,7 @@ def test_compaction_never_copies_a_damaged_source_under_a_fresh_checksum(table_l
     options = CompactionOptions(target_rows_per_fragment=8000, min_row_group_bytes=1)
     plan = plan_compaction(t.manifest, options, t.uri)
     assert plan.groups and plan.groups[0].mode == "binary_copy"
-    g = plan.groups[0]
-    frags = t.manifest.fragment_map()
-    task = GroupTask(uri, opts, g, tuple(frags[i] for i in g.fragment_ids), t.schema, WriteOptions(), options,
-                     False, ())
+    task = tasks_for(plan, t.manifest, uri, opts, WriteOptions(), options.read_batch_bytes)[0]
     result = GroupCompactor().run(task)
     assert not result.ok and "CorruptFile" in result.error and victim.path in result.error
     assert [o.path for o in t.store.list("data/")] == sorted(f.path for f in t.manifest.fragments)

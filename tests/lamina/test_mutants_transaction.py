@@ -88,24 +88,23 @@ def test_operation_this_version_cannot_replay_over_is_a_conflict(local_table_uri
 
 def _compact_locally(t, fragment_ids):
     """What jobs.compact does for one group, without Ray: GroupCompactor then one Rewrite commit."""
-    from lamina.transaction import AddressMapping, Rewrite, RewriteGroup
+    from lamina.compaction import rewrite_transaction
     from planner import CompactionOptions
-    from planner.plan import CompactionGroup
-    from workers.compaction import GroupCompactor, GroupTask
+    from planner.eligibility import actions
+    from planner.plan import CompactionGroup, CompactionPlan
+    from workers.compaction import GroupCompactor, tasks_for
 
     base = t.manifest
     frags = base.fragment_map()
     members = [frags[i] for i in fragment_ids]
     group = CompactionGroup(0, tuple(fragment_ids), "full_rewrite", "test", sum(f.live_rows for f in members),
-                            sum(f.file_bytes for f in members), sum(len(f.row_groups) for f in members), ("small",) * len(members))
-    indices = tuple((ix.name, ix.uuid, ix.column, ix.kind, dict(ix.details)) for ix in base.indices)
-    task = GroupTask(t.uri, None, group, tuple(members), base.schema, t.write_options, CompactionOptions(),
-                     base.stable_row_ids, indices)
+                            sum(f.file_bytes for f in members), sum(len(f.row_groups) for f in members), ("small",) * len(members),
+                            tuple(actions(members, "full_rewrite", CompactionOptions())))
+    plan = CompactionPlan(t.uri, base.version, CompactionOptions(), (group,), len(base.fragments), base.rows)
+    [task] = tasks_for(plan, base, t.uri, None, t.write_options, CompactionOptions().read_batch_bytes)
     r = GroupCompactor().run(task)
     assert r.ok, r.error
-    txn = Rewrite(base.version, [RewriteGroup(r.fragment_ids, [r.fragment], AddressMapping.from_runs(r.mapping),
-                                              dict(r.source_deletions), index_segments=dict(r.index_segments))])
-    return commit(t.store, txn, base)
+    return commit(t.store, rewrite_transaction(base.version, [r]), base)
 
 
 def test_compaction_keeps_its_output_covered_by_every_index(local_table_uri):

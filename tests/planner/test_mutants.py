@@ -139,9 +139,13 @@ def test_dry_run_describes_every_group_and_skipped_fragment():
     assert _mixed_plan().describe() == "\n".join([
         "plan for tbl at version 7: 4 groups (2 binary_copy, 1 full_rewrite, 1 hybrid), 15 -> 9 fragments",
         "  group    0: binary_copy  reason=all_row_groups_large     fragments [0..3] (4) rows=800 bytes=8,388,608",
+        "              row groups: 4 copied, 0 re-encoded",
         "  group    1: binary_copy  reason=all_row_groups_large     fragments [5,6,7] (3) rows=900 bytes=6,291,456",
+        "              row groups: 3 copied, 0 re-encoded",
         "  group    2: hybrid       reason=some_row_groups_small    fragments [9,10] (2) rows=600 bytes=4,718,592",
+        "              row groups: 2 copied, 1 re-encoded (10:0)",
         "  group    3: full_rewrite reason=has_deletions            fragments [14] (1) rows=1,000 bytes=2,097,152",
+        "              row groups: 0 copied, 1 re-encoded",
         "  skipped fragment 12: alone: no adjacent fragment has room for it",
     ])
 
@@ -163,13 +167,17 @@ def test_plan_summary_json_has_every_field():
         "rows_before": 24200,
         "groups": [
             {"index": 0, "fragment_ids": [0, 1, 2, 3], "mode": "binary_copy", "reason": "all_row_groups_large",
-             "rows": 800, "bytes": 8 * MiB, "row_groups": 4, "candidates": ["small"] * 4},
+             "rows": 800, "bytes": 8 * MiB, "row_groups": 4, "candidates": ["small"] * 4,
+             "actions": [["copy", 0, 0], ["copy", 1, 0], ["copy", 2, 0], ["copy", 3, 0]]},
             {"index": 1, "fragment_ids": [5, 6, 7], "mode": "binary_copy", "reason": "all_row_groups_large",
-             "rows": 900, "bytes": 6 * MiB, "row_groups": 3, "candidates": ["small"] * 3},
+             "rows": 900, "bytes": 6 * MiB, "row_groups": 3, "candidates": ["small"] * 3,
+             "actions": [["copy", 5, 0], ["copy", 6, 0], ["copy", 7, 0]]},
             {"index": 2, "fragment_ids": [9, 10], "mode": "hybrid", "reason": "some_row_groups_small",
-             "rows": 600, "bytes": 4 * MiB + MiB // 2, "row_groups": 3, "candidates": ["small"] * 2},
+             "rows": 600, "bytes": 4 * MiB + MiB // 2, "row_groups": 3, "candidates": ["small"] * 2,
+             "actions": [["copy", 9, 0], ["encode", 10, 0], ["copy", 10, 1]]},
             {"index": 3, "fragment_ids": [14], "mode": "full_rewrite", "reason": "has_deletions",
-             "rows": 1000, "bytes": 2 * MiB, "row_groups": 1, "candidates": ["deletions"]},
+             "rows": 1000, "bytes": 2 * MiB, "row_groups": 1, "candidates": ["deletions"],
+             "actions": [["encode", 14, 0]]},
         ],
         "skipped": [[12, "alone: no adjacent fragment has room for it"]],
     }

@@ -8,14 +8,12 @@ import pyarrow.parquet as pq
 import lamina
 from planner import plan_compaction
 from tests.compaction_helpers import MIXED_MODES, MIXED_OPTIONS, mixed_table
-from workers.compaction import GroupCompactor, GroupTask
+from workers.compaction import GroupCompactor, tasks_for as group_tasks
 
 
 def tasks_for(t, options=MIXED_OPTIONS, storage_options=None):
     plan = plan_compaction(t.manifest, options, t.uri)
-    frags = t.manifest.fragment_map()
-    return plan, [GroupTask(t.uri, storage_options, g, tuple(frags[i] for i in g.fragment_ids), t.schema,
-                            t.write_options, options, t.manifest.stable_row_ids) for g in plan.groups]
+    return plan, group_tasks(plan, t.manifest, t.uri, storage_options, t.write_options, options.read_batch_bytes)
 
 
 def chunk(store, path, rg, col):

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import lamina
-from jobs.compact import CompactionSummary, _commit_batch
+from lamina.compaction import CompactionSummary, commit_results
 from planner import CompactionOptions, plan_compaction
 from planner.eligibility import HYBRID
 from tests.lamina.helpers import SCHEMA, rows
-from workers.compaction import GroupCompactor, GroupTask
+from workers.compaction import GroupCompactor, tasks_for
 
 #: Row groups of 3,000 rows are "large" (copied), smaller ones are re-encoded. Every fragment
 #: appended ends in a short row group, and chains of fragments are compacted together until they
@@ -31,18 +31,16 @@ PASSES = 24
 
 def compact_once(t: lamina.Table) -> list:
     plan = plan_compaction(t.manifest, OPTIONS, t.uri)
-    frags = t.manifest.fragment_map()
     results = []
-    for g in plan.groups:
-        task = GroupTask(t.uri, None, g, tuple(frags[i] for i in g.fragment_ids), t.schema, t.write_options,
-                         OPTIONS, t.manifest.stable_row_ids)
+    for task in tasks_for(plan, t.manifest, t.uri, None, t.write_options, OPTIONS.read_batch_bytes):
+        g = task.group
         r = GroupCompactor().run(task)
         assert r.ok, f"pass compaction of group {g.index} ({g.mode}) failed: {r.error}"
         results.append(r)
     summary = CompactionSummary(table=t.uri, read_version=plan.read_version,
                                 fragments_before=plan.fragments_before, rows_before=plan.rows_before)
     summary.groups = [g.to_dict() for g in plan.groups]
-    _commit_batch(t, plan, t.manifest, results, summary)
+    commit_results(t, t.manifest, results, summary)
     assert summary.failed_groups == 0
     t.reload()
     return results

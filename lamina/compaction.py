@@ -1,0 +1,191 @@
+"""Compaction from plan to commit: the driver behind ``python -m jobs.compact`` and ``lamina.compaction.compact``.
+
+    planner.plan_compaction(manifest, options)      pure: groups, modes, per-row-group actions
+      ─► workers.compaction.tasks_for(plan, ...)    one GroupTask per group
+      ─► workers.runtime.run_tasks(compact_group)   Ray workers: stage, native copy/encode, upload
+      ─► GroupResult per group                      new fragment, old→new row mapping, index segments
+      ─► rewrite_transaction(read_version, results) the typed Rewrite transaction
+      ─► lamina.commit.commit                       put-if-absent, rebase over concurrent commits
+
+A failed group is reported and skipped; the others still commit. With
+``partial_commit_every`` groups land in batches as they finish; a batch that conflicts is
+committed group by group so one conflicting group does not hold back the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from lamina.commit import commit
+from lamina.errors import CommitConflict
+from lamina.faults import FAULT_KILL_DRIVER_BEFORE_COMMIT, maybe_kill_driver
+from lamina.manifest import Fragment, IndexSegment, Manifest
+from lamina.transaction import AddressMapping, Rewrite, RewriteGroup
+
+if TYPE_CHECKING:
+    from lamina.table import Table
+    from planner import CompactionOptions, CompactionPlan
+
+log = logging.getLogger("lamina.compact")
+
+__all__ = ["GroupResult", "CompactionSummary", "rewrite_transaction", "commit_results", "compact",
+           "FAULT_KILL_DRIVER_BEFORE_COMMIT"]
+
+
+@dataclass
+class GroupResult:
+    """What a worker returns for one planned group (``ok=False``: ``error`` says why, nothing to commit)."""
+
+    index: int
+    fragment_ids: tuple[int, ...]
+    mode: str
+    reason: str
+    ok: bool
+    error: str | None = None
+    fragment: Fragment | None = None
+    #: Old → new rows as runs ``(old fragment, old offset, output, new offset, length)``.
+    mapping: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    #: Deletion file of each source when it was read (None: none): a concurrent delete is carried over.
+    source_deletions: dict[int, str | None] = field(default_factory=dict)
+    rows_in: int = 0
+    rows_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    row_groups_copied: int = 0
+    row_groups_encoded: int = 0
+    get_requests: int = 0
+    seconds: float = 0.0
+    #: Index name -> (index uuid, segment over the output); fragment ids are set at commit.
+    index_segments: dict[str, tuple[str, IndexSegment]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CompactionSummary:
+    """What a compaction did, group by group (``to_dict`` is the job's ``--json`` output)."""
+
+    table: str
+    read_version: int
+    committed_versions: list[int] = field(default_factory=list)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    fragments_before: int = 0
+    fragments_after: int = 0
+    rows_before: int = 0
+    rows_after: int = 0
+    retries: int = 0
+    failed_groups: int = 0
+    seconds: float = 0.0
+
+    @classmethod
+    def for_plan(cls, plan: "CompactionPlan") -> "CompactionSummary":
+        """A summary with every group of ``plan`` ``planned``."""
+        summary = cls(table=plan.table, read_version=plan.read_version, fragments_before=plan.fragments_before,
+                      rows_before=plan.rows_before)
+        summary.groups = [{**g.to_dict(), "bytes_in": g.bytes, "bytes_out": 0, "seconds": 0.0, "status": "planned",
+                           "error": None, "committed_version": None} for g in plan.groups]
+        return summary
+
+    def record(self, result: GroupResult) -> None:
+        """Notes a group's result (``written`` or ``failed``)."""
+        self.groups[result.index].update(
+            mode=result.mode, reason=result.reason, bytes_out=result.bytes_out, seconds=round(result.seconds, 3),
+            status="written" if result.ok else "failed", error=result.error,
+            row_groups_copied=result.row_groups_copied, row_groups_encoded=result.row_groups_encoded,
+            get_requests=result.get_requests, index_segments=sorted(result.index_segments))
+        if not result.ok:
+            self.failed_groups += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def rewrite_transaction(read_version: int, results: Sequence[GroupResult]) -> Rewrite:
+    """The one transaction that replaces each result's source fragments with its output."""
+    return Rewrite(read_version, [
+        RewriteGroup(r.fragment_ids, [r.fragment], AddressMapping.from_runs(r.mapping), dict(r.source_deletions),
+                     index_segments=dict(r.index_segments))
+        for r in results
+    ])
+
+
+def commit_results(table: "Table", base: Manifest, results: Sequence[GroupResult], summary: CompactionSummary) -> None:
+    """Commits finished groups as one rewrite read at ``base``; on conflict, group by group so the
+    others still land. Each group's ``status`` in ``summary`` becomes ``committed`` or ``conflict``."""
+    if not results:
+        return
+    maybe_kill_driver()
+
+    def note(batch: Sequence[GroupResult], status: str, error: str | None, version: int | None) -> None:
+        for r in batch:
+            summary.groups[r.index].update(status=status, error=error, committed_version=version)
+
+    txn = rewrite_transaction(base.version, results)
+    single = len(results) == 1
+    try:
+        # A batch keeps its outputs on conflict: its groups are retried one by one below.
+        new = commit(table.store, txn, base, abandon_on_conflict=single)
+        summary.retries += txn.attempts - 1
+        summary.committed_versions.append(new.version)
+        note(results, "committed", None, new.version)
+        return
+    except CommitConflict as e:
+        summary.retries += txn.attempts - 1
+        if single:
+            note(results, "conflict", str(e), None)
+            summary.failed_groups += 1
+            return
+        log.warning("batch of %d groups conflicted (%s); committing them one by one", len(results), e)
+    for r in results:
+        commit_results(table, base, [r], summary)
+
+
+def compact(uri: str, options: "CompactionOptions | None" = None, *, storage_options: dict[str, Any] | None = None,
+            dry_run: bool = False, progress: Callable[[int, int], None] | None = None,
+            runtime_env: dict[str, Any] | None = None) -> tuple["CompactionPlan", CompactionSummary]:
+    """Plans and runs a compaction of the table at ``uri`` on Ray; returns the plan and the summary.
+
+    Joins the running Ray cluster (``RAY_ADDRESS``) or starts a local one. ``progress(done, total)``
+    is called as groups finish; ``runtime_env`` is passed to the Ray tasks (e.g.
+    ``{"env_vars": {"AWS_PROFILE": ...}}``).
+
+    >>> plan, summary = compact("/data/events", CompactionOptions(target_rows_per_fragment=1_000_000))
+    >>> summary.fragments_before, summary.fragments_after, summary.failed_groups
+    (412, 9, 0)
+    """
+    from lamina.table import open_table
+    from planner import CompactionOptions, plan_compaction
+    from workers.compaction import compact_group, tasks_for
+    from workers.runtime import TaskFailed, run_tasks
+
+    options = options if options is not None else CompactionOptions()
+    started = time.perf_counter()
+    table = open_table(uri, storage_options=storage_options)
+    base = table.manifest
+    plan = plan_compaction(base, options, table.uri)
+    summary = CompactionSummary.for_plan(plan)
+    finished: list[GroupResult] = []
+    if not dry_run and plan.groups:
+        tasks = tasks_for(plan, base, uri, storage_options, table.write_options, options.read_batch_bytes)
+        for task, result in run_tasks(compact_group, tasks, concurrency=options.max_concurrency,
+                                      max_retries=options.max_task_retries, runtime_env=runtime_env, progress=progress):
+            if isinstance(result, TaskFailed):
+                g = task.group
+                result = GroupResult(g.index, g.fragment_ids, g.mode, g.reason, ok=False, error=result.error)
+            summary.record(result)
+            for w in result.warnings:
+                log.warning("group %d: %s", result.index, w)
+            if not result.ok:
+                log.error("group %d (fragments %s) failed: %s", result.index, list(result.fragment_ids), result.error)
+                continue
+            finished.append(result)
+            if options.partial_commit_every and len(finished) >= options.partial_commit_every:
+                commit_results(table, base, finished, summary)
+                finished = []
+        commit_results(table, base, finished, summary)
+    latest = table.reload()
+    summary.fragments_after, summary.rows_after = len(latest.manifest.fragments), latest.manifest.rows
+    summary.seconds = round(time.perf_counter() - started, 3)
+    return plan, summary

@@ -1,0 +1,131 @@
+"""The one module that talks to Ray: connecting, running tasks with bounded concurrency, named actors.
+
+    connect()                          RAY_ADDRESS / `ray job submit` / a running ray.init, else a local Ray
+    run_tasks(fn, tasks, ...)          at most ``concurrency`` tasks in flight; yields (task, result) as
+                                       each finishes; a task whose worker died more than ``max_retries``
+                                       times yields ``TaskFailed`` instead of ending the loop
+    named_actor(cls, name, args, ...)  a detached, named, get-or-create actor (restarted when it dies)
+
+Every job submits through here, so the runtime_env, retries, progress and cancellation on
+an early exit behave the same in compaction, index builds and ingestion. Ray is imported
+lazily: planning, dry runs and the library never need it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+log = logging.getLogger("lamina.runtime")
+
+T = TypeVar("T")
+
+#: ``progress(done, total)``: called after each finished task and about once a second while waiting.
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class TaskFailed:
+    """A task Ray could not run to the end: its worker died more often than allowed, or Ray failed it."""
+
+    error: str
+
+
+def connect() -> None:
+    """Joins the Ray cluster of this process (``RAY_ADDRESS``, set by ``ray job submit``, or an
+    earlier ``ray.init``); without one, starts a local Ray with the machine's CPUs."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+
+
+def cluster_cpus() -> int:
+    """CPUs of the connected cluster (at least 1): the default number of tasks in flight."""
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def _remote_options(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    return {"runtime_env": runtime_env} if runtime_env else {}
+
+
+def run_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | None = None, max_retries: int = 3,
+              runtime_env: dict[str, Any] | None = None, num_cpus: float = 1,
+              progress: Progress | None = None) -> Iterator[tuple[T, Any]]:
+    """Runs ``fn(task)`` on Ray for every task, at most ``concurrency`` at once (default: the
+    cluster's CPUs), in order of submission; yields ``(task, result)`` in order of completion.
+
+    A worker that dies is retried ``max_retries`` times by Ray; an exception raised by ``fn``
+    is never retried (tasks return their own errors as values). Closing the iterator early
+    cancels the tasks still running.
+    """
+    import ray
+
+    connect()
+    limit = concurrency or cluster_cpus()
+    remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False,
+                        **_remote_options(runtime_env))(fn)
+    queue = list(tasks)
+    queue.reverse()
+    pending: dict[Any, T] = {}
+    done, total, last_tick = 0, len(queue), time.monotonic()
+    try:
+        while queue or pending:
+            while queue and len(pending) < limit:
+                task = queue.pop()
+                pending[remote.remote(task)] = task
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in ready:
+                task = pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except Exception as e:  # the worker died more often than max_retries, or Ray gave up
+                    result = TaskFailed(f"task failed after {max_retries} retries: {type(e).__name__}: {e}")
+                done += 1
+                yield task, result
+            if progress is not None and (ready or time.monotonic() - last_tick >= 1.0):
+                last_tick = time.monotonic()
+                progress(done, total)
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+
+
+def named_actor(cls: type, name: str, args: Iterable[Any] = (), *, namespace: str = "lamina",
+                runtime_env: dict[str, Any] | None = None, num_cpus: float = 0.25, max_concurrency: int = 4) -> Any:
+    """The detached actor ``name`` (created from ``cls(*args)`` if it does not exist): it outlives the
+    caller, is restarted by Ray whenever its process dies, and its calls are retried 3 times."""
+    import ray
+
+    connect()
+    remote_cls = ray.remote(num_cpus=num_cpus, max_restarts=-1, max_task_retries=3, max_concurrency=max_concurrency,
+                            **_remote_options(runtime_env))(cls)
+    return remote_cls.options(name=name, namespace=namespace, get_if_exists=True, lifetime="detached").remote(*args)
+
+
+def wait_ready(handles: Sequence[Any], timeout: float = 120.0) -> None:
+    """Waits until every actor answers ``ready()``."""
+    import ray
+
+    ray.get([h.ready.remote() for h in handles], timeout=timeout)
+
+
+def get(refs: Any, timeout: float | None = None) -> Any:
+    """``ray.get``: the results of actor calls made through handles from ``named_actor``."""
+    import ray
+
+    return ray.get(refs, timeout=timeout)
+
+
+def kill(handle: Any) -> None:
+    """Removes an actor for good (no restart)."""
+    import ray
+
+    ray.kill(handle, no_restart=True)
