@@ -126,7 +126,7 @@ w.close()
 
 
 def bench_end_to_end(root: str, rows_per_producer: int, txn_rows: int) -> dict:
-    from jobs.ingest import Ingestion
+    from lamina.ingestion import Ingestion
     from lamina.ingest import IngestOptions
 
     uri = os.path.join(root, "e2e")

@@ -7,7 +7,7 @@ Producers write with ``lamina.wal.WalWriter(URI, shard)`` (route a key with
 ``lamina.ingest.shard_for(key, N)``). The actors are named and detached: running the job
 again attaches to them. ``--until-idle S`` flushes and stops once no new rows arrived for S
 seconds (batch use, tests); otherwise the job runs until interrupted, then flushes and stops.
-From Python: ``Ingestion.start(uri, shards)`` gives the same with ``get``/``get_many``.
+From Python: ``lamina.ingestion.Ingestion.start(uri, shards)`` gives the same with ``get``/``get_many``.
 
 Exit status: 0 done, 1 a failure (a shard stopped: its error is logged), 2 bad arguments.
 """
@@ -17,101 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
-from typing import Any, Sequence
 
-from lamina.errors import InvalidArgument, LaminaError
-from lamina.ingest import IngestOptions, shard_for
 from jobs.cli import failed, log_to_stderr, storage_options
-from workers.ingest import get_or_create, wait_ready
+from lamina.errors import LaminaError
+from lamina.ingest import IngestOptions
+from lamina.ingestion import Ingestion
 
 log = logging.getLogger("lamina.ingest")
-
-
-class Ingestion:
-    """Handles to the applier actors of one table."""
-
-    def __init__(self, uri: str, handles: list):
-        self.uri, self.handles = uri, handles
-
-    @classmethod
-    def start(cls, uri: str, shards: int, *, storage_options: dict[str, Any] | None = None,
-              options: IngestOptions | None = None, runtime_env: dict[str, Any] | None = None,
-              actor_cpus: float = 0.25) -> "Ingestion":
-        import ray
-
-        if not isinstance(shards, int) or shards < 1:
-            raise InvalidArgument(f"shards must be a positive integer, got {shards!r}")
-        if not ray.is_initialized():
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
-        handles = [get_or_create(uri, s, storage_options, options, runtime_env, actor_cpus) for s in range(shards)]
-        wait_ready(handles)
-        return cls(uri, handles)
-
-    def get(self, pk: Any) -> dict | None:
-        import ray
-
-        return ray.get(self.handles[shard_for(pk, len(self.handles))].get.remote(pk))
-
-    def get_many(self, pks: Sequence[Any]) -> list[dict | None]:
-        import ray
-
-        by_shard: dict[int, list[int]] = {}
-        for i, pk in enumerate(pks):
-            by_shard.setdefault(shard_for(pk, len(self.handles)), []).append(i)
-        refs = {s: self.handles[s].get_many.remote([pks[i] for i in idx]) for s, idx in by_shard.items()}
-        out: list[dict | None] = [None] * len(pks)
-        for s, idx in by_shard.items():
-            for i, row in zip(idx, ray.get(refs[s])):
-                out[i] = row
-        return out
-
-    def flush(self) -> list[int | None]:
-        import ray
-
-        return ray.get([h.flush.remote() for h in self.handles])
-
-    def stats(self) -> list[dict[str, Any]]:
-        import ray
-
-        return ray.get([h.stats.remote() for h in self.handles])
-
-    def flush_each(self) -> dict[int, str]:
-        """Flushes every running shard; returns the error of each shard that is stopped or could
-        not flush (its unflushed rows stay in the WAL for the next run), by shard."""
-        import ray
-
-        errors: dict[int, str] = {}
-        flushes = {}
-        for h, s in zip(self.handles, self.stats()):
-            if s.get("error"):
-                errors[s["shard"]] = s["error"]
-            else:
-                flushes[s["shard"]] = h.flush.remote()
-        for shard, ref in flushes.items():
-            try:
-                ray.get(ref)
-            except Exception as e:
-                errors[shard] = f"could not flush: {e}"
-        return errors
-
-    def stop(self, flush: bool = True) -> dict[int, str]:
-        """Flushes (by default) and removes the actors, whatever a shard's state; returns the
-        errors ``flush_each`` found."""
-        import ray
-
-        errors: dict[int, str] = {}
-        try:
-            if flush:
-                errors = self.flush_each()
-            ray.get([h.stop.remote() for h in self.handles])
-        finally:
-            for h in self.handles:
-                ray.kill(h, no_restart=True)
-        return errors
 
 
 def main(argv: list[str] | None = None) -> int:

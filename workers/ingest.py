@@ -1,5 +1,8 @@
 """The WAL applier actor: one named, get-or-create Ray actor per (table, shard).
 
+``WalApplier`` is the plain class; ``applier_actor`` is the thin Ray wrapper (through
+``workers.runtime.named_actor``); ``lamina.ingestion.Ingestion`` is the client.
+
 The actor runs ``ShardApplier.step`` in a background thread every ``poll_seconds`` and
 serves ``get``/``get_many``/``flush``/``stats`` concurrently (the applier has a lock).
 Ray restarts it when its process dies (``max_restarts=-1``); the new instance resumes
@@ -13,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-import time
 from typing import Any
 
 from lamina.errors import ShardStopped
@@ -76,21 +78,11 @@ class WalApplier:
         self._thread.join(timeout=30)
 
 
-def get_or_create(uri: str, shard: int, storage_options: dict[str, Any] | None = None,
+def applier_actor(uri: str, shard: int, storage_options: dict[str, Any] | None = None,
                   options: IngestOptions | None = None, runtime_env: dict[str, Any] | None = None,
-                  actor_cpus: float = 0.25):
+                  actor_cpus: float = 0.25) -> Any:
     """The applier actor of (uri, shard), created if it does not exist (detached: it outlives the caller)."""
-    import ray
+    from workers.runtime import named_actor
 
-    extra = {"runtime_env": runtime_env} if runtime_env else {}
-    cls = ray.remote(num_cpus=actor_cpus, max_restarts=-1, max_task_retries=3, max_concurrency=4, **extra)(WalApplier)
-    handle = cls.options(name=actor_name(uri, shard), namespace="lamina", get_if_exists=True,
-                         lifetime="detached").remote(uri, shard, storage_options, options)
-    return handle
-
-
-def wait_ready(handles: list, timeout: float = 120.0) -> None:
-    import ray
-
-    deadline = time.monotonic() + timeout
-    ray.get([h.ready.remote() for h in handles], timeout=max(1.0, deadline - time.monotonic()))
+    return named_actor(WalApplier, actor_name(uri, shard), (uri, shard, storage_options, options),
+                       runtime_env=runtime_env, num_cpus=actor_cpus, max_concurrency=4)

@@ -13,8 +13,9 @@ from pathlib import Path
 import pyarrow as pa
 
 import lamina
-from jobs.compact import compact
-from jobs.ingest import Ingestion, main
+from lamina.compaction import compact
+from jobs.ingest import main
+from lamina.ingestion import Ingestion
 from lamina.ingest import FAULT_KILL_IN_FLUSH, IngestOptions
 from lamina.wal import WalWriter
 from planner import CompactionOptions
