@@ -7,6 +7,8 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 
+use arrow::array::{Array, AsArray};
+
 use super::*;
 
 fn every_type() -> RecordBatch {
