@@ -1,7 +1,11 @@
-"""Command-line pieces shared by the jobs."""
+"""Command-line pieces shared by the jobs, and the ``lamina`` console script that dispatches to them.
+
+    lamina compact|index|ingest|verify|demo ARGS...   ==   python -m jobs.<command> ARGS...
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import time
@@ -59,3 +63,33 @@ class Progress:
         elif now - self.last >= self.interval or done == total:
             self.last = now
             self.log.info("%s: %d/%d %s done, %.1f s", self.what, done, total, self.unit, elapsed)
+
+
+#: ``lamina <command>``: the job module each command runs (its ``main(argv, prog)``).
+COMMANDS = {
+    "compact": "compact a table on Ray (plan, rewrite groups, commit)",
+    "index": "build or update a btree, bitmap or full-text index on Ray",
+    "ingest": "apply a table's WAL with Ray actors",
+    "verify": "check every file of a table version against its manifest",
+    "demo": "the README's main job: a local table filled by Ray tasks, then compacted",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``lamina`` console script: ``lamina <command> ARGS`` runs ``python -m jobs.<command> ARGS``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
+        width = max(map(len, COMMANDS))
+        usage = "usage: lamina <command> [ARGS...]   (lamina <command> --help for its flags)\n\ncommands:\n" + "\n".join(
+            f"  {name:{width}s}  {what}" for name, what in COMMANDS.items())
+        if args and args[0] not in ("-h", "--help"):
+            print(f"lamina: unknown command {args[0]!r}\n\n{usage}", file=sys.stderr)
+            return 2
+        print(usage, file=sys.stdout if args else sys.stderr)
+        return 0 if args else 2
+    job = importlib.import_module(f"jobs.{args[0]}")
+    return job.main(args[1:], prog=f"lamina {args[0]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

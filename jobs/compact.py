@@ -47,8 +47,8 @@ def load_options(config: str | None, assignments: list[str], **flags: Any) -> Co
     return CompactionOptions.from_mapping(values)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jobs.compact", description="Compact a Lamina table on Ray.")
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.compact") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description="Compact a Lamina table on Ray.")
     ap.add_argument("uri", help="table location: a local path or s3://bucket/prefix")
     ap.add_argument("--config", help="YAML options file (see configs/compaction.yaml)")
     ap.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE", help="override one option")

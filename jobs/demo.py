@@ -15,12 +15,17 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 import lamina
+from jobs.cli import Progress
+from lamina.compaction import compact
+from planner import CompactionOptions
+from workers import runtime
 
 SCHEMA = pa.schema([
     ("id", pa.int64()),
@@ -48,39 +53,48 @@ def sample_rows(start: int, n: int) -> pa.Table:
     }, schema=SCHEMA)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jobs.demo", description=__doc__.splitlines()[0])
+@dataclass(frozen=True)
+class WriterTask:
+    """One demo writer: appends fragments ``first, first + step, ...`` below ``fragments``, one commit each."""
+
+    uri: str
+    first: int
+    step: int
+    fragments: int
+    rows_per_fragment: int
+
+
+def write_fragments(task: WriterTask) -> list[int]:
+    """The demo's Ray task: appends its fragments (each a commit racing the other writers); the versions."""
+    t = lamina.open_table(task.uri)
+    return [t.append(sample_rows(f * task.rows_per_fragment, task.rows_per_fragment))
+            for f in range(task.first, task.fragments, task.step)]
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.demo") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--uri", default="demo_table", help="table location (default: ./demo_table, recreated)")
     ap.add_argument("--fragments", type=int, default=400)
     ap.add_argument("--rows-per-fragment", type=int, default=5000)
     ap.add_argument("--tasks", type=int, default=8, help="concurrent Ray writer tasks")
     args = ap.parse_args(argv)
 
-    import ray
-
     if os.path.isdir(args.uri):
         shutil.rmtree(args.uri)
     uri = os.path.abspath(args.uri)
     table = lamina.create_table(uri, SCHEMA)
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    runtime.connect(num_cpus=2)
 
-    @ray.remote
-    def writer(task: int) -> list[int]:
-        t = lamina.open_table(uri)
-        versions = []
-        for frag in range(task, args.fragments, args.tasks):
-            versions.append(t.append(sample_rows(frag * args.rows_per_fragment, args.rows_per_fragment)))
-        return versions
-
-    start = time.perf_counter()
-    pending = [writer.remote(i) for i in range(args.tasks)]
-    done = 0
-    while pending:
-        ready, pending = ray.wait(pending, timeout=2.0)
-        done += len(ready)
+    def show_writes(done: int, total: int) -> None:
         latest = table.reload()
         print(f"  writing: {len(latest.fragments())}/{args.fragments} fragments committed, version {latest.version}", flush=True)
+
+    start = time.perf_counter()
+    tasks = [WriterTask(uri, i, args.tasks, args.fragments, args.rows_per_fragment) for i in range(args.tasks)]
+    for _, result in runtime.run_tasks(write_fragments, tasks, concurrency=args.tasks, progress=show_writes):
+        if isinstance(result, runtime.TaskFailed):
+            print(f"  a writer task failed: {result.error}", file=sys.stderr)
+            return 1
     table.reload()
     elapsed = time.perf_counter() - start
     total = args.fragments * args.rows_per_fragment
@@ -93,18 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     expected = np.setdiff1d(np.arange(total), [i for i in range(min(total, 100000)) if i % 11 and i % 3 == 2])
     written_ok = len(ids) == len(np.unique(ids)) and np.array_equal(np.sort(ids), expected) and deleted == total - len(expected)
 
-    print("\nIndexing id (python -m jobs.index --column id --kind btree) ...", flush=True)
+    print("\nIndexing id (lamina index --column id --kind btree) ...", flush=True)
     from jobs.index import run as build_index
 
     built = build_index(uri, "id", "btree", progress=True)
     print(f"  {built.segments} segment(s), {built.rows:,} rows, {built.bytes / 2**20:.1f} MiB")
 
-    print("\nCompacting (python -m jobs.compact) ...", flush=True)
-    from jobs.compact import compact
-    from planner import CompactionOptions
-
-    plan, summary = compact(uri, CompactionOptions(), progress=True)
-    ray.shutdown()
+    print("\nCompacting (lamina compact) ...", flush=True)
+    plan, summary = compact(uri, CompactionOptions(), progress=Progress("compacting", "groups"))
+    runtime.shutdown()
     modes: dict[str, int] = {}
     for g in summary.groups:
         modes[f"{g['mode']} ({g['reason']})"] = modes.get(f"{g['mode']} ({g['reason']})", 0) + 1

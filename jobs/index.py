@@ -59,8 +59,8 @@ def run(uri: str, column: str | None, kind: str | None, *, name: str | None = No
                        runner=ray_runner(limit, runtime_env), progress=report)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jobs.index", description="Build or update an index of a Lamina table on Ray.")
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.index") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description="Build or update an index of a Lamina table on Ray.")
     ap.add_argument("uri", help="table location: a local path or s3://bucket/prefix")
     ap.add_argument("--column", help="column to index")
     ap.add_argument("--kind", choices=KINDS, help="btree (equality, IN, ranges), bitmap (low cardinality), fts (text)")

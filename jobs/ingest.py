@@ -28,8 +28,8 @@ from lamina.ingestion import Ingestion
 log = logging.getLogger("lamina.ingest")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jobs.ingest", description="Apply a Lamina table's WAL with Ray actors.")
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.ingest") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description="Apply a Lamina table's WAL with Ray actors.")
     ap.add_argument("uri")
     ap.add_argument("--shards", type=int, required=True)
     ap.add_argument("--flush-rows", type=int, default=IngestOptions.flush_rows)

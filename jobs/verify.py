@@ -22,8 +22,8 @@ from lamina.errors import InvalidArgument, LaminaError
 log = logging.getLogger("lamina.verify")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jobs.verify", description="Check every file of a Lamina table version.")
+def main(argv: list[str] | None = None, prog: str = "python -m jobs.verify") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description="Check every file of a Lamina table version.")
     ap.add_argument("uri", help="table location: a local path or s3://bucket/prefix")
     ap.add_argument("--version", type=int, help="the version to check (default: the latest)")
     ap.add_argument("--threads", type=int, default=4, help="files checked at once (default 4)")

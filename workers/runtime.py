@@ -34,15 +34,23 @@ class TaskFailed:
     error: str
 
 
-def connect() -> None:
+def connect(num_cpus: int | None = None) -> None:
     """Joins the Ray cluster of this process (``RAY_ADDRESS``, set by ``ray job submit``, or an
-    earlier ``ray.init``); without one, starts a local Ray with the machine's CPUs."""
+    earlier ``ray.init``); without one, starts a local Ray with ``num_cpus`` (default: the machine's)."""
     import ray
 
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+    local = {"num_cpus": num_cpus} if num_cpus and not os.environ.get("RAY_ADDRESS") else {}
+    ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False, **local)
+
+
+def shutdown() -> None:
+    """Disconnects from Ray (stopping the local Ray ``connect`` started, if any)."""
+    import ray
+
+    ray.shutdown()
 
 
 def cluster_cpus() -> int:
