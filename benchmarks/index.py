@@ -199,7 +199,8 @@ def profile(path: str, column: str, kind: str) -> dict[str, float]:
             s, inputs = timed(lambda: [(o, read_key_column(store, f, column, kind)) for o, f in task.fragments])
             read_s += s
             rel = segment_path(plan.uuid, SEGMENT_FILE if task.final else f"part-{task.part:05d}.lidx")
-            s, meta = timed(lambda: build_local(kind, inputs, store.local_path(rel), opts))
+            with store.staged_output(rel) as out:  # the native build alone is timed
+                s, meta = timed(lambda: build_local(kind, inputs, out, opts))
             build_s += s
             parts.append((rel, int(meta["bytes"]), int(meta["rows"])))
             inputs = None  # free the column before the next task

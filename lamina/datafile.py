@@ -7,7 +7,6 @@ written, so memory is bounded by that setting, not by the input's size.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -83,19 +82,8 @@ def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.Recor
     started = time.time()
     path = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
     kwargs = dict(row_group_rows=options.row_group_rows, row_group_bytes=options.row_group_bytes, zstd_level=options.zstd_level)
-    local = store.local_path(path)
-    if local is not None:
+    with store.staged_output(path) as local:
         meta = _native.write_data_file(local, schema, batches, **kwargs)
-    else:
-        fd, tmp = tempfile.mkstemp(suffix=".parquet", prefix="lamina-", dir=os.environ.get("LAMINA_TMPDIR"))
-        os.close(fd)
-        os.remove(tmp)  # the native writer refuses to replace a file
-        try:
-            meta = _native.write_data_file(tmp, schema, batches, **kwargs)
-            store.put_file(path, tmp)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
     return Fragment(
         id=-1,
         path=path,
@@ -275,11 +263,10 @@ def take_rows(store: ObjectStore, fragment: Fragment, offsets: np.ndarray, colum
     Local files: only the pages holding the rows are read (native, offset index). Elsewhere,
     the row groups holding them.
     """
-    local = store.local_path(fragment.path) if len(columns) else None
-    if local is not None and len(offsets):
+    if store.is_local and len(columns) and len(offsets):
         uniq, inverse = np.unique(offsets, return_inverse=True)
-        with reading(store, fragment, "cannot be decoded"):
-            batch = _native.take_local_rows(local, fragment.file_bytes, pa.array(uniq.astype(np.uint32)), list(columns))
+        with reading(store, fragment, "cannot be decoded"), store.staged_input(fragment.path, fragment.file_bytes) as staged:
+            batch = _native.take_local_rows(staged.path, fragment.file_bytes, pa.array(uniq.astype(np.uint32)), list(columns))
         table = pa.Table.from_batches([batch])
         return table if len(uniq) == len(offsets) and (np.diff(offsets) > 0).all() else table.take(pa.array(inverse.ravel(), type=pa.int64()))
     pf = open_parquet(store, fragment)

@@ -14,13 +14,12 @@ Formats are in docs/FORMAT.md §10; queries in ``lamina.index_query``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
 import re
-import shutil
-import tempfile
 import threading
 import time
 import uuid
@@ -319,25 +318,9 @@ def build_local(kind: str, inputs: list[tuple[int, pa.Array]], path: str | None,
 
 
 def _write_segment(store: ObjectStore, rel: str, make: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
-    """Runs ``make(local_path)`` to write a segment file and puts it at ``rel``."""
-    in_place = store.local_path(rel)
-    if in_place is not None:  # a local table: write next to the target, then rename (a retried task may rewrite it)
-        tmp = f"{in_place}.tmp-{uuid.uuid4().hex}"
-        try:
-            meta = make(tmp)
-            os.replace(tmp, in_place)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-        return meta
-    scratch = tempfile.mkdtemp(prefix="lamina-index-", dir=os.environ.get("LAMINA_TMPDIR"))
-    try:
-        local = os.path.join(scratch, "segment.lidx")
-        meta = make(local)
-        store.put_file(rel, local)
-        return meta
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    """Runs ``make(local_path)`` to write a segment file and puts it at ``rel`` (a retried task may rewrite it)."""
+    with store.staged_output(rel) as local:
+        return make(local)
 
 
 def run_build_task(task: BuildTask) -> tuple[str, int, int, str | None]:
@@ -379,20 +362,10 @@ def finish_segment(store: ObjectStore, plan: SegmentPlan, kind: str, options: In
     if len(parts) == 1 and parts[0][0] == segment_path(plan.uuid):
         path, size, rows, checksum = parts[0]
         return IndexSegment(plan.uuid, path, size, rows, fids, checksum)
-    scratch = tempfile.mkdtemp(prefix="lamina-merge-", dir=os.environ.get("LAMINA_TMPDIR"))
-    try:
-        inputs = []
-        for i, (rel, *_) in enumerate(parts):
-            local = store.local_path(rel)
-            if local is None:
-                local = os.path.join(scratch, f"{i}.lidx")
-                with open(local, "wb") as f:
-                    f.write(store.get(rel))
-            inputs.append((local, store.describe(rel)))
+    with contextlib.ExitStack() as staged:
+        inputs = [(staged.enter_context(store.staged_input(part, size)).path, store.describe(part)) for part, size, *_ in parts]
         rel = segment_path(plan.uuid)
         meta = _write_segment(store, rel, lambda out: _native.merge_index_segments(kind, inputs, out, **options.native()))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     store.delete([p[0] for p in parts])
     return IndexSegment(plan.uuid, rel, int(meta["bytes"]), int(meta["rows"]), fids, meta.get("checksum"))
 

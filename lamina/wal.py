@@ -12,6 +12,8 @@ A transaction entry is ``start u64 | end u64 | rows u32 | crc32 u32 | txn u64`` 
 endian): its rows are bytes ``[start, end)`` of the segment (of the object on S3) and the
 crc32 covers them. The entry is written only after the rows are durable, so an entry that
 is partial, points past the data or fails its crc is a torn tail: never applied, reported.
+``segment_log`` picks the layout from the store (``LocalSegmentLog`` where objects are local
+files and can be appended to, ``ObjectSegmentLog`` elsewhere); nothing else here depends on it.
 
 One ``WalWriter`` owns one segment at a time (a fresh one per writer, never shared), so any
 number of producers may write one shard; each transaction is durable when ``commit`` returns.
@@ -19,7 +21,10 @@ number of producers may write one shard; each transaction is durable when ``comm
 
 from __future__ import annotations
 
+import abc
 import base64
+import contextlib
+import io
 import json
 import logging
 import os
@@ -28,7 +33,7 @@ import threading
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -260,26 +265,12 @@ class WalWriter:
         self._segment = self._claim()
         self._txn = self._offset = self._segment_rows = 0
 
+    def _log(self) -> "SegmentLog":
+        return segment_log(self.store, self.shard, self._segment)
+
     def _append(self, data: bytes, rows: int) -> int:
-        seg = segment_prefix(self.shard, self._segment)
-        entry = ENTRY.pack(self._offset, self._offset + len(data), rows, zlib.crc32(data), self._txn)
-        local = self.store.local_path(seg + DATA_FILE)
-        if local is not None:
-            # Group commit: the rows, fsync, then the entry that makes them visible, fsync.
-            with open(local, "ab") as f:
-                if f.tell() != self._offset:
-                    f.truncate(self._offset)  # a failed earlier attempt left bytes behind
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            with open(self.store.local_path(seg + INDEX_FILE), "ab") as f:
-                f.write(entry)
-                f.flush()
-                os.fsync(f.fileno())
-            self._offset += len(data)
-        else:
-            self._put_transaction(f"{seg}{self._txn:010d}.t", data + ENTRY.pack(0, len(data), rows, zlib.crc32(data), self._txn))
-            self._offset += len(data)
+        self._log().append(self._txn, self._offset, data, rows)
+        self._offset += len(data)
         tid = txn_id(self._segment, self._txn)
         self._txn += 1
         self._segment_rows += rows
@@ -298,29 +289,8 @@ class WalWriter:
                 f"are in the WAL. Open a new WalWriter and write the uncommitted rows in the new schema"
             )
 
-    def _put_transaction(self, path: str, obj: bytes) -> None:
-        """Writes one S3 transaction object. A put whose outcome is unknown (the request may have
-        landed, its answer lost) and is then retried by a later ``commit()`` meets its own object:
-        the segment is claimed by this writer alone, so identical bytes there are this transaction."""
-        try:
-            if self.store.put_if_absent(path, obj):
-                return
-        except StorageError:
-            if not self._is_mine(path, obj):
-                raise  # nothing landed: commit() can be called again
-            return
-        if not self._is_mine(path, obj):
-            raise WalError(f"WAL transaction {self.store.describe(path)} holds other bytes: another writer uses segment {self._segment}")
-
-    def _is_mine(self, path: str, obj: bytes) -> bool:
-        try:
-            return self.store.get(path) == obj
-        except ObjectNotFound:
-            return False
-
     def _seal(self) -> None:
-        seg = segment_prefix(self.shard, self._segment)
-        self.store.put(seg + SEALED, json.dumps({"transactions": self._txn}).encode())
+        self._log().seal(self._txn)
 
     def close(self) -> None:
         """Seals this writer's segment (uncommitted rows are dropped: commit first)."""
@@ -380,64 +350,156 @@ def read_sealed(store: ObjectStore, shard: int, segment: int) -> int | None:
 
 def read_segment(store: ObjectStore, shard: int, segment: int, start: int,
                  max_bytes: int | None = None) -> tuple[list[WalTxn], SegmentState]:
-    """Committed transactions ``start…`` of a segment, and its state; a torn tail is reported, not applied.
+    """Committed transactions ``start…`` of a segment, and its state (see ``SegmentLog.read``)."""
+    return segment_log(store, shard, segment).read(start, max_bytes)
 
-    With ``max_bytes``, stops after the transaction that reaches that many bytes of row data
-    (at least one is read) and says so (``state.more``). A sealed segment whose files are
-    missing was removed by retention (perhaps by another applier while this one read it):
-    that is ``state.gone``, not a torn tail; whether its transactions were committed is for
-    the caller to check against the watermarks.
+
+def segment_log(store: ObjectStore, shard: int, segment: int) -> "SegmentLog":
+    """The segment's log in the layout its store takes (FORMAT §11.1): appended files where
+    objects are local files, one object per transaction elsewhere."""
+    return (LocalSegmentLog if store.is_local else ObjectSegmentLog)(store, shard, segment)
+
+
+class SegmentLog(abc.ABC):
+    """One WAL segment's transactions on a store: how one is made durable, how they are read back.
+
+    A plain value (store, shard, segment), made per call: the writer keeps the position.
     """
-    seg = segment_prefix(shard, segment)
-    sealed = read_sealed(store, shard, segment)
-    out: list[WalTxn] = []
-    torn = gone = None
-    more = False
-    taken = 0
 
-    def full(i: int, last: int) -> bool:
-        return max_bytes is not None and taken >= max_bytes and i + 1 < last
+    def __init__(self, store: ObjectStore, shard: int, segment: int):
+        self.store, self.shard, self.segment = store, shard, segment
+        self.prefix = segment_prefix(shard, segment)
 
-    local = store.local_path(seg + INDEX_FILE)
-    if local is not None:
+    @abc.abstractmethod
+    def append(self, txn: int, offset: int, data: bytes, rows: int) -> None:
+        """Makes transaction ``txn`` durable: ``rows`` rows encoded in ``data``, which starts at
+        byte ``offset`` of the segment's rows. Raises if it may not have landed: calling again
+        with the same arguments is then safe."""
+
+    def seal(self, transactions: int) -> None:
+        """Records that the writer is done: the segment holds ``transactions`` transactions."""
+        self.store.put(self.prefix + SEALED, json.dumps({"transactions": transactions}).encode())
+
+    def read(self, start: int, max_bytes: int | None = None) -> tuple[list[WalTxn], SegmentState]:
+        """Committed transactions ``start…``, and the segment's state; a torn tail is reported, not applied.
+
+        With ``max_bytes``, stops after the transaction that reaches that many bytes of row data
+        (at least one is read) and says so (``state.more``). A sealed segment whose files are
+        missing was removed by retention (perhaps by another applier while this one read it):
+        that is ``state.gone``, not a torn tail; whether its transactions were committed is for
+        the caller to check against the watermarks.
+        """
+        sealed = read_sealed(self.store, self.shard, self.segment)
+        out, torn, gone, more = self._scan(start, sealed, max_bytes)
+        committed = start + len(out)
+        if gone is not None:
+            torn = None  # retention's work, not a torn tail: the caller checks the watermarks
+        elif sealed is not None and torn is None and not more and committed < sealed and start <= sealed:
+            torn = f"segment {self.store.describe(self.prefix)} is sealed at {sealed} transactions but only {committed} are readable"
+        return out, SegmentState(self.segment, committed, sealed, torn, more, gone)
+
+    @abc.abstractmethod
+    def _scan(self, start: int, sealed: int | None,
+              max_bytes: int | None) -> tuple[list[WalTxn], str | None, str | None, bool]:
+        """(transactions from ``start``, torn, gone, more), as ``read`` describes them."""
+
+    def _txn(self, i: int, rows: int, data: bytes) -> WalTxn:
+        return WalTxn(self.shard, self.segment, i, rows, data)
+
+
+def _full(max_bytes: int | None, taken: int, i: int, last: int) -> bool:
+    """Whether ``max_bytes`` is reached after transaction ``i`` of ``last`` (and more remain)."""
+    return max_bytes is not None and taken >= max_bytes and i + 1 < last
+
+
+class LocalSegmentLog(SegmentLog):
+    """Rows appended to ``segment.d``, entries to ``segment.i``: group commit, two fsyncs a transaction."""
+
+    def append(self, txn: int, offset: int, data: bytes, rows: int) -> None:
+        # The rows, fsynced, then the entry that makes them visible, fsynced.
+        self.store.append(self.prefix + DATA_FILE, data, at=offset)
+        self.store.append(self.prefix + INDEX_FILE, ENTRY.pack(offset, offset + len(data), rows, zlib.crc32(data), txn))
+
+    def _scan(self, start: int, sealed: int | None,
+              max_bytes: int | None) -> tuple[list[WalTxn], str | None, str | None, bool]:
+        store, index_path, data_path = self.store, self.prefix + INDEX_FILE, self.prefix + DATA_FILE
+        out: list[WalTxn] = []
+        torn = gone = None
+        more = False
         try:
-            with open(local, "rb") as f:
-                index = f.read()
-        except FileNotFoundError:
+            index = store.get(index_path)
+        except ObjectNotFound:
             index = b""
             if sealed is not None and sealed > start:
-                gone = f"{store.describe(seg + INDEX_FILE)} is gone"
+                gone = f"{store.describe(index_path)} is gone"
         whole = len(index) // ENTRY.size
         if len(index) % ENTRY.size:
-            torn = f"{len(index) % ENTRY.size} bytes of a partial transaction entry at the end of {store.describe(seg + INDEX_FILE)}"
-        if whole > start:
-            data_path = store.local_path(seg + DATA_FILE)
+            torn = f"{len(index) % ENTRY.size} bytes of a partial transaction entry at the end of {store.describe(index_path)}"
+        if whole <= start:
+            return out, torn, gone, more
+        with contextlib.ExitStack() as files:
             try:
-                f = open(data_path, "rb")
-            except FileNotFoundError:
-                f = open(os.devnull, "rb")
+                staged = files.enter_context(store.staged_input(data_path))
+                f: BinaryIO = files.enter_context(open(staged.path, "rb"))
+            except (ObjectNotFound, FileNotFoundError):
+                f = io.BytesIO()
                 if sealed is not None:
-                    gone = f"{store.describe(seg + DATA_FILE)} is gone"
-            with f:
-                size = os.fstat(f.fileno()).st_size
-                for i in range(start, whole):
-                    if gone:
-                        break
-                    s, e, rows, crc, txn = ENTRY.unpack_from(index, i * ENTRY.size)
-                    if txn != i or e > size or s > e:
-                        torn = f"transaction {i} of {store.describe(seg + DATA_FILE)} points past the data ({e} > {size} bytes)"
-                        break
-                    f.seek(s)
-                    data = f.read(e - s)
-                    if zlib.crc32(data) != crc:
-                        torn = f"transaction {i} of {store.describe(seg + DATA_FILE)} fails its checksum"
-                        break
-                    out.append(WalTxn(shard, segment, i, rows, data))
-                    taken += len(data)
-                    if full(i, whole):
-                        more = True
-                        break
-    else:
+                    gone = f"{store.describe(data_path)} is gone"
+            size = f.seek(0, io.SEEK_END)
+            taken = 0
+            for i in range(start, whole):
+                if gone:
+                    break
+                s, e, rows, crc, txn = ENTRY.unpack_from(index, i * ENTRY.size)
+                if txn != i or e > size or s > e:
+                    torn = f"transaction {i} of {store.describe(data_path)} points past the data ({e} > {size} bytes)"
+                    break
+                f.seek(s)
+                data = f.read(e - s)
+                if zlib.crc32(data) != crc:
+                    torn = f"transaction {i} of {store.describe(data_path)} fails its checksum"
+                    break
+                out.append(self._txn(i, rows, data))
+                taken += len(data)
+                if _full(max_bytes, taken, i, whole):
+                    more = True
+                    break
+        return out, torn, gone, more
+
+
+class ObjectSegmentLog(SegmentLog):
+    """One immutable object per transaction, ``<txn:010d>.t``: its rows, then its entry (start 0)."""
+
+    def append(self, txn: int, offset: int, data: bytes, rows: int) -> None:
+        """Writes the transaction's object with put-if-absent. A put whose outcome is unknown (the
+        request may have landed, its answer lost) and is then retried by a later ``commit()`` meets
+        its own object: the segment is claimed by this writer alone, so identical bytes there are
+        this transaction."""
+        path = f"{self.prefix}{txn:010d}.t"
+        obj = data + ENTRY.pack(0, len(data), rows, zlib.crc32(data), txn)
+        try:
+            if self.store.put_if_absent(path, obj):
+                return
+        except StorageError:
+            if not self._is_mine(path, obj):
+                raise  # nothing landed: commit() can be called again
+            return
+        if not self._is_mine(path, obj):
+            raise WalError(f"WAL transaction {self.store.describe(path)} holds other bytes: another writer uses segment {self.segment}")
+
+    def _is_mine(self, path: str, obj: bytes) -> bool:
+        try:
+            return self.store.get(path) == obj
+        except ObjectNotFound:
+            return False
+
+    def _scan(self, start: int, sealed: int | None,
+              max_bytes: int | None) -> tuple[list[WalTxn], str | None, str | None, bool]:
+        store, seg = self.store, self.prefix
+        out: list[WalTxn] = []
+        torn = gone = None
+        more = False
+        taken = 0
         names = sorted(o.path for o in store.list(seg) if o.path.endswith(".t"))
         for i, name in enumerate(names):
             if int(name[len(seg):-2]) != i:
@@ -464,19 +526,14 @@ def read_segment(store: ObjectStore, shard: int, segment: int, start: int,
             if txn != i or s != 0 or e != len(data) or zlib.crc32(data) != crc:
                 torn = f"{store.describe(name)} fails its checksum"
                 break
-            out.append(WalTxn(shard, segment, i, rows, data))
+            out.append(self._txn(i, rows, data))
             taken += len(data)
-            if full(i, len(names)):
+            if _full(max_bytes, taken, i, len(names)):
                 more = True
                 break
         if sealed is not None and torn is None and gone is None and not more and start + len(out) < sealed:
             gone = f"{store.describe(seg)} holds {len(names)} of its {sealed} transaction objects"
-    committed = start + len(out)
-    if gone is not None:
-        torn = None  # retention's work, not a torn tail: the caller checks the watermarks
-    elif sealed is not None and torn is None and not more and committed < sealed and start <= sealed:
-        torn = f"segment {store.describe(seg)} is sealed at {sealed} transactions but only {committed} are readable"
-    return out, SegmentState(segment, committed, sealed, torn, more, gone)
+        return out, torn, gone, more
 
 
 def decode_rows(data: bytes, schema: pa.Schema, where: str) -> tuple[pa.RecordBatch, np.ndarray]:

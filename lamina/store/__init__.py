@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from lamina.errors import InvalidConfig, UnsupportedURI
-from lamina.store.base import ObjectInfo, ObjectStore, RangeReader, check_relative
+from lamina.store.base import ObjectInfo, ObjectStore, RangeReader, StagedInput, check_relative
 from lamina.store.local import LocalStore
 
-__all__ = ["ObjectInfo", "ObjectStore", "RangeReader", "LocalStore", "open_store", "check_relative"]
+__all__ = ["ObjectInfo", "ObjectStore", "RangeReader", "StagedInput", "LocalStore", "open_store", "check_relative"]
 
 
 def open_store(uri: str, storage_options: dict[str, Any] | None = None) -> ObjectStore:

@@ -2,17 +2,31 @@
 
 Paths are relative to the table root and always use ``/``. A store is a plain
 value that pickles (Ray ships it to workers) and reconnects on the other side.
+
+Code that needs a real file (the native readers and writers) asks the store to stage
+one, and never asks where the store keeps its bytes::
+
+    with store.staged_input(path) as staged:    # local: the object itself; S3: ranged GETs to a temp file
+        read(staged.path)
+    with store.staged_output(path) as local:    # local: a temp beside the target, renamed; S3: uploaded
+        write(local)
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import posixpath
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from lamina.errors import CorruptFile
+from lamina.errors import CorruptFile, InvalidArgument, StorageError
+
+#: Default GET size of ``staged_input`` (also the memory it holds).
+STAGE_BATCH_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -22,6 +36,19 @@ class ObjectInfo:
     path: str
     size: int
     modified: float  # seconds since the epoch
+
+
+@dataclass(frozen=True)
+class StagedInput:
+    """A local file holding an object while a ``staged_input`` block runs."""
+
+    path: str  # the local file
+    requests: int  # GET requests staging took (0 when the object already is a local file)
+
+
+def scratch_dir(directory: str | None = None) -> str | None:
+    """Where temp files go: ``directory``, else ``$LAMINA_TMPDIR``, else the system default (None)."""
+    return directory or os.environ.get("LAMINA_TMPDIR") or None
 
 
 def check_relative(path: str, *, what: str) -> str:
@@ -46,6 +73,11 @@ class ObjectStore(abc.ABC):
 
     #: The table root URI this store serves (``/abs/path`` or ``s3://bucket/prefix``).
     uri: str
+
+    #: Whether objects are files on this machine (a local or mounted directory): ``staged_input``
+    #: then costs nothing and ``append`` grows an object in place. False for object stores (S3),
+    #: whose objects are written whole.
+    is_local: bool = False
 
     @abc.abstractmethod
     def get(self, path: str) -> bytes:
@@ -93,13 +125,67 @@ class ObjectStore(abc.ABC):
         """Something ``pyarrow.parquet.ParquetFile`` reads: a local path or a seekable file."""
 
     def local_path(self, path: str) -> str | None:
-        """A local filesystem path for ``path`` if this store is a local directory, else None."""
+        """A local filesystem path for ``path`` if this store is a local directory, else None.
+
+        Inside ``lamina.store`` only: elsewhere use ``staged_input``/``staged_output``/``is_local``."""
         return None
 
+    def append(self, path: str, data: bytes, *, at: int | None = None) -> None:
+        """Appends ``data`` to the object at ``path`` (created if missing) and makes it durable
+        before returning; with ``at``, first cuts the object to ``at`` bytes (what a failed
+        earlier append left behind). Only where ``is_local``: other stores write objects whole."""
+        raise StorageError(f"{self.uri} cannot append to {path}: its objects are written whole (use put)")
+
+    @contextlib.contextmanager
+    def staged_input(self, path: str, size: int | None = None, *, batch_bytes: int = STAGE_BATCH_BYTES,
+                     directory: str | None = None) -> Iterator[StagedInput]:
+        """A local file holding the object for the duration of the block.
+
+        Here (object stores): a temp file in ``directory`` (default ``$LAMINA_TMPDIR``, else the
+        system's) filled by ranged GETs of ``batch_bytes`` (the memory held: one batch), removed
+        on exit. ``size`` saves a HEAD when the caller knows it. ``ObjectNotFound`` if missing::
+
+            with store.staged_input("data/x.parquet", batch_bytes=8 << 20) as staged:
+                pq.read_metadata(staged.path); staged.requests  # GETs it took
+        """
+        if not isinstance(batch_bytes, int) or batch_bytes < 1:
+            raise InvalidArgument(f"batch_bytes must be a positive integer, got {batch_bytes!r}")
+        if size is None:
+            size = self.size(path)
+        fd, tmp = tempfile.mkstemp(prefix="lamina-in-", suffix=f"-{posixpath.basename(path)}", dir=scratch_dir(directory))
+        try:
+            requests = 0
+            with os.fdopen(fd, "wb") as f:
+                for start in range(0, size, batch_bytes):
+                    f.write(self.get_range(path, start, min(batch_bytes, size - start)))
+                    requests += 1
+            yield StagedInput(tmp, requests)
+        finally:
+            _remove_quietly(tmp)
+
+    @contextlib.contextmanager
+    def staged_output(self, path: str, directory: str | None = None) -> Iterator[str]:
+        """A local path (nothing there yet) whose file becomes the object at ``path`` when the
+        block ends normally; if the block raises, nothing is written and the file is removed.
+
+        Here (object stores): a path in a temp directory under ``directory`` (default
+        ``$LAMINA_TMPDIR``, else the system's), uploaded with ``put_file`` (multipart when large)::
+
+            with store.staged_output("data/x.parquet") as local:
+                write_parquet(local)          # the object exists once the block is left
+        """
+        scratch = tempfile.mkdtemp(prefix="lamina-out-", dir=scratch_dir(directory))
+        try:
+            local = os.path.join(scratch, posixpath.basename(path) or "object")
+            yield local
+            self.put_file(path, _written(local, self.describe(path)))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
     def stage(self, path: str, size: int, directory: str, batch_bytes: int) -> tuple[str, int]:
-        """A local file holding the object (its own path on a local store, else a copy in
-        ``directory`` fetched by ranged GETs of ``batch_bytes``), and the GET requests it took.
-        Memory held: one batch."""
+        """Deprecated: use ``staged_input``, which removes its copy. A local file holding the
+        object (its own path on a local store, else a copy in ``directory`` the caller removes)
+        and the GET requests it took. Memory held: one batch."""
         local = self.local_path(path)
         if local is not None:
             return local, 0
@@ -114,6 +200,20 @@ class ObjectStore(abc.ABC):
     def describe(self, path: str) -> str:
         """A full location for messages: the URI joined with ``path``."""
         return f"{self.uri.rstrip('/')}/{path}"
+
+
+def _written(local: str, where: str) -> str:
+    """``local``, once the block that was to write it has: a missing file is the caller's bug."""
+    if not os.path.isfile(local):
+        raise InvalidArgument(f"nothing was written at {local}, the staged file for {where}: write it inside the block")
+    return local
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 class RangeReader:

@@ -7,7 +7,7 @@ import os
 import pytest
 from botocore.exceptions import ClientError
 
-from lamina.errors import CorruptFile, ObjectNotFound, StorageError
+from lamina.errors import CorruptFile, InvalidArgument, ObjectNotFound, StorageError
 from lamina.store import open_store
 from lamina.store.s3 import S3Store
 
@@ -121,3 +121,130 @@ def test_stores_pickle(store):
 
     store.put("k", b"v")
     assert pickle.loads(pickle.dumps(store)).get("k") == b"v"
+
+
+# -- staging: a local file to read an object, a local file that becomes one ---------------------
+
+class _CountingClient:
+    """A boto3 client stand-in counting the requests made through it, per method."""
+
+    def __init__(self, client):
+        self._client, self.calls = client, {}
+
+    def __getattr__(self, name):
+        real = getattr(self._client, name)
+
+        def call(**kwargs):
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return real(**kwargs)
+
+        return call
+
+
+def _files(directory) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
+def test_staged_output_becomes_the_object_when_the_block_ends(store, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with store.staged_output("data/out.parquet", directory=str(scratch)) as local:
+        assert not os.path.exists(local), "nothing is at the staged path yet (native writers refuse to replace)"
+        with open(local, "wb") as f:
+            f.write(b"written bytes")
+        assert not store.exists("data/out.parquet"), "the object appears only when the block ends"
+    assert store.get("data/out.parquet") == b"written bytes"
+    assert [o.path for o in store.list("")] == ["data/out.parquet"], "no temp file beside the object"
+    assert _files(scratch) == []
+    with store.staged_output("data/out.parquet", directory=str(scratch)) as local:  # a retried writer
+        with open(local, "wb") as f:
+            f.write(b"second attempt")
+    assert store.get("data/out.parquet") == b"second attempt"
+
+
+def test_staged_output_leaves_nothing_when_the_block_raises(store, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with pytest.raises(RuntimeError, match="writer failed"):
+        with store.staged_output("data/out.parquet", directory=str(scratch)) as local:
+            with open(local, "wb") as f:
+                f.write(b"partial")
+            raise RuntimeError("writer failed")
+    assert not store.exists("data/out.parquet")
+    assert list(store.list("")) == [], "no partial object and no temp file in the table"
+    assert _files(scratch) == [], "no temp file left in the scratch directory"
+
+
+def test_staged_output_refuses_a_block_that_wrote_nothing(store, tmp_path):
+    with pytest.raises(InvalidArgument, match="nothing was written"):
+        with store.staged_output("data/out.parquet", directory=str(tmp_path)):
+            pass
+    assert list(store.list("")) == []
+
+
+def test_s3_staged_output_uploads_large_files_in_parts(s3_table_uri, s3_options, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAMINA_TMPDIR", str(tmp_path))
+    store = S3Store(s3_table_uri, {**s3_options, "multipart_threshold": 5 * 2**20, "multipart_chunk_size": 5 * 2**20})
+    counting = store._shared_client = _CountingClient(store._client())
+    payload = os.urandom(11 * 2**20)
+    with store.staged_output("data/big.parquet") as local:
+        assert local.startswith(str(tmp_path)), "temp files go to $LAMINA_TMPDIR"
+        with open(local, "wb") as f:
+            f.write(payload)
+    assert counting.calls.get("upload_part") == 3 and "put_object" not in counting.calls
+    assert store.get("data/big.parquet") == payload
+    assert _files(tmp_path) == []
+
+
+def test_local_staged_input_is_the_object_itself(local_table_uri, tmp_path):
+    store = open_store(local_table_uri)
+    store.put("data/x.parquet", b"0123456789")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with store.staged_input("data/x.parquet", batch_bytes=3, directory=str(scratch)) as staged:
+        assert staged.requests == 0
+        assert os.path.samefile(staged.path, os.path.join(local_table_uri, "data", "x.parquet"))
+    assert store.get("data/x.parquet") == b"0123456789", "the object stays"
+    assert [o.path for o in store.list("")] == ["data/x.parquet"] and _files(scratch) == [], "no copy was made"
+
+
+def test_s3_staged_input_fetches_in_ranged_gets_and_removes_its_copy(s3_table_uri, s3_options, tmp_path):
+    store = S3Store(s3_table_uri, s3_options)
+    store.put("data/x.parquet", b"0123456789")
+    counting = store._shared_client = _CountingClient(store._client())
+    with store.staged_input("data/x.parquet", batch_bytes=4, directory=str(tmp_path)) as staged:
+        with open(staged.path, "rb") as f:
+            assert f.read() == b"0123456789"
+        assert os.path.dirname(staged.path) == str(tmp_path)
+        assert staged.requests == 3 == counting.calls["get_object"], "10 bytes in GETs of 4"
+        assert counting.calls["head_object"] == 1, "the size is asked for when not given"
+    assert _files(tmp_path) == []
+    counting.calls.clear()
+    with store.staged_input("data/x.parquet", 10, batch_bytes=64, directory=str(tmp_path)) as staged:
+        assert staged.requests == 1 and counting.calls == {"get_object": 1}, "a known size costs no HEAD"
+    with pytest.raises(RuntimeError, match="reader failed"):
+        with store.staged_input("data/x.parquet", directory=str(tmp_path)) as staged:
+            raise RuntimeError("reader failed")
+    assert not os.path.exists(staged.path) and _files(tmp_path) == []
+
+
+def test_staged_input_of_a_missing_object(store, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with pytest.raises(ObjectNotFound, match="data/nope.parquet does not exist"):
+        with store.staged_input("data/nope.parquet", directory=str(scratch)):
+            pass
+    assert _files(scratch) == []
+
+
+def test_append_grows_local_objects_and_cuts_what_a_failed_attempt_left(local_table_uri, s3_table_uri, s3_options):
+    store = open_store(local_table_uri)
+    assert store.is_local
+    store.append("_wal/0/seg.d", b"abc")
+    store.append("_wal/0/seg.d", b"leftover", at=3)
+    store.append("_wal/0/seg.d", b"def", at=3)  # the retry of a write that left bytes behind
+    assert store.get("_wal/0/seg.d") == b"abcdef"
+    s3 = open_store(s3_table_uri, s3_options)
+    assert not s3.is_local
+    with pytest.raises(StorageError, match="written whole"):
+        s3.append("_wal/0/seg.d", b"abc")
