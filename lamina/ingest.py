@@ -40,6 +40,7 @@ from lamina.commit import commit
 from lamina.datafile import write_fragments
 from lamina.errors import CommitConflict, CorruptFile, InvalidArgument, ObjectNotFound, SchemaMismatch, ShardStopped
 from lamina.faults import maybe_die
+from lamina.keys import primary_key_domain
 from lamina.filter import Conjunct, Filter
 from lamina.index_query import select
 from lamina.manifest import VERSIONS_DIR
@@ -93,14 +94,8 @@ def shard_for(key: Any, shards: int) -> int:
 
 
 def memtable_key_type(t: pa.DataType) -> str:
-    if pa.types.is_unsigned_integer(t) and t.bit_width == 64:
-        return "uint64"
-    if pa.types.is_integer(t):
-        return "int64"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
-            or pa.types.is_fixed_size_binary(t):
-        return "bytes"
-    raise InvalidArgument(f"a WAL primary key must be an integer, string or binary column, not {t}")
+    """The memtable's key domain for a primary-key column (``lamina.keys``)."""
+    return primary_key_domain(t, "a WAL primary key")
 
 
 @dataclass

@@ -11,9 +11,6 @@ temporary disk ``threads ×`` the largest file.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -71,7 +68,7 @@ def _items(m: Manifest) -> list[_Item]:
     return out
 
 
-def _check(store: ObjectStore, item: _Item, scratch: str, batch_bytes: int) -> tuple[int, list[str]]:
+def _check(store: ObjectStore, item: _Item, batch_bytes: int) -> tuple[int, list[str]]:
     """(bytes read, problems) for one file."""
     where = store.describe(item.path)
     what = {"data": "data file", "deletion": "deletion file", "index": "index segment"}[item.kind]
@@ -89,16 +86,12 @@ def _check(store: ObjectStore, item: _Item, scratch: str, batch_bytes: int) -> t
         size = store.size(item.path)
         if item.size is not None and size != item.size:
             return 0, [f"{what} {where} is {size} bytes, the manifest says {item.size}: truncated or replaced"]
-        directory = tempfile.mkdtemp(dir=scratch)
-        try:
-            local, _ = store.stage(item.path, size, directory, batch_bytes)
-            problems = _compare(item, of_file(local), what, where)
+        with store.staged_input(item.path, size, batch_bytes=batch_bytes) as staged:
+            problems = _compare(item, of_file(staged.path), what, where)
             if item.kind == "data" and not problems and item.fragment is not None:
-                rows = pq.read_metadata(local).num_rows
+                rows = pq.read_metadata(staged.path).num_rows
                 if rows != item.fragment.rows:
                     problems.append(f"{what} {where} has {rows} rows, the manifest says {item.fragment.rows}")
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
         return size, problems
     except ObjectNotFound:
         return 0, [f"{what} {where} is missing"]
@@ -117,18 +110,14 @@ def verify(store: ObjectStore, manifest: Manifest, *, threads: int = 4, batch_by
     """Checks every file ``manifest`` references; returns what it found (raises nothing for
     damaged files). ``progress(done, total)`` is called after each file."""
     items = _items(manifest)
-    scratch = tempfile.mkdtemp(prefix="lamina-verify-", dir=os.environ.get("LAMINA_TMPDIR"))
     problems: list[str] = []
     read = done = 0
-    try:
-        with ThreadPoolExecutor(max(1, threads), thread_name_prefix="lamina-verify") as pool:
-            for nbytes, found in pool.map(lambda it: _check(store, it, scratch, batch_bytes), items):
-                read += nbytes
-                problems.extend(found)
-                done += 1
-                if progress is not None:
-                    progress(done, len(items))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="lamina-verify") as pool:
+        for nbytes, found in pool.map(lambda it: _check(store, it, batch_bytes), items):
+            read += nbytes
+            problems.extend(found)
+            done += 1
+            if progress is not None:
+                progress(done, len(items))
     return VerifyReport(store.uri, manifest.version, len(items), read,
                         sum(1 for it in items if it.checksum is None), tuple(problems))

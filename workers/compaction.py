@@ -1,10 +1,11 @@
 """The compaction worker: executes one planned group and returns the new fragment, mapping and metrics.
 
     GroupTask (the planned group: its row-group actions, the fragments, the table's schema)
-      ──► stage sources (local path, or S3 ranged GETs of up to read_batch_bytes), checksums checked
+      ──► stage sources (ObjectStore.staged_input: the file itself, or S3 ranged GETs of up to
+          read_batch_bytes), checksums checked
       ──► native rewrite of the planned actions (copy / encode); when a source turns out not to be
           copyable, the group's own fallback (every row group re-encoded)
-      ──► upload output (multipart on S3)
+      ──► the output through ObjectStore.staged_output (renamed into place, or a multipart upload)
       ──► one segment per table index over the output ──► lamina.compaction.GroupResult
 
 ``GroupCompactor`` is plain Python (unit-testable without Ray); ``compact_group`` is the
@@ -17,9 +18,7 @@ column of the output and its segment (~16 bytes a row for a btree).
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
+import contextlib
 import time
 import traceback
 import uuid
@@ -78,16 +77,6 @@ def tasks_for(plan: CompactionPlan, manifest: Manifest, uri: str, storage_option
                       read_batch_bytes, manifest.stable_row_ids, indices) for g in plan.groups]
 
 
-def stage(store: ObjectStore, fragment: Fragment, directory: str, batch_bytes: int) -> tuple[str, int]:
-    """A local path holding the fragment's data file, checked against its recorded checksum
-    (so a damaged source is never copied into an output under a fresh, valid checksum), and
-    the GET requests it took."""
-    path, requests = store.stage(fragment.path, fragment.file_bytes, directory, batch_bytes)
-    if fragment.checksum is not None:
-        check(fragment.checksum, of_file(path), f"data file {store.describe(fragment.path)} of fragment {fragment.id}")
-    return path, requests
-
-
 class GroupCompactor:
     """Runs one group; the plain-Python core of the Ray task."""
 
@@ -109,33 +98,30 @@ class GroupCompactor:
     def _run(self, task: GroupTask, result: GroupResult) -> None:
         written_at = time.time()
         store = open_store(task.uri, task.storage_options)
-        scratch = tempfile.mkdtemp(prefix="lamina-compact-", dir=os.environ.get("LAMINA_TMPDIR"))
-        try:
+        out_rel = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
+        with contextlib.ExitStack() as staged:
             sources = []
             for frag in task.fragments:
-                path, gets = stage(store, frag, scratch, task.read_batch_bytes)
-                result.get_requests += gets
-                sources.append((path, pa.array(read_deleted(store, frag), type=pa.uint32())))
-            out_rel = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
-            in_place = store.local_path(out_rel)  # a local table: write the output where it belongs
-            out_local = in_place or os.path.join(scratch, "output.parquet")
+                source = staged.enter_context(store.staged_input(frag.path, frag.file_bytes, batch_bytes=task.read_batch_bytes))
+                # A damaged source must never be copied into an output under a fresh, valid checksum.
+                if frag.checksum is not None:
+                    check(frag.checksum, of_file(source.path), f"data file {store.describe(frag.path)} of fragment {frag.id}")
+                result.get_requests += source.requests
+                sources.append((source.path, pa.array(read_deleted(store, frag), type=pa.uint32())))
             kwargs = dict(row_group_rows=task.write.row_group_rows, row_group_bytes=task.write.row_group_bytes,
                           zstd_level=task.write.zstd_level)
-            group = task.group
-            try:
-                meta = _native.rewrite_data_file(sources, list(group.actions), task.schema, out_local, **kwargs)
-            except InvalidArgument as e:
-                if group.mode == FULL_REWRITE:
-                    raise
-                group = group.as_full_rewrite(str(e))
-                result.mode, result.reason = group.mode, group.reason
-                meta = _native.rewrite_data_file(sources, list(group.actions), task.schema, out_local, **kwargs)
-            if in_place is None:
-                store.put_file(out_rel, out_local)
-            self._index(task, store, out_local, int(meta["rows"]), result)
-            maybe_die()
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            with store.staged_output(out_rel) as out_local:
+                group = task.group
+                try:
+                    meta = _native.rewrite_data_file(sources, list(group.actions), task.schema, out_local, **kwargs)
+                except InvalidArgument as e:
+                    if group.mode == FULL_REWRITE:
+                        raise
+                    group = group.as_full_rewrite(str(e))
+                    result.mode, result.reason = group.mode, group.reason
+                    meta = _native.rewrite_data_file(sources, list(group.actions), task.schema, out_local, **kwargs)
+                self._index(task, store, out_local, int(meta["rows"]), result)
+        maybe_die()
 
         runs: list[tuple[int, int, int, int, int]] = []
         ids: list[np.ndarray] = []

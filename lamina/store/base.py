@@ -182,21 +182,6 @@ class ObjectStore(abc.ABC):
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def stage(self, path: str, size: int, directory: str, batch_bytes: int) -> tuple[str, int]:
-        """Deprecated: use ``staged_input``, which removes its copy. A local file holding the
-        object (its own path on a local store, else a copy in ``directory`` the caller removes)
-        and the GET requests it took. Memory held: one batch."""
-        local = self.local_path(path)
-        if local is not None:
-            return local, 0
-        dest = os.path.join(directory, posixpath.basename(path) or "object")
-        requests = 0
-        with open(dest, "wb") as f:
-            for start in range(0, size, batch_bytes):
-                f.write(self.get_range(path, start, min(batch_bytes, size - start)))
-                requests += 1
-        return dest, requests
-
     def describe(self, path: str) -> str:
         """A full location for messages: the URI joined with ``path``."""
         return f"{self.uri.rstrip('/')}/{path}"
