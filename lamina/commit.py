@@ -16,6 +16,7 @@ import time
 from lamina.errors import (
     CommitConflict,
     CommitStateUnknown,
+    CorruptFile,
     LaminaError,
     ObjectNotFound,
     SchemaMismatch,
@@ -95,7 +96,7 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
                 log.debug("%s committed version %d of %s after %d lost races", txn.operation, new.version, store.uri, attempt)
             return new
         theirs = try_load_manifest(store, new.version, base.table_uuid)
-        if theirs is not None and theirs.transaction.get("uuid") == txn.uuid:
+        if theirs is not None and theirs.record.uuid == txn.uuid:
             return theirs  # an earlier attempt of this very request had landed
         backoff.sleep(attempt)
     raise CommitConflict(
@@ -140,6 +141,10 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest) -> Manifest:
                     f"{first_removed} up to {first_kept - 1} were cleaned up since; nothing was committed: reload the table "
                     f"and re-run the {txn.operation} (or run cleanup with an older_than longer than your longest write)"
                 )
+        try:
+            theirs.record  # decoded once, here, so that a malformed one names the table
+        except CorruptFile as e:
+            raise CorruptFile(f"{txn.operation} on table {store.uri}: {e}. Nothing was committed") from None
         txn.rebase(theirs, store)
         base = theirs
 
@@ -158,7 +163,7 @@ def _resolve_unknown(store: ObjectStore, txn: Transaction, new: Manifest, error:
         ) from error
     if theirs is None:
         raise error  # nothing landed: a plain failure, the operation can be retried as a whole
-    return theirs.transaction.get("uuid") == txn.uuid
+    return theirs.record.uuid == txn.uuid
 
 
 def _check_written(store: ObjectStore, txn: Transaction, new: Manifest) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import hashlib
 import json
 import threading
@@ -22,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound, TableReplaced, VersionNotFound
+from lamina.records import TransactionRecord, decode_record
 from lamina.store import ObjectStore, check_relative
 
 FORMAT = "lamina.manifest"
@@ -154,7 +156,8 @@ class Manifest:
     config: dict[str, Any] = field(default_factory=dict)
     indices: tuple[IndexEntry, ...] = ()
     wal_watermarks: dict[str, int] = field(default_factory=dict)
-    #: Record of the transaction that produced this version (docs/FORMAT.md, "Transactions").
+    #: Record of the transaction that produced this version, as stored (docs/FORMAT.md §6);
+    #: ``record`` is the typed form.
     transaction: dict[str, Any] = field(default_factory=dict)
     #: Identifies this incarnation of the table: set at create time, carried by every version.
     #: A table dropped and created again at the same URI has another one ("" before it existed).
@@ -163,6 +166,12 @@ class Manifest:
     @property
     def rows(self) -> int:
         return sum(f.live_rows for f in self.fragments)
+
+    @functools.cached_property
+    def record(self) -> TransactionRecord:
+        """The transaction that produced this version, typed (``lamina.records``); decoded on first
+        use, ``CorruptFile`` naming the version if it is malformed."""
+        return decode_record(self.transaction, f"version {self.version}")
 
     def fragment(self, fragment_id: int) -> Fragment | None:
         for f in self.fragments:
@@ -182,9 +191,8 @@ class Manifest:
                 paths.add(f.deletion.path)
         for ix in self.indices:
             paths.update(ix.files)
-        sidecar = self.transaction.get("sidecar")
-        if sidecar:
-            paths.add(sidecar)
+        if self.record.sidecar:
+            paths.add(self.record.sidecar)
         return paths
 
     def replace(self, **changes: Any) -> "Manifest":

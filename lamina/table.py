@@ -213,7 +213,7 @@ class Table:
         for v in list_versions(self._store):
             m = load_manifest(self._store, v, self._manifest.table_uuid)
             out.append(VersionInfo(v, dt.datetime.fromtimestamp(m.timestamp_ms / 1000, dt.timezone.utc),
-                                   m.transaction.get("operation", "?"), m.rows, len(m.fragments)))
+                                   m.record.operation, m.rows, len(m.fragments)))
         return out
 
     def checkout(self, version: int) -> "Table":

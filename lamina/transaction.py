@@ -24,6 +24,17 @@ import numpy as np
 
 from lamina.errors import CommitConflict, SchemaMismatch
 from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, now_ms
+from lamina.records import (
+    AddressMapping,
+    AppendRecord,
+    DeleteRecord,
+    IndexChangeRecord,
+    OverwriteRecord,
+    RewriteRecord,
+    RewrittenGroup,
+    TransactionRecord,
+    WalFlushRecord,
+)
 from lamina.store import ObjectStore
 
 # Rules of the conflict matrix.
@@ -86,45 +97,11 @@ MATRIX: dict[tuple[str, str], str] = {
 
 
 def _conflict(mine: "Transaction", theirs: Manifest, store: ObjectStore, why: str) -> CommitConflict:
-    op = theirs.transaction.get("operation", "unknown")
+    op = theirs.record.operation
     return CommitConflict(
         f"{mine.operation} on table {store.uri} (read at version {mine.read_version}) conflicts with the {op} "
         f"committed as version {theirs.version}: {why}. Nothing was committed; re-run the {mine.operation} on the latest version"
     )
-
-
-@dataclass
-class AddressMapping:
-    """Old row → new row of a rewrite, as runs: rows ``old_start..+length`` of fragment
-    ``old_fragment`` became rows ``new_start..+length`` of output ``output`` (index into
-    the rewrite's outputs, or a fragment id once committed). A shift is one run."""
-
-    old_fragment: np.ndarray
-    old_start: np.ndarray
-    output: np.ndarray
-    new_start: np.ndarray
-    length: np.ndarray
-
-    @classmethod
-    def from_runs(cls, runs: Iterable[tuple[int, int, int, int, int]]) -> "AddressMapping":
-        arr = np.array(list(runs), dtype=np.int64).reshape(-1, 5)
-        return cls(*(arr[:, i].copy() for i in range(5)))
-
-    def runs(self) -> list[list[int]]:
-        return np.stack([self.old_fragment, self.old_start, self.output, self.new_start, self.length], axis=1).tolist()
-
-    def map(self, fragment_id: int, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(outputs, new offsets) for the offsets of ``fragment_id`` that survived the rewrite."""
-        sel = self.old_fragment == fragment_id
-        starts, outs, news, lens = self.old_start[sel], self.output[sel], self.new_start[sel], self.length[sel]
-        order = np.argsort(starts)
-        starts, outs, news, lens = starts[order], outs[order], news[order], lens[order]
-        offsets = np.asarray(offsets, dtype=np.int64)
-        run = np.searchsorted(starts, offsets, side="right") - 1
-        ok = run >= 0
-        ok[ok] &= offsets[ok] < starts[run[ok]] + lens[run[ok]]
-        run, offs = run[ok], offsets[ok]
-        return outs[run], news[run] + (offs - starts[run])
 
 
 class Transaction(abc.ABC):
@@ -154,7 +131,7 @@ class Transaction(abc.ABC):
 
     def rebase(self, theirs: Manifest, store: ObjectStore) -> None:
         """Adjusts this transaction to sit on top of ``theirs``; raises CommitConflict."""
-        their_op = theirs.transaction.get("operation")
+        their_op = theirs.record.operation
         if their_op == "create":
             raise _conflict(self, theirs, store, "the table was created again")
         rule = MATRIX.get((self.operation, their_op), CONFLICT)
@@ -172,13 +149,13 @@ class Transaction(abc.ABC):
     def apply(self, base: Manifest) -> Manifest:
         """The next version: pure, no I/O."""
 
-    def record(self, **details: Any) -> dict[str, Any]:
-        return {"uuid": self.uuid, "operation": self.operation, "read_version": self.read_version,
-                "timestamp_ms": now_ms(), **details}
+    def _header(self) -> dict[str, Any]:
+        """The fields every record of this transaction starts with (docs/FORMAT.md §6)."""
+        return {"uuid": self.uuid, "read_version": self.read_version, "timestamp_ms": now_ms()}
 
-    def _next(self, base: Manifest, **changes: Any) -> Manifest:
-        """The next version; index segments that no longer serve a live fragment are dropped."""
-        nxt = base.replace(version=base.version + 1, timestamp_ms=now_ms(), **changes)
+    def _next(self, base: Manifest, record: TransactionRecord, **changes: Any) -> Manifest:
+        """The next version, produced by ``record``; index segments that no longer serve a live fragment are dropped."""
+        nxt = base.replace(version=base.version + 1, timestamp_ms=now_ms(), transaction=record.to_json(), **changes)
         live = {f.id for f in nxt.fragments}
         return nxt.replace(indices=tuple(ix.prune(live) for ix in nxt.indices))
 
@@ -234,8 +211,8 @@ class Append(Transaction):
     def apply(self, base: Manifest) -> Manifest:
         new, next_id, next_row = assign_ids(base, self.fragments)
         return self._next(
-            base, fragments=base.fragments + tuple(new), next_fragment_id=next_id, next_row_id=next_row,
-            transaction=self.record(fragment_ids=[f.id for f in new], rows=sum(f.rows for f in new)),
+            base, AppendRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new)),
+            fragments=base.fragments + tuple(new), next_fragment_id=next_id, next_row_id=next_row,
         )
 
 
@@ -255,12 +232,13 @@ class Delete(Transaction):
     def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
         if rule == REMAP_DELETIONS:
             moved: dict[int, list[np.ndarray]] = {}
-            for group in theirs.transaction.get("groups", []):
-                mapping = AddressMapping.from_runs(group["mapping"])
-                new_ids = group["new_fragment_ids"]
-                for old in group["old_fragment_ids"]:
+            record = theirs.record
+            assert isinstance(record, RewriteRecord)
+            for group in record.groups:
+                new_ids = group.new_fragment_ids
+                for old in group.old_fragment_ids:
                     if old in self.deltas:
-                        outs, offs = mapping.map(old, self.deltas.pop(old))
+                        outs, offs = group.mapping.map(old, self.deltas.pop(old))
                         for out in np.unique(outs).tolist():
                             if new_ids[out] < 0:
                                 continue  # that output was never committed: all its rows were deleted
@@ -316,8 +294,9 @@ class Delete(Transaction):
     def apply(self, base: Manifest) -> Manifest:
         fragments, removed, touched = self._deleted(base)
         return self._next(
-            base, fragments=tuple(fragments),
-            transaction=self.record(predicate=self.predicate, fragment_ids=touched, removed_fragment_ids=removed, rows=self.rows_deleted),
+            base, DeleteRecord(**self._header(), predicate=self.predicate, fragment_ids=tuple(touched),
+                               removed_fragment_ids=tuple(removed), rows=self.rows_deleted),
+            fragments=tuple(fragments),
         )
 
 
@@ -357,12 +336,12 @@ class WalFlush(Delete):
             raise CommitConflict(f"WAL segments {behind} moved since this flush read them; nothing was committed")
         fragments, removed, touched = self._deleted(base)
         new, next_id, next_row = assign_ids(base, self.fragments)
+        record = WalFlushRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new),
+                                deleted_fragment_ids=tuple(touched), removed_fragment_ids=tuple(removed),
+                                rows_deleted=self.rows_deleted, watermarks=dict(self.watermarks))
         return self._next(
-            base, fragments=tuple(fragments) + tuple(new), next_fragment_id=next_id, next_row_id=next_row,
+            base, record, fragments=tuple(fragments) + tuple(new), next_fragment_id=next_id, next_row_id=next_row,
             wal_watermarks={**base.wal_watermarks, **self.watermarks},
-            transaction=self.record(fragment_ids=[f.id for f in new], rows=sum(f.rows for f in new),
-                                    deleted_fragment_ids=touched, removed_fragment_ids=removed, rows_deleted=self.rows_deleted,
-                                    watermarks=self.watermarks),
         )
 
 
@@ -404,8 +383,9 @@ class Rewrite(Transaction):
 
     def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
         if rule == DISJOINT:
-            theirs_old = {i for g in theirs.transaction.get("groups", []) for i in g["old_fragment_ids"]}
-            overlap = sorted(self.old_ids & theirs_old)
+            record = theirs.record
+            assert isinstance(record, RewriteRecord)
+            overlap = sorted(self.old_ids & record.old_fragment_ids)
             if overlap:
                 raise _conflict(self, theirs, store, f"both rewrote fragments {overlap}")
         elif rule == CARRY_DELETIONS:
@@ -459,7 +439,7 @@ class Rewrite(Transaction):
                                      f"{base.version}: fragments {unexplained} no longer exist")
         next_id, next_row = base.next_fragment_id, base.next_row_id
         replaced: dict[int, list[Fragment]] = {}
-        groups_record = []
+        groups_record: list[RewrittenGroup] = []
         segments: dict[str, list[IndexSegment]] = {}
         for gi, group in enumerate(self.groups):
             present = [i for i in group.old_fragment_ids if i in order]
@@ -479,11 +459,7 @@ class Rewrite(Transaction):
             for name, (index_uuid, seg) in group.index_segments.items():
                 if any(ix.name == name and ix.uuid == index_uuid for ix in base.indices):
                     segments.setdefault(name, []).append(dataclasses.replace(seg, fragment_ids=tuple(new_ids)))
-            groups_record.append({
-                "old_fragment_ids": list(group.old_fragment_ids),
-                "new_fragment_ids": new_ids,
-                "mapping": group.mapping.runs(),
-            })
+            groups_record.append(RewrittenGroup(tuple(group.old_fragment_ids), tuple(new_ids), group.mapping))
         old = self.old_ids
         fragments: list[Fragment] = []
         for f in base.fragments:
@@ -494,8 +470,8 @@ class Rewrite(Transaction):
         indices = tuple(dataclasses.replace(ix, segments=ix.segments + tuple(segments.get(ix.name, ())))
                         for ix in base.indices)
         return self._next(
-            base, fragments=tuple(fragments), next_fragment_id=next_id, next_row_id=next_row, indices=indices,
-            transaction=self.record(groups=groups_record),
+            base, RewriteRecord(**self._header(), groups=tuple(groups_record)),
+            fragments=tuple(fragments), next_fragment_id=next_id, next_row_id=next_row, indices=indices,
         )
 
 
@@ -519,9 +495,9 @@ class CreateIndex(Transaction):
         self.written = list(index.files) if action != "drop" else []
 
     def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
-        if rule == DISTINCT_NAMES and theirs.transaction.get("index") == self.index.name:
-            what = theirs.transaction.get("action", "create")
-            raise _conflict(self, theirs, store, f"both changed index {self.index.name!r} ({what} committed first)")
+        record = theirs.record
+        if rule == DISTINCT_NAMES and isinstance(record, IndexChangeRecord) and record.index == self.index.name:
+            raise _conflict(self, theirs, store, f"both changed index {self.index.name!r} ({record.action} committed first)")
 
     def apply(self, base: Manifest) -> Manifest:
         current = next((ix for ix in base.indices if ix.name == self.index.name), None)
@@ -536,8 +512,9 @@ class CreateIndex(Transaction):
                             for ix in base.indices)
         else:
             indices = tuple(ix for ix in base.indices if ix is not current)
-        return self._next(base, indices=indices, transaction=self.record(
-            index=self.index.name, action=self.action, segments=[s.uuid for s in self.index.segments]))
+        record = IndexChangeRecord(**self._header(), index=self.index.name, action=self.action,
+                                   segments=tuple(s.uuid for s in self.index.segments))
+        return self._next(base, record, indices=indices)
 
 
 class Overwrite(Transaction):
@@ -557,7 +534,7 @@ class Overwrite(Transaction):
     def apply(self, base: Manifest) -> Manifest:
         new, next_id, next_row = assign_ids(base, self.fragments, self.schema)
         return self._next(
-            base, fragments=tuple(new), next_fragment_id=next_id, next_row_id=next_row, indices=(),
+            base, OverwriteRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new)),
+            fragments=tuple(new), next_fragment_id=next_id, next_row_id=next_row, indices=(),
             schema=self.schema if self.schema is not None else base.schema,
-            transaction=self.record(fragment_ids=[f.id for f in new], rows=sum(f.rows for f in new)),
         )
