@@ -247,8 +247,19 @@ class Table:
         return self
 
     # -- writes -------------------------------------------------------------
+    def _move_to(self, manifest: Manifest) -> None:
+        """Moves this view to ``manifest``, a newer version of this same table (e.g. one a commit
+        made); the only way a table's manifest changes outside ``reload``."""
+        if manifest.table_uuid != self._manifest.table_uuid or manifest.version < self._manifest.version:
+            raise TableReplaced(
+                f"cannot move the view of {self.uri} (table {self._manifest.table_uuid or '(unnamed)'} at version "
+                f"{self.version}) to version {manifest.version} of table {manifest.table_uuid or '(unnamed)'}: "
+                f"not a newer version of the same table; open it again with open_table"
+            )
+        self._manifest = manifest
+
     def _commit(self, txn: Transaction) -> Manifest:
-        self._manifest = commit(self._store, txn, self._manifest)
+        self._move_to(commit(self._store, txn, self._manifest))
         return self._manifest
 
     def append(self, data: DataLike, *, max_rows_per_file: int | None = None, row_group_rows: int | None = None) -> int:
