@@ -50,7 +50,7 @@ bench: setup
 # [tool.mutmut] in pyproject.toml; one module:  make mutation MUTATION_MODULES=lamina.commit
 # Afterwards `$(BIN)/mutmut show NAME` prints a surviving mutant's diff.
 MUTATION_MODULES ?= lamina.commit lamina.transaction lamina.manifest lamina.deletion lamina.cleanup \
-	lamina.filter lamina.index_query lamina.ingest planner
+	lamina.filter lamina.index.query lamina.ingest planner
 MUTATION_JOBS ?= 2
 
 mutation: setup

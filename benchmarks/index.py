@@ -21,7 +21,7 @@ Queries, interleaved query by query (Lamina, pylance, alternating who goes first
 Correctness: Lamina's indexed lookups equal ``use_index=False`` for a few ids; Lamina's and pylance's
 row counts agree for every lookup and for a bitmap filter; every Lamina search hit contains a query word.
 Profile (Lamina only, no commit): reading the column, native build, native merge, timed serially with
-the functions of lamina.indexing, next to the threaded build_segments that create_index runs.
+the functions of lamina.index.segments, next to the threaded build that create_index runs.
 pylance is an optional peer: without ``import lance`` its side is reported as skipped.
 """
 
@@ -42,8 +42,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import lamina
-from lamina.indexing import (SEGMENT_FILE, IndexOptions, build_local, build_segments, finish_segment,
-                             plan_segments, read_key_column, segment_path, thread_runner)
+from lamina.index import IndexOptions
+from lamina.index.build import merge_segments
+from lamina.index.segments import BuiltPart, build_local, merge_parts, part_path, read_key_column, segment_path
+from planner.index import plan_index
+from workers.index import build_part, tasks_for
+from workers.runtime import run_local
 
 VOCAB = 20_000
 CATEGORIES = 20
@@ -189,46 +193,45 @@ def profile(path: str, column: str, kind: str) -> dict[str, float]:
     """Serial per-phase times of an index build (no commit), and the threaded build_segments wall time."""
     t = lamina.open_table(path)
     store, opts = t.store, IndexOptions()
-    frags = list(t.manifest.fragments)
-    plans = plan_segments(t.uri, t.storage_options, column, kind, frags, opts)
+    plan = plan_index(t.manifest, column, kind, options=opts, table=t.uri)
     read_s = build_s = merge_s = 0.0
     written = []
-    for plan in plans:
+    for seg in plan.segments:
         parts = []
-        for task in plan.tasks:
-            s, inputs = timed(lambda: [(o, read_key_column(store, f, column, kind)) for o, f in task.fragments])
+        for part in seg.parts:
+            s, inputs = timed(lambda: [(o, read_key_column(store, f, column, kind)) for o, f in part.fragments])
             read_s += s
-            rel = segment_path(plan.uuid, SEGMENT_FILE if task.final else f"part-{task.part:05d}.lidx")
+            rel = segment_path(seg.uuid) if len(seg.parts) == 1 else part_path(seg.uuid, part.part)
             with store.staged_output(rel) as out:  # the native build alone is timed
                 s, meta = timed(lambda: build_local(kind, inputs, out, opts))
             build_s += s
-            parts.append((rel, int(meta["bytes"]), int(meta["rows"])))
+            parts.append(BuiltPart(seg.uuid, part.part, rel, int(meta["bytes"]), int(meta["rows"]), meta.get("checksum")))
             inputs = None  # free the column before the next task
-        s, seg = timed(lambda: finish_segment(store, plan, kind, opts, parts))
+        s, done = timed(lambda: merge_parts(store, seg.uuid, seg.fragment_ids, kind, opts, parts))
         merge_s += s
-        written.append(seg.path)
-    plans = plan_segments(t.uri, t.storage_options, column, kind, frags, opts)
-    threaded_s, segs = timed(lambda: build_segments(store, plans, kind, opts, thread_runner()))
+        written.append(done.path)
+    plan = plan_index(t.manifest, column, kind, options=opts, table=t.uri)
+    threaded_s, segs = timed(lambda: merge_segments(store, plan, run_local(build_part, tasks_for(plan, t.uri, None))))
     written += [s.path for s in segs]
     store.delete(written)
-    tasks = sum(len(p.tasks) for p in plans)
-    return {"segments": len(plans), "tasks": tasks, "read_column_s": read_s, "native_build_s": build_s,
+    tasks = len(plan.parts)
+    return {"segments": len(plan.segments), "tasks": tasks, "read_column_s": read_s, "native_build_s": build_s,
             "native_merge_s": merge_s, "serial_sum_s": read_s + build_s + merge_s, "threaded_build_segments_s": threaded_s}
 
 
 def ray_job(uri: str) -> dict[str, float]:
     import ray
 
-    from jobs.index import run
+    from lamina.index import build_index
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     start_s, _ = timed(lambda: ray.init(num_cpus=os.cpu_count(), include_dashboard=False, configure_logging=False,
                                         log_to_driver=False))
     try:
-        job_s, r = timed(lambda: run(uri, "id", "btree", name="id_btree_ray"))
+        job_s, r = timed(lambda: build_index(uri, "id", "btree", name="id_btree_ray", ray=True))
         # a second build with warm workers: the steady-state cost without worker start-up
         lamina.open_table(uri).drop_index("id_btree_ray")
-        warm_s, _ = timed(lambda: run(uri, "id", "btree", name="id_btree_ray"))
+        warm_s, _ = timed(lambda: build_index(uri, "id", "btree", name="id_btree_ray", ray=True))
         lamina.open_table(uri).drop_index("id_btree_ray")
     finally:
         ray.shutdown()

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import lamina
 from jobs.cli import Progress
 from lamina.compaction import compact
+from lamina.index import build_index
 from planner import CompactionOptions
 from workers import runtime
 
@@ -108,9 +109,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m jobs.demo") -> in
     written_ok = len(ids) == len(np.unique(ids)) and np.array_equal(np.sort(ids), expected) and deleted == total - len(expected)
 
     print("\nIndexing id (lamina index --column id --kind btree) ...", flush=True)
-    from jobs.index import run as build_index
-
-    built = build_index(uri, "id", "btree", progress=True)
+    built = build_index(uri, "id", "btree", ray=True, progress=Progress("indexing id", "build tasks"))
     print(f"  {built.segments} segment(s), {built.rows:,} rows, {built.bytes / 2**20:.1f} MiB")
 
     print("\nCompacting (lamina compact) ...", flush=True)

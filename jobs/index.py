@@ -4,9 +4,8 @@
                              [--stem] [--task-rows N] [--segment-rows N] [--max-concurrency N]
                              [--storage-option k=v ...]
 
-    driver ─► plan: fragments → segments (≤ segment-rows rows) → tasks (≤ task-rows rows)
-    Ray tasks (workers.index) ─► read the column, native build, upload a part
-    driver ─► native merge of each segment's parts ─► commit create_index (rebase on conflict)
+Parses the request, shows progress and prints; the work is ``lamina.index.build_index``
+(planner.index plan → Ray tasks of workers.index → merge → one index transaction → commit).
 
 ``--update`` indexes only the fragments the index does not cover (appended or
 compacted since). Exit status: 0 on success, 1 on a failed build or commit, 2 for
@@ -17,46 +16,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import sys
 import time
 from typing import Any
 
-import lamina
+from jobs.cli import Progress, failed, log_to_stderr, storage_options
 from lamina.errors import InvalidArgument, LaminaError
-from lamina.indexing import KINDS, IndexBuild, IndexOptions, build_index
-from jobs.cli import failed, log_to_stderr, storage_options
-from workers.index import ray_runner
-
-log = logging.getLogger("lamina.index")
+from lamina.index import KINDS, IndexBuild, IndexOptions, build_index
 
 
 def run(uri: str, column: str | None, kind: str | None, *, name: str | None = None, update: bool = False,
         options: IndexOptions | None = None, storage_options: dict[str, Any] | None = None,
         max_concurrency: int | None = None, runtime_env: dict[str, Any] | None = None,
         progress: bool = False) -> IndexBuild:
-    """Builds (or updates) an index with Ray tasks; starts a local Ray if none is running."""
-    import ray
-
-    table = lamina.open_table(uri, storage_options=storage_options)
-    if not ray.is_initialized():
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
-    limit = max_concurrency or max(1, int(ray.cluster_resources().get("CPU", 1)))
-    started = time.perf_counter()
-
-    def report(done: int, total: int) -> None:
-        elapsed = time.perf_counter() - started
-        if progress and sys.stderr.isatty():
-            sys.stderr.write(f"\rindex {name or column}: {done}/{total} build tasks {elapsed:5.1f}s")
-            if done == total:
-                sys.stderr.write("\n")
-        else:
-            log.info("index progress: %d/%d build tasks, %.1f s", done, total, elapsed)
-
-    return build_index(table, column, kind, name=name, update=update, options=options,
-                       runner=ray_runner(limit, runtime_env), progress=report)
+    """``lamina.index.build_index`` on Ray with the job's progress display."""
+    return build_index(uri, column, kind, name=name, update=update, options=options, storage_options=storage_options,
+                       ray=True, max_concurrency=max_concurrency, runtime_env=runtime_env,
+                       progress=Progress(f"index {name or column}", "build tasks", enabled=progress))
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m jobs.index") -> int:

@@ -29,7 +29,7 @@ orders with nothing (``x > 'NaN'`` matches no row, ``x != 'NaN'`` every non-null
 row); -0.0 equals 0.0. ``x IN (a, b)`` matches the rows ``x = a OR x = b`` would
 (NaN in the list matches nothing, 0.0 matches -0.0); a NULL in the list matches
 the null rows, and IN itself is never NULL (``x NOT IN (1, 2)`` returns null rows).
-Every filter gives the same rows with and without indices (``lamina.index_query``).
+Every filter gives the same rows with and without indices (``lamina.index.query``).
 
 Limits: a filter string has at most ``MAX_FILTER_LENGTH`` (10,000,000) characters,
 ``MAX_FILTER_TERMS`` (100,000) predicates (an IN list is one, whatever its length)

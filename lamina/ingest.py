@@ -42,7 +42,7 @@ from lamina.errors import CommitConflict, CorruptFile, InvalidArgument, ObjectNo
 from lamina.faults import maybe_die
 from lamina.keys import primary_key_domain
 from lamina.filter import Conjunct, Filter
-from lamina.index_query import select
+from lamina.index.query import select
 from lamina.manifest import VERSIONS_DIR
 from lamina.transaction import WalFlush
 from lamina.wal import (
@@ -476,7 +476,7 @@ class ShardApplier:
                 raise
             watch = _PutWatch(self.store)
             try:
-                self.table._manifest = commit(watch, txn, base)
+                self.table._move_to(commit(watch, txn, base))
             except CommitConflict as e:  # nothing committed; commit() removed the files
                 log.warning("shard %d: flush not committed (%s); reloading from the committed watermarks", self.shard, e)
                 self.stats.conflicts += 1

@@ -47,12 +47,12 @@ from lamina.manifest import (
     try_load_manifest,
 )
 from lamina.store import ObjectStore, open_store
-from lamina.index_query import select
+from lamina.index.query import select
 from lamina.transaction import Append, CreateIndex, Delete, Overwrite, Transaction
 
 if TYPE_CHECKING:
     from lamina.verify import VerifyReport
-    from lamina.indexing import IndexOptions
+    from lamina.index import IndexOptions
 
 RESERVED_COLUMNS = (ROWADDR, ROWID, "_offset")
 _PK_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
@@ -401,7 +401,7 @@ class Table:
 
         ``name`` defaults to ``<column>_<kind>``; ``stem`` turns on English stemming (fts).
         """
-        from lamina.indexing import IndexOptions, build_index
+        from lamina.index import IndexOptions, build_index
 
         if options is None:
             options = IndexOptions(stem=bool(stem))
@@ -411,7 +411,7 @@ class Table:
 
     def update_index(self, name: str) -> int:
         """Indexes the fragments ``name`` does not cover yet (appended or compacted since); returns the version."""
-        from lamina.indexing import build_index
+        from lamina.index import build_index
 
         return build_index(self, None, None, name=name, update=True).version
 
@@ -435,7 +435,7 @@ class Table:
 
     def explain(self, filter: "str | pa.compute.Expression") -> str:
         """Which index serves which part of ``filter`` and which fragments are scanned."""
-        from lamina.index_query import explain
+        from lamina.index.query import explain
 
         return explain(self._manifest, parse_filter(filter, self.schema), self.uri)
 
@@ -446,7 +446,7 @@ class Table:
         ``column`` may be omitted when the table has one full-text index. Fragments the
         index does not cover are analyzed on the fly, so results are always complete.
         """
-        from lamina.index_query import search
+        from lamina.index.search import search
 
         cols = self._check_columns(columns) or list(self.schema.names)
         addrs, scores, _ = search(self._store, self._manifest, text, column, k, self.uri, map_fn=_map_fragments)

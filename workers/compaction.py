@@ -35,7 +35,8 @@ from lamina.datafile import WriteOptions
 from lamina.deletion import read_deleted
 from lamina.errors import InvalidArgument, LaminaError
 from lamina.faults import maybe_die
-from lamina.indexing import IndexOptions, segment_for_outputs
+from lamina.index.options import IndexOptions
+from lamina.index.segments import segment_for_outputs
 from lamina.manifest import DATA_DIR, Fragment, Manifest, RowGroup
 from lamina.rewrite import id_ranges, live_offsets, mapping_runs
 from lamina.store import ObjectStore, open_store

@@ -1,40 +1,62 @@
-"""The index-build worker: one Ray task per ``BuildTask`` (a fragment range of one segment).
+"""The index-build worker: one task per planned part (a fragment range of one segment).
 
-Each task reads the indexed column of its fragments, builds a partial segment
-natively and uploads it; the driver merges a segment's parts. A task whose worker
-dies is retried by Ray (its part is rewritten under the same name); an error in a
+    BuildTask (a planner.index.PartPlan + where the table is)
+      ──► read the indexed column of its fragments ──► native build
+      ──► the part file through ObjectStore.staged_output ──► lamina.index.segments.BuiltPart
+
+``PartBuilder`` is plain Python; ``build_part`` is the task body that ``workers.runtime``
+runs on Ray (``run_tasks``) or on threads in this process (``run_local``). A task whose
+worker dies is retried by Ray (its part is rewritten under the same name); an error in a
 task fails the build, and the driver removes the parts already written.
 Memory per task: the column of ``task_rows`` rows plus its segment.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any
 
-from lamina.indexing import BuildTask, Runner, run_build_task
+from lamina.faults import maybe_die
+from lamina.index import segments
+from lamina.index.options import IndexOptions
+from lamina.manifest import Fragment
+from lamina.store import open_store
+from planner.index import IndexPlan
 
 
-def ray_runner(max_concurrency: int, runtime_env: dict[str, Any] | None = None, max_retries: int = 3) -> Runner:
-    """A runner for ``lamina.indexing.build_segments`` that executes tasks on Ray."""
-    import ray
+@dataclass(frozen=True)
+class BuildTask:
+    """Build part ``part`` of segment ``segment_uuid`` from ``fragments`` (ordinal, fragment)."""
 
-    extra = {"runtime_env": runtime_env} if runtime_env else {}
-    remote = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False, **extra)(run_build_task)
+    uri: str
+    storage_options: dict[str, Any] | None
+    column: str
+    kind: str
+    options: IndexOptions
+    segment_uuid: str
+    part: int
+    only_part: bool  # the segment's only part: written as segment.lidx directly
+    fragments: tuple[tuple[int, Fragment], ...]
 
-    def run(tasks: list[BuildTask]) -> Iterator[tuple[BuildTask, tuple[str, int, int]]]:
-        queue = list(tasks)
-        pending: dict[Any, BuildTask] = {}
-        try:
-            while queue or pending:
-                while queue and len(pending) < max_concurrency:
-                    t = queue.pop(0)
-                    pending[remote.remote(t)] = t
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                for ref in ready:
-                    task = pending.pop(ref)
-                    yield task, ray.get(ref)
-        finally:
-            for ref in pending:
-                ray.cancel(ref, force=True)
 
-    return run
+def tasks_for(plan: IndexPlan, uri: str, storage_options: dict[str, Any] | None) -> list[BuildTask]:
+    """One task per planned part, segments in table order."""
+    return [BuildTask(uri, storage_options, plan.column, plan.kind, plan.options, p.segment_uuid, p.part,
+                      len(s.parts) == 1, p.fragments)
+            for s in plan.segments for p in s.parts]
+
+
+class PartBuilder:
+    """Builds one part; the plain-Python core of the task."""
+
+    def run(self, task: BuildTask) -> segments.BuiltPart:
+        store = open_store(task.uri, task.storage_options)
+        built = segments.build_part(store, task.segment_uuid, task.part, task.only_part, task.column, task.kind,
+                                    task.options, task.fragments)
+        maybe_die()  # test-only fault injection (lamina.faults)
+        return built
+
+
+def build_part(task: BuildTask) -> segments.BuiltPart:
+    """The task body ``workers.runtime`` runs."""
+    return PartBuilder().run(task)

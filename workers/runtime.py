@@ -4,6 +4,7 @@
     run_tasks(fn, tasks, ...)          at most ``concurrency`` tasks in flight; yields (task, result) as
                                        each finishes; a task whose worker died more than ``max_retries``
                                        times yields ``TaskFailed`` instead of ending the loop
+    run_local(fn, tasks, ...)          the same on threads of this process (no Ray)
     named_actor(cls, name, args, ...)  a detached, named, get-or-create actor (restarted when it dies)
 
 Every job submits through here, so the runtime_env, retries, progress and cancellation on
@@ -70,9 +71,10 @@ def run_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | 
     """Runs ``fn(task)`` on Ray for every task, at most ``concurrency`` at once (default: the
     cluster's CPUs), in order of submission; yields ``(task, result)`` in order of completion.
 
-    A worker that dies is retried ``max_retries`` times by Ray; an exception raised by ``fn``
-    is never retried (tasks return their own errors as values). Closing the iterator early
-    cancels the tasks still running.
+    A worker that dies is retried ``max_retries`` times by Ray, then yields ``TaskFailed``; an
+    exception raised by ``fn`` is not retried and is raised here as itself (tasks that must not
+    stop the others return their errors as values). Closing the iterator early cancels the
+    tasks still running.
     """
     import ray
 
@@ -94,6 +96,8 @@ def run_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | 
                 task = pending.pop(ref)
                 try:
                     result = ray.get(ref)
+                except ray.exceptions.RayTaskError as e:  # fn raised: its own error, as its own class
+                    raise e.as_instanceof_cause() from None
                 except Exception as e:  # the worker died more often than max_retries, or Ray gave up
                     result = TaskFailed(f"task failed after {max_retries} retries: {type(e).__name__}: {e}")
                 done += 1
@@ -104,6 +108,25 @@ def run_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | 
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
+
+
+def run_local(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | None = None,
+              progress: Progress | None = None) -> Iterator[tuple[T, Any]]:
+    """``run_tasks`` on a thread pool of this process (``concurrency`` threads, default the CPUs):
+    for work whose native part releases the GIL. An exception raised by ``fn`` is raised here."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    threads = concurrency or max(1, min(len(tasks), os.cpu_count() or 1))
+    with ThreadPoolExecutor(threads, thread_name_prefix="lamina-task") as pool:
+        futures = {pool.submit(fn, t): t for t in tasks}
+        try:
+            for done, fut in enumerate(as_completed(futures), 1):
+                yield futures[fut], fut.result()
+                if progress is not None:
+                    progress(done, len(tasks))
+        finally:
+            for fut in futures:
+                fut.cancel()
 
 
 def named_actor(cls: type, name: str, args: Iterable[Any] = (), *, namespace: str = "lamina",

@@ -17,7 +17,7 @@ from jobs.compact import compact
 from jobs.index import main, run
 from lamina.faults import FAULT_KILL_WORKER
 from lamina.filter import parse_filter
-from lamina.indexing import IndexOptions
+from lamina.index import IndexOptions
 from tests.compaction_helpers import MIXED_MODES, MIXED_OPTIONS, mixed_table
 from tests.lamina.helpers import rows
 

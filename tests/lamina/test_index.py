@@ -15,7 +15,7 @@ import lamina
 from lamina import _native
 from lamina.commit import commit
 from lamina.errors import CorruptFile, IndexNotFound, InvalidArgument, ObjectNotFound
-from lamina.indexing import IndexOptions, clear_caches
+from lamina.index import IndexOptions, clear_caches
 from lamina.rewrite import full_rewrite
 from lamina.transaction import Rewrite
 

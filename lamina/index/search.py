@@ -1,0 +1,142 @@
+"""Full-text search: BM25 over the fts index's segments, fragments it does not cover analyzed on the fly.
+
+Statistics (documents, average length, document frequencies) are summed over every source
+first, then each source ranks its top k under those global statistics, so scores do not
+depend on how the table is split into fragments or segments.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lamina import _native
+from lamina.datafile import reading
+from lamina.deletion import read_deleted
+from lamina.errors import CorruptFile, IndexNotFound, InvalidArgument, ObjectNotFound
+from lamina.index.options import IndexOptions, check_indexable
+from lamina.index.segments import CACHE, fetch_blocks, on_broken, open_segment
+from lamina.keys import key_array
+from lamina.manifest import Fragment, Manifest
+from lamina.store import ObjectStore
+
+log = logging.getLogger("lamina.index")
+
+
+class _TextSource:
+    """One segment (stored, or built in memory over an unindexed fragment) as search reads it."""
+
+    def __init__(self, reader: "_native.IndexSegment", fids: np.ndarray, serves: set[int], fetch):
+        self.reader, self.fids, self.serves, self.fetch = reader, fids, serves, fetch
+
+
+def _memory_source(store: ObjectStore, frag: Fragment, column: str, options: IndexOptions) -> _TextSource:
+    with reading(store, frag, "cannot be decoded"):
+        pf = pq.ParquetFile(store.open_input(frag.path, frag.file_bytes))
+        values = pf.read(columns=[column], use_threads=True).column(0)
+    built = _native.build_index_segment("fts", [(0, key_array(values))], None, **options.native())
+    data: bytes = built["data"]
+    off, length = _native.index_directory_range(data, len(data), f"(scan of fragment {frag.id})")
+    reader = _native.IndexSegment(data[-_native.INDEX_FOOTER_LEN:], data[off:off + length], len(data), f"(scan of fragment {frag.id})")
+    return _TextSource(reader, np.array([frag.id], dtype=np.int64), {frag.id},
+                       lambda blocks: [(b, data[o:o + n]) for b, o, n in blocks])
+
+
+def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None, k: int, where: str,
+           map_fn=None) -> tuple[np.ndarray, np.ndarray, str]:
+    """Top-k row addresses and BM25 scores for ``text``; also the column searched.
+
+    Statistics (N, average length, document frequencies) are over the live, non-null
+    values of the column at this version, so scores do not depend on how the table
+    is split into fragments or segments.
+    """
+    if not isinstance(text, str):
+        raise InvalidArgument(f"search text must be a string, not {type(text).__name__}")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise InvalidArgument(f"k must be a positive integer, got {k!r}")
+    fts = [ix for ix in manifest.indices if ix.kind == "fts" and (column is None or ix.column == column)]
+    if column is None:
+        if len(fts) != 1:
+            names = ", ".join(f"{ix.name} on {ix.column}" for ix in fts) or "none"
+            raise IndexNotFound(f"pass column=: table {where} has {len(fts)} full-text indices ({names})")
+        column = fts[0].column
+    check_indexable(manifest.schema, column, "fts", where)
+    index = fts[0] if fts else None
+    options = IndexOptions.from_details(index.details) if index else IndexOptions()
+    if index is None:
+        log.warning("no full-text index on column %r of %s: search analyzes every fragment; create one with "
+                    "create_index(%r, 'fts')", column, where, column)
+    terms = _native.analyze_text(text, stem=options.stem, max_token_len=options.max_token_len)
+    if not terms:
+        return np.zeros(0, np.uint64), np.zeros(0, np.float64), column
+
+    live = manifest.fragment_map()
+    coverage = index.coverage(live) if index else {}
+    by_segment: dict[int, set[int]] = {}
+    for fid, si in coverage.items():
+        by_segment.setdefault(si, set()).add(fid)
+    scan = [f for f in manifest.fragments if f.id not in coverage]
+    mapper = map_fn or (lambda f, xs: [f(x) for x in xs])
+
+    # Phase 1, per segment: its documents (cached) and the query terms' postings, with its share of the statistics.
+    def stored(item: tuple[int, set[int]]) -> "tuple[_native.TextDocs, _native.TextQuery] | Exception":
+        si, fids = item
+        seg = index.segments[si]
+        # the documents depend on the served fragments and their deletion files (immutable, unique paths) only
+        key = ("fts-docs", store.uri, seg.path,
+               tuple(sorted((f, live[f].deletion.path if live[f].deletion else "") for f in fids)))
+        docs = CACHE.get(key)
+        deleted = None if docs is not None else {f: read_deleted(store, live[f]) for f in fids}  # outside: no index error
+        try:
+            src = _TextSource(open_segment(store, seg, index.name), np.asarray(seg.fragment_ids, dtype=np.int64), fids,
+                              lambda blocks: fetch_blocks(store, seg, index.name, blocks))
+            docs, query = _text_query(src, terms, docs, deleted)
+        except (CorruptFile, ObjectNotFound) as e:
+            return e
+        CACHE.put(key, docs, docs.size + 256)
+        return docs, query
+
+    queries: list[tuple[_native.TextDocs, _native.TextQuery]] = []
+    for (si, fids), got in zip(by_segment.items(), mapper(stored, list(by_segment.items()))):
+        if isinstance(got, Exception):
+            on_broken(index, got, "search")
+            scan.extend(live[f] for f in fids)
+        else:
+            queries.append(got)
+    queries += mapper(lambda f: _text_query(_memory_source(store, f, column, options), terms, None,
+                                            {f.id: read_deleted(store, f)}), sorted(scan, key=lambda f: f.id))
+
+    docs = sum(d.docs for d, _ in queries)
+    dfs = [sum(col) for col in zip(*(q.dfs for _, q in queries))]
+    if docs == 0 or not any(dfs):
+        return np.zeros(0, np.uint64), np.zeros(0, np.float64), column
+    avgdl = sum(d.total_len for d, _ in queries) / docs
+    # Phase 2, per segment: its top k under the global statistics; then the top k of those.
+    tops = mapper(lambda q: q.top_k(docs, avgdl, dfs, k), [q for _, q in queries if any(q.dfs)])
+    addrs = np.concatenate([a.to_numpy(zero_copy_only=False) for a, _ in tops])
+    scores = np.concatenate([s.to_numpy(zero_copy_only=False) for _, s in tops])
+    if len(tops) > 1:
+        order = np.lexsort((addrs, -scores))[:k]  # score descending, then address
+        addrs, scores = addrs[order], scores[order]
+    return addrs, scores, column
+
+
+def _text_query(src: _TextSource, terms: list[str], docs: "_native.TextDocs | None",
+                deleted: dict[int, np.ndarray] | None) -> "tuple[_native.TextDocs, _native.TextQuery]":
+    """Phase 1 of a search on one source: its documents (``docs``, or built from the length blocks of the
+    fragments it serves and their ``deleted`` offsets) and the query terms' postings over them."""
+    term_blocks = [(bid, off, n) for _, bid, off, n in src.reader.term_blocks(terms)]
+    if docs is not None:
+        return docs, src.reader.text_query(terms, src.fetch(term_blocks), docs)
+    served = []
+    for o, _, _, _, bid, off, n in src.reader.fragment_stats():
+        fid = int(src.fids[o]) if o < len(src.fids) else -1
+        if fid in src.serves:
+            served.append((o, fid, bid, off, n))
+    fetched = src.fetch([(bid, off, n) for _, _, bid, off, n in served] + term_blocks)
+    docs = src.reader.text_docs([(o, fid, bid, data, pa.array(deleted[fid], pa.uint32()) if len(deleted[fid]) else None)
+                                 for (o, fid, bid, _, _), (_, data) in zip(served, fetched)])
+    return docs, src.reader.text_query(terms, fetched[len(served):], docs)
