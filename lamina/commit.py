@@ -34,7 +34,8 @@ from lamina.manifest import (
 )
 from lamina.retry import Backoff
 from lamina.store import ObjectStore
-from lamina.transaction import Transaction
+from lamina.deletion import StoredDeletionFiles
+from lamina.transaction import DeletionFiles, Transaction
 
 log = logging.getLogger("lamina.commit")
 
@@ -56,9 +57,14 @@ def commit(store: ObjectStore, txn: Transaction, base: Manifest, *, backoff: Bac
     On CommitConflict, which guarantees nothing was committed, the files the transaction
     wrote are removed. After any other failure the outcome may be unknown, so they are
     left for ``Table.cleanup`` (which only removes files no version references).
+
+    ``txn`` itself is never replayed (each rebase and prepare makes a new transaction); it
+    only learns the outcome: ``txn.attempts``, and in ``txn.written`` the deletion files
+    written while committing.
     """
+    files = StoredDeletionFiles(store, on_write=txn.written.append)
     try:
-        return _commit(store, txn, base, backoff)
+        return _commit(store, txn, base, backoff, files)
     except CommitConflict:
         if abandon_on_conflict:
             _abandon(store, txn)
@@ -68,20 +74,21 @@ def commit(store: ObjectStore, txn: Transaction, base: Manifest, *, backoff: Bac
         raise SchemaMismatch(f"{txn.operation} on table {store.uri}: {e}") from None
 
 
-def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backoff) -> Manifest:
+def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backoff, files: DeletionFiles) -> Manifest:
     checked = False
+    current = txn  # txn as replayed onto the newest base
     for attempt in range(backoff.max_attempts):
         txn.attempts = attempt + 1
         try:
-            base = catch_up(store, txn, base)
-            txn.prepare(base, store)
+            base, current = catch_up(store, current, base, files)
+            current = current.prepare(base, files)
         except ObjectNotFound as e:  # before any put: nothing was committed
             raise CommitConflict(
                 f"{txn.operation} on table {store.uri} (read at version {txn.read_version}) needs a file that is gone "
                 f"({e}); cleanup probably removed it with the versions it belonged to. Nothing was committed; "
                 f"re-run the {txn.operation} on the latest version"
             ) from e
-        new = txn.apply(base)
+        new = current.apply(base)
         if not checked and time.time() - txn.started > VERIFY_FILES_AFTER_SECONDS:
             _check_written(store, txn, new)
             checked = True
@@ -105,8 +112,9 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
     )
 
 
-def catch_up(store: ObjectStore, txn: Transaction, base: Manifest) -> Manifest:
-    """Replays ``txn`` over every version committed after ``base``; returns the newest.
+def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: DeletionFiles) -> tuple[Manifest, Transaction]:
+    """Replays ``txn`` over every version committed after ``base``; returns the newest version
+    and ``txn`` replayed onto it.
 
     A missing next version normally means ``base`` is the head, which one listing and one read
     confirm: ``base`` itself must still be there, and be this table's (not a table created
@@ -122,7 +130,7 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest) -> Manifest:
                 # The head, if it is still this table's: a table dropped and created again may
                 # have reached the same version number.
                 if belongs_to(store, base.version, base.table_uuid):
-                    return base
+                    return base, txn
                 listed = []
             if not listed:
                 raise TableReplaced(
@@ -145,7 +153,7 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest) -> Manifest:
             theirs.record  # decoded once, here, so that a malformed one names the table
         except CorruptFile as e:
             raise CorruptFile(f"{txn.operation} on table {store.uri}: {e}. Nothing was committed") from None
-        txn.rebase(theirs, store)
+        txn = txn.rebase(theirs, files)
         base = theirs
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -86,6 +88,34 @@ def write_deleted(store: ObjectStore, fragment_id: int, offsets: np.ndarray) -> 
     store.put(path, data)
     _CACHE.put((store.uri, path), offsets)
     return DeletionFile(path, int(len(offsets)), of_bytes(data))
+
+
+def _ignore(path: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class StoredDeletionFiles:
+    """The deletion files of the table in ``store``, as a commit lends them to its transaction
+    (``lamina.transaction.DeletionFiles``); ``on_write`` hears of every file written."""
+
+    store: ObjectStore
+    on_write: Callable[[str], None] = _ignore
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri
+
+    def read(self, fragment: Fragment) -> np.ndarray:
+        return read_deleted(self.store, fragment)
+
+    def read_file(self, path: str | None) -> np.ndarray:
+        return read_offsets(self.store, path)
+
+    def write(self, fragment_id: int, offsets: np.ndarray) -> DeletionFile:
+        written = write_deleted(self.store, fragment_id, offsets)
+        self.on_write(written.path)
+        return written
 
 
 def live_mask(fragment: Fragment, deleted: np.ndarray) -> np.ndarray | None:

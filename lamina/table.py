@@ -46,6 +46,7 @@ from lamina.manifest import (
     remember_manifest,
     try_load_manifest,
 )
+from lamina.records import DeleteRecord
 from lamina.store import ObjectStore, open_store
 from lamina.index.query import select
 from lamina.transaction import Append, CreateIndex, Delete, Overwrite, Transaction
@@ -295,9 +296,9 @@ class Table:
         deltas = {f.id: t.column("_offset").to_numpy() for f, t in zip(base.fragments, sel.tables) if t.num_rows}
         if not deltas:
             return 0
-        txn = Delete(base.version, deltas, predicate=flt.text)
-        self._commit(txn)
-        return txn.rows_deleted
+        record = self._commit(Delete(base.version, deltas, predicate=flt.text)).record
+        assert isinstance(record, DeleteRecord)
+        return record.rows
 
     # -- reads --------------------------------------------------------------
     def to_arrow(self, columns: Sequence[str] | None = None, filter: "str | pa.compute.Expression | None" = None,

@@ -1,12 +1,16 @@
-"""Transactions: a typed record of what one operation changes, and how it replays.
+"""Transactions: what one operation changes, as a value, and how it replays over newer versions.
 
-    operation ──► Transaction(read_version, changes)
-                     │  rebase(theirs)    for every version committed since the read
-                     │  prepare(base)     write files that depend on the base (deletion merges)
-                     ▼  apply(base)       pure: base manifest → next manifest
-                  commit.commit()         put-if-absent of version base+1, retry on a lost race
+    operation ──► Transaction(read_version, changes)         a value: nothing below changes it
+                     │  rebase(theirs, files) → Transaction  for every version committed since the read
+                     │  prepare(base, files) → Transaction   write the files that depend on the base (deletion merges)
+                     ▼  apply(base) → Manifest               pure: base manifest → next manifest
+                  lamina.commit.commit()                     put-if-absent of version base+1, retry on a lost race
 
-``MATRIX`` is the conflict matrix of docs/FORMAT.md as data: for my operation
+Replaying reads the other transaction from its typed record (``Manifest.record``,
+``lamina.records``); whatever a rebase or prepare must read or write on storage (deletion
+files) comes through the ``DeletionFiles`` the commit passes in, so this module does no I/O.
+
+``MATRIX`` is the conflict matrix of docs/FORMAT.md §8 as data: for my operation
 (row) over theirs (column, committed first), the rule that makes replaying
 mine on top of theirs correct, or ``CONFLICT``.
 """
@@ -14,11 +18,12 @@ mine on top of theirs correct, or ``CONFLICT``.
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar, Iterable, Protocol, TypeVar
 
 import numpy as np
 
@@ -35,7 +40,6 @@ from lamina.records import (
     TransactionRecord,
     WalFlushRecord,
 )
-from lamina.store import ObjectStore
 
 # Rules of the conflict matrix.
 REBASE = "rebase"  # independent: replay as is
@@ -96,23 +100,55 @@ MATRIX: dict[tuple[str, str], str] = {
 }
 
 
-def _conflict(mine: "Transaction", theirs: Manifest, store: ObjectStore, why: str) -> CommitConflict:
+class DeletionFiles(Protocol):
+    """A table's deletion files (docs/FORMAT.md §5) as a commit lends them to its transaction: all
+    that a rebase or prepare reads or writes on storage goes through this
+    (``lamina.deletion.StoredDeletionFiles`` is the one on a store)."""
+
+    @property
+    def uri(self) -> str:
+        """The table they belong to (named in errors)."""
+        ...
+
+    def read(self, fragment: Fragment) -> np.ndarray:
+        """Sorted uint32 offsets deleted from ``fragment``, checked against the manifest."""
+        ...
+
+    def read_file(self, path: str | None) -> np.ndarray:
+        """Sorted uint32 offsets held by the deletion file at ``path`` (empty for None)."""
+        ...
+
+    def write(self, fragment_id: int, offsets: np.ndarray) -> DeletionFile:
+        """Writes a new deletion file holding ``offsets`` (sorted, unique uint32)."""
+        ...
+
+
+def _conflict(mine: "Transaction", theirs: Manifest, table: str, why: str) -> CommitConflict:
     op = theirs.record.operation
     return CommitConflict(
-        f"{mine.operation} on table {store.uri} (read at version {mine.read_version}) conflicts with the {op} "
+        f"{mine.operation} on table {table} (read at version {mine.read_version}) conflicts with the {op} "
         f"committed as version {theirs.version}: {why}. Nothing was committed; re-run the {mine.operation} on the latest version"
     )
 
 
+T = TypeVar("T", bound="Transaction")
+
+
 class Transaction(abc.ABC):
-    """One operation's changes, replayable on top of newer versions."""
+    """One operation's changes, replayable on top of newer versions.
+
+    A transaction is a value: ``rebase`` and ``prepare`` return a new transaction and leave
+    this one as it was, ``apply`` is pure. What ``lamina.commit.commit`` records on the
+    transaction it was given is only its outcome: ``attempts``, and in ``written`` the files
+    its prepares wrote (so a caller can report retries, and an abandoned commit its files).
+    """
 
     operation: ClassVar[str]
 
     def __init__(self, read_version: int, started: float | None = None):
         self.uuid = uuid.uuid4().hex
         self.read_version = read_version
-        #: Files this transaction wrote; removed if it is abandoned.
+        #: Files written for this transaction (the commit adds those its prepares write); removed if it is abandoned.
         self.written: list[str] = []
         #: Put attempts the commit took (1 when it won the first race).
         self.attempts = 0
@@ -129,25 +165,34 @@ class Transaction(abc.ABC):
         """When writing its oldest file began: a long write re-checks its files before committing."""
         return min([self._started] + [f.written_at for f in self.new_fragments() if f.written_at is not None])
 
-    def rebase(self, theirs: Manifest, store: ObjectStore) -> None:
-        """Adjusts this transaction to sit on top of ``theirs``; raises CommitConflict."""
+    def rebase(self, theirs: Manifest, files: DeletionFiles) -> "Transaction":
+        """This transaction replayed on top of ``theirs`` (the version committed after its base),
+        by the conflict matrix; CommitConflict if it cannot be."""
         their_op = theirs.record.operation
         if their_op == "create":
-            raise _conflict(self, theirs, store, "the table was created again")
+            raise _conflict(self, theirs, files.uri, "the table was created again")
         rule = MATRIX.get((self.operation, their_op), CONFLICT)
         if rule == CONFLICT:
-            raise _conflict(self, theirs, store, f"{self.operation} cannot be replayed over {their_op}")
-        self._rebase(rule, theirs, store)
+            raise _conflict(self, theirs, files.uri, f"{self.operation} cannot be replayed over {their_op}")
+        return self._rebase(rule, theirs, files)
 
-    def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
-        """Applies a non-conflicting rule; the default, REBASE, needs nothing."""
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "Transaction":
+        """Applies a non-conflicting rule; the default, REBASE, changes nothing."""
+        return self
 
-    def prepare(self, base: Manifest, store: ObjectStore) -> None:
-        """Writes the files that depend on ``base`` (called before every attempt)."""
+    def prepare(self, base: Manifest, files: DeletionFiles) -> "Transaction":
+        """This transaction with the files that depend on ``base`` written (before every attempt)."""
+        return self
 
     @abc.abstractmethod
     def apply(self, base: Manifest) -> Manifest:
         """The next version: pure, no I/O."""
+
+    def _replace(self: T, **changes: Any) -> T:
+        """A copy with ``changes``: how rebase and prepare return new values."""
+        new = copy.copy(self)
+        new.__dict__.update(changes)
+        return new
 
     def _header(self) -> dict[str, Any]:
         """The fields every record of this transaction starts with (docs/FORMAT.md §6)."""
@@ -217,65 +262,67 @@ class Append(Transaction):
 
 
 class Delete(Transaction):
-    """New deleted offsets per fragment, merged into the fragments' deletion files."""
+    """New deleted offsets per fragment, merged into the fragments' deletion files.
+
+    The rows it deleted are in its record once committed (``DeleteRecord.rows``).
+    """
 
     operation = "delete"
 
     def __init__(self, read_version: int, deltas: dict[int, np.ndarray], predicate: str = ""):
         super().__init__(read_version)
-        self.deltas = {fid: np.unique(np.asarray(o, dtype=np.uint32)) for fid, o in deltas.items() if len(o)}
+        self.deltas: dict[int, np.ndarray] = {
+            fid: np.unique(np.asarray(o, dtype=np.uint32)) for fid, o in deltas.items() if len(o)}
         self.predicate = predicate
-        # fid -> (deletion path it was merged with, file written)
+        # Set by prepare, carried from attempt to attempt: fid -> (deletion path it was merged with, file written).
         self._files: dict[int, tuple[str | None, DeletionFile]] = {}
-        self.rows_deleted = 0
+        self._rows_deleted = 0
 
-    def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "Delete":
+        deltas = dict(self.deltas)
         if rule == REMAP_DELETIONS:
-            moved: dict[int, list[np.ndarray]] = {}
             record = theirs.record
             assert isinstance(record, RewriteRecord)
+            moved: dict[int, list[np.ndarray]] = {}
             for group in record.groups:
                 new_ids = group.new_fragment_ids
                 for old in group.old_fragment_ids:
-                    if old in self.deltas:
-                        outs, offs = group.mapping.map(old, self.deltas.pop(old))
+                    if old in deltas:
+                        outs, offs = group.mapping.map(old, deltas.pop(old))
                         for out in np.unique(outs).tolist():
                             if new_ids[out] < 0:
                                 continue  # that output was never committed: all its rows were deleted
                             moved.setdefault(new_ids[out], []).append(offs[outs == out].astype(np.uint32))
             for fid, parts in moved.items():
-                merged = np.concatenate([self.deltas.get(fid, np.zeros(0, np.uint32))] + parts)
-                self.deltas[fid] = np.unique(merged.astype(np.uint32))
+                merged = np.concatenate([deltas.get(fid, np.zeros(0, np.uint32))] + parts)
+                deltas[fid] = np.unique(merged.astype(np.uint32))
         # Fragments gone from theirs (fully deleted) need nothing more from me.
         live = {f.id for f in theirs.fragments}
-        for fid in [f for f in self.deltas if f not in live]:
-            del self.deltas[fid]
+        return self._replace(deltas={fid: d for fid, d in deltas.items() if fid in live})
 
-    def prepare(self, base: Manifest, store: ObjectStore) -> None:
-        from lamina.deletion import read_deleted, write_deleted
-
+    def prepare(self, base: Manifest, files: DeletionFiles) -> "Delete":
         frags = base.fragment_map()
-        self.rows_deleted = 0
+        prepared = dict(self._files)
+        rows_deleted = 0
         for fid, delta in self.deltas.items():
             frag = frags.get(fid)
             if frag is None:
                 continue
             current = frag.deletion.path if frag.deletion else None
-            existing = read_deleted(store, frag)
+            existing = files.read(frag)
             merged = np.union1d(existing, delta).astype(np.uint32)
-            self.rows_deleted += len(merged) - len(existing)
-            cached = self._files.get(fid)
+            rows_deleted += len(merged) - len(existing)
+            cached = prepared.get(fid)
             if cached is not None and cached[0] == current:
                 continue
             if len(merged) == len(existing):
-                self._files.pop(fid, None)  # everything I delete is already deleted
+                prepared.pop(fid, None)  # everything I delete is already deleted
                 continue
             if len(merged) >= frag.rows:
-                self._files[fid] = (current, DeletionFile("", len(merged)))  # fragment disappears
+                prepared[fid] = (current, DeletionFile("", len(merged)))  # fragment disappears
                 continue
-            written = write_deleted(store, fid, merged)
-            self.written.append(written.path)
-            self._files[fid] = (current, written)
+            prepared[fid] = (current, files.write(fid, merged))
+        return self._replace(_files=prepared, _rows_deleted=rows_deleted)
 
     def _deleted(self, base: Manifest) -> tuple[list[Fragment], list[int], list[int]]:
         """(fragments with my deletion files, ids removed entirely, ids touched)."""
@@ -295,7 +342,7 @@ class Delete(Transaction):
         fragments, removed, touched = self._deleted(base)
         return self._next(
             base, DeleteRecord(**self._header(), predicate=self.predicate, fragment_ids=tuple(touched),
-                               removed_fragment_ids=tuple(removed), rows=self.rows_deleted),
+                               removed_fragment_ids=tuple(removed), rows=self._rows_deleted),
             fragments=tuple(fragments),
         )
 
@@ -322,13 +369,13 @@ class WalFlush(Delete):
     def new_fragments(self) -> list[Fragment]:
         return self.fragments
 
-    def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "WalFlush":
         if rule == WATERMARKS:
             moved = sorted(k for k in self.watermarks if theirs.wal_watermarks.get(k, 0) > self.starts.get(k, 0))
             if moved:
-                raise _conflict(self, theirs, store, f"WAL segments {moved} were flushed by another applier")
+                raise _conflict(self, theirs, files.uri, f"WAL segments {moved} were flushed by another applier")
             rule = MERGE_DELETIONS
-        super()._rebase(rule, theirs, store)
+        return super()._rebase(rule, theirs, files)
 
     def apply(self, base: Manifest) -> Manifest:
         behind = sorted(k for k in self.watermarks if base.wal_watermarks.get(k, 0) != self.starts.get(k, 0))
@@ -338,14 +385,14 @@ class WalFlush(Delete):
         new, next_id, next_row = assign_ids(base, self.fragments)
         record = WalFlushRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new),
                                 deleted_fragment_ids=tuple(touched), removed_fragment_ids=tuple(removed),
-                                rows_deleted=self.rows_deleted, watermarks=dict(self.watermarks))
+                                rows_deleted=self._rows_deleted, watermarks=dict(self.watermarks))
         return self._next(
             base, record, fragments=tuple(fragments) + tuple(new), next_fragment_id=next_id, next_row_id=next_row,
             wal_watermarks={**base.wal_watermarks, **self.watermarks},
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewriteGroup:
     """Fragments ``old_fragment_ids`` replaced by ``new_fragments``, rows moving per ``mapping``
     (whose ``output`` is an index into ``new_fragments``)."""
@@ -361,17 +408,41 @@ class RewriteGroup:
     #: name: (index uuid, segment). Attached in the same commit if that index still exists.
     index_segments: dict[str, tuple[str, IndexSegment]] = field(default_factory=dict)
 
+    def carry(self, theirs: Manifest, files: DeletionFiles) -> "RewriteGroup":
+        """This group with the deletions committed on its sources since it read them (by ``theirs``)
+        mapped onto its outputs."""
+        frags = theirs.fragment_map()
+        sources, carried = dict(self.source_deletions), dict(self.carried)
+        for old in self.old_fragment_ids:
+            now = frags.get(old)
+            now_path = (now.deletion.path if now.deletion else None) if now else REMOVED
+            if now_path == sources.get(old):
+                continue
+            before_set = files.read_file(sources.get(old))
+            if now is None:  # their delete removed every row of the fragment
+                now_set = np.arange(self.mapping.source_rows(old), dtype=np.uint32)
+            else:
+                now_set = files.read(now)
+            new = np.setdiff1d(now_set, before_set)
+            outs, offs = self.mapping.map(old, new)
+            for out in np.unique(outs).tolist():
+                prev = carried.get(out, np.zeros(0, np.uint32))
+                carried[out] = np.union1d(prev, offs[outs == out]).astype(np.uint32)
+            sources[old] = now_path
+        return dataclasses.replace(self, source_deletions=sources, carried=carried)
+
 
 class Rewrite(Transaction):
     """Groups of fragments replaced by rewritten ones (compaction), in place in the fragment order."""
 
     operation = "rewrite"
 
-    def __init__(self, read_version: int, groups: list[RewriteGroup]):
+    def __init__(self, read_version: int, groups: Iterable[RewriteGroup]):
         super().__init__(read_version)
-        self.groups = groups
-        self.written = [f.path for g in groups for f in g.new_fragments]
-        self.written += [seg.path for g in groups for _, seg in g.index_segments.values()]
+        self.groups: tuple[RewriteGroup, ...] = tuple(groups)
+        self.written = [f.path for g in self.groups for f in g.new_fragments]
+        self.written += [seg.path for g in self.groups for _, seg in g.index_segments.values()]
+        # Set by prepare, carried from attempt to attempt: (group, output) -> (offsets, deletion file written).
         self._carried_files: dict[tuple[int, int], tuple[int, DeletionFile]] = {}
 
     def new_fragments(self) -> list[Fragment]:
@@ -381,52 +452,26 @@ class Rewrite(Transaction):
     def old_ids(self) -> set[int]:
         return {i for g in self.groups for i in g.old_fragment_ids}
 
-    def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "Rewrite":
         if rule == DISJOINT:
             record = theirs.record
             assert isinstance(record, RewriteRecord)
             overlap = sorted(self.old_ids & record.old_fragment_ids)
             if overlap:
-                raise _conflict(self, theirs, store, f"both rewrote fragments {overlap}")
+                raise _conflict(self, theirs, files.uri, f"both rewrote fragments {overlap}")
         elif rule == CARRY_DELETIONS:
-            from lamina.deletion import read_deleted, read_offsets
+            return self._replace(groups=tuple(group.carry(theirs, files) for group in self.groups))
+        return self
 
-            frags = theirs.fragment_map()
-            for group in self.groups:
-                for old in group.old_fragment_ids:
-                    now = frags.get(old)
-                    now_path = (now.deletion.path if now.deletion else None) if now else REMOVED
-                    if now_path == group.source_deletions.get(old):
-                        continue
-                    before_set = read_offsets(store, group.source_deletions.get(old))
-                    if now is None:  # their delete removed every row of the fragment
-                        now_set = np.arange(self._old_rows(group, old), dtype=np.uint32)
-                    else:
-                        now_set = read_deleted(store, now)
-                    new = np.setdiff1d(now_set, before_set)
-                    outs, offs = group.mapping.map(old, new)
-                    for out in np.unique(outs).tolist():
-                        prev = group.carried.get(out, np.zeros(0, np.uint32))
-                        group.carried[out] = np.union1d(prev, offs[outs == out]).astype(np.uint32)
-                    group.source_deletions[old] = now_path
-
-    @staticmethod
-    def _old_rows(group: RewriteGroup, fid: int) -> int:
-        sel = group.mapping.old_fragment == fid
-        ends = group.mapping.old_start[sel] + group.mapping.length[sel]
-        return int(ends.max()) if len(ends) else 0
-
-    def prepare(self, base: Manifest, store: ObjectStore) -> None:
-        from lamina.deletion import write_deleted
-
+    def prepare(self, base: Manifest, files: DeletionFiles) -> "Rewrite":
+        prepared = dict(self._carried_files)
         for gi, group in enumerate(self.groups):
             for out, offsets in group.carried.items():
                 key = (gi, out)
-                if key in self._carried_files and self._carried_files[key][0] == len(offsets):
+                if key in prepared and prepared[key][0] == len(offsets):
                     continue
-                written = write_deleted(store, -1, offsets)
-                self.written.append(written.path)
-                self._carried_files[key] = (len(offsets), written)
+                prepared[key] = (len(offsets), files.write(-1, offsets))
+        return self._replace(_carried_files=prepared)
 
     def apply(self, base: Manifest) -> Manifest:
         order = {f.id: i for i, f in enumerate(base.fragments)}
@@ -494,10 +539,11 @@ class CreateIndex(Transaction):
         self.action = action
         self.written = list(index.files) if action != "drop" else []
 
-    def _rebase(self, rule: str, theirs: Manifest, store: ObjectStore) -> None:
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "CreateIndex":
         record = theirs.record
         if rule == DISTINCT_NAMES and isinstance(record, IndexChangeRecord) and record.index == self.index.name:
-            raise _conflict(self, theirs, store, f"both changed index {self.index.name!r} ({record.action} committed first)")
+            raise _conflict(self, theirs, files.uri, f"both changed index {self.index.name!r} ({record.action} committed first)")
+        return self
 
     def apply(self, base: Manifest) -> Manifest:
         current = next((ix for ix in base.indices if ix.name == self.index.name), None)
