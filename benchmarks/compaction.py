@@ -179,13 +179,11 @@ def bench_c(uri: str) -> list[dict]:
 
 
 def bench_d(root: str, uri: str) -> dict:
-    import ray
-
     from lamina.compaction import compact
+    from workers import runtime
 
     out = {}
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    runtime.connect(num_cpus=2)
     try:
         for workers in (1, 2):
             copy = os.path.join(root, f"d{workers}")
@@ -196,7 +194,7 @@ def bench_d(root: str, uri: str) -> dict:
             out[f"job_{workers}_workers_s"] = s
             out["groups"] = len(summary.groups)
     finally:
-        ray.shutdown()
+        runtime.shutdown()
     return out
 
 

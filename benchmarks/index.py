@@ -220,13 +220,10 @@ def profile(path: str, column: str, kind: str) -> dict[str, float]:
 
 
 def ray_job(uri: str) -> dict[str, float]:
-    import ray
-
     from lamina.index import build_index
+    from workers import runtime
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    start_s, _ = timed(lambda: ray.init(num_cpus=os.cpu_count(), include_dashboard=False, configure_logging=False,
-                                        log_to_driver=False))
+    start_s, _ = timed(lambda: runtime.connect(num_cpus=os.cpu_count()))
     try:
         job_s, r = timed(lambda: build_index(uri, "id", "btree", name="id_btree_ray", ray=True))
         # a second build with warm workers: the steady-state cost without worker start-up
@@ -234,7 +231,7 @@ def ray_job(uri: str) -> dict[str, float]:
         warm_s, _ = timed(lambda: build_index(uri, "id", "btree", name="id_btree_ray", ray=True))
         lamina.open_table(uri).drop_index("id_btree_ray")
     finally:
-        ray.shutdown()
+        runtime.shutdown()
     return {"ray_init_s": start_s, "job_first_s": job_s, "job_warm_s": warm_s, "segments": r.segments}
 
 

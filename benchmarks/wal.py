@@ -131,9 +131,9 @@ def bench_end_to_end(root: str, rows_per_producer: int, txn_rows: int) -> dict:
 
     uri = os.path.join(root, "e2e")
     lamina.create_table(uri, SCHEMA, primary_key="id")
-    import ray
+    from workers import runtime
 
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    runtime.connect(num_cpus=2)
     try:
         ing = Ingestion.start(uri, 2, options=IngestOptions(flush_rows=200_000, flush_seconds=1.0))
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -149,7 +149,7 @@ def bench_end_to_end(root: str, rows_per_producer: int, txn_rows: int) -> dict:
         done = time.perf_counter() - t0
         ing.stop(flush=False)
     finally:
-        ray.shutdown()
+        runtime.shutdown()
     return {"producers": 2, "shards": 2, "rows": total, "txn_rows": txn_rows, "produce_seconds": round(produced, 3),
             "producer_rows_per_s": round(total / produced), "end_to_end_seconds": round(done, 3),
             "end_to_end_rows_per_s": round(total / done)}
