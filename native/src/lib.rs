@@ -12,6 +12,7 @@ pub mod error;
 pub mod file;
 pub mod index;
 pub mod io;
+pub mod keys;
 pub mod memtable;
 pub mod wal;
 

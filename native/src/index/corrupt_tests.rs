@@ -10,7 +10,8 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Int64Array, StringArray};
 
 use super::fts::{DocLengths, SegmentQuery, ServedFragment};
-use super::keys::{encode_i64, Key, KeyColumn, KeyRange};
+use super::keys::{Key, KeyColumn, KeyRange};
+use crate::keys::encode_i64;
 use super::*;
 use crate::testkit::{assert_clean, bit_flips, drive, truncations, Mutant};
 

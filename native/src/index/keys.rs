@@ -1,6 +1,7 @@
 //! Index keys: numeric columns become order-preserving `u64`s (one sort and
-//! one comparison for int64, uint64 and float64), everything else is bytes.
-//! Nulls and NaNs are not indexed: no comparison a filter can express matches them.
+//! one comparison for int64, uint64 and float64; the encodings are
+//! [`crate::keys`]), everything else is bytes. Nulls and NaNs are not indexed:
+//! no comparison a filter can express matches them.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use arrow::array::{Array, ArrayRef, AsArray, DictionaryArray};
 use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type, UInt64Type};
 
 use crate::error::{Error, Result};
+use crate::keys::{encode_f64, encode_i64};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -49,20 +51,6 @@ impl KeyType {
 pub enum Key {
     Num(u64),
     Bytes(Vec<u8>),
-}
-
-pub fn encode_i64(v: i64) -> u64 {
-    (v as u64) ^ (1 << 63)
-}
-
-/// `None` for NaN; -0.0 and 0.0 are one key (they compare equal).
-pub fn encode_f64(v: f64) -> Option<u64> {
-    if v.is_nan() {
-        return None;
-    }
-    let v = if v == 0.0 { 0.0 } else { v };
-    let bits = v.to_bits();
-    Some(if bits >> 63 == 1 { !bits } else { bits | (1 << 63) })
 }
 
 /// A range of keys; `None` bounds are open.

@@ -21,7 +21,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering::*};
 
 use super::arena::Arena;
-use super::keys::KeyFormat;
+use super::node_key::KeyFormat;
 use super::skiplist::Node;
 
 /// Slots of the first table; a table is grown before it is more than half full.

@@ -16,14 +16,15 @@
 
 mod arena;
 mod hash;
-mod keys;
+mod node_key;
 mod skiplist;
 
 #[cfg(test)]
 mod tests;
 
 use crate::error::{Error, Result};
-use keys::{decode_i64, encode_i64, BytesKey, BytesProbe, NumKey};
+use crate::keys::{decode_i64, encode_i64};
+use node_key::{BytesKey, BytesProbe, NumKey};
 use skiplist::{Iter, ListWriter, SkipList};
 
 /// The type of a memtable's keys.

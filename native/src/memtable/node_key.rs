@@ -1,12 +1,14 @@
 //! How a key is stored in a skiplist node and compared.
 //!
-//! Numeric keys are one order-preserving `u64`. Byte keys keep their first
-//! eight bytes as a big-endian `u64` prefix (zero padded), so most comparisons
-//! are one integer comparison; the bytes themselves sit inline in the node
-//! when they fit in [`INLINE`] bytes and in the node's allocation, after the
-//! value, otherwise.
+//! Numeric keys are one order-preserving `u64` ([`crate::keys`]). Byte keys
+//! keep their first eight bytes as a big-endian `u64` prefix
+//! ([`crate::keys::bytes_prefix`]), so most comparisons are one integer
+//! comparison; the bytes themselves sit inline in the node when they fit in
+//! [`INLINE`] bytes and in the node's allocation, after the value, otherwise.
 
 use std::cmp::Ordering;
+
+use crate::keys::bytes_prefix;
 
 /// A key layout: what a node stores and what a search compares against.
 pub(super) trait KeyFormat: 'static {
@@ -87,17 +89,6 @@ impl KeyFormat for NumKey {
     }
 }
 
-/// The order-preserving `u64` of an `int64` key.
-#[inline]
-pub(super) fn encode_i64(v: i64) -> u64 {
-    (v as u64) ^ (1 << 63)
-}
-
-#[inline]
-pub(super) fn decode_i64(v: u64) -> i64 {
-    (v ^ (1 << 63)) as i64
-}
-
 /// Byte keys up to this length are stored inside the node.
 pub(super) const INLINE: usize = 24;
 
@@ -115,23 +106,12 @@ impl<'a> BytesProbe<'a> {
     /// `bytes` must be shorter than 4 GiB (the caller checks).
     #[inline]
     pub(super) fn new(bytes: &'a [u8]) -> Self {
-        BytesProbe { prefix: prefix(bytes), bytes }
+        BytesProbe { prefix: bytes_prefix(bytes), bytes }
     }
 
     pub(super) fn bytes(self) -> &'a [u8] {
         self.bytes
     }
-}
-
-/// The first eight bytes, big-endian, zero padded. If two keys' prefixes differ
-/// they order as the keys do (a shorter key that is a prefix of a longer one is
-/// padded with zeros, which sort first); if they are equal the keys must be compared.
-#[inline]
-fn prefix(bytes: &[u8]) -> u64 {
-    let mut buf = [0u8; 8];
-    let n = bytes.len().min(8);
-    buf[..n].copy_from_slice(&bytes[..n]);
-    u64::from_be_bytes(buf)
 }
 
 #[derive(Clone, Copy)]
@@ -222,25 +202,5 @@ impl KeyFormat for BytesKey {
             h = fold_mul(h ^ u64::from_le_bytes(w), K1);
         }
         fold_mul(h, K2)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefixes_order_like_the_bytes() {
-        let keys: [&[u8]; 9] = [b"", b"\0", b"\0\0", b"a", b"a\0", b"a\0\x01", b"ab", b"abcdefgh", b"abcdefgh\0"];
-        for a in keys {
-            for b in keys {
-                let (pa, pb) = (prefix(a), prefix(b));
-                if pa != pb {
-                    assert_eq!(pa.cmp(&pb), a.cmp(b), "{a:?} vs {b:?}");
-                }
-            }
-        }
-        assert_eq!(decode_i64(encode_i64(-5)), -5);
-        assert!(encode_i64(-1) < encode_i64(0) && encode_i64(i64::MIN) < encode_i64(i64::MAX));
     }
 }

@@ -28,7 +28,7 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use super::arena::Arena;
 use super::hash::{HashIndex, IndexWriter, MAX_KEYS};
-use super::keys::KeyFormat;
+use super::node_key::KeyFormat;
 use crate::error::{Error, Result};
 
 /// Tallest tower; with p = 1/4 this serves ~4^16 entries in O(log n).

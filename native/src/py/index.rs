@@ -13,7 +13,8 @@ use pyo3::types::{PyBytes, PyDict};
 use super::run;
 use crate::error::{Error, Work};
 use crate::index::fts::{self, Analyzer, DocLengths, SegmentQuery, ServedFragment, TermPostings};
-use crate::index::keys::{encode_f64, encode_i64, KeyType};
+use crate::index::keys::KeyType;
+use crate::keys::{encode_f64, encode_i64};
 use crate::index::{self, BuildOptions, Built, Footer, Key, KeyColumn, KeyRange, Kind, SegmentReader};
 
 fn options(page_entries: usize, max_bitmap_values: usize, stem: bool, max_token_len: usize) -> BuildOptions {
