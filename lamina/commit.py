@@ -96,13 +96,13 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
         try:
             won = store.put_if_absent(path, encode_manifest(new))
         except StorageError as e:
-            won = _resolve_unknown(store, txn, new, e)
+            won = _resolve_unknown(store, txn, new.version, _incarnation(base), e)
         if won:
             remember_manifest(store, new)
             if attempt:
                 log.debug("%s committed version %d of %s after %d lost races", txn.operation, new.version, store.uri, attempt)
             return new
-        theirs = try_load_manifest(store, new.version, base.table_uuid)
+        theirs = try_load_manifest(store, new.version, _incarnation(base))
         if theirs is not None and theirs.record.uuid == txn.uuid:
             return theirs  # an earlier attempt of this very request had landed
         backoff.sleep(attempt)
@@ -121,10 +121,20 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
     again at the URI that reached the same number). If it is gone, or a later version exists without
     the next one, ``cleanup`` removed history this operation read (or the table was dropped):
     writing the next number would put a manifest into history that is gone.
+
+    The empty base of a create (version 0) is the head only while the URI holds no version at all.
     """
     while True:
-        theirs = try_load_manifest(store, base.version + 1, base.table_uuid)
-        if theirs is None:
+        theirs = try_load_manifest(store, base.version + 1, _incarnation(base))
+        if theirs is None and base.version == 0:
+            # A table is there if any version is (its first ones may have been cleaned up).
+            listed = versions_from(store, 1, 1)
+            if not listed:
+                return base, txn
+            theirs = try_load_manifest(store, listed[0])
+            if theirs is None:
+                continue  # removed meanwhile: look again
+        elif theirs is None:
             listed = versions_from(store, base.version, 2)
             if listed == [base.version]:
                 # The head, if it is still this table's: a table dropped and created again may
@@ -157,11 +167,16 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
         base = theirs
 
 
-def _resolve_unknown(store: ObjectStore, txn: Transaction, new: Manifest, error: StorageError) -> bool:
-    """After a failed put of ``new``: True if ours landed, False if another did."""
-    version = new.version
+def _incarnation(base: Manifest) -> str | None:
+    """The table uuid the versions after ``base`` must carry; none for the empty base of a create,
+    whose table does not exist yet (whatever is stored there is read as it is)."""
+    return base.table_uuid if base.version else None
+
+
+def _resolve_unknown(store: ObjectStore, txn: Transaction, version: int, table_uuid: str | None, error: StorageError) -> bool:
+    """After a failed put of ``version``: True if ours landed, False if another did."""
     try:
-        theirs = try_load_manifest(store, version, new.table_uuid)
+        theirs = try_load_manifest(store, version, table_uuid)
     except CommitConflict:
         raise
     except LaminaError as e:

@@ -11,7 +11,6 @@ import dataclasses
 import datetime as dt
 import os
 import threading
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
@@ -27,7 +26,6 @@ from lamina.errors import (
     InvalidArgument,
     RowNotFound,
     SchemaMismatch,
-    StorageError,
     TableExists,
     TableNotFound,
     TableReplaced,
@@ -37,19 +35,14 @@ from lamina.manifest import (
     ADDRESS_SHIFT,
     Manifest,
     belongs_to,
-    encode_manifest,
     latest_version,
     list_versions,
     load_manifest,
-    manifest_path,
-    now_ms,
-    remember_manifest,
-    try_load_manifest,
 )
 from lamina.records import DeleteRecord
 from lamina.store import ObjectStore, open_store
 from lamina.index.query import select
-from lamina.transaction import Append, CreateIndex, Delete, Overwrite, Transaction
+from lamina.transaction import Append, Create, CreateIndex, Delete, Overwrite, Transaction
 
 if TYPE_CHECKING:
     from lamina.verify import VerifyReport
@@ -244,7 +237,7 @@ class Table:
                     f"{latest}; this view holds table {self._manifest.table_uuid or '(unnamed)'} at version {self.version}): "
                     f"open it again with open_table"
                 )
-            self._manifest = m
+            self._move_to(m)
         return self
 
     # -- writes -------------------------------------------------------------
@@ -590,24 +583,8 @@ def create_table(uri: str, schema: pa.Schema, *, primary_key: str | Sequence[str
     store = open_store(uri, storage_options)
     if latest_version(store) is not None:
         raise TableExists(f"a Lamina table already exists at {store.uri}; open it with lamina.open_table")
-    manifest = Manifest(
-        version=1, timestamp_ms=now_ms(), schema=schema, fragments=(), next_fragment_id=0, next_row_id=0,
-        primary_key=pk, stable_row_ids=bool(stable_row_ids), config=options.to_config(),
-        transaction={"operation": "create", "read_version": 0, "timestamp_ms": now_ms()},
-        table_uuid=uuid.uuid4().hex,
-    )
-    try:
-        created = store.put_if_absent(manifest_path(1), encode_manifest(manifest))
-    except StorageError:
-        # The answer was lost: the table is ours if version 1 holds our table uuid.
-        theirs = try_load_manifest(store, 1)
-        if theirs is None:
-            raise
-        created = theirs.table_uuid == manifest.table_uuid
-    if not created:
-        raise TableExists(f"a Lamina table was created at {store.uri} concurrently; open it with lamina.open_table")
-    remember_manifest(store, manifest)
-    return Table(store, manifest, storage_options)
+    txn = Create(schema, primary_key=pk, stable_row_ids=stable_row_ids, config=options.to_config())
+    return Table(store, commit(store, txn, txn.base), storage_options)
 
 
 def open_table(uri: str, *, version: int | None = None, storage_options: dict[str, Any] | None = None) -> Table:

@@ -27,11 +27,12 @@ from typing import Any, ClassVar, Iterable, Protocol, TypeVar
 
 import numpy as np
 
-from lamina.errors import CommitConflict, SchemaMismatch
+from lamina.errors import CommitConflict, SchemaMismatch, TableExists
 from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, now_ms
 from lamina.records import (
     AddressMapping,
     AppendRecord,
+    CreateRecord,
     DeleteRecord,
     IndexChangeRecord,
     OverwriteRecord,
@@ -238,6 +239,31 @@ def assign_ids(base: Manifest, fragments: Iterable[Fragment], schema: Any = None
         out.append(dataclasses.replace(f, id=next_id, row_ids=row_ids if base.stable_row_ids else None, schema=None))
         next_id += 1
     return out, next_id, next_row
+
+
+class Create(Transaction):
+    """A new table: version 1, without rows, committed on the empty table ``base`` (version 0).
+
+    A create is never replayed: any version where it would commit means a table is there.
+    """
+
+    operation = "create"
+
+    def __init__(self, schema: Any, *, primary_key: Iterable[str] = (), stable_row_ids: bool = False,
+                 config: dict[str, Any] | None = None):
+        super().__init__(0)
+        #: Version 0: the table before it existed, with this create's settings and a new table uuid.
+        self.base = Manifest(version=0, timestamp_ms=0, schema=schema, fragments=(), next_fragment_id=0, next_row_id=0,
+                             primary_key=tuple(primary_key), stable_row_ids=bool(stable_row_ids),
+                             config=dict(config or {}), table_uuid=uuid.uuid4().hex)
+
+    def rebase(self, theirs: Manifest, files: DeletionFiles) -> "Create":
+        raise TableExists(f"a Lamina table was created at {files.uri} concurrently; open it with lamina.open_table")
+
+    def apply(self, base: Manifest) -> Manifest:
+        if base.version != 0:
+            raise CommitConflict(f"a create commits on the empty table (version 0), not on version {base.version}")
+        return self._next(base, CreateRecord(**self._header()))
 
 
 class Append(Transaction):

@@ -36,21 +36,19 @@ def _history(uri):
     t.append(rows(100, 100))  # 3
     t.delete("id < 5")  # 4
     group = full_rewrite(t.store, t.manifest, [0, 1], t.write_options)
-    commit(t.store, Rewrite(t.version, [group]), t.manifest)  # 5
-    t.reload()
+    t._move_to(commit(t.store, Rewrite(t.version, [group]), t.manifest))  # 5
     t.create_index("id", "btree", name="ix")  # 6
     frags = write_fragments(t.store, t.schema, iter(rows(500, 10).to_batches()), t.write_options)
-    commit(t.store, WalFlush(t.version, frags, {2: [0, 1]}, {"0/0000000000": 3}, {}), t.manifest)  # 7
-    t.reload()
+    t._move_to(commit(t.store, WalFlush(t.version, frags, {2: [0, 1]}, {"0/0000000000": 3}, {}), t.manifest))  # 7
     t.overwrite(rows(900, 5))  # 8
     return t
 
 
 def test_every_stored_record_reads_back_as_its_type_and_writes_back_the_same_object(local_table_uri):
     t = _history(local_table_uri)
-    assert type(load_manifest(t.store, 1).record) is CreateRecord
-    types = [AppendRecord, AppendRecord, DeleteRecord, RewriteRecord, IndexChangeRecord, WalFlushRecord, OverwriteRecord]
-    for version, cls in enumerate(types, start=2):
+    types = [CreateRecord, AppendRecord, AppendRecord, DeleteRecord, RewriteRecord, IndexChangeRecord, WalFlushRecord,
+             OverwriteRecord]
+    for version, cls in enumerate(types, start=1):
         m = load_manifest(t.store, version)
         rec = m.record
         assert type(rec) is cls and rec.operation == m.transaction["operation"]

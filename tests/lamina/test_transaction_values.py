@@ -7,6 +7,7 @@ import ast
 import pathlib
 
 import numpy as np
+import pytest
 
 import lamina
 import lamina.transaction
@@ -117,3 +118,63 @@ def test_stored_deletion_files_tell_of_every_file_they_write(local_table_uri):
     written = files.write(2, np.array([1, 5], np.uint32))
     assert heard == [written.path] and t.store.exists(written.path) and files.uri == t.uri
     assert files.read_file(written.path).tolist() == [1, 5] and files.read_file(None).tolist() == []
+
+
+# -- create commits through commit ------------------------------------------------------------
+class _BeatenOnce:
+    """The first manifest put: ``other()`` runs first (and commits that version), then ours is tried."""
+
+    def __init__(self, inner, other):
+        self._inner, self._other, self.fired = inner, other, 0
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def put_if_absent(self, path, data):
+        if path.startswith("_versions/") and not self.fired:
+            self.fired += 1
+            self._other()
+        return self._inner.put_if_absent(path, data)
+
+
+def test_create_commits_version_one_recording_its_request_and_remembers_it(local_table_uri):
+    from lamina.manifest import load_manifest
+    from lamina.records import CreateRecord
+
+    t = lamina.create_table(local_table_uri, SCHEMA, primary_key="id", stable_row_ids=True, max_rows_per_file=1000)
+    rec = t.manifest.record
+    assert t.version == 1 and isinstance(rec, CreateRecord) and rec.read_version == 0 and len(rec.uuid) == 32
+    assert t.manifest.primary_key == ("id",) and t.manifest.stable_row_ids and t.write_options.max_rows_per_file == 1000
+    reopened = lamina.open_table(local_table_uri)
+    assert reopened.manifest.transaction == t.manifest.transaction and reopened.manifest.table_uuid == t.manifest.table_uuid
+    t.store.delete(["_versions/00000000000000000001.manifest"])
+    assert load_manifest(t.store, 1, t.manifest.table_uuid) == t.manifest, "the new version was not cached"
+
+
+def test_create_that_loses_the_race_to_another_create_is_table_exists(local_table_uri):
+    from lamina.errors import TableExists
+    from lamina.store import open_store
+    from lamina.transaction import Create
+
+    store = _BeatenOnce(open_store(local_table_uri), lambda: lamina.create_table(local_table_uri, SCHEMA).append(rows(0, 3)))
+    txn = Create(SCHEMA)
+    with pytest.raises(TableExists, match=rf"a Lamina table was created at {store.uri} concurrently; open it with lamina.open_table"):
+        commit(store, txn, txn.base)
+    winner = lamina.open_table(local_table_uri)
+    assert store.fired == 1 and winner.version == 2 and winner.manifest.table_uuid != txn.base.table_uuid
+    assert ids_of(winner) == [0, 1, 2]
+
+
+def test_create_where_a_table_with_cleaned_up_first_versions_stands_is_table_exists(local_table_uri):
+    from lamina.errors import TableExists
+    from lamina.transaction import Create
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    for start in (0, 10, 20):
+        t.append(rows(start, 10))
+    t.store.delete([f"_versions/{v:020d}.manifest" for v in (1, 2)])  # what cleanup leaves: versions 3, 4
+    txn = Create(SCHEMA)
+    with pytest.raises(TableExists, match="concurrently"):
+        commit(t.store, txn, txn.base)
+    assert not t.store.exists("_versions/00000000000000000001.manifest"), "a create wrote into an existing table"
+    assert ids_of(lamina.open_table(local_table_uri)) == list(range(30))
