@@ -111,3 +111,19 @@ def test_open_view_of_a_dropped_table_cannot_commit_onto_a_successor_at_the_same
         old.reload()
     latest = lamina.open_table(uri, storage_options=opts)
     assert latest.version == 2 and ids_of(latest) == list(range(10))
+
+
+def test_a_view_moves_only_to_newer_versions_of_its_own_table(local_table_uri, tmp_path):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 3))
+    v1, v2 = t.checkout(1), t.checkout(2)
+    v1._move_to(v2.manifest)
+    assert v1.version == 2 and ids_of(v1) == [0, 1, 2]
+    with pytest.raises(TableReplaced, match=rf"cannot move the view of {t.uri} .* at version 2\) to version 1 .*not a newer version"):
+        v1._move_to(t.checkout(1).manifest)
+    other = lamina.create_table(str(tmp_path / "other"), SCHEMA)
+    other.append(rows(10, 1))
+    other.append(rows(20, 1))
+    with pytest.raises(TableReplaced, match="not a newer version of the same table"):
+        v1._move_to(other.manifest)
+    assert v1.version == 2 and ids_of(v1) == [0, 1, 2], "a refused move changed the view"
