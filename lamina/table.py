@@ -42,7 +42,7 @@ from lamina.manifest import (
 from lamina.records import DeleteRecord
 from lamina.store import ObjectStore, open_store
 from lamina.index.query import select
-from lamina.transaction import Append, Create, CreateIndex, Delete, Overwrite, Transaction
+from lamina.transaction import Append, ChangeIndex, Create, Delete, Overwrite, Transaction
 
 if TYPE_CHECKING:
     from lamina.verify import VerifyReport
@@ -425,7 +425,7 @@ class Table:
         if ix is None:
             raise IndexNotFound(f"table {self.uri} has no index named {name!r} at version {self.version}; "
                                 f"indices: {', '.join(i.name for i in self._manifest.indices) or 'none'}")
-        return self._commit(CreateIndex(self.version, ix, "drop")).version
+        return self._commit(ChangeIndex(self.version, ix, "drop")).version
 
     def explain(self, filter: "str | pa.compute.Expression") -> str:
         """Which index serves which part of ``filter`` and which fragments are scanned."""

@@ -30,6 +30,7 @@ import numpy as np
 from lamina.errors import CommitConflict, SchemaMismatch, TableExists
 from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, now_ms
 from lamina.records import (
+    INDEX_ACTIONS,
     AddressMapping,
     AppendRecord,
     CreateRecord,
@@ -546,10 +547,12 @@ class Rewrite(Transaction):
         )
 
 
-class CreateIndex(Transaction):
+class ChangeIndex(Transaction):
     """Creates an index, adds segments to one (``update``), or drops one.
 
-    All three are ``create_index`` in the conflict matrix: they conflict with each
+    All three are stored as operation ``create_index`` (docs/FORMAT.md §6, with ``action``
+    telling which; the name predates update and drop and stays, so existing tables read and
+    rebase), and are that row and column of the conflict matrix: they conflict with each
     other only on the same index name. Coverage needs no rebase: a segment serves
     only fragments still in the manifest, so fragments a concurrent rewrite
     replaced drop out of coverage by themselves (and are scanned).
@@ -559,13 +562,13 @@ class CreateIndex(Transaction):
 
     def __init__(self, read_version: int, index: IndexEntry, action: str = "create", started: float | None = None):
         super().__init__(read_version, started)
-        if action not in ("create", "update", "drop"):
+        if action not in INDEX_ACTIONS:
             raise ValueError(f"unknown index action {action!r}")
         self.index = index
         self.action = action
         self.written = list(index.files) if action != "drop" else []
 
-    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "CreateIndex":
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "ChangeIndex":
         record = theirs.record
         if rule == DISTINCT_NAMES and isinstance(record, IndexChangeRecord) and record.index == self.index.name:
             raise _conflict(self, theirs, files.uri, f"both changed index {self.index.name!r} ({record.action} committed first)")
@@ -587,6 +590,9 @@ class CreateIndex(Transaction):
         record = IndexChangeRecord(**self._header(), index=self.index.name, action=self.action,
                                    segments=tuple(s.uuid for s in self.index.segments))
         return self._next(base, record, indices=indices)
+
+
+CreateIndex = ChangeIndex  # removed once lamina.index.build imports the new name
 
 
 class Overwrite(Transaction):
