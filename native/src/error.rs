@@ -1,5 +1,5 @@
-//! One error type for the crate; `py/error.rs` maps each variant onto the
-//! Python tree in `lamina/errors.py`.
+//! One error type for the crate, and the guard that turns a panic into one;
+//! `py/error.rs` maps each variant onto the Python tree in `lamina/errors.py`.
 
 use std::io;
 

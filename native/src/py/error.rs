@@ -1,28 +1,25 @@
 //! The single mapping of native errors onto `lamina.errors`.
+//!
+//! The Python classes are registered with pyo3 (imported once, typed), so a
+//! new [`Error`] variant does not compile until it is mapped here.
 
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use crate::error::Error;
 
+pyo3::import_exception!(lamina.errors, LaminaError);
+pyo3::import_exception!(lamina.errors, CorruptFile);
+pyo3::import_exception!(lamina.errors, InvalidArgument);
+pyo3::import_exception!(lamina.errors, StorageError);
+
 impl From<Error> for PyErr {
     fn from(err: Error) -> PyErr {
-        let class = match &err {
-            Error::Corrupt { .. } => "CorruptFile",
-            Error::InvalidArgument(_) => "InvalidArgument",
-            Error::Io { .. } => "StorageError",
-            Error::Parquet { .. } | Error::Internal { .. } => "LaminaError",
-        };
         let message = err.to_string();
-        Python::attach(|py| {
-            match py.import("lamina.errors").and_then(|m| m.getattr(class)) {
-                Ok(cls) => match cls.call1((message.clone(),)) {
-                    Ok(instance) => PyErr::from_value(instance),
-                    Err(e) => e,
-                },
-                // lamina.errors is always importable next to lamina._native; fall back loudly anyway.
-                Err(_) => PyRuntimeError::new_err(message),
-            }
-        })
+        match err {
+            Error::Corrupt { .. } => CorruptFile::new_err(message),
+            Error::InvalidArgument(_) => InvalidArgument::new_err(message),
+            Error::Io { .. } => StorageError::new_err(message),
+            Error::Parquet { .. } | Error::Internal { .. } => LaminaError::new_err(message),
+        }
     }
 }
