@@ -1,11 +1,13 @@
 """Committing a transaction: put-if-absent of the next version, rebase and retry on a lost race.
 
-All commit retries live here. A lost race is normal under concurrency: the
-loser reads every version committed since its base, replays itself on top
-through the conflict matrix (``Transaction.rebase``) and tries the next
-number. Only an incompatible operation (``CommitConflict``) or an exhausted
-retry budget ends the loop; a write whose outcome is unknown is resolved by
-reading the version back and looking for this transaction's uuid.
+All commit retries live here, for every operation (a create is version 1 on the empty
+table, version 0). A lost race is normal under concurrency: the loser reads every version
+committed since its base, replays itself on top through the conflict matrix
+(``Transaction.rebase``, which returns the replayed transaction) and tries the next
+number. The deletion files a replay reads or writes come from here
+(``lamina.deletion.StoredDeletionFiles``). Only an incompatible operation
+(``CommitConflict``) or an exhausted retry budget ends the loop; a write whose outcome is
+unknown is resolved by reading the version back and looking for this transaction's uuid.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 ``_versions/{version:020d}.manifest`` lists the schema, the fragments (data
 file + optional deletion file), indices, WAL watermarks and the transaction
-that produced the version. It carries a sha256 of its own canonical body so a
-truncated or altered manifest is refused instead of half-read. Field by field
-in docs/FORMAT.md.
+that produced the version (typed by ``lamina.records``: ``Manifest.record``). It
+carries a sha256 of its own canonical body so a truncated or altered manifest is
+refused instead of half-read. Field by field in docs/FORMAT.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The Table API: create, open, append, delete, read, take, time-travel, clean up.
 
-A ``Table`` is a view of one version. Writes commit a transaction (see
-``lamina.commit``) and move the view to the version they created; reads never
-change it. Everything a user can get wrong is checked before data is written.
+A ``Table`` is a view of one version. Writes (create included) commit a
+transaction (see ``lamina.commit``) and move the view to the version they created
+(``Table._move_to``, the one place a view's manifest changes); reads never change
+it. Everything a user can get wrong is checked before data is written.
 """
 
 from __future__ import annotations

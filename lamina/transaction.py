@@ -1,11 +1,12 @@
 """Transactions: what one operation changes, as a value, and how it replays over newer versions.
 
-    operation ──► Transaction(read_version, changes)         a value: nothing below changes it
+    operation ──► Transaction(read_version, changes)        Create, Append, Delete, WalFlush, Rewrite, ChangeIndex, Overwrite
                      │  rebase(theirs, files) → Transaction  for every version committed since the read
-                     │  prepare(base, files) → Transaction   write the files that depend on the base (deletion merges)
-                     ▼  apply(base) → Manifest               pure: base manifest → next manifest
+                     │  prepare(base, files) → Transaction   writes the files that depend on the base (deletion merges)
+                     ▼  apply(base) → Manifest               pure: the next version, carrying this operation's typed record
                   lamina.commit.commit()                     put-if-absent of version base+1, retry on a lost race
 
+Rebase and prepare return new transactions, so the one a caller built is never replayed.
 Replaying reads the other transaction from its typed record (``Manifest.record``,
 ``lamina.records``); whatever a rebase or prepare must read or write on storage (deletion
 files) comes through the ``DeletionFiles`` the commit passes in, so this module does no I/O.
