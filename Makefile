@@ -49,7 +49,7 @@ bench: setup
 # Slow (hours on 2 cores: ~4,600 mutants), so never part of `make test` or CI. Config:
 # [tool.mutmut] in pyproject.toml; one module:  make mutation MUTATION_MODULES=lamina.commit
 # Afterwards `$(BIN)/mutmut show NAME` prints a surviving mutant's diff.
-MUTATION_MODULES ?= lamina.commit lamina.transaction lamina.manifest lamina.deletion lamina.cleanup \
+MUTATION_MODULES ?= lamina.commit lamina.transaction lamina.records lamina.manifest lamina.deletion lamina.cleanup \
 	lamina.filter lamina.index.query lamina.ingest planner
 MUTATION_JOBS ?= 2
 

@@ -593,7 +593,6 @@ class ChangeIndex(Transaction):
         return self._next(base, record, indices=indices)
 
 
-CreateIndex = ChangeIndex  # removed once lamina.index.build imports the new name
 
 
 class Overwrite(Transaction):

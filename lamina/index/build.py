@@ -85,13 +85,13 @@ def new_entry(name: str, column: str, kind: str, options: IndexOptions, segments
 
 def index_transaction(plan: "IndexPlan", base: Manifest, segments: list[IndexSegment], started: float):
     """The one transaction a build commits: a new index, or new segments for the one updated."""
-    from lamina.transaction import CreateIndex
+    from lamina.transaction import ChangeIndex
 
     if plan.index_uuid is not None:
         existing = next(ix for ix in base.indices if ix.uuid == plan.index_uuid)
         entry = dataclasses.replace(existing, segments=tuple(segments))
-        return CreateIndex(base.version, entry, "update", started=started)
-    return CreateIndex(base.version, new_entry(plan.name, plan.column, plan.kind, plan.options, segments), "create",
+        return ChangeIndex(base.version, entry, "update", started=started)
+    return ChangeIndex(base.version, new_entry(plan.name, plan.column, plan.kind, plan.options, segments), "create",
                        started=started)
 
 
