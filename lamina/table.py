@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -26,12 +22,13 @@ from lamina.errors import (
     IndexNotFound,
     InvalidArgument,
     RowNotFound,
-    SchemaMismatch,
     TableExists,
     TableNotFound,
     TableReplaced,
 )
 from lamina.filter import parse_filter
+from lamina.info import FragmentInfo, IndexInfo, TableStats, VersionInfo
+from lamina.io_pool import map_fragments
 from lamina.manifest import (
     ADDRESS_SHIFT,
     Manifest,
@@ -41,6 +38,7 @@ from lamina.manifest import (
     load_manifest,
 )
 from lamina.records import DeleteRecord
+from lamina.schema import DataLike, check_primary_key, conform, validate_schema
 from lamina.store import ObjectStore, open_store
 from lamina.index.query import select
 from lamina.transaction import Append, ChangeIndex, Create, Delete, Overwrite, Transaction
@@ -49,109 +47,6 @@ if TYPE_CHECKING:
     from lamina.verify import VerifyReport
     from lamina.index import IndexOptions
 
-RESERVED_COLUMNS = (ROWADDR, ROWID, "_offset")
-_PK_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
-             pa.types.is_large_binary, pa.types.is_fixed_size_binary)
-
-DataLike = Any  # pa.Table | pa.RecordBatch | pa.RecordBatchReader | pandas.DataFrame | list[dict]
-
-
-@dataclass(frozen=True)
-class FragmentInfo:
-    """One fragment as ``Table.fragments()`` reports it."""
-
-    id: int
-    path: str
-    rows: int
-    deleted_rows: int
-    live_rows: int
-    bytes: int
-    row_groups: tuple[tuple[int, int], ...]  # (rows, compressed bytes)
-    file_version: str
-    deletion_path: str | None
-
-
-@dataclass(frozen=True)
-class VersionInfo:
-    version: int
-    timestamp: dt.datetime
-    operation: str
-    rows: int
-    fragments: int
-
-
-@dataclass(frozen=True)
-class TableStats:
-    uri: str
-    version: int
-    rows: int
-    deleted_rows: int
-    fragments: int
-    data_bytes: int
-    row_groups: int
-    fragments_with_deletions: int
-    mean_rows_per_fragment: float
-    versions: int
-    indices: int
-
-
-@dataclass(frozen=True)
-class IndexInfo:
-    """One index as ``Table.list_indices()`` reports it."""
-
-    name: str
-    column: str
-    kind: str
-    segments: int
-    covered_fragments: int
-    uncovered_fragments: int
-    covered_rows: int
-    bytes: int
-    details: dict
-
-
-def _pool_size(n: int) -> int:
-    return max(1, min(n, int(os.environ.get("LAMINA_IO_THREADS", "8"))))
-
-
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _io_pool() -> ThreadPoolExecutor:
-    """One long-lived pool per process (starting threads per read cost milliseconds per query)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(_pool_size(1 << 30), thread_name_prefix="lamina-io")
-        return _POOL
-
-
-def _forget_pool() -> None:  # a forked child must not use the parent's threads
-    global _POOL
-    _POOL = None
-
-
-os.register_at_fork(after_in_child=_forget_pool)
-
-
-def _map_fragments(fn, items: Sequence[Any]) -> list[Any]:
-    """``[fn(x) for x in items]`` with up to ``LAMINA_IO_THREADS`` at once; never call it from ``fn``."""
-    if len(items) <= 1:
-        return [fn(x) for x in items]
-    return list(_io_pool().map(fn, items))
-
-
-def _validate_schema(schema: Any) -> pa.Schema:
-    if not isinstance(schema, pa.Schema):
-        raise InvalidArgument(f"schema must be a pyarrow.Schema, not {type(schema).__name__}")
-    names = schema.names
-    if len(set(names)) != len(names):
-        raise InvalidArgument(f"schema has duplicate column names: {sorted(n for n in set(names) if names.count(n) > 1)}")
-    bad = [n for n in names if not n or n in RESERVED_COLUMNS]
-    if bad:
-        raise InvalidArgument(f"column names {bad} are empty or reserved ({', '.join(RESERVED_COLUMNS)})")
-    return schema.remove_metadata()
 
 
 class Table:
@@ -265,16 +160,16 @@ class Table:
         """
         options = WriteOptions.from_config(self._manifest.config, max_rows_per_file=max_rows_per_file,
                                            row_group_rows=row_group_rows)
-        fragments = write_fragments(self._store, self.schema, _conform(data, self.schema), options)
+        fragments = write_fragments(self._store, self.schema, conform(data, self.schema), options)
         if not fragments:
             return self.version
         return self._commit(Append(self.version, fragments)).version
 
     def overwrite(self, data: DataLike, *, schema: pa.Schema | None = None) -> int:
         """Replaces every row (optionally with a new schema); returns the new version."""
-        target = _validate_schema(schema) if schema is not None else self.schema
+        target = validate_schema(schema) if schema is not None else self.schema
         options = self.write_options
-        fragments = write_fragments(self._store, target, _conform(data, target), options)
+        fragments = write_fragments(self._store, target, conform(data, target), options)
         return self._commit(Overwrite(self.version, fragments, target if schema is not None else None)).version
 
     def delete(self, filter: "str | pa.compute.Expression") -> int:
@@ -286,7 +181,7 @@ class Table:
         flt = parse_filter(filter, self.schema)
         base = self._manifest
 
-        sel = select(self._store, base, flt, [], with_offsets=True, map_fn=_map_fragments)
+        sel = select(self._store, base, flt, [], with_offsets=True, map_fn=map_fragments)
         deltas = {f.id: t.column("_offset").to_numpy() for f, t in zip(base.fragments, sel.tables) if t.num_rows}
         if not deltas:
             return 0
@@ -307,13 +202,13 @@ class Table:
         if with_row_id and not self._manifest.stable_row_ids:
             raise InvalidArgument(f"table {self.uri} does not keep stable row ids; create it with stable_row_ids=True")
         if flt is None:
-            parts = _map_fragments(
+            parts = map_fragments(
                 lambda f: read_fragment(self._store, f, self.schema, cols, None, with_row_address, with_row_id),
                 list(self._manifest.fragments),
             )
         else:
             parts = select(self._store, self._manifest, flt, cols, with_row_address=with_row_address,
-                           with_row_id=with_row_id, use_index=use_index, map_fn=_map_fragments).tables
+                           with_row_id=with_row_id, use_index=use_index, map_fn=map_fragments).tables
         out_schema = self._output_schema(cols, with_row_address, with_row_id)
         if not parts:
             return out_schema.empty_table()
@@ -329,7 +224,7 @@ class Table:
         if filter is None:
             return self._manifest.rows
         flt = parse_filter(filter, self.schema)
-        return sum(t.num_rows for t in select(self._store, self._manifest, flt, [], map_fn=_map_fragments).tables)
+        return sum(t.num_rows for t in select(self._store, self._manifest, flt, [], map_fn=map_fragments).tables)
 
     def take(self, row_addresses: Iterable[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
         """Rows at ``row_addresses`` (as returned in ``_rowaddr``), in the order asked; repeats allowed."""
@@ -365,7 +260,7 @@ class Table:
             uniq, inverse = np.unique(o, return_inverse=True)
             return take_rows(self._store, frag, uniq, cols).take(pa.array(inverse.ravel(), type=pa.int64()))
 
-        pieces = _map_fragments(fetch, jobs)
+        pieces = map_fragments(fetch, jobs)
         result = pa.concat_tables(pieces)
         positions = np.concatenate([sel for _, sel, _ in jobs])
         return result.take(pa.array(np.argsort(positions, kind="stable"), type=pa.int64()))
@@ -444,7 +339,7 @@ class Table:
         from lamina.index.search import search
 
         cols = self._check_columns(columns) or list(self.schema.names)
-        addrs, scores, _ = search(self._store, self._manifest, text, column, k, self.uri, map_fn=_map_fragments)
+        addrs, scores, _ = search(self._store, self._manifest, text, column, k, self.uri, map_fn=map_fragments)
         if len(addrs) == 0:
             out = self.schema.empty_table().select(cols)
         else:
@@ -502,84 +397,12 @@ class Table:
         return cleanup(self._store, older_than, enforce_retention=enforce_retention)
 
 
-def _conform(data: DataLike, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Batches of ``data`` in the table's schema; SchemaMismatch before anything is yielded if it can't be."""
-    if isinstance(data, pa.RecordBatchReader):
-        source_schema, batches = data.schema, iter(data)
-    elif isinstance(data, pa.Table):
-        source_schema, batches = data.schema, iter(data.to_batches())
-    elif isinstance(data, pa.RecordBatch):
-        source_schema, batches = data.schema, iter([data])
-    elif isinstance(data, list):
-        if not all(isinstance(row, dict) for row in data):
-            raise InvalidArgument("a list to append must hold one dict per row")
-        names = set(schema.names)
-        extra = sorted({str(k) for row in data for k in row if k not in names})
-        if extra:
-            raise SchemaMismatch(f"rows have keys {extra} that are not columns of the table ({', '.join(schema.names)}); "
-                                 "remove them or add the columns with overwrite(..., schema=...)")
-        try:
-            table = pa.Table.from_pylist(data, schema=schema)
-        except (pa.ArrowException, TypeError, ValueError, KeyError) as e:
-            raise SchemaMismatch(f"rows do not match the table schema ({e}); schema: {schema}") from None
-        source_schema, batches = table.schema, iter(table.to_batches())
-    elif type(data).__name__ == "DataFrame" and hasattr(data, "columns"):
-        missing = [n for n in schema.names if n not in data.columns]
-        extra = [str(c) for c in data.columns if c not in schema.names]
-        if missing or extra:
-            raise SchemaMismatch(f"DataFrame columns differ from the table: missing {missing}, unexpected {extra}")
-        try:
-            table = pa.Table.from_pandas(data, schema=schema, preserve_index=False)
-        except (pa.ArrowException, TypeError, ValueError) as e:
-            raise SchemaMismatch(f"DataFrame does not convert to the table schema ({e}); schema: {schema}") from None
-        source_schema, batches = table.schema, iter(table.to_batches())
-    else:
-        raise InvalidArgument(f"cannot append {type(data).__name__}: pass a pyarrow Table, RecordBatch, RecordBatchReader, pandas DataFrame or list of dicts")
-    order = _check_schema(source_schema, schema)
-
-    def gen() -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            arrays = [batch.column(i) for i in order]
-            for field, arr in zip(schema, arrays):
-                if not field.nullable and arr.null_count:
-                    raise SchemaMismatch(f"column {field.name!r} is not nullable but the data has {arr.null_count} null(s)")
-            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-    return gen()
-
-
-def _check_schema(source: pa.Schema, target: pa.Schema) -> list[int]:
-    """Column positions of ``target``'s fields in ``source``; SchemaMismatch listing every difference."""
-    problems = []
-    missing = [n for n in target.names if n not in source.names]
-    extra = [n for n in source.names if n not in target.names]
-    if missing:
-        problems.append(f"missing column(s) {missing}")
-    if extra:
-        problems.append(f"unexpected column(s) {extra}")
-    for field in target:
-        if field.name in source.names and not source.field(field.name).type.equals(field.type):
-            problems.append(f"column {field.name!r} is {source.field(field.name).type}, the table has {field.type}")
-    if problems:
-        raise SchemaMismatch("data does not match the table schema: " + "; ".join(problems) + ". Cast the data (e.g. table.cast(schema)) and retry")
-    return [source.names.index(n) for n in target.names]
-
-
 def create_table(uri: str, schema: pa.Schema, *, primary_key: str | Sequence[str] | None = None,
                  stable_row_ids: bool = False, storage_options: dict[str, Any] | None = None,
                  max_rows_per_file: int | None = None, row_group_rows: int | None = None) -> Table:
     """Creates an empty table at ``uri`` (a local path or ``s3://bucket/prefix``); version 1."""
-    schema = _validate_schema(schema)
-    pk: tuple[str, ...] = ()
-    if primary_key is not None:
-        pk = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
-        for name in pk:
-            if name not in schema.names:
-                raise InvalidArgument(f"primary key column {name!r} is not in the schema ({', '.join(schema.names)})")
-            if not any(check(schema.field(name).type) for check in _PK_TYPES):
-                raise InvalidArgument(f"primary key column {name!r} has type {schema.field(name).type}; keys must be integers, strings or binary")
+    schema = validate_schema(schema)
+    pk = check_primary_key(schema, primary_key)
     options = WriteOptions.from_config({}, max_rows_per_file=max_rows_per_file, row_group_rows=row_group_rows)
     store = open_store(uri, storage_options)
     if latest_version(store) is not None:
