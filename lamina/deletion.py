@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -12,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import _native
+from lamina.cache import MiB, cache
 from lamina.checksum import check, of_bytes
 from lamina.manifest import DELETIONS_DIR, DeletionFile, Fragment
 from lamina.store import ObjectStore
@@ -19,34 +18,14 @@ from lamina.store import ObjectStore
 _EMPTY = np.zeros(0, dtype=np.uint32)
 
 
-class _BitmapCache:
-    """Decoded deletion files by (table, path): paths are unique and never rewritten."""
-
-    def __init__(self, max_offsets: int = 16_000_000):
-        self._items: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
-        self._held = 0
-        self._max = max_offsets
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str]) -> np.ndarray | None:
-        with self._lock:
-            v = self._items.get(key)
-            if v is not None:
-                self._items.move_to_end(key)
-            return v
-
-    def put(self, key: tuple[str, str], value: np.ndarray) -> None:
-        with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = value
-            self._held += len(value)
-            while self._held > self._max and len(self._items) > 1:
-                _, old = self._items.popitem(last=False)
-                self._held -= len(old)
+#: Decoded deletion files by (table, path): paths are unique and never rewritten.
+_CACHE = cache("deletion", "LAMINA_DELETION_CACHE_BYTES", 64 * MiB)
 
 
-_CACHE = _BitmapCache()
+def _remember(store: ObjectStore, path: str, offsets: np.ndarray) -> None:
+    _CACHE.put((store.uri, path), offsets, offsets.nbytes + 64)
+
+
 
 
 def read_offsets(store: ObjectStore, path: str | None, checksum: str | None = None, rows: int | None = None) -> np.ndarray:
@@ -62,7 +41,7 @@ def read_offsets(store: ObjectStore, path: str | None, checksum: str | None = No
     data = store.get(path)
     check(checksum, of_bytes(data), f"deletion file {store.describe(path)}")
     offsets = _native.decode_deletions(data, store.describe(path), rows).to_numpy(zero_copy_only=False)
-    _CACHE.put(key, offsets)
+    _remember(store, path, offsets)
     return offsets
 
 
@@ -86,7 +65,7 @@ def write_deleted(store: ObjectStore, fragment_id: int, offsets: np.ndarray) -> 
     path = f"{DELETIONS_DIR}{fragment_id}-{uuid.uuid4().hex}.bin"
     data = _native.encode_deletions(pa.array(offsets, type=pa.uint32()))
     store.put(path, data)
-    _CACHE.put((store.uri, path), offsets)
+    _remember(store, path, offsets)
     return DeletionFile(path, int(len(offsets)), of_bytes(data))
 
 

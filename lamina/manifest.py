@@ -14,14 +14,13 @@ import dataclasses
 import functools
 import hashlib
 import json
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from lamina.cache import MiB, cache
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound, TableReplaced, VersionNotFound
 from lamina.records import TransactionRecord, decode_record
 from lamina.store import ObjectStore, check_relative
@@ -356,50 +355,27 @@ def _index_from_json(i: dict[str, Any], where: str) -> IndexEntry:
 
 
 # -- reading -----------------------------------------------------------------
-class _ManifestCache:
-    """Manifests are immutable once written, so caching by (table, incarnation, version) is safe.
-
-    The table uuid is part of the key: a table created again at the same URI has another
-    uuid, so its versions never meet the old table's cached ones.
-    """
-
-    def __init__(self, capacity: int = 256):
-        self._items: OrderedDict[tuple[str, str, int], Manifest] = OrderedDict()
-        self._lock = threading.Lock()
-        self._capacity = capacity
-
-    def get(self, key: tuple[str, str, int]) -> Manifest | None:
-        with self._lock:
-            m = self._items.get(key)
-            if m is not None:
-                self._items.move_to_end(key)
-            return m
-
-    def put(self, m: Manifest, uri: str) -> None:
-        key = (uri, m.table_uuid, m.version)
-        with self._lock:
-            self._items[key] = m
-            self._items.move_to_end(key)
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
-
-    def evict(self, uri: str, version: int) -> None:
-        with self._lock:
-            for key in [k for k in self._items if k[0] == uri and k[2] == version]:
-                del self._items[key]
+#: Manifests are immutable once written, so caching by (table, incarnation, version) is safe. The
+#: table uuid is part of the key: a table created again at the same URI has another uuid, so its
+#: versions never meet the old table's cached ones.
+_CACHE = cache("manifest", "LAMINA_MANIFEST_CACHE_BYTES", 64 * MiB)
 
 
-_CACHE = _ManifestCache()
+def _held_bytes(m: Manifest, encoded: int | None = None) -> int:
+    """What a decoded manifest holds, about: its JSON size when known, else from its entries."""
+    if encoded is not None:
+        return 2 * encoded
+    return 1024 + 400 * len(m.fragments) + 200 * sum(len(ix.segments) for ix in m.indices)
 
 
 def forget_manifest(store: ObjectStore, version: int) -> None:
     """Drops a removed version from this process's cache."""
-    _CACHE.evict(store.uri, version)
+    _CACHE.discard(lambda key: key[0] == store.uri and key[2] == version)
 
 
 def remember_manifest(store: ObjectStore, m: Manifest) -> None:
     """Caches a manifest this process just wrote."""
-    _CACHE.put(m, store.uri)
+    _CACHE.put((store.uri, m.table_uuid, m.version), m, _held_bytes(m))
 
 
 def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = None) -> Manifest:
@@ -421,7 +397,7 @@ def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = Non
     m = decode_manifest(data, store.describe(path))
     if m.version != version:
         raise CorruptFile(f"manifest {store.describe(path)} says it is version {m.version}")
-    _CACHE.put(m, store.uri)
+    _CACHE.put((store.uri, m.table_uuid, m.version), m, _held_bytes(m, len(data)))
     if table_uuid is not None and m.table_uuid != table_uuid:
         raise TableReplaced(
             f"table {store.uri} was dropped and created again: version {version} belongs to table {m.table_uuid or '(unnamed)'}, "

@@ -73,3 +73,30 @@ def test_named_caches_take_their_budget_from_the_environment(monkeypatch):
     monkeypatch.setenv("LAMINA_TEST_BAD_CACHE_BYTES", "lots")
     with pytest.raises(InvalidConfig, match="LAMINA_TEST_BAD_CACHE_BYTES"):
         cache("test-bad-budget", "LAMINA_TEST_BAD_CACHE_BYTES", 1)
+
+
+def test_every_cache_of_the_library_is_a_named_byte_lru():
+    import lamina.deletion
+    import lamina.index.segments
+    import lamina.manifest
+
+    registry = caches()
+    assert registry["manifest"] is lamina.manifest._CACHE
+    assert registry["deletion"] is lamina.deletion._CACHE
+    assert registry["index"] is lamina.index.segments.CACHE
+    assert [c.budget for c in (registry["manifest"], registry["deletion"], registry["index"])] == [64 << 20, 64 << 20, 256 << 20]
+
+
+def test_reading_a_table_fills_the_caches_within_their_budgets(local_table_uri):
+    import lamina
+    from tests.lamina.helpers import SCHEMA, rows
+
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 100))
+    t.delete("id < 10")
+    clear_caches()
+    t.checkout(t.version).to_arrow()
+    lamina.open_table(local_table_uri).checkout(2).to_arrow()
+    registry = caches()
+    assert len(registry["manifest"]) >= 1 and len(registry["deletion"]) == 1
+    assert all(c.bytes <= c.budget for c in registry.values())

@@ -94,13 +94,13 @@ def test_flipped_bit_in_a_deletion_file_is_corrupt_not_other_deletions(local_tab
     original = path.read_bytes()
     for bit in range(0, len(original) * 8, 3):
         _flip(path, bit)
-        lamina.deletion._CACHE = lamina.deletion._BitmapCache()  # a process that never read it
+        lamina.deletion._CACHE.clear()  # a process that never read it
         try:
             with pytest.raises(CorruptFile, match="deletion file"):
                 lamina.open_table(local_table_uri).to_arrow()
         finally:
             path.write_bytes(original)
-    lamina.deletion._CACHE = lamina.deletion._BitmapCache()
+    lamina.deletion._CACHE.clear()
     assert ids_of(lamina.open_table(local_table_uri)) == [i for i in range(100) if i not in (3, 50, 77)]
 
 

@@ -142,7 +142,7 @@ def test_compaction_whose_base_lost_a_deletion_file_conflicts_cleanly(local_tabl
     group = full_rewrite(t.store, base, [f.id for f in base.fragments], WriteOptions())
     t.delete("id < 10")  # a concurrent delete the rewrite must carry onto its output...
     t.store.delete(read_deletions)  # ...but cleanup removed the deletion file the rewrite read
-    lamina.deletion._CACHE = lamina.deletion._BitmapCache()  # the committing process never read it
+    lamina.deletion._CACHE.clear()  # the committing process never read it
     with pytest.raises(CommitConflict, match="needs a file that is gone"):
         commit(t.store, Rewrite(base.version, [group]), base)
     assert not any(t.store.exists(f.path) for f in group.new_fragments), "the abandoned outputs are removed"

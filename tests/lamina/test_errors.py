@@ -134,7 +134,7 @@ def test_corrupt_deletion_file(local_table_uri):
     t.store.put(path, b"garbage")
     from lamina.deletion import _CACHE
 
-    _CACHE._items.clear()
+    _CACHE.clear()
     with pytest.raises(CorruptFile, match=path):
         t2.to_arrow()
 

@@ -11,7 +11,7 @@ import pytest
 
 import lamina
 import lamina.deletion
-from lamina.deletion import _BitmapCache
+from lamina.cache import ByteLRU
 from lamina.table import Table
 from tests.lamina.helpers import SCHEMA, ids_of, rows
 
@@ -31,7 +31,7 @@ class _CountingStore:
 
 @pytest.fixture
 def fresh_cache(monkeypatch):
-    monkeypatch.setattr(lamina.deletion, "_CACHE", _BitmapCache())
+    monkeypatch.setattr(lamina.deletion, "_CACHE", ByteLRU("deletion", 64 << 20))
 
 
 def _table_with_deletions(uri):
@@ -44,7 +44,7 @@ def _table_with_deletions(uri):
 
 def test_each_deletion_file_is_read_once_per_process(local_table_uri, fresh_cache):
     t = _table_with_deletions(local_table_uri)
-    lamina.deletion._CACHE = _BitmapCache()  # as if another process had deleted
+    lamina.deletion._CACHE.clear()  # as if another process had deleted
     store = _CountingStore(t.store)
     reader = Table(store, t.manifest)
     expected = [i for i in range(200) if i not in (3, 13, 57, 103, 150, 199)]
@@ -68,8 +68,21 @@ def _offsets(n):
     return np.arange(n, dtype=np.uint32)
 
 
+class _OffsetCache:
+    """The deletion cache's LRU (``lamina.cache.ByteLRU``) with each file costing its offset count."""
+
+    def __init__(self, max_offsets=16_000_000):
+        self.lru = ByteLRU("deletion-test", max_offsets)
+
+    def put(self, key, offsets):
+        self.lru.put(key, offsets, len(offsets))
+
+    def get(self, key):
+        return self.lru.get(key)
+
+
 def test_cache_holds_exactly_its_bound():
-    cache = _BitmapCache(max_offsets=10)
+    cache = _OffsetCache(max_offsets=10)
     cache.put(("t", "a"), _offsets(6))
     cache.put(("t", "b"), _offsets(4))
     assert cache.get(("t", "a")) is not None and cache.get(("t", "b")) is not None
@@ -79,7 +92,7 @@ def test_cache_holds_exactly_its_bound():
 
 
 def test_cache_stays_within_its_bound_after_evicting():
-    cache = _BitmapCache(max_offsets=10)
+    cache = _OffsetCache(max_offsets=10)
     cache.put(("t", "a"), _offsets(6))
     cache.put(("t", "b"), _offsets(4))
     cache.put(("t", "c"), _offsets(1))  # a goes: 5 held
@@ -89,7 +102,7 @@ def test_cache_stays_within_its_bound_after_evicting():
 
 
 def test_cache_evicts_the_least_recently_used():
-    cache = _BitmapCache(max_offsets=10)
+    cache = _OffsetCache(max_offsets=10)
     cache.put(("t", "a"), _offsets(4))
     cache.put(("t", "b"), _offsets(4))
     assert len(cache.get(("t", "a"))) == 4  # a is now the most recently used
@@ -99,23 +112,25 @@ def test_cache_evicts_the_least_recently_used():
 
 
 def test_cache_counts_a_file_put_twice_once():
-    cache = _BitmapCache(max_offsets=10)
+    cache = _OffsetCache(max_offsets=10)
     for _ in range(3):
         cache.put(("t", "a"), _offsets(4))
     cache.put(("t", "b"), _offsets(6))
     assert cache.get(("t", "a")) is not None and cache.get(("t", "b")) is not None
 
 
-def test_cache_keeps_one_file_larger_than_its_bound():
-    cache = _BitmapCache(max_offsets=10)
+def test_cache_never_holds_a_file_larger_than_its_bound():
+    # The bound is a promise about memory: a file that alone exceeds it is read but not kept,
+    # and keeping it out evicts nothing.
+    cache = _OffsetCache(max_offsets=10)
     cache.put(("t", "a"), _offsets(4))
     cache.put(("t", "big"), _offsets(50))
-    assert cache.get(("t", "a")) is None
-    assert len(cache.get(("t", "big"))) == 50
+    assert cache.get(("t", "big")) is None
+    assert len(cache.get(("t", "a"))) == 4
 
 
 def test_cache_keys_are_per_table():
-    cache = _BitmapCache()
+    cache = _OffsetCache()
     cache.put(("t1", "_deletions/0.bin"), _offsets(3))
     assert cache.get(("t2", "_deletions/0.bin")) is None
 
@@ -155,7 +170,7 @@ def test_deletion_file_read_from_storage_with_an_offset_past_the_last_row_is_cor
     t.append(rows(0, 100))
     [frag] = t.manifest.fragments
     written = write_deleted(t.store, frag.id, np.asarray([3, 7, 100], dtype=np.uint32))
-    lamina.deletion._CACHE = _BitmapCache()  # read by another process
+    lamina.deletion._CACHE.clear()  # read by another process
     bad = dataclasses.replace(frag, deletion=written)
     with pytest.raises(CorruptFile, match=(
         rf"{re.escape(t.store.describe(written.path))}: deletes offset 100 of a fragment of 100 rows"
