@@ -1,0 +1,73 @@
+"""The house rules of docs/ARCHITECTURE.md, checked on the source so they cannot quietly erode."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("lamina", "workers", "jobs", "planner")
+
+
+def _modules():
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), str(path))
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_only_the_runtime_module_talks_to_ray():
+    users = [name for name, tree in _modules() if any(m == "ray" or m.startswith("ray.") for m in _imports(tree))]
+    assert users == ["workers/runtime.py"]
+
+
+def test_the_planner_does_no_io_and_needs_no_workers():
+    for name, tree in _modules():
+        if name.startswith("planner/"):
+            bad = {m for m in _imports(tree) if m.split(".")[0] in ("workers", "jobs", "boto3", "ray")
+                   or m in ("lamina.store", "lamina.datafile", "lamina.commit", "lamina.table")}
+            assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_only_table_py_sets_a_tables_manifest():
+    writers = [
+        f"{name}:{node.lineno}"
+        for name, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and target.attr == "_manifest"
+    ]
+    assert writers and all(w.startswith("lamina/table.py:") for w in writers), writers
+
+
+def test_jobs_only_parse_show_progress_and_print():
+    """A job module calls the library: it never builds transactions, commits or plans groups itself."""
+    for name, tree in _modules():
+        if name.startswith("jobs/"):
+            bad = {m for m in _imports(tree) if m in ("lamina.commit", "lamina.transaction", "lamina.store")
+                   or m.startswith("workers.") and m != "workers.runtime"}
+            assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_every_error_class_lives_in_lamina_errors():
+    import lamina.errors
+
+    defined = []
+    for name, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(b, ast.Name) and (b.id.endswith("Error") or b.id in dir(lamina.errors)) and
+                    isinstance(getattr(lamina.errors, b.id, None), type) and issubclass(getattr(lamina.errors, b.id), Exception)
+                    for b in node.bases):
+                defined.append(f"{name}:{node.name}")
+    assert all(d.startswith("lamina/errors.py:") for d in defined), defined
