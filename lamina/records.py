@@ -109,10 +109,9 @@ class CreateRecord(TransactionRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AppendRecord(TransactionRecord):
-    """``append``: new fragments after the existing ones."""
+class _NewFragments(TransactionRecord):
+    """The fields of an operation that adds fragments: their ids and rows."""
 
-    operation: str = field(default="append", init=False)
     fragment_ids: tuple[int, ...] = ()
     rows: int = 0
 
@@ -125,19 +124,17 @@ class AppendRecord(TransactionRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
-class OverwriteRecord(TransactionRecord):
+class AppendRecord(_NewFragments):
+    """``append``: new fragments after the existing ones."""
+
+    operation: str = field(default="append", init=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverwriteRecord(_NewFragments):
     """``overwrite``: these fragments replaced every other one."""
 
     operation: str = field(default="overwrite", init=False)
-    fragment_ids: tuple[int, ...] = ()
-    rows: int = 0
-
-    @classmethod
-    def _fields_from(cls, f: "_Fields") -> dict[str, Any]:
-        return {"fragment_ids": f.numbers("fragment_ids"), "rows": f.number("rows")}
-
-    def _details(self) -> dict[str, Any]:
-        return {"fragment_ids": list(self.fragment_ids), "rows": self.rows}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -161,7 +161,7 @@ class ObjectStore(abc.ABC):
                     requests += 1
             yield StagedInput(tmp, requests)
         finally:
-            _remove_quietly(tmp)
+            remove_quietly(tmp)
 
     @contextlib.contextmanager
     def staged_output(self, path: str, directory: str | None = None) -> Iterator[str]:
@@ -194,7 +194,8 @@ def _written(local: str, where: str) -> str:
     return local
 
 
-def _remove_quietly(path: str) -> None:
+def remove_quietly(path: str) -> None:
+    """Removes a local file; one already gone is fine."""
     try:
         os.remove(path)
     except FileNotFoundError:

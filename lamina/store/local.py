@@ -15,7 +15,7 @@ import uuid
 from typing import Iterable, Iterator
 
 from lamina.errors import CorruptFile, ObjectNotFound, StorageError
-from lamina.store.base import STAGE_BATCH_BYTES, ObjectInfo, ObjectStore, StagedInput, _written
+from lamina.store.base import STAGE_BATCH_BYTES, ObjectInfo, ObjectStore, StagedInput, _written, remove_quietly
 
 
 class LocalStore(ObjectStore):
@@ -69,7 +69,7 @@ class LocalStore(ObjectStore):
             yield tmp
             os.replace(_written(tmp, self.describe(path)), full)
         finally:
-            _remove_quietly(tmp)
+            remove_quietly(tmp)
 
     def get(self, path: str) -> bytes:
         try:
@@ -106,7 +106,7 @@ class LocalStore(ObjectStore):
                 f.flush()
                 os.fsync(f.fileno())
         except BaseException:
-            _remove_quietly(tmp)
+            remove_quietly(tmp)
             raise
         return tmp
 
@@ -133,7 +133,7 @@ class LocalStore(ObjectStore):
                 return False
             raise StorageError(f"writing {self.describe(path)} failed: {e}") from e
         finally:
-            _remove_quietly(tmp)
+            remove_quietly(tmp)
         _fsync_dir(os.path.dirname(self._full(path)))
         return True
 
@@ -158,7 +158,7 @@ class LocalStore(ObjectStore):
 
     def delete(self, paths: Iterable[str]) -> None:
         for path in paths:
-            _remove_quietly(self._full(path))
+            remove_quietly(self._full(path))
 
     def size(self, path: str) -> int:
         try:
@@ -174,13 +174,6 @@ class LocalStore(ObjectStore):
         if not os.path.exists(full):
             raise ObjectNotFound(f"{self.describe(path)} does not exist")
         return full
-
-
-def _remove_quietly(full: str) -> None:
-    try:
-        os.remove(full)
-    except FileNotFoundError:
-        pass
 
 
 def _fsync_dir(directory: str) -> None:

@@ -10,7 +10,7 @@ from lamina.datafile import write_fragments
 from lamina.errors import CommitConflict
 from lamina.manifest import encode_manifest, load_manifest, manifest_path
 from lamina.transaction import WalFlush
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from tests.lamina.helpers import SCHEMA, BeatenOnce, ids_of, rows
 
 _COMMON = {"uuid", "operation", "read_version", "timestamp_ms"}
 
@@ -181,22 +181,6 @@ def test_compaction_carries_a_concurrent_delete_of_a_whole_source_of_any_size(lo
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(100, 110))
 
 
-class _BeatenOnce:
-    """The first manifest put: ``other()`` commits that version first, then ours is tried (and loses)."""
-
-    def __init__(self, inner, other):
-        self._inner, self._other, self.fired = inner, other, 0
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def put_if_absent(self, path, data):
-        if path.startswith("_versions/") and not self.fired:
-            self.fired += 1
-            self._other()
-        return self._inner.put_if_absent(path, data)
-
-
 def _deletion_files(t):
     return {o.path for o in t.store.list("_deletions/")}
 
@@ -211,7 +195,7 @@ def test_delete_that_loses_the_put_to_another_delete_keeps_both_and_writes_no_st
     t = lamina.create_table(local_table_uri, SCHEMA)
     for start in (0, 100):
         t.append(rows(start, 100))
-    store = _BeatenOnce(t.store, lambda: lamina.open_table(local_table_uri).delete(theirs))
+    store = BeatenOnce(t.store, lambda: lamina.open_table(local_table_uri).delete(theirs))
     mine = Table(store, t.manifest)
     assert mine.delete("id < 10") == (5 if theirs.startswith("id >= 5") else 10)
     assert store.fired == 1

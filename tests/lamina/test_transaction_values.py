@@ -16,7 +16,7 @@ from lamina.deletion import StoredDeletionFiles, read_deleted
 from lamina.manifest import DeletionFile
 from lamina.rewrite import full_rewrite
 from lamina.transaction import Delete, Rewrite
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from tests.lamina.helpers import SCHEMA, BeatenOnce, ids_of, rows
 
 
 class MemoryDeletionFiles:
@@ -121,22 +121,6 @@ def test_stored_deletion_files_tell_of_every_file_they_write(local_table_uri):
 
 
 # -- create commits through commit ------------------------------------------------------------
-class _BeatenOnce:
-    """The first manifest put: ``other()`` runs first (and commits that version), then ours is tried."""
-
-    def __init__(self, inner, other):
-        self._inner, self._other, self.fired = inner, other, 0
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def put_if_absent(self, path, data):
-        if path.startswith("_versions/") and not self.fired:
-            self.fired += 1
-            self._other()
-        return self._inner.put_if_absent(path, data)
-
-
 def test_create_commits_version_one_recording_its_request_and_remembers_it(local_table_uri):
     from lamina.manifest import load_manifest
     from lamina.records import CreateRecord
@@ -156,7 +140,7 @@ def test_create_that_loses_the_race_to_another_create_is_table_exists(local_tabl
     from lamina.store import open_store
     from lamina.transaction import Create
 
-    store = _BeatenOnce(open_store(local_table_uri), lambda: lamina.create_table(local_table_uri, SCHEMA).append(rows(0, 3)))
+    store = BeatenOnce(open_store(local_table_uri), lambda: lamina.create_table(local_table_uri, SCHEMA).append(rows(0, 3)))
     txn = Create(SCHEMA)
     with pytest.raises(TableExists, match=rf"a Lamina table was created at {store.uri} concurrently; open it with lamina.open_table"):
         commit(store, txn, txn.base)
