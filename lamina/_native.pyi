@@ -10,7 +10,6 @@ import pyarrow as pa
 
 __version__: str
 FILE_VERSION: str
-FILE_VERSION_KEY: str
 
 def write_data_file(
     path: str,
@@ -119,24 +118,14 @@ def analyze_text(text: str, *, stem: bool = False, max_token_len: int = 64) -> l
 def tokenize_text(text: str, *, stem: bool = False, max_token_len: int = 64) -> list[str]:
     """Every token of ``text`` (repeats kept), as the fts index counts them."""
 
-def bm25_top_k(terms: list[tuple[pa.Array, pa.Array, pa.Array]], docs: int, avgdl: float, k: int) -> tuple[pa.UInt64Array, pa.DoubleArray]:
-    """Top ``k`` addresses by BM25; per query term (addresses uint64, tf uint32, lengths uint32); best first."""
-
 class IndexSegment:
     """The directory of one stored segment: names the blocks a query needs and decodes them."""
 
-    kind: str
-    rows: int
-    ordinals: int
-    key_type: str | None
-    analyzer: tuple[bool, int]
     def __init__(self, footer: bytes, directory: bytes, file_len: int, object: str) -> None: ...
     def blocks_for_ranges(self, ranges: list[tuple[object, bool, object, bool]]) -> list[tuple[int, int, int]]: ...
     def lookup(self, ranges: list[tuple[object, bool, object, bool]], blocks: list[tuple[int, bytes]]) -> pa.UInt64Array: ...
     def term_blocks(self, terms: list[str]) -> list[tuple[str, int, int, int]]: ...
     def fragment_stats(self) -> list[tuple[int, int, int, int, int, int, int]]: ...
-    def postings(self, id: int, data: bytes) -> tuple[pa.UInt64Array, pa.UInt32Array]: ...
-    def lengths(self, id: int, rows: int, data: bytes) -> pa.UInt32Array: ...
     def text_docs(self, fragments: list[tuple[int, int, int, bytes, pa.UInt32Array | None]]) -> TextDocs:
         """The documents a full-text segment serves in a query: ``fragments`` are (ordinal, fragment id, length
         block id, block bytes, deleted offsets or None). Reusable while those fragments and deletions stay."""
@@ -158,5 +147,4 @@ class TextQuery:
     dfs: list[int]  # live document frequency per query term, in query-term order
     def top_k(self, docs: int, avgdl: float, dfs: list[int], k: int) -> tuple[pa.UInt64Array, pa.DoubleArray]:
         """Phase 2: the best ``k`` here under the global statistics (``dfs`` per query term): (row addresses
-        ``fragment_id << 32 | offset``, scores), best first, ties by smaller address. Bit-identical to
-        ``bm25_top_k`` over the same live postings."""
+        ``fragment_id << 32 | offset``, scores), best first, ties by smaller address."""

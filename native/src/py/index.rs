@@ -12,7 +12,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use super::run;
 use crate::error::{Error, Work};
-use crate::index::fts::{self, Analyzer, DocLengths, SegmentQuery, ServedFragment, TermPostings};
+use crate::index::fts::{Analyzer, DocLengths, SegmentQuery, ServedFragment};
 use crate::index::keys::KeyType;
 use crate::keys::{encode_f64, encode_i64};
 use crate::index::{self, BuildOptions, Built, Footer, Key, KeyColumn, KeyRange, Kind, SegmentReader};
@@ -117,41 +117,11 @@ pub(crate) fn tokenize_text(py: Python<'_>, text: &str, stem: bool, max_token_le
     run(py, Work::Makes("text analysis"), || Ok(Analyzer { stem, max_token_len }.tokenize(text)))
 }
 
-fn u64_array(a: ArrayData, what: &str) -> Result<UInt64Array, Error> {
-    if a.data_type() != &arrow::datatypes::DataType::UInt64 || a.null_count() > 0 {
-        return Err(Error::InvalidArgument(format!("{what} must be uint64 without nulls")));
-    }
-    Ok(UInt64Array::from(a))
-}
-
 fn u32_array(a: ArrayData, what: &str) -> Result<UInt32Array, Error> {
     if a.data_type() != &arrow::datatypes::DataType::UInt32 || a.null_count() > 0 {
         return Err(Error::InvalidArgument(format!("{what} must be uint32 without nulls")));
     }
     Ok(UInt32Array::from(a))
-}
-
-/// Top `k` by BM25: `terms` are (addresses, term frequencies, document lengths) per query term.
-#[pyfunction]
-pub(crate) fn bm25_top_k(
-    py: Python<'_>,
-    terms: Vec<(PyArrowType<ArrayData>, PyArrowType<ArrayData>, PyArrowType<ArrayData>)>,
-    docs: u64,
-    avgdl: f64,
-    k: usize,
-) -> PyResult<(PyArrowType<ArrayData>, PyArrowType<ArrayData>)> {
-    let arrays: Vec<(UInt64Array, UInt32Array, UInt32Array)> = terms
-        .into_iter()
-        .map(|(a, t, l)| Ok((u64_array(a.0, "addresses")?, u32_array(t.0, "frequencies")?, u32_array(l.0, "lengths")?)))
-        .collect::<Result<_, Error>>()?;
-    let top = run(py, Work::Makes("BM25 scoring"), || {
-        let postings: Vec<TermPostings<'_>> = arrays
-            .iter()
-            .map(|(a, t, l)| TermPostings { addrs: a.values(), tfs: t.values(), lengths: l.values() })
-            .collect();
-        fts::bm25_top_k(&postings, docs, avgdl, k)
-    })?;
-    Ok(top_arrays(&top))
 }
 
 fn top_arrays(top: &[(u64, f64)]) -> (PyArrowType<ArrayData>, PyArrowType<ArrayData>) {
@@ -283,26 +253,6 @@ impl IndexSegment {
         Ok(IndexSegment { reader })
     }
 
-    #[getter]
-    fn kind(&self) -> &'static str {
-        self.reader.kind.name()
-    }
-
-    #[getter]
-    fn rows(&self) -> u64 {
-        self.reader.rows
-    }
-
-    #[getter]
-    fn ordinals(&self) -> u32 {
-        self.reader.ordinals
-    }
-
-    #[getter]
-    fn key_type(&self) -> Option<&'static str> {
-        self.reader.key_type().map(KeyType::name)
-    }
-
     /// (id, offset, length) of the blocks a range query reads; ranges are (lo, lo_inclusive, hi, hi_inclusive).
     fn blocks_for_ranges(&self, py: Python<'_>, ranges: Vec<PyRange<'_>>) -> PyResult<Vec<(u32, u64, u32)>> {
         let ranges = self.ranges(ranges)?;
@@ -323,13 +273,6 @@ impl IndexSegment {
             self.reader.lookup(&ranges, &refs)
         })?;
         Ok(PyArrowType(UInt64Array::from(addrs).into_data()))
-    }
-
-    /// (stem, max_token_len) of a full-text segment.
-    #[getter]
-    fn analyzer(&self) -> PyResult<(bool, usize)> {
-        let a = &self.reader.fts()?.analyzer;
-        Ok((a.stem, a.max_token_len))
     }
 
     /// (term, id, offset, length) of the posting blocks of the terms this segment has.
@@ -356,24 +299,6 @@ impl IndexSegment {
             .enumerate()
             .map(|(i, f)| (f.ordinal, f.rows, f.docs, f.total_len, i as u32, f.block.offset, f.block.len))
             .collect())
-    }
-
-    /// Decodes a posting block: (local addresses uint64, term frequencies uint32).
-    fn postings(&self, py: Python<'_>, id: u32, data: &[u8]) -> PyResult<(PyArrowType<ArrayData>, PyArrowType<ArrayData>)> {
-        let (a, t) = run(py, Work::Reads(&self.reader.object), || {
-            self.reader.check_block(id, data)?;
-            fts::decode_postings(data, &self.reader.object)
-        })?;
-        Ok((PyArrowType(UInt64Array::from(a).into_data()), PyArrowType(UInt32Array::from(t).into_data())))
-    }
-
-    /// Decodes a fragment's length block (tokens per row; 4294967295 for nulls).
-    fn lengths(&self, py: Python<'_>, id: u32, rows: u32, data: &[u8]) -> PyResult<PyArrowType<ArrayData>> {
-        let l = run(py, Work::Reads(&self.reader.object), || {
-            self.reader.check_block(id, data)?;
-            fts::decode_lengths(data, rows, &self.reader.object)
-        })?;
-        Ok(PyArrowType(UInt32Array::from(l).into_data()))
     }
 
     /// The documents this full-text segment serves in a query: `fragments` are

@@ -181,19 +181,9 @@ impl MemTable {
         Ok(MemTable { inner: memtable::MemTable::new(KeyKind::parse(key_type)?) })
     }
 
-    #[getter]
-    fn key_type(&self) -> &'static str {
-        self.inner.kind().name()
-    }
-
     /// Puts one value; returns its sequence number.
     fn put(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &[u8]) -> PyResult<u64> {
         self.write_one(py, self.key(key)?, Some(value))
-    }
-
-    /// Deletes a key (adds a tombstone); returns its sequence number.
-    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<u64> {
-        self.write_one(py, self.key(key)?, None)
     }
 
     /// Puts `values[i]` under `keys[i]` in order (a null value deletes); returns the last sequence.
@@ -216,13 +206,6 @@ impl MemTable {
     fn get<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let key = self.key(key)?;
         Ok(guard(MEMTABLE, || self.inner.get(key))?.value().map(|v| PyBytes::new(py, v)))
-    }
-
-    /// (state, value): state 0 absent, 1 live (with its value), 2 deleted.
-    fn probe<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<(u8, Option<Bound<'py, PyBytes>>)> {
-        let key = self.key(key)?;
-        let found = guard(MEMTABLE, || self.inner.get(key))?;
-        Ok((state(&found), found.value().map(|v| PyBytes::new(py, v))))
     }
 
     /// (states uint8, values binary) for an array of keys; states as in `probe`, values null unless live.
@@ -263,22 +246,10 @@ impl MemTable {
         self.inner.len() as usize
     }
 
-    /// Distinct keys.
-    #[getter]
-    fn distinct_keys(&self) -> u64 {
-        self.inner.distinct_keys()
-    }
-
     /// Bytes of memory the memtable holds (its arena, allocated in 1 MiB chunks).
     #[getter]
     fn arena_bytes(&self) -> usize {
         self.inner.arena_bytes()
-    }
-
-    /// The sequence number of the newest entry (0 when empty).
-    #[getter]
-    fn sequence(&self) -> u64 {
-        self.inner.sequence()
     }
 
     fn __repr__(&self) -> String {

@@ -27,7 +27,6 @@ pub(crate) fn run<T: Send, F: Send + FnOnce() -> crate::Result<T>>(py: Python<'_
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FILE_VERSION", crate::file::FILE_VERSION)?;
-    m.add("FILE_VERSION_KEY", crate::file::FILE_VERSION_KEY)?;
     m.add_function(wrap_pyfunction!(file::write_data_file, m)?)?;
     m.add_function(wrap_pyfunction!(file::take_local_rows, m)?)?;
     m.add_function(wrap_pyfunction!(file::checksum, m)?)?;
@@ -40,7 +39,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(index::index_directory_range, m)?)?;
     m.add_function(wrap_pyfunction!(index::analyze_text, m)?)?;
     m.add_function(wrap_pyfunction!(index::tokenize_text, m)?)?;
-    m.add_function(wrap_pyfunction!(index::bm25_top_k, m)?)?;
     m.add_class::<index::IndexSegment>()?;
     m.add_class::<index::TextDocs>()?;
     m.add_class::<index::TextQuery>()?;
