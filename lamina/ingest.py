@@ -29,7 +29,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +44,7 @@ from lamina.keys import primary_key_domain
 from lamina.filter import Conjunct, Filter
 from lamina.index.query import select
 from lamina.manifest import VERSIONS_DIR
+from lamina.store import ObjectStore
 from lamina.transaction import WalFlush
 from lamina.wal import (
     CLAIM,
@@ -96,6 +97,39 @@ def shard_for(key: Any, shards: int) -> int:
 def memtable_key_type(t: pa.DataType) -> str:
     """The memtable's key domain for a primary-key column (``lamina.keys``)."""
     return primary_key_domain(t, "a WAL primary key")
+
+
+def remove_applied_segments(store: ObjectStore, shard: int, watermarks: Mapping[str, int], retention_seconds: float,
+                            *, now: float | None = None, segments: Iterable[int] | None = None) -> list[int]:
+    """Deletes the sealed segments of ``shard`` whose every transaction is committed to the table,
+    once their seal is older than ``retention_seconds``; returns the segments this call removed.
+
+    ``watermarks`` are the table's committed ones (``Manifest.wal_watermarks`` of a version read
+    before the call: they only grow, so an older version only keeps more). "Committed" is the
+    table's watermark, not an applier's position: a segment applied but not flushed must survive,
+    to be replayed after a restart. Appliers and ``lamina maintain`` may run this at once on one
+    shard: a segment another caller removed meanwhile is simply done. ``segments`` limits the
+    call to those segments (default: every segment of the shard).
+    """
+    now = time.time() if now is None else now
+    removed = []
+    for segment in sorted(segments) if segments is not None else list_segments(store, shard):
+        prefix = segment_prefix(shard, segment)
+        objects = list(store.list(prefix))
+        seal = next((o for o in objects if o.path == prefix + SEALED), None)
+        if seal is None or now - seal.modified < retention_seconds:
+            continue
+        sealed_at = read_sealed(store, shard, segment)
+        if sealed_at is None:
+            continue  # removed meanwhile (another caller): done
+        if watermarks.get(watermark_key(shard, segment), 0) < sealed_at:
+            continue
+        # The seal goes last (a segment without one is never removed); the claim stays, so
+        # the segment number is never claimed again while its watermark says "applied".
+        store.delete([o.path for o in objects if o.path not in (seal.path, prefix + CLAIM)])
+        store.delete([seal.path])
+        removed.append(segment)
+    return removed
 
 
 @dataclass
@@ -573,34 +607,12 @@ class ShardApplier:
 
     # -- housekeeping ------------------------------------------------------------------
     def remove_applied_segments(self, now: float | None = None) -> list[int]:
-        """Deletes sealed segments whose every transaction is committed to the table, once their
-        seal is older than the retention; returns the segments this call removed.
-
-        "Committed" is the table's watermark, not this applier's position: a segment applied
-        but not flushed must survive, to be replayed after a restart. Two appliers of one
-        shard may run this at once: a segment the other removed meanwhile is simply done.
-        """
-        now = time.time() if now is None else now
-        removed = []
+        """Deletes this shard's sealed segments whose every transaction is committed to the table,
+        once their seal is older than the retention; returns the segments this call removed
+        (the module's ``remove_applied_segments`` with the table's latest watermarks)."""
         with self._lock:
             committed = self.table.reload().manifest.wal_watermarks
-            for segment in list_segments(self.store, self.shard):
-                prefix = segment_prefix(self.shard, segment)
-                objects = list(self.store.list(prefix))
-                seal = next((o for o in objects if o.path == prefix + SEALED), None)
-                if seal is None or now - seal.modified < self.options.retention_seconds:
-                    continue
-                sealed_at = read_sealed(self.store, self.shard, segment)
-                if sealed_at is None:
-                    continue  # removed meanwhile (another applier): done
-                if committed.get(watermark_key(self.shard, segment), 0) < sealed_at:
-                    continue
-                # The seal goes last (a segment without one is never removed); the claim stays, so
-                # the segment number is never claimed again while its watermark says "applied".
-                self.store.delete([o.path for o in objects if o.path not in (seal.path, prefix + CLAIM)])
-                self.store.delete([seal.path])
-                removed.append(segment)
-        return removed
+            return remove_applied_segments(self.store, self.shard, committed, self.options.retention_seconds, now=now)
 
     def step(self) -> None:
         """One round of the applier loop: apply (up to the memtable's bounds), flush if due, expire
