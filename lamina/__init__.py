@@ -5,10 +5,14 @@
     t.append(pa.table({"id": [1, 2, 3]}))
     t.delete("id = 2")
     t.to_arrow()          # id: [1, 3]
+
+    cat = lamina.connect("/tmp/warehouse")        # a catalog of namespaces and tables
+    cat.create_namespace("sales"); cat.create_table("sales.orders", schema)
 """
 
 from lamina import errors
 from lamina.table import FragmentInfo, IndexInfo, Table, TableStats, VersionInfo, create_table, open_table
+from lamina.catalog import Catalog, connect
 
 __version__ = "0.1.0"
-__all__ = ["errors", "create_table", "open_table", "Table", "FragmentInfo", "IndexInfo", "TableStats", "VersionInfo", "__version__"]
+__all__ = ["errors", "connect", "Catalog", "create_table", "open_table", "Table", "FragmentInfo", "IndexInfo", "TableStats", "VersionInfo", "__version__"]

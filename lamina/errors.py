@@ -45,6 +45,18 @@ class TableExists(LaminaError, FileExistsError):
     """``create_table`` found a table already at the URI."""
 
 
+class NamespaceNotFound(LaminaError, LookupError):
+    """A catalog has no namespace of that name."""
+
+
+class NamespaceExists(LaminaError, FileExistsError):
+    """A catalog already has a namespace (or a table) of that name."""
+
+
+class NamespaceNotEmpty(LaminaError):
+    """A namespace still holds tables or namespaces; drop them first, or pass cascade=True."""
+
+
 class VersionNotFound(LaminaError, LookupError):
     """The requested table version does not exist (never committed, or cleaned up)."""
 

@@ -596,23 +596,45 @@ class ChangeIndex(Transaction):
 
 
 class Overwrite(Transaction):
-    """Replaces every fragment (and the schema); indices are dropped."""
+    """Replaces every fragment (and the schema); indices are dropped unless replacements come with it.
+
+    ``indices`` are the replacement indices, their segments naming the new fragments by position
+    in ``fragments`` (the commit gives them their ids). A ``strict`` overwrite never replays over a
+    version committed after its read: it stops with ``CommitConflict`` so its writer can redo the
+    whole rewrite on the latest version (the catalog's copy-on-write commits, docs/FORMAT.md §12).
+    ``config`` entries are merged into the table's config (e.g. a catalog's schema version).
+    """
 
     operation = "overwrite"
 
-    def __init__(self, read_version: int, fragments: list[Fragment], schema: Any = None):
+    def __init__(self, read_version: int, fragments: list[Fragment], schema: Any = None, *,
+                 indices: tuple[IndexEntry, ...] = (), strict: bool = False, config: dict[str, Any] | None = None):
         super().__init__(read_version)
         self.fragments = fragments
         self.schema = schema
-        self.written = [f.path for f in fragments]
+        self.indices = tuple(indices)
+        self.strict = strict
+        self.config = dict(config or {})
+        self.written = [f.path for f in fragments] + [p for ix in self.indices for p in ix.files]
 
     def new_fragments(self) -> list[Fragment]:
         return self.fragments
 
+    def rebase(self, theirs: Manifest, files: DeletionFiles) -> "Transaction":
+        if self.strict:
+            raise _conflict(self, theirs, files.uri, "a strict overwrite is redone on the latest version, never replayed")
+        return super().rebase(theirs, files)
+
     def apply(self, base: Manifest) -> Manifest:
         new, next_id, next_row = assign_ids(base, self.fragments, self.schema)
+        indices = tuple(
+            dataclasses.replace(ix, segments=tuple(
+                dataclasses.replace(seg, fragment_ids=tuple(new[p].id for p in seg.fragment_ids)) for seg in ix.segments))
+            for ix in self.indices
+        )
         return self._next(
             base, OverwriteRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new)),
-            fragments=tuple(new), next_fragment_id=next_id, next_row_id=next_row, indices=(),
+            fragments=tuple(new), next_fragment_id=next_id, next_row_id=next_row, indices=indices,
             schema=self.schema if self.schema is not None else base.schema,
+            config={**base.config, **self.config} if self.config else base.config,
         )

@@ -1,0 +1,557 @@
+"""A catalog of namespaces and tables, kept as a Lamina table under ``<root>/_catalog``.
+
+    lamina.connect(root) ─► Catalog
+    reads:     the latest catalog version (one listing checks for a newer one) ─► filtered reads
+               through its indices: btree on object_id (lookups by name), bitmap on object_type
+               (listings), full text on metadata (search)
+    mutations: copy-on-write: read every row of the latest version, transform them, write one new
+               data file and the three index segments over it, commit a strict overwrite (put-if-absent
+               of the next version); a lost race redoes the whole rewrite on the new latest version
+
+The catalog holds one row per namespace or table (docs/FORMAT.md §12). A table the catalog
+creates lives under the root at a path made from its name and a unique suffix, so a name dropped
+and created again never shares files; ``register_table`` adds a table that lives elsewhere.
+Catalogs written with an earlier schema version are read as they are and migrated by their
+first mutation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lamina.commit import commit
+from lamina.datafile import WriteOptions, write_fragment
+from lamina.errors import (
+    CommitConflict,
+    IndexNotFound,
+    InvalidArgument,
+    NamespaceExists,
+    NamespaceNotEmpty,
+    NamespaceNotFound,
+    TableExists,
+    TableNotFound,
+)
+from lamina.index.options import IndexOptions
+from lamina.index.segments import build_local, segment_path, write_segment
+from lamina.keys import key_array
+from lamina.manifest import IndexEntry, IndexSegment, Manifest, latest_version, versions_from
+from lamina.retry import Backoff
+from lamina.store import ObjectStore, open_store
+from lamina.table import Table, create_table, open_table
+from lamina.transaction import Create, Overwrite
+
+#: Where the catalog table lives under the root (names cannot start with "_", so no entry can collide).
+CATALOG_DIR = "_catalog"
+#: The schema version this Lamina writes, kept in the catalog table's config.
+SCHEMA_VERSION = 2
+CONFIG_KEY = "catalog_schema_version"
+
+NAMESPACE, TABLE = "namespace", "table"
+
+#: Version 2 (current): one row per namespace or table.
+SCHEMA = pa.schema([
+    pa.field("object_id", pa.string(), nullable=False),  # dotted path: "sales.eu.orders"
+    pa.field("object_type", pa.string(), nullable=False),  # "namespace" | "table"
+    pa.field("parent", pa.string(), nullable=False),  # the enclosing namespace ("" at the top)
+    pa.field("location", pa.string()),  # tables: relative to the root, or a full URI when registered
+    pa.field("registered", pa.bool_()),  # tables: added by register_table (lives outside the root's layout)
+    pa.field("metadata", pa.string(), nullable=False),  # properties, a JSON object
+    pa.field("created_ms", pa.int64(), nullable=False),
+    pa.field("updated_ms", pa.int64(), nullable=False),
+    pa.field("table_version", pa.int64()),  # tables: last known version, rows, data bytes
+    pa.field("table_rows", pa.int64()),
+    pa.field("table_bytes", pa.int64()),
+    pa.field("maintenance", pa.string()),  # tables: the last maintenance report, a JSON object
+])
+
+#: Version 1: properties in a column named ``properties``; no table statistics, no maintenance.
+SCHEMA_V1 = pa.schema([
+    pa.field("object_id", pa.string(), nullable=False),
+    pa.field("object_type", pa.string(), nullable=False),
+    pa.field("parent", pa.string(), nullable=False),
+    pa.field("location", pa.string()),
+    pa.field("properties", pa.string()),
+    pa.field("created_ms", pa.int64(), nullable=False),
+    pa.field("updated_ms", pa.int64(), nullable=False),
+])
+
+#: The indices every catalog version carries, built inline by each rewrite.
+INDICES = (("object_id_btree", "object_id", "btree"), ("object_type_bitmap", "object_type", "bitmap"),
+           ("metadata_fts", "metadata", "fts"))
+
+_LEVEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+MAX_DEPTH = 8
+
+#: A lost race redoes the rewrite: short waits, many writers may contend.
+REWRITE_BACKOFF = Backoff(base_seconds=0.005, cap_seconds=0.5, max_attempts=200)
+
+
+def check_name(name: Any, what: str = "name") -> tuple[str, ...]:
+    """The levels of a dotted name; InvalidArgument saying what is wrong."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"{what} must be a non-empty string like 'sales.eu.orders', not {name!r}")
+    levels = tuple(name.split("."))
+    if len(levels) > MAX_DEPTH:
+        raise InvalidArgument(f"{what} {name!r} has {len(levels)} levels; at most {MAX_DEPTH}")
+    for level in levels:
+        if not _LEVEL.match(level):
+            raise InvalidArgument(
+                f"{what} {name!r}: level {level!r} must be 1-64 letters, digits, '_' or '-', starting with a letter or "
+                f"digit (no '..', '/', '\\\\', spaces or leading '_')")
+    return levels
+
+
+def _parent(name: str) -> str:
+    return name.rpartition(".")[0]
+
+
+def _properties(properties: Any, what: str) -> str:
+    if properties is None:
+        return "{}"
+    if not isinstance(properties, dict) or not all(isinstance(k, str) for k in properties):
+        raise InvalidArgument(f"properties of {what} must be a dict with string keys, not {type(properties).__name__}")
+    try:
+        return json.dumps(properties, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"properties of {what} must be JSON values: {e}") from None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class NamespaceDescription:
+    name: str
+    properties: dict[str, Any]
+    created_ms: int
+    updated_ms: int
+
+
+@dataclass(frozen=True)
+class TableDescription:
+    """A table as the catalog knows it, with its live state read from the table."""
+
+    name: str
+    location: str  # full URI
+    registered: bool
+    properties: dict[str, Any]
+    created_ms: int
+    updated_ms: int
+    version: int
+    rows: int
+    fragments: int
+    indices: list[str]
+    maintenance: dict[str, Any] | None
+
+
+def _as_current(rows: pa.Table) -> pa.Table:
+    """Rows of any schema version in the current schema (version 1: properties → metadata)."""
+    if rows.schema.equals(SCHEMA):
+        return rows
+    if "properties" in rows.schema.names and "metadata" not in rows.schema.names:
+        props = pc.fill_null(rows.column("properties"), "{}")
+        rows = rows.drop_columns(["properties"]).append_column("metadata", props)
+    n = rows.num_rows
+    columns = []
+    for field in SCHEMA:
+        if field.name in rows.schema.names:
+            columns.append(rows.column(field.name).cast(field.type))
+        elif field.name == "registered":
+            columns.append(pa.array([False] * n, pa.bool_()))
+        else:
+            columns.append(pa.nulls(n, field.type))
+    return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+
+class Catalog:
+    """The namespaces and tables under one root (a local directory or an ``s3://`` prefix)."""
+
+    def __init__(self, root: str, table: Table, storage_options: dict[str, Any] | None):
+        self._root_store: ObjectStore = open_store(root, storage_options)
+        self.root = self._root_store.uri
+        self.storage_options = storage_options
+        self._table = table
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.root!r}, version={self._table.version})"
+
+    # -- the catalog table ----------------------------------------------------------------------
+    @property
+    def table(self) -> Table:
+        """The catalog table itself, at the latest version."""
+        return self._fresh()
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._fresh().manifest.config.get(CONFIG_KEY, 1))
+
+    def _fresh(self) -> Table:
+        """The latest catalog version: one short listing after the version held."""
+        t = self._table
+        if versions_from(t.store, t.version + 1, 1):
+            t.reload()
+        return t
+
+    def _rows(self, flt: str | None = None) -> pa.Table:
+        t = self._fresh()
+        return _as_current(t.to_arrow(filter=flt))
+
+    def _entry(self, name: str) -> dict[str, Any] | None:
+        found = self._rows(f"object_id = {_quote(name)}").to_pylist()
+        return found[0] if found else None
+
+    def _namespace(self, name: str) -> dict[str, Any]:
+        entry = self._entry(name)
+        if entry is None or entry["object_type"] != NAMESPACE:
+            raise NamespaceNotFound(f"catalog {self.root} has no namespace {name!r}"
+                                    + (f" ({name!r} is a table)" if entry else "") + "; create it with create_namespace")
+        return entry
+
+    def _table_entry(self, name: str) -> dict[str, Any]:
+        check_name(name, "table name")
+        entry = self._entry(name)
+        if entry is None or entry["object_type"] != TABLE:
+            raise TableNotFound(f"catalog {self.root} has no table {name!r}"
+                                + (f" ({name!r} is a namespace)" if entry else "") + "; list them with list_tables")
+        return entry
+
+    def _location(self, entry: dict[str, Any]) -> str:
+        if entry["registered"]:
+            return entry["location"]
+        return f"{self.root.rstrip('/')}/{entry['location']}"
+
+    # -- mutations: copy-on-write rewrites ------------------------------------------------------
+    def _mutate(self, change: Callable[[pa.Table], pa.Table]) -> None:
+        """Rewrites the catalog with ``change`` applied to every row of the latest version; redoes
+        the whole rewrite over a version committed meanwhile. ``change`` raises to refuse (nothing
+        is written then)."""
+        for attempt in range(REWRITE_BACKOFF.max_attempts):
+            t = self._table.reload() if attempt else self._fresh()
+            base = t.manifest
+            rows = change(_as_current(t.to_arrow()))
+            try:
+                new = commit(t.store, _rewrite(t.store, base, rows), base, backoff=Backoff(0, 0, 1))
+            except CommitConflict:
+                REWRITE_BACKOFF.sleep(attempt)
+                continue
+            t._move_to(new)
+            return
+        raise CommitConflict(f"catalog {self.root}: {REWRITE_BACKOFF.max_attempts} rewrites in a row lost the race to "
+                             f"other writers; nothing was changed, retry later")
+
+    def create_namespace(self, name: str, properties: dict[str, Any] | None = None) -> None:
+        """Creates namespace ``name`` (its parent must exist)."""
+        check_name(name, "namespace name")
+        metadata = _properties(properties, f"namespace {name!r}")
+
+        def change(rows: pa.Table) -> pa.Table:
+            self._check_free(rows, name)
+            self._check_parent(rows, name)
+            now = _now_ms()
+            return _append(rows, dict(object_id=name, object_type=NAMESPACE, parent=_parent(name), location=None,
+                                      registered=None, metadata=metadata, created_ms=now, updated_ms=now))
+
+        self._mutate(change)
+
+    def list_namespaces(self, parent: str | None = None) -> list[str]:
+        """The namespaces directly inside ``parent`` (None: the top level), sorted."""
+        if parent is not None:
+            check_name(parent, "namespace name")
+            self._namespace(parent)
+        rows = self._rows(f"object_type = 'namespace' AND parent = {_quote(parent or '')}")
+        return sorted(rows.column("object_id").to_pylist())
+
+    def describe_namespace(self, name: str) -> NamespaceDescription:
+        check_name(name, "namespace name")
+        e = self._namespace(name)
+        return NamespaceDescription(name, json.loads(e["metadata"]), e["created_ms"], e["updated_ms"])
+
+    def drop_namespace(self, name: str, cascade: bool = False, purge: bool = False) -> None:
+        """Drops namespace ``name``; one that is not empty only with ``cascade`` (which drops what it
+        holds; ``purge`` also removes the data of the tables it drops)."""
+        check_name(name, "namespace name")
+        dropped: list[dict[str, Any]] = []
+
+        def change(rows: pa.Table) -> pa.Table:
+            ids = rows.column("object_id").to_pylist()
+            types = rows.column("object_type").to_pylist()
+            if not any(i == name and t == NAMESPACE for i, t in zip(ids, types)):
+                raise NamespaceNotFound(f"catalog {self.root} has no namespace {name!r}")
+            inside = [i for i in ids if i.startswith(name + ".")]
+            if inside and not cascade:
+                raise NamespaceNotEmpty(f"namespace {name!r} of catalog {self.root} holds {len(inside)} entries "
+                                        f"(e.g. {sorted(inside)[0]!r}); drop them first or pass cascade=True")
+            gone = pc.or_(pc.equal(rows.column("object_id"), name), pc.starts_with(rows.column("object_id"), name + "."))
+            dropped[:] = [r for r in rows.filter(gone).to_pylist() if r["object_type"] == TABLE]
+            return rows.filter(pc.invert(gone))
+
+        self._mutate(change)
+        if purge:
+            for entry in dropped:
+                self._purge(entry)
+
+    def create_table(self, name: str, schema: pa.Schema, *, properties: dict[str, Any] | None = None,
+                     **table_options: Any) -> Table:
+        """Creates an empty table ``name`` under the root (``table_options`` as for ``lamina.create_table``)."""
+        levels = check_name(name, "table name")
+        metadata = _properties(properties, f"table {name!r}")
+        self._check_before_create(name)
+        relative = "/".join(levels[:-1] + (f"{levels[-1]}-{uuid.uuid4().hex[:12]}",))
+        table = create_table(f"{self.root.rstrip('/')}/{relative}", schema, storage_options=self.storage_options,
+                             **table_options)
+
+        def change(rows: pa.Table) -> pa.Table:
+            self._check_free(rows, name)
+            self._check_parent(rows, name)
+            now = _now_ms()
+            return _append(rows, dict(object_id=name, object_type=TABLE, parent=_parent(name), location=relative,
+                                      registered=False, metadata=metadata, created_ms=now, updated_ms=now,
+                                      table_version=table.version, table_rows=0, table_bytes=0))
+
+        try:
+            self._mutate(change)
+        except BaseException:
+            _remove_table_files(table.store)  # ours alone: a fresh, unique location
+            raise
+        return table
+
+    def register_table(self, name: str, uri: str, *, properties: dict[str, Any] | None = None) -> Table:
+        """Adds the existing Lamina table at ``uri`` (anywhere) to the catalog as ``name``."""
+        check_name(name, "table name")
+        metadata = _properties(properties, f"table {name!r}")
+        self._check_before_create(name)
+        table = open_table(uri, storage_options=self.storage_options)
+        m = table.manifest
+
+        def change(rows: pa.Table) -> pa.Table:
+            self._check_free(rows, name)
+            self._check_parent(rows, name)
+            now = _now_ms()
+            return _append(rows, dict(object_id=name, object_type=TABLE, parent=_parent(name), location=table.uri,
+                                      registered=True, metadata=metadata, created_ms=now, updated_ms=now,
+                                      table_version=m.version, table_rows=m.rows,
+                                      table_bytes=sum(f.file_bytes for f in m.fragments)))
+
+        self._mutate(change)
+        return table
+
+    def list_tables(self, namespace: str | None = None, *, recursive: bool = False) -> list[str]:
+        """The tables in ``namespace`` (None: the top level), with ``recursive`` also those of the
+        namespaces inside it; full dotted names, sorted."""
+        if namespace is not None:
+            check_name(namespace, "namespace name")
+            self._namespace(namespace)
+        if recursive:
+            rows = self._rows("object_type = 'table'")
+            ids = rows.column("object_id").to_pylist()
+            return sorted(i for i in ids if namespace is None or i.startswith(namespace + "."))
+        rows = self._rows(f"object_type = 'table' AND parent = {_quote(namespace or '')}")
+        return sorted(rows.column("object_id").to_pylist())
+
+    def describe_table(self, name: str) -> TableDescription:
+        """Where table ``name`` lives, its properties and its live state (version, rows, fragments, indices)."""
+        e = self._table_entry(name)
+        t = open_table(self._location(e), storage_options=self.storage_options)
+        m = t.manifest
+        return TableDescription(name, t.uri, bool(e["registered"]), json.loads(e["metadata"]), e["created_ms"],
+                                e["updated_ms"], m.version, m.rows, len(m.fragments), [ix.name for ix in m.indices],
+                                json.loads(e["maintenance"]) if e["maintenance"] else None)
+
+    def open_table(self, name: str, *, version: int | None = None) -> Table:
+        """Table ``name`` (its latest version, or ``version``)."""
+        e = self._table_entry(name)
+        return open_table(self._location(e), version=version, storage_options=self.storage_options)
+
+    def rename_table(self, name: str, new_name: str) -> None:
+        """Renames table ``name`` to ``new_name`` (its namespace must exist); its files stay where they are."""
+        check_name(name, "table name")
+        check_name(new_name, "new table name")
+
+        def change(rows: pa.Table) -> pa.Table:
+            ids = rows.column("object_id").to_pylist()
+            types = rows.column("object_type").to_pylist()
+            if not any(i == name and t == TABLE for i, t in zip(ids, types)):
+                raise TableNotFound(f"catalog {self.root} has no table {name!r}")
+            self._check_free(rows, new_name)
+            self._check_parent(rows, new_name)
+            pos = ids.index(name)
+            ids[pos] = new_name
+            parents = rows.column("parent").to_pylist()
+            parents[pos] = _parent(new_name)
+            updated = rows.column("updated_ms").to_pylist()
+            updated[pos] = _now_ms()
+            return (rows.set_column(0, "object_id", pa.array(ids, pa.string()))
+                    .set_column(2, "parent", pa.array(parents, pa.string()))
+                    .set_column(rows.schema.get_field_index("updated_ms"), "updated_ms", pa.array(updated, pa.int64())))
+
+        self._mutate(change)
+
+    def drop_table(self, name: str, purge: bool = False) -> None:
+        """Removes table ``name`` from the catalog; ``purge`` also removes its data (only its own files)."""
+        check_name(name, "table name")
+        dropped: list[dict[str, Any]] = []
+
+        def change(rows: pa.Table) -> pa.Table:
+            hit = pc.and_(pc.equal(rows.column("object_id"), name), pc.equal(rows.column("object_type"), TABLE))
+            found = rows.filter(hit).to_pylist()
+            if not found:
+                raise TableNotFound(f"catalog {self.root} has no table {name!r}")
+            dropped[:] = found
+            return rows.filter(pc.invert(hit))
+
+        self._mutate(change)
+        if purge:
+            self._purge(dropped[0])
+
+    def _purge(self, entry: dict[str, Any]) -> None:
+        """Removes a dropped table's files: its own layout only, never another catalog table's."""
+        location = self._location(entry)
+        others = [self._location(e) for e in self._rows("object_type = 'table'").to_pylist()]
+        inside = [o for o in others if o.rstrip("/").startswith(location.rstrip("/") + "/") or o.rstrip("/") == location.rstrip("/")]
+        if inside:
+            raise InvalidArgument(f"not purging {location}: table(s) of catalog {self.root} live there ({inside[0]}); "
+                                  f"the entry {entry['object_id']!r} was dropped, its files were kept")
+        _remove_table_files(open_store(location, self.storage_options))
+
+    def search(self, text: str, k: int = 10) -> list[str]:
+        """Names of the namespaces and tables whose properties best match ``text`` (BM25), best first."""
+        t = self._fresh()
+        if not t.manifest.indices:
+            return []
+        try:
+            hits = t.search(text, "metadata", k=k, columns=["object_id"])
+        except IndexNotFound:
+            return []
+        return hits.column("object_id").to_pylist()
+
+    # -- what the maintenance job needs ---------------------------------------------------------
+    def effective_properties(self, name: str) -> dict[str, Any]:
+        """The table's properties over those of its namespaces (outermost first, the table's own last)."""
+        levels = check_name(name, "table name")
+        names = [".".join(levels[:i]) for i in range(1, len(levels) + 1)]
+        rows = {r["object_id"]: r for r in self._rows(f"object_id IN ({', '.join(map(_quote, names))})").to_pylist()}
+        if rows.get(name, {}).get("object_type") != TABLE:
+            raise TableNotFound(f"catalog {self.root} has no table {name!r}")
+        merged: dict[str, Any] = {}
+        for n in names:
+            if n in rows:
+                merged.update(json.loads(rows[n]["metadata"]))
+        return merged
+
+    def record_maintenance(self, reports: dict[str, dict[str, Any]]) -> None:
+        """Records each table's last maintenance report (and its ``version``/``rows``/``bytes``) in one rewrite;
+        names no longer in the catalog are skipped."""
+        if not reports:
+            return
+        encoded = {n: json.dumps(r, sort_keys=True, default=str) for n, r in reports.items()}
+
+        def change(rows: pa.Table) -> pa.Table:
+            ids = rows.column("object_id").to_pylist()
+            cols = {c: rows.column(c).to_pylist() for c in ("maintenance", "table_version", "table_rows", "table_bytes")}
+            for i, name in enumerate(ids):
+                if name in reports:
+                    cols["maintenance"][i] = encoded[name]
+                    for key, col in (("version", "table_version"), ("rows", "table_rows"), ("bytes", "table_bytes")):
+                        if isinstance(reports[name].get(key), int):
+                            cols[col][i] = reports[name][key]
+            for c, values in cols.items():
+                rows = rows.set_column(rows.schema.get_field_index(c), c, pa.array(values, SCHEMA.field(c).type))
+            return rows
+
+        self._mutate(change)
+
+    # -- checks inside a rewrite ----------------------------------------------------------------
+    def _check_before_create(self, name: str) -> None:
+        """The cheap checks before any file is written (the rewrite checks again on the version it changes)."""
+        entry = self._entry(name)
+        if entry is not None:
+            raise (TableExists if entry["object_type"] == TABLE else NamespaceExists)(
+                f"catalog {self.root} already has a {entry['object_type']} named {name!r}")
+        if _parent(name):
+            self._namespace(_parent(name))
+
+    def _check_free(self, rows: pa.Table, name: str) -> None:
+        hit = rows.filter(pc.equal(rows.column("object_id"), name))
+        if hit.num_rows:
+            kind = hit.column("object_type")[0].as_py()
+            raise (TableExists if kind == TABLE else NamespaceExists)(f"catalog {self.root} already has a {kind} named {name!r}")
+
+    def _check_parent(self, rows: pa.Table, name: str) -> None:
+        parent = _parent(name)
+        if not parent:
+            return
+        hit = rows.filter(pc.and_(pc.equal(rows.column("object_id"), parent), pc.equal(rows.column("object_type"), NAMESPACE)))
+        if not hit.num_rows:
+            raise NamespaceNotFound(f"catalog {self.root} has no namespace {parent!r} to hold {name!r}; create it first")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _append(rows: pa.Table, row: dict[str, Any]) -> pa.Table:
+    return pa.concat_tables([rows, pa.Table.from_pylist([row], schema=SCHEMA)])
+
+
+def _rewrite(store: ObjectStore, base: Manifest, rows: pa.Table) -> Overwrite:
+    """The strict overwrite replacing the catalog with ``rows``: one data file and its three index segments.
+
+    Rows are kept sorted by object id, so the file is laid out the way lookups and listings read it.
+    """
+    rows = pa.Table.from_arrays(rows.sort_by("object_id").columns, schema=SCHEMA)
+    options = WriteOptions.from_config(base.config)
+    written: list[str] = []
+    try:
+        fragments = [write_fragment(store, SCHEMA, rows.to_batches(), options)] if rows.num_rows else []
+        written += [f.path for f in fragments]
+        indices = []
+        if rows.num_rows:
+            for name, column, kind in INDICES:
+                opts = IndexOptions()
+                seg_uuid = uuid.uuid4().hex
+                rel = segment_path(seg_uuid)
+                keys = key_array(rows.column(column))
+                meta = write_segment(store, rel, lambda local: build_local(kind, [(0, keys)], local, opts))
+                written.append(rel)
+                seg = IndexSegment(seg_uuid, rel, int(meta["bytes"]), int(meta["rows"]), (0,), meta.get("checksum"))
+                indices.append(IndexEntry(name, column, kind, uuid.uuid4().hex, (seg,), opts.details()))
+    except BaseException:
+        store.delete(written)
+        raise
+    migrate = not base.schema.equals(SCHEMA)
+    return Overwrite(base.version, fragments, SCHEMA if migrate else None, indices=tuple(indices), strict=True,
+                     config={CONFIG_KEY: SCHEMA_VERSION})
+
+
+def _remove_table_files(store: ObjectStore) -> None:
+    """Every object of a Lamina table's layout under ``store``'s root (not deeper tables' files)."""
+    from lamina.manifest import DATA_DIR, DELETIONS_DIR, INDICES_DIR, VERSIONS_DIR, WAL_DIR
+
+    for prefix in (DATA_DIR, DELETIONS_DIR, INDICES_DIR, WAL_DIR, "_transactions/", VERSIONS_DIR):
+        store.delete([o.path for o in store.list(prefix)])
+
+
+def connect(root: str, *, storage_options: dict[str, Any] | None = None) -> Catalog:
+    """The catalog under ``root`` (a local directory or ``s3://bucket/prefix``), created if there is none."""
+    store = open_store(f"{root.rstrip('/')}/{CATALOG_DIR}", storage_options)
+    if latest_version(store) is None:
+        txn = Create(SCHEMA, config={**WriteOptions().to_config(), CONFIG_KEY: SCHEMA_VERSION})
+        try:
+            commit(store, txn, txn.base)
+        except TableExists:
+            pass  # another process created it first
+    table = open_table(store.uri, storage_options=storage_options)
+    return Catalog(root, table, storage_options)
+
+
+__all__ = ["Catalog", "NamespaceDescription", "TableDescription", "connect", "check_name", "SCHEMA", "SCHEMA_VERSION"]

@@ -1,0 +1,250 @@
+"""The catalog: every call and its errors, local and on S3; copy-on-write commits with inline
+indices; 8 processes mutating one catalog at once; a catalog of the previous schema version."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import lamina
+from lamina.catalog import CATALOG_DIR, CONFIG_KEY, SCHEMA, SCHEMA_V1, SCHEMA_VERSION
+from lamina.errors import (
+    InvalidArgument,
+    NamespaceExists,
+    NamespaceNotEmpty,
+    NamespaceNotFound,
+    TableExists,
+    TableNotFound,
+)
+from lamina.manifest import list_versions
+from lamina.transaction import Create
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA_T = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+
+@pytest.fixture
+def root(table_location):
+    """(root, storage_options) of a fresh catalog root, local and on the moto S3 server."""
+    return table_location
+
+
+def assert_indices_exact(catalog_table: lamina.Table) -> None:
+    """Every lookup and listing through the catalog's indices equals a scan of the same version."""
+    ids = catalog_table.to_arrow(columns=["object_id"], use_index=False).column("object_id").to_pylist()
+    assert len(ids) == len(set(ids)), "an object id appears twice"
+    if not ids:
+        return
+    assert {ix.name for ix in catalog_table.manifest.indices} == {"object_id_btree", "object_type_bitmap", "metadata_fts"}
+    assert all(ix.coverage(catalog_table.manifest.fragment_map()) for ix in catalog_table.manifest.indices), "indices cover the rewrite"
+    for flt in [f"object_id = '{ids[0]}'", f"object_id = '{ids[-1]}'", "object_id = 'nope'",
+                "object_type = 'namespace'", "object_type = 'table'"]:
+        assert catalog_table.to_arrow(filter=flt).equals(catalog_table.to_arrow(filter=flt, use_index=False)), flt
+    assert "scan for 0 fragment(s)" in catalog_table.explain(f"object_id = '{ids[0]}'")
+
+
+def test_namespaces_and_tables_end_to_end(root):
+    uri, opts = root
+    cat = lamina.connect(uri, storage_options=opts)
+    cat.create_namespace("sales", {"owner": "ana", "about": "european sales"})
+    cat.create_namespace("sales.eu")
+    cat.create_namespace("ops")
+    t = cat.create_table("sales.eu.orders", SCHEMA_T, properties={"about": "orders placed online"})
+    t.append(pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"]}))
+    cat.create_table("sales.returns", SCHEMA_T, primary_key="id")
+    cat.create_table("top", SCHEMA_T)
+
+    assert cat.list_namespaces() == ["ops", "sales"]
+    assert cat.list_namespaces("sales") == ["sales.eu"]
+    assert cat.list_tables() == ["top"]
+    assert cat.list_tables("sales") == ["sales.returns"]
+    assert cat.list_tables("sales", recursive=True) == ["sales.eu.orders", "sales.returns"]
+    assert cat.list_tables(recursive=True) == ["sales.eu.orders", "sales.returns", "top"]
+    ns = cat.describe_namespace("sales")
+    assert ns.properties == {"owner": "ana", "about": "european sales"} and ns.created_ms <= ns.updated_ms
+
+    d = cat.describe_table("sales.eu.orders")
+    assert (d.rows, d.version, d.fragments, d.registered, d.properties) == (3, 2, 1, False, {"about": "orders placed online"})
+    assert d.location.startswith(cat.root.rstrip("/") + "/sales/eu/orders-")
+    assert cat.open_table("sales.eu.orders").to_arrow().equals(t.to_arrow())
+    assert cat.open_table("sales.returns").primary_key == ("id",)
+    assert cat.effective_properties("sales.eu.orders") == {"owner": "ana", "about": "orders placed online"}
+    assert cat.search("online") == ["sales.eu.orders"]
+    assert cat.search("european") == ["sales"]
+
+    cat.rename_table("sales.eu.orders", "ops.orders")
+    assert cat.list_tables("ops") == ["ops.orders"] and cat.list_tables("sales.eu") == []
+    assert cat.open_table("ops.orders").count_rows() == 3, "a rename moves no data"
+
+    cat.record_maintenance({"ops.orders": {"version": 2, "rows": 3, "bytes": 99, "actions": ["compact"]}})
+    assert cat.describe_table("ops.orders").maintenance == {"version": 2, "rows": 3, "bytes": 99, "actions": ["compact"]}
+
+    location = cat.describe_table("ops.orders").location
+    cat.drop_table("ops.orders")
+    assert lamina.open_table(location, storage_options=opts).count_rows() == 3, "drop without purge keeps the data"
+    cat.register_table("ops.kept", location)
+    assert cat.describe_table("ops.kept").registered and cat.open_table("ops.kept").count_rows() == 3
+    cat.drop_table("ops.kept", purge=True)
+    with pytest.raises(TableNotFound):
+        lamina.open_table(location, storage_options=opts)
+
+    cat.drop_namespace("sales", cascade=True)
+    assert cat.list_namespaces() == ["ops"] and cat.list_tables(recursive=True) == ["top"]
+    versions = list_versions(cat.table.store)
+    assert versions == list(range(1, versions[-1] + 1)), "one version per mutation, contiguous"
+    for v in versions:
+        assert_indices_exact(cat.table.checkout(v))
+
+
+def test_errors_name_what_is_wrong_and_change_nothing(root):
+    uri, opts = root
+    cat = lamina.connect(uri, storage_options=opts)
+    cat.create_namespace("a")
+    cat.create_table("a.t", SCHEMA_T)
+    before = cat.table.version
+    for bad in ["", "a..b", "a/b", "a\\b", "_hidden", "x" * 65, "a b", "." * 3, ".".join("n" * 9)]:
+        with pytest.raises(InvalidArgument):
+            cat.create_namespace(bad)
+    with pytest.raises(InvalidArgument, match="level '' must be"):
+        cat.create_table("a..t", SCHEMA_T)
+    with pytest.raises(NamespaceExists, match="'a'"):
+        cat.create_namespace("a")
+    with pytest.raises(TableExists, match="'a.t'"):
+        cat.create_table("a.t", SCHEMA_T)
+    with pytest.raises(TableExists, match="'a.t'"):
+        cat.create_namespace("a.t")
+    with pytest.raises(NamespaceNotFound, match="'b'"):
+        cat.create_table("b.t", SCHEMA_T)
+    with pytest.raises(NamespaceNotFound, match="'b'"):
+        cat.create_namespace("b.c")
+    with pytest.raises(NamespaceNotFound):
+        cat.list_tables("b")
+    with pytest.raises(NamespaceNotEmpty, match="cascade=True"):
+        cat.drop_namespace("a")
+    with pytest.raises(TableNotFound, match="'a.nope'"):
+        cat.describe_table("a.nope")
+    with pytest.raises(TableNotFound):
+        cat.open_table("a")  # a namespace, not a table
+    with pytest.raises(TableNotFound):
+        cat.rename_table("a.nope", "a.other")
+    with pytest.raises(TableExists):
+        cat.rename_table("a.t", "a.t")
+    with pytest.raises(InvalidArgument, match="properties"):
+        cat.create_namespace("c", {"x": object()})
+    with pytest.raises(InvalidArgument):
+        cat.create_table("a.bad", "not a schema")
+    assert cat.table.version == before, "a refused call commits nothing"
+    assert cat.list_tables(recursive=True) == ["a.t"]
+    dirs = [o.path for o in lamina.open_table(cat.describe_table("a.t").location, storage_options=opts).store.list("")]
+    assert dirs, "the existing table is untouched"
+
+
+def test_purge_never_removes_another_tables_files(local_table_uri):
+    cat = lamina.connect(local_table_uri)
+    cat.create_namespace("n")
+    inner = cat.create_table("n.inner", SCHEMA_T)
+    inner.append(pa.table({"id": [1], "name": ["x"]}))
+    outer_uri = os.path.dirname(inner.uri)  # the namespace directory, holding the inner table
+    lamina.create_table(outer_uri, SCHEMA_T).append(pa.table({"id": [2], "name": ["y"]}))
+    cat.register_table("outer", outer_uri)
+    with pytest.raises(InvalidArgument, match="not purging"):
+        cat.drop_table("outer", purge=True)
+    assert cat.open_table("n.inner").count_rows() == 1 and lamina.open_table(outer_uri).count_rows() == 1
+
+
+def test_two_handles_see_each_others_writes(root):
+    uri, opts = root
+    a = lamina.connect(uri, storage_options=opts)
+    b = lamina.connect(uri, storage_options=opts)
+    a.create_namespace("x")
+    assert b.list_namespaces() == ["x"], "a warm handle checks for newer versions"
+    b.create_namespace("y")  # b's rewrite is based on a's version
+    assert a.list_namespaces() == ["x", "y"]
+
+
+WORKER = """
+import json, sys, pyarrow as pa, lamina
+root, opts, me = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+cat = lamina.connect(root, storage_options=opts)
+schema = pa.schema([("id", pa.int64())])
+cat.create_namespace(f"p{me}", {"owner": f"worker {me}"})
+for j in range(4):
+    cat.create_table(f"p{me}.t{j}", schema)
+    cat.create_table(f"shared.w{me}_{j}", schema)
+cat.rename_table(f"p{me}.t0", f"p{me}.renamed")
+cat.rename_table(f"shared.w{me}_0", f"p{me}.moved")
+cat.drop_table(f"p{me}.t1", purge=True)
+cat.create_namespace(f"p{me}.sub")
+cat.drop_namespace(f"p{me}.sub")
+"""
+
+
+@pytest.mark.timeout(600)
+def test_eight_processes_mutating_one_catalog_lose_and_duplicate_nothing(root):
+    uri, opts = root
+    cat = lamina.connect(uri, storage_options=opts)
+    cat.create_namespace("shared")
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, uri, json.dumps(opts), str(i)], cwd=REPO,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True)
+             for i in range(8)]
+    errors = [p.communicate(timeout=540)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, "\n".join(e[-1500:] for e in errors if e)
+
+    want = {"shared"}
+    for i in range(8):
+        want |= {f"p{i}", f"p{i}.renamed", f"p{i}.t2", f"p{i}.t3", f"p{i}.moved",
+                 f"shared.w{i}_1", f"shared.w{i}_2", f"shared.w{i}_3"}
+    final = cat.table
+    ids = final.to_arrow(columns=["object_id"]).column("object_id").to_pylist()
+    assert sorted(ids) == sorted(want), "no entry lost or duplicated"
+    versions = list_versions(final.store)
+    # 1 create + 1 shared namespace + 8 workers x (1 + 8 + 2 + 1 + 1 + 1) mutations, one version each
+    assert versions == list(range(1, 2 + 8 * 14 + 1))
+    for v in versions:
+        assert_indices_exact(final.checkout(v))
+    for name in ("p3.renamed", "p5.moved", "shared.w7_3"):
+        assert cat.open_table(name).count_rows() == 0
+    assert cat.list_tables("shared") == sorted(f"shared.w{i}_{j}" for i in range(8) for j in (1, 2, 3))
+
+
+def _write_v1_catalog(uri: str, opts) -> None:
+    """A catalog as the first schema version wrote it: ``properties`` column, no statistics, no indices."""
+    from lamina.commit import commit
+    from lamina.datafile import WriteOptions
+
+    store = lamina.table.open_store(f"{uri.rstrip('/')}/{CATALOG_DIR}", opts)
+    txn = Create(SCHEMA_V1, config={**WriteOptions().to_config(), CONFIG_KEY: 1})
+    commit(store, txn, txn.base)
+    t = lamina.open_table(store.uri, storage_options=opts)
+    child = lamina.create_table(f"{uri.rstrip('/')}/old/events-1", SCHEMA_T, storage_options=opts)
+    child.append(pa.table({"id": [7], "name": ["z"]}))
+    t.append(pa.table({
+        "object_id": ["old", "old.events"], "object_type": ["namespace", "table"], "parent": ["", "old"],
+        "location": [None, "old/events-1"], "properties": ['{"team": "core"}', None],
+        "created_ms": [1, 2], "updated_ms": [1, 2],
+    }, schema=SCHEMA_V1))
+
+
+def test_a_catalog_of_the_previous_schema_version_is_read_then_migrated(root):
+    uri, opts = root
+    _write_v1_catalog(uri, opts)
+    cat = lamina.connect(uri, storage_options=opts)
+    assert cat.schema_version == 1
+    assert cat.list_namespaces() == ["old"] and cat.list_tables("old") == ["old.events"]
+    assert cat.describe_namespace("old").properties == {"team": "core"}
+    d = cat.describe_table("old.events")
+    assert (d.rows, d.properties, d.registered, d.maintenance) == (1, {}, False, None)
+
+    cat.create_namespace("new")  # the first write migrates
+    assert cat.schema_version == SCHEMA_VERSION
+    assert cat.table.schema.equals(SCHEMA)
+    assert cat.list_namespaces() == ["new", "old"]
+    assert cat.describe_namespace("old").properties == {"team": "core"}
+    assert cat.open_table("old.events").count_rows() == 1
+    assert_indices_exact(cat.table)
