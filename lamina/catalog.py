@@ -17,13 +17,12 @@ first mutation.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
