@@ -1,1 +1,4 @@
-"""Entry points, run as ``python -m jobs.<name>``: demo (the README's main job) today; compact, index, ingest next."""
+"""Command lines: ``python -m jobs.<name>`` or ``lamina <name>`` (compact, index, ingest, maintain, verify, demo).
+
+Each parses its arguments, calls the library, shows progress and prints; ``cli`` holds what they share.
+"""

@@ -1,7 +1,10 @@
-"""Pure planning of compaction: which fragments compact together and how, with reasons.
+"""Pure planning: a manifest and options in, a plan that prints and pickles out; no I/O.
 
     from planner import CompactionOptions, plan_compaction
     plan = plan_compaction(table.manifest, CompactionOptions(target_rows_per_fragment=1_000_000))
+
+``plan``/``eligibility``/``options``/``bin_packing``: compaction; ``index``: index builds;
+``maintenance``: what each table of a catalog needs.
 """
 
 from planner.eligibility import BINARY_COPY, FULL_REWRITE, HYBRID

@@ -1,4 +1,5 @@
-"""Ray tasks and actors that do I/O on data files: compaction workers, index builders, WAL appliers.
+"""Task and actor bodies, plain classes first: compaction groups, index-build parts, WAL appliers.
 
-Arrive with the compaction, indexing and ingestion issues.
+``runtime`` is the one module that talks to Ray (connecting, the bounded submit/wait loop,
+named actors); the other modules hold the work a task does, testable without Ray.
 """
