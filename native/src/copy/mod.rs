@@ -47,6 +47,17 @@ pub enum Action {
     Encode { source: usize, row_group: usize },
 }
 
+impl Action {
+    /// The action named `kind` ("copy" or "encode") on row group `row_group` of source `source`.
+    pub fn parse(kind: &str, source: usize, row_group: usize) -> Result<Action> {
+        match kind {
+            "copy" => Ok(Action::Copy { source, row_group }),
+            "encode" => Ok(Action::Encode { source, row_group }),
+            other => Err(Error::InvalidArgument(format!("unknown action {other:?}: use \"copy\" or \"encode\""))),
+        }
+    }
+}
+
 /// What the decoding thread hands the encoder, in action order.
 enum Item {
     Batch(RecordBatch),

@@ -226,3 +226,11 @@ fn hybrid_copy_and_decode_of_one_source_at_once_keep_every_value() {
         }
     }
 }
+
+#[test]
+fn actions_parse_by_name() {
+    assert_eq!(Action::parse("copy", 1, 2).unwrap(), Action::Copy { source: 1, row_group: 2 });
+    assert_eq!(Action::parse("encode", 0, 5).unwrap(), Action::Encode { source: 0, row_group: 5 });
+    let err = Action::parse("splice", 0, 0).unwrap_err();
+    assert!(err.to_string().contains("\"copy\" or \"encode\""), "{err}");
+}

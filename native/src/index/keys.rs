@@ -53,6 +53,27 @@ pub enum Key {
     Bytes(Vec<u8>),
 }
 
+/// A value a query compares the column with, as the caller has it (before encoding).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Scalar {
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    Bytes(Vec<u8>),
+}
+
+impl Scalar {
+    /// The key of this value (its order-preserving encoding); `None` for NaN, which no key equals.
+    pub fn key(self) -> Option<Key> {
+        match self {
+            Scalar::I64(v) => Some(Key::Num(encode_i64(v))),
+            Scalar::U64(v) => Some(Key::Num(v)),
+            Scalar::F64(v) => encode_f64(v).map(Key::Num),
+            Scalar::Bytes(b) => Some(Key::Bytes(b)),
+        }
+    }
+}
+
 /// A range of keys; `None` bounds are open.
 #[derive(Clone, Debug)]
 pub struct KeyRange {
@@ -61,6 +82,16 @@ pub struct KeyRange {
 }
 
 impl KeyRange {
+    /// The keys between `lo` and `hi`, each `(value, inclusive)` or `None` for open;
+    /// `None` if a bound is NaN: the range matches nothing.
+    pub fn between(lo: Option<(Scalar, bool)>, hi: Option<(Scalar, bool)>) -> Option<KeyRange> {
+        let bound = |b: Option<(Scalar, bool)>| match b {
+            None => Some(None),
+            Some((v, inclusive)) => v.key().map(|k| Some((k, inclusive))),
+        };
+        Some(KeyRange { lo: bound(lo)?, hi: bound(hi)? })
+    }
+
     pub fn point(k: Key) -> Self {
         KeyRange { lo: Some((k.clone(), true)), hi: Some((k, true)) }
     }

@@ -26,10 +26,10 @@ mod corrupt_tests;
 #[cfg(test)]
 mod tests;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use codec::BlockRef;
-pub use keys::{Key, KeyColumn, KeyRange};
+pub use keys::{Key, KeyColumn, KeyRange, Scalar};
 
 use crate::error::{Error, Result};
 use codec::{Dec, Enc};
@@ -345,6 +345,31 @@ impl BuildOptions {
         }
         Ok(())
     }
+}
+
+/// Builds one segment and, with `path`, writes it there ([`write_segment_file`]);
+/// returns it with the checksum of its bytes (`"crc32c:%08x"`).
+pub fn build_segment(kind: Kind, inputs: Vec<(u32, KeyColumn)>, path: Option<&Path>, options: &BuildOptions) -> Result<(Built, String)> {
+    let built = build(kind, inputs, options)?;
+    let checksum = crate::io::checksum(&built.bytes);
+    if let Some(p) = path {
+        write_segment_file(p, &built.bytes)?;
+    }
+    Ok((built, checksum))
+}
+
+/// Merges the local segment files `(path, name for errors)` into a new file `output`
+/// ([`merge`], [`write_segment_file`]); returns the merged segment and its checksum.
+pub fn merge_files(kind: Kind, inputs: &[(PathBuf, String)], output: &Path, options: &BuildOptions) -> Result<(Built, String)> {
+    let mut data = Vec::with_capacity(inputs.len());
+    for (path, name) in inputs {
+        data.push((std::fs::read(path).map_err(|e| Error::io(path.display().to_string(), e))?, name.clone()));
+    }
+    let refs: Vec<(&[u8], String)> = data.iter().map(|(b, n)| (b.as_slice(), n.clone())).collect();
+    let built = merge(kind, &refs, options)?;
+    let checksum = crate::io::checksum(&built.bytes);
+    write_segment_file(output, &built.bytes)?;
+    Ok((built, checksum))
 }
 
 /// Builds one segment from `(ordinal, key column)` inputs.

@@ -377,3 +377,15 @@ fn stored_segment_bytes_are_pinned() {
     ];
     assert_eq!(got, want);
 }
+
+#[test]
+fn ranges_from_scalars_encode_their_bounds_and_nan_matches_nothing() {
+    let r = KeyRange::between(Some((Scalar::I64(-1), false)), Some((Scalar::F64(1.5), true))).unwrap();
+    assert_eq!(r.lo, Some((Key::Num(encode_i64(-1)), false)));
+    assert_eq!(r.hi, Some((Key::Num(encode_f64(1.5).unwrap()), true)));
+    let open = KeyRange::between(None, Some((Scalar::Bytes(b"k".to_vec()), true))).unwrap();
+    assert!(open.lo.is_none() && open.contains(&Key::Bytes(b"a".to_vec())));
+    assert!(KeyRange::between(Some((Scalar::F64(f64::NAN), true)), None).is_none());
+    assert!(KeyRange::between(None, Some((Scalar::F64(f64::NAN), false))).is_none());
+    assert_eq!(Scalar::U64(7).key(), Some(Key::Num(7)));
+}

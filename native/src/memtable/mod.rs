@@ -6,7 +6,8 @@
 //! returns the newest entry of a key whose sequence is visible. Keys are
 //! `int64`, `uint64` (one order-preserving `u64` in the node) or bytes
 //! (inline when at most 24 bytes long), in key order. A hash index next to
-//! the skiplist (`hash.rs`) finds a key's newest entry in O(1).
+//! the skiplist (`hash.rs`) finds a key's newest entry in O(1). The WAL
+//! applier's batch calls take and return Arrow arrays (`columns.rs`).
 //!
 //! Concurrency: one writer at a time ([`MemTable::writer`] is a lock; every
 //! write goes through a [`Writer`], which takes `&mut self`), any number of
@@ -15,6 +16,7 @@
 //! tells the caller when to flush and start a new one.
 
 mod arena;
+mod columns;
 mod hash;
 mod node_key;
 mod skiplist;
@@ -26,6 +28,8 @@ use crate::error::{Error, Result};
 use crate::keys::{decode_i64, encode_i64};
 use node_key::{BytesKey, BytesProbe, NumKey};
 use skiplist::{Iter, ListWriter, SkipList};
+
+pub use columns::{ABSENT, DELETED, LIVE};
 
 /// The type of a memtable's keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

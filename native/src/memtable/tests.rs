@@ -443,3 +443,31 @@ fn readers_never_miss_a_published_key_while_one_writer_inserts() {
         assert_eq!(mt.newest().count(), N);
     }
 }
+
+#[test]
+fn arrow_batches_put_get_and_list_newest() {
+    use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, Int64Array, StringArray, UInt64Array};
+    use std::sync::Arc;
+    let m = MemTable::new(KeyKind::UInt64);
+    let keys: ArrayRef = Arc::new(Int64Array::from(vec![3, 1, 3]));
+    let values: ArrayRef = Arc::new(BinaryArray::from(vec![Some(&b"a"[..]), Some(&b"b"[..]), None]));
+    assert_eq!(m.put_arrays(&keys, &values).unwrap(), 3);
+    // a negative key for uint64 keys, or values of another type, apply nothing
+    let negative: ArrayRef = Arc::new(Int64Array::from(vec![5, -1]));
+    let two: ArrayRef = Arc::new(BinaryArray::from(vec![Some(&b"x"[..]), Some(&b"y"[..])]));
+    assert!(matches!(m.put_arrays(&negative, &two), Err(Error::InvalidArgument(e)) if e.contains("out of range")));
+    let strings: ArrayRef = Arc::new(StringArray::from(vec!["x"]));
+    let five: ArrayRef = Arc::new(UInt64Array::from(vec![5u64]));
+    assert!(m.put_arrays(&five, &strings).is_err());
+    assert_eq!(m.sequence(), 3);
+    let probe: ArrayRef = Arc::new(UInt64Array::from(vec![1u64, 3, 5]));
+    let (states, values) = m.get_arrays(&probe).unwrap();
+    assert_eq!(states.buffers()[0].as_slice(), &[LIVE, DELETED, ABSENT]);
+    let values = arrow::array::make_array(values);
+    assert_eq!(values.as_binary::<i32>().iter().collect::<Vec<_>>(), vec![Some(&b"b"[..]), None, None]);
+    let (keys, values) = m.newest_arrays();
+    assert_eq!(arrow::array::make_array(keys).as_primitive::<arrow::datatypes::UInt64Type>().values().to_vec(), vec![1, 3]);
+    assert_eq!(arrow::array::make_array(values).null_count(), 1);
+    let bytes = MemTable::new(KeyKind::Bytes);
+    assert!(bytes.get_arrays(&probe).is_err(), "integer keys for byte keys");
+}

@@ -42,11 +42,7 @@ pub(crate) fn rewrite_data_file<'py>(
     }
     let actions = actions
         .into_iter()
-        .map(|(kind, source, row_group)| match kind.as_str() {
-            "copy" => Ok(Action::Copy { source, row_group }),
-            "encode" => Ok(Action::Encode { source, row_group }),
-            other => Err(Error::InvalidArgument(format!("unknown action {other:?}: use \"copy\" or \"encode\""))),
-        })
+        .map(|(kind, source, row_group)| Action::parse(&kind, source, row_group))
         .collect::<Result<Vec<_>, _>>()?;
     let options = WriteOptions { row_group_rows, row_group_bytes, zstd_level, extra_metadata: vec![] };
     let schema = Arc::new(schema.0);

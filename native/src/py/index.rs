@@ -14,8 +14,7 @@ use super::run;
 use crate::error::{Error, Work};
 use crate::index::fts::{Analyzer, DocLengths, SegmentQuery, ServedFragment};
 use crate::index::keys::KeyType;
-use crate::keys::{encode_f64, encode_i64};
-use crate::index::{self, BuildOptions, Built, Footer, Key, KeyColumn, KeyRange, Kind, SegmentReader};
+use crate::index::{self, BuildOptions, Built, Footer, KeyColumn, KeyRange, Kind, SegmentReader, Scalar};
 
 fn options(page_entries: usize, max_bitmap_values: usize, stem: bool, max_token_len: usize) -> BuildOptions {
     BuildOptions { page_entries, max_bitmap_values, analyzer: Analyzer { stem, max_token_len } }
@@ -53,14 +52,7 @@ pub(crate) fn build_index_segment<'py>(
     let columns: Vec<(u32, KeyColumn)> =
         inputs.into_iter().map(|(o, a)| Ok((o, KeyColumn::new(make_array(a.0))?))).collect::<Result<_, Error>>()?;
     let shown = path.as_ref().map_or_else(|| format!("a {} index segment", kind.name()), |p| p.display().to_string());
-    let (built, checksum) = run(py, Work::Makes(&shown), || -> Result<(Built, String), Error> {
-        let built = index::build(kind, columns, &opts)?;
-        let checksum = crate::io::checksum(&built.bytes);
-        if let Some(p) = &path {
-            index::write_segment_file(p, &built.bytes)?;
-        }
-        Ok((built, checksum))
-    })?;
+    let (built, checksum) = run(py, Work::Makes(&shown), || index::build_segment(kind, columns, path.as_deref(), &opts))?;
     built_dict(py, &built, &checksum, path.is_none())
 }
 
@@ -82,17 +74,7 @@ pub(crate) fn merge_index_segments<'py>(
     let opts = options(page_entries, max_bitmap_values, stem, max_token_len);
     let names: Vec<&str> = inputs.iter().map(|(_, name)| name.as_str()).collect();
     let object = format!("a segment merged into {} ({})", output.display(), names.join(", "));
-    let (built, checksum) = run(py, Work::Reads(&object), || -> Result<(Built, String), Error> {
-        let mut data = Vec::with_capacity(inputs.len());
-        for (path, name) in &inputs {
-            data.push((std::fs::read(path).map_err(|e| Error::io(path.display().to_string(), e))?, name.clone()));
-        }
-        let refs: Vec<(&[u8], String)> = data.iter().map(|(b, n)| (b.as_slice(), n.clone())).collect();
-        let built = index::merge(kind, &refs, &opts)?;
-        let checksum = crate::io::checksum(&built.bytes);
-        index::write_segment_file(&output, &built.bytes)?;
-        Ok((built, checksum))
-    })?;
+    let (built, checksum) = run(py, Work::Reads(&object), || index::merge_files(kind, &inputs, &output, &opts))?;
     built_dict(py, &built, &checksum, false)
 }
 
@@ -199,39 +181,28 @@ pub(crate) struct IndexSegment {
 }
 
 impl IndexSegment {
-    fn key(&self, v: &Bound<'_, PyAny>) -> Result<Option<Key>, Error> {
+    /// A Python bound as the value it compares with under the segment's key type.
+    fn value(&self, v: &Bound<'_, PyAny>) -> Result<Scalar, Error> {
         let bad = |e: PyErr| Error::InvalidArgument(format!("{v} cannot be a key of {}: {e}", self.reader.object));
         Ok(match self.reader.key_type() {
-            Some(KeyType::I64) => Some(Key::Num(encode_i64(v.extract::<i64>().map_err(bad)?))),
-            Some(KeyType::U64) => Some(Key::Num(v.extract::<u64>().map_err(bad)?)),
-            Some(KeyType::F64) => encode_f64(v.extract::<f64>().map_err(bad)?).map(Key::Num),
-            Some(KeyType::Bytes) => Some(Key::Bytes(match v.extract::<String>() {
+            Some(KeyType::I64) => Scalar::I64(v.extract::<i64>().map_err(bad)?),
+            Some(KeyType::U64) => Scalar::U64(v.extract::<u64>().map_err(bad)?),
+            Some(KeyType::F64) => Scalar::F64(v.extract::<f64>().map_err(bad)?),
+            Some(KeyType::Bytes) => Scalar::Bytes(match v.extract::<String>() {
                 Ok(s) => s.into_bytes(),
                 Err(_) => v.extract::<Vec<u8>>().map_err(bad)?,
-            })),
+            }),
             None => return Err(Error::InvalidArgument(format!("{} is a full-text segment; it has no keys", self.reader.object))),
         })
     }
 
-    /// Python ranges → key ranges; a NaN bound makes its range match nothing (dropped).
+    /// Python ranges → key ranges; a range that matches nothing (a NaN bound) is dropped.
     fn ranges(&self, ranges: Vec<PyRange<'_>>) -> Result<Vec<KeyRange>, Error> {
         let mut out = Vec::with_capacity(ranges.len());
         for (lo, lo_incl, hi, hi_incl) in ranges {
-            let lo = match lo {
-                None => None,
-                Some(v) => match self.key(&v)? {
-                    None => continue,
-                    Some(k) => Some((k, lo_incl)),
-                },
-            };
-            let hi = match hi {
-                None => None,
-                Some(v) => match self.key(&v)? {
-                    None => continue,
-                    Some(k) => Some((k, hi_incl)),
-                },
-            };
-            out.push(KeyRange { lo, hi });
+            let lo = lo.map(|v| Ok::<_, Error>((self.value(&v)?, lo_incl))).transpose()?;
+            let hi = hi.map(|v| Ok::<_, Error>((self.value(&v)?, hi_incl))).transpose()?;
+            out.extend(KeyRange::between(lo, hi));
         }
         Ok(out)
     }
@@ -278,27 +249,15 @@ impl IndexSegment {
     /// (term, id, offset, length) of the posting blocks of the terms this segment has.
     fn term_blocks(&self, py: Python<'_>, terms: Vec<String>) -> PyResult<Vec<(String, u32, u64, u32)>> {
         run(py, Work::Reads(&self.reader.object), || {
-            let dir = self.reader.fts()?;
-            Ok(terms
-                .into_iter()
-                .filter_map(|t| {
-                    let id = dir.term_block(&t)?;
-                    let b = dir.block(id)?;
-                    Some((t, id, b.offset, b.len))
-                })
-                .collect())
+            let found = self.reader.fts()?.term_blocks(terms);
+            Ok(found.into_iter().map(|(t, id, b)| (t, id, b.offset, b.len)).collect())
         })
     }
 
     /// (ordinal, rows, docs, total_len, id, offset, length) per fragment of a full-text segment.
     fn fragment_stats(&self) -> PyResult<Vec<FragmentStatsRow>> {
         let dir = self.reader.fts()?;
-        Ok(dir
-            .fragments
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.ordinal, f.rows, f.docs, f.total_len, i as u32, f.block.offset, f.block.len))
-            .collect())
+        Ok(dir.length_blocks().map(|(id, f)| (f.ordinal, f.rows, f.docs, f.total_len, id, f.block.offset, f.block.len)).collect())
     }
 
     /// The documents this full-text segment serves in a query: `fragments` are

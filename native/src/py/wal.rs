@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{make_array, Array, ArrayData, AsArray, BooleanArray, UInt64Array, UInt8Array};
+use arrow::array::{make_array, Array, ArrayData, BooleanArray, UInt64Array, UInt8Array};
 use arrow::datatypes::{DataType, Schema};
 use arrow::pyarrow::PyArrowType;
 use arrow::record_batch::RecordBatch;
@@ -62,15 +62,7 @@ pub(crate) fn wal_decode_values(
 ) -> PyResult<PyArrowType<RecordBatch>> {
     let values = make_array(values.0);
     let schema = Arc::new(schema.0);
-    let batch = run(py, Work::Reads(object), || -> Result<RecordBatch, Error> {
-        let mut rows = Vec::new();
-        match values.data_type() {
-            DataType::Binary => values.as_binary::<i32>().iter().flatten().for_each(|v| rows.extend_from_slice(v)),
-            DataType::LargeBinary => values.as_binary::<i64>().iter().flatten().for_each(|v| rows.extend_from_slice(v)),
-            other => return Err(Error::InvalidArgument(format!("values must be binary, got {other}"))),
-        }
-        Ok(wal::decode(&rows, schema, object)?.batch)
-    })?;
+    let batch = run(py, Work::Reads(object), || wal::decode_values(&values, schema, object))?;
     Ok(PyArrowType(batch))
 }
 

@@ -10,4 +10,4 @@ mod row_first;
 #[cfg(test)]
 mod tests;
 
-pub use row_first::{check_schema, decode, encode, split, Decoded};
+pub use row_first::{check_schema, decode, decode_values, encode, split, Decoded};

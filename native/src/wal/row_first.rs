@@ -285,6 +285,18 @@ pub fn decode(rows: &[u8], schema: SchemaRef, object: &str) -> Result<Decoded> {
     Ok(Decoded { batch, deletes })
 }
 
+/// Decodes the non-null values of a (large) binary array, one encoded row each (a
+/// memtable's newest entries), into a batch of `schema`.
+pub fn decode_values(values: &dyn Array, schema: SchemaRef, object: &str) -> Result<RecordBatch> {
+    let mut rows = Vec::new();
+    match values.data_type() {
+        DataType::Binary => values.as_binary::<i32>().iter().flatten().for_each(|v| rows.extend_from_slice(v)),
+        DataType::LargeBinary => values.as_binary::<i64>().iter().flatten().for_each(|v| rows.extend_from_slice(v)),
+        other => return Err(Error::InvalidArgument(format!("values must be binary, got {other}"))),
+    }
+    Ok(decode(&rows, schema, object)?.batch)
+}
+
 /// Splits encoded rows into one value per row (for the memtable), and decodes only the key column.
 /// Returns (keys array in the key column's type, row bytes as a binary array, deletes as uint8).
 pub fn split(rows: &[u8], schema: SchemaRef, key_column: usize, object: &str) -> Result<(ArrayRef, BinaryArray, UInt8Array)> {

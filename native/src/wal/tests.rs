@@ -117,3 +117,15 @@ fn encoded_bytes_are_pinned() {
     assert_eq!(ends, vec![116, 136, 240, 100_357], "a delete row is its marker, its key and the end marker");
     assert_eq!(crate::io::checksum(&bytes), "crc32c:809100a3");
 }
+
+#[test]
+fn values_decode_skipping_nulls() {
+    let batch = every_type();
+    let (_, values, _) = split(&encode(&batch, None, &[]).unwrap().0, batch.schema(), 3, "mem").unwrap();
+    let some: BinaryArray = (0..4).map(|i| (i != 1).then(|| values.value(i))).collect();
+    let back = decode_values(&some, batch.schema(), "mem").unwrap();
+    assert_eq!(back.num_rows(), 3);
+    assert_eq!(back.column(3).as_primitive::<arrow::datatypes::Int64Type>().values().to_vec(), vec![i64::MIN, 0, i64::MAX]);
+    let err = decode_values(&Int64Array::from(vec![1]), batch.schema(), "mem").unwrap_err();
+    assert!(err.to_string().contains("binary"), "{err}");
+}

@@ -77,6 +77,23 @@ impl Directory {
         }
     }
 
+    /// `(block id, stats)` of each fragment's length block, in directory order.
+    pub fn length_blocks(&self) -> impl Iterator<Item = (u32, &FragmentStats)> {
+        self.fragments.iter().enumerate().map(|(i, f)| (i as u32, f))
+    }
+
+    /// `(term, block id, block)` of the posting blocks of those of `terms` the segment has, in order.
+    pub fn term_blocks(&self, terms: Vec<String>) -> Vec<(String, u32, BlockRef)> {
+        terms
+            .into_iter()
+            .filter_map(|t| {
+                let id = self.term_block(&t)?;
+                let b = self.block(id)?;
+                Some((t, id, b))
+            })
+            .collect()
+    }
+
     /// Block id of `term`'s postings, if the segment has the term.
     pub fn term_block(&self, term: &str) -> Option<u32> {
         self.terms
