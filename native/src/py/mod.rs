@@ -23,6 +23,8 @@ pub(crate) fn run<T: Send, F: Send + FnOnce() -> crate::Result<T>>(py: Python<'_
     Ok(py.detach(|| guard(work, f))?)
 }
 
+/// Lamina's native core: data files, deletion bitmaps, the WAL row codec, the memtable
+/// and index segments. Typed in lamina/_native.pyi.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
