@@ -131,7 +131,7 @@ pub fn file_checksum(path: &Path) -> Result<String> {
 /// larger `write`s for spliced chunks.
 const WRITE_BUFFER: usize = 1 << 20;
 
-/// A data file being written: checksummed as written, buffered in [`WRITE_BUFFER`] pieces.
+/// A data file being written: checksummed as written, buffered in `WRITE_BUFFER` (1 MiB) pieces.
 pub type OutputFile = HashingWriter<io::BufWriter<File>>;
 
 impl OutputFile {

@@ -1,10 +1,13 @@
 //! Lamina's native core: the byte work of the table format.
 //!
-//! Python orchestrates and decides I/O policy; this crate does the encoding.
-//! Today it holds the single Parquet data-file writer every write path uses
-//! (`file::writer`) and the deletion-bitmap codec (`deletion`). The pyo3
-//! binding lives in `py/` (feature `python`) and holds no logic, so
-//! `cargo test` runs without a Python interpreter.
+//! Python orchestrates and decides I/O policy; this crate encodes and decodes
+//! what is stored, one module per thing on storage or in memory: data files
+//! (`file`: the one Parquet writer, point reads), compaction's row-group copies
+//! (`copy`), deletion bitmaps (`deletion`), index segments (`index`), the WAL row
+//! codec (`wal`), the ingestion memtable (`memtable`), and what they share: key
+//! encodings (`keys`), positional file reads and checksums (`io`), one error type
+//! (`error`). The pyo3 binding lives in `py/` (feature `python`) and holds no
+//! logic, so `cargo test` runs without a Python interpreter.
 
 pub mod copy;
 pub mod deletion;

@@ -14,7 +14,9 @@
 //! Blocks are read individually (ranged GETs) and checked against the crc32
 //! the directory records for them. Readers get the directory once and then
 //! ask which blocks a query needs ([`SegmentReader::blocks_for_ranges`],
-//! [`SegmentReader::blocks_for_terms`]); the caller fetches and caches them.
+//! [`fts::Directory::term_blocks`]); the caller fetches and caches them. Key
+//! encodings are [`crate::keys`]; the layouts per kind are in `btree`, `bitmap`
+//! and `fts`.
 
 pub mod bitmap;
 pub mod btree;

@@ -1,4 +1,4 @@
-//! Binding for `file::writer`.
+//! Binding for `file` (the data-file writer and point reads) and `io`'s checksums.
 
 use std::path::PathBuf;
 use std::sync::Arc;

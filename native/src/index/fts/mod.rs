@@ -1,10 +1,10 @@
 //! Full-text segments: an inverted index of analyzed terms with term
 //! frequencies, plus every document's length, for BM25.
 //!
-//! - [`analyzer`]: how text becomes terms, the same for documents and queries;
-//! - [`format`]: the segment's directory and blocks as stored, encoded and decoded;
-//! - [`build`]: analyzing fragments (in parallel) and merging segments;
-//! - [`query`]: BM25 over one segment, in two phases so that statistics are global.
+//! - `analyzer`: how text becomes terms, the same for documents and queries;
+//! - `format`: the segment's directory and blocks as stored, encoded and decoded;
+//! - `build`: analyzing fragments (in parallel) and merging segments;
+//! - `query`: BM25 over one segment, in two phases so that statistics are global.
 
 mod analyzer;
 mod build;
