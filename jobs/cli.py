@@ -71,6 +71,7 @@ COMMANDS = {
     "index": "build or update a btree, bitmap or full-text index on Ray",
     "ingest": "apply a table's WAL with Ray actors",
     "verify": "check every file of a table version against its manifest",
+    "maintain": "compact, index and clean every table of a catalog as its policy says (scheduled)",
     "demo": "the README's main job: a local table filled by Ray tasks, then compacted",
 }
 
