@@ -344,7 +344,9 @@ def _maintain_one(name: str, open_table: Callable[[str], "Table"], properties: C
             a["status"] = SKIPPED
     elif dry_run:
         report.status, report.plan = (PLANNED if plan.actions else OK), plan.to_dict()
-    elif plan.actions:
+    elif not plan.actions:
+        report.note_state(table.manifest, "after")  # nothing to do: as it was
+    else:
         log.info("%s: %s", name, ", ".join(plan.action_labels()))
         run_actions(table, plan, report, max_concurrency=max_concurrency)
         try:
