@@ -44,6 +44,7 @@ bench: setup
 	$(BIN)/python -m benchmarks.index
 	$(BIN)/python -m benchmarks.memtable
 	$(BIN)/python -m benchmarks.wal
+	$(BIN)/python -m benchmarks.catalog
 
 # Mutation testing of the data-protecting modules (docs/RELIABILITY.md, "Mutation testing").
 # Slow (hours on 2 cores: ~4,600 mutants), so never part of `make test` or CI. Config:
