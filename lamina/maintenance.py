@@ -233,8 +233,10 @@ def _compact(table: "Table", plan: TablePlan, budget: int | None) -> dict[str, A
     if summary.failed_groups:
         errors = [f"group {i} (fragments {g['fragment_ids']}): {g['error']}" for i, g in enumerate(summary.groups)
                   if g["status"] in ("failed", "conflict")]
-        raise _ActionFailed(f"{summary.failed_groups} of {len(summary.groups)} compaction group(s) failed "
-                            f"(the others were committed): {'; '.join(errors)}", detail)
+        others = len(summary.groups) - summary.failed_groups
+        raise _ActionFailed(f"{summary.failed_groups} of {len(summary.groups)} compaction group(s) failed"
+                            + (f" (the other {others} were committed)" if others else "") + f": {'; '.join(errors)}",
+                            detail)
     return detail
 
 

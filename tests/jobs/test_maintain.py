@@ -323,3 +323,30 @@ def test_unknown_table_fails_alone_and_dry_run_text(local_table_uri, capsys):
     assert "ns.t: planned" in out and "compact [planned]: 1 group(s): 5 -> 1 fragments (5 small)" in out
     assert "ns.gone: failed" in out and "TableNotFound" in out
     assert "failed: ns.gone" in out
+
+
+def test_lamina_maintain_is_python_m_jobs_maintain(local_table_uri, capsys):
+    from jobs.cli import main as lamina_main
+
+    cat = lamina.connect(local_table_uri)
+    cat.create_namespace("ns")
+    healthy(cat, "ns.t")
+    assert lamina_main(["maintain", local_table_uri, "--dry-run"]) == 0
+    assert "ns.t: ok, nothing to do" in capsys.readouterr().out
+    lamina_main(["--help"])
+    assert "maintain" in capsys.readouterr().out
+
+
+def test_maintain_tables_outside_a_catalog(ray_cluster, tmp_path):
+    from lamina.maintenance import maintain_tables
+
+    uris = [str(tmp_path / "a"), str(tmp_path / "b")]
+    a = lamina.create_table(uris[0], SCHEMA)
+    for k in range(5):
+        a.append(data(k * 20, 20))
+    lamina.create_table(uris[1], SCHEMA).append(data(0, 200))
+    before = [lamina.open_table(u).to_arrow() for u in uris]
+    report = maintain_tables(uris, POLICY)
+    assert report.ok and [t.done() for t in report.tables] == [["compact"], []]
+    assert [lamina.open_table(u).to_arrow() for u in uris] == before
+    assert len(lamina.open_table(uris[0]).manifest.fragments) == 1
