@@ -7,7 +7,6 @@ environment, which child processes inherit.
 
 from __future__ import annotations
 
-import logging
 import os
 import uuid
 
@@ -22,17 +21,14 @@ DUMMY_AWS_ENV = {
 
 @pytest.fixture(scope="session")
 def moto_server():
-    """The endpoint URL of a moto S3 server on 127.0.0.1."""
-    from moto.server import ThreadedMotoServer
+    """The endpoint URL of a moto S3 server on 127.0.0.1, with S3's atomic conditional writes
+    (``lamina.testing``: moto alone checks a condition and writes without a lock)."""
+    from lamina.testing import moto_server as serve
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     for k, v in DUMMY_AWS_ENV.items():
         os.environ.setdefault(k, v)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with serve() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
