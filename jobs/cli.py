@@ -1,6 +1,6 @@
 """Command-line pieces shared by the jobs, and the ``lamina`` console script that dispatches to them.
 
-    lamina compact|index|ingest|verify|demo ARGS...   ==   python -m jobs.<command> ARGS...
+    lamina compact|index|ingest|maintain|verify|demo ARGS...   ==   python -m jobs.<command> ARGS...
 """
 
 from __future__ import annotations

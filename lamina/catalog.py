@@ -540,10 +540,14 @@ def _remove_table_files(store: ObjectStore) -> None:
         store.delete([o.path for o in store.list(prefix)])
 
 
-def connect(root: str, *, storage_options: dict[str, Any] | None = None) -> Catalog:
-    """The catalog under ``root`` (a local directory or ``s3://bucket/prefix``), created if there is none."""
+def connect(root: str, *, storage_options: dict[str, Any] | None = None, create: bool = True) -> Catalog:
+    """The catalog under ``root`` (a local directory or ``s3://bucket/prefix``), created if there is
+    none, unless ``create=False`` (then ``InvalidArgument`` says there is none)."""
     store = open_store(f"{root.rstrip('/')}/{CATALOG_DIR}", storage_options)
     if latest_version(store) is None:
+        if not create:
+            raise InvalidArgument(f"no Lamina catalog at {root} (nothing under {CATALOG_DIR}/): point at a catalog "
+                                  f"root, or create one with lamina.connect({root!r})")
         txn = Create(SCHEMA, config={**WriteOptions().to_config(), CONFIG_KEY: SCHEMA_VERSION})
         try:
             commit(store, txn, txn.base)

@@ -397,14 +397,9 @@ def maintain_tables(uris: Iterable[str], policy: MaintenancePolicy | None = None
 
 def open_catalog(root: str, storage_options: dict[str, Any] | None = None) -> "Catalog":
     """The catalog under ``root``; ``InvalidArgument`` if there is none (maintenance never creates one)."""
-    from lamina.catalog import CATALOG_DIR, connect
-    from lamina.manifest import latest_version
-    from lamina.store import open_store
+    from lamina.catalog import connect
 
-    if latest_version(open_store(f"{root.rstrip('/')}/{CATALOG_DIR}", storage_options)) is None:
-        raise InvalidArgument(f"no Lamina catalog at {root} (nothing under {CATALOG_DIR}/); point the job at a "
-                              f"catalog root, or create one with lamina.connect")
-    return connect(root, storage_options=storage_options)
+    return connect(root, storage_options=storage_options, create=False)
 
 
 def maintain(root: str, policy: MaintenancePolicy | None = None, *, storage_options: dict[str, Any] | None = None,

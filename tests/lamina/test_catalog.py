@@ -248,3 +248,11 @@ def test_a_catalog_of_the_previous_schema_version_is_read_then_migrated(root):
     assert cat.describe_namespace("old").properties == {"team": "core"}
     assert cat.open_table("old.events").count_rows() == 1
     assert_indices_exact(cat.table)
+
+
+def test_connect_without_create_refuses_a_root_without_a_catalog(tmp_path):
+    with pytest.raises(InvalidArgument, match="no Lamina catalog"):
+        lamina.connect(str(tmp_path / "empty"), create=False)
+    assert not (tmp_path / "empty" / CATALOG_DIR).exists()
+    lamina.connect(str(tmp_path / "empty"))
+    assert lamina.connect(str(tmp_path / "empty"), create=False).list_namespaces() == []
