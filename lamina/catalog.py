@@ -44,7 +44,7 @@ from lamina.index.segments import build_local, segment_path, write_segment
 from lamina.keys import key_array
 from lamina.manifest import IndexEntry, IndexSegment, Manifest, latest_version, versions_from
 from lamina.retry import Backoff
-from lamina.store import ObjectStore, open_store
+from lamina.store import ObjectStore, check_relative, open_store
 from lamina.table import Table, create_table, open_table
 from lamina.transaction import Create, Overwrite
 
@@ -225,9 +225,11 @@ class Catalog:
         return entry
 
     def _location(self, entry: dict[str, Any]) -> str:
+        """A table's full URI: a registered table's own, else under the root (never outside it)."""
         if entry["registered"]:
             return entry["location"]
-        return f"{self.root.rstrip('/')}/{entry['location']}"
+        relative = check_relative(entry["location"], what=f"location of table {entry['object_id']!r} in catalog {self.root}")
+        return f"{self.root.rstrip('/')}/{relative}"
 
     # -- mutations: copy-on-write rewrites ------------------------------------------------------
     def _mutate(self, change: Callable[[pa.Table], pa.Table]) -> None:

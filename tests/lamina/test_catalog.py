@@ -256,3 +256,18 @@ def test_connect_without_create_refuses_a_root_without_a_catalog(tmp_path):
     assert not (tmp_path / "empty" / CATALOG_DIR).exists()
     lamina.connect(str(tmp_path / "empty"))
     assert lamina.connect(str(tmp_path / "empty"), create=False).list_namespaces() == []
+
+
+def test_a_location_leaving_the_root_is_refused(local_table_uri):
+    from lamina.errors import CorruptFile
+
+    cat = lamina.connect(local_table_uri)
+    cat.create_table("t", SCHEMA_T)
+
+    def tamper(rows):
+        return rows.set_column(rows.schema.get_field_index("location"), pa.field("location", pa.string()),
+                               pa.array(["../elsewhere"], pa.string()))
+
+    cat._mutate(tamper)  # what a hand-edited catalog could hold
+    with pytest.raises(CorruptFile, match="outside the table root"):
+        cat.open_table("t")
