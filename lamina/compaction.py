@@ -78,6 +78,10 @@ class CompactionSummary:
     retries: int = 0
     failed_groups: int = 0
     seconds: float = 0.0
+    #: Data file bytes this pass read and wrote, over every group written (committed or not): the
+    #: measure of write amplification (bytes written by compaction / bytes appended).
+    bytes_read: int = 0
+    bytes_written: int = 0
 
     @classmethod
     def for_plan(cls, plan: "CompactionPlan") -> "CompactionSummary":
@@ -97,6 +101,9 @@ class CompactionSummary:
             get_requests=result.get_requests, index_segments=sorted(result.index_segments))
         if not result.ok:
             self.failed_groups += 1
+        else:
+            self.bytes_read += result.bytes_in
+            self.bytes_written += result.bytes_out
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

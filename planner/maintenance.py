@@ -179,6 +179,10 @@ def _typed(raw: Any, like: Any, bad, nullable: bool = False) -> Any:
     """``raw`` (a property value, often a string) as a value of ``like``'s type, or ``bad(...)``."""
     if nullable and (raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null"))):
         return None
+    if isinstance(like, str):  # a choice, e.g. compaction.policy; the options check which words are known
+        if not isinstance(raw, str) or not raw.strip():
+            raise bad("text, e.g. \"tiered\"")
+        return raw.strip().lower()
     if isinstance(like, bool):
         if isinstance(raw, bool):
             return raw

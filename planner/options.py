@@ -10,6 +10,11 @@ from lamina.errors import InvalidConfig
 
 MiB = 1024 * 1024
 
+#: Compaction policies (``CompactionOptions.policy``): which fragments are merged with which.
+BINPACK = "binpack"  # every fragment below the target, packed with its neighbours up to it (planner.plan)
+TIERED = "tiered"  # fragments merge with peers of their own size tier (planner.tiered)
+POLICIES = (BINPACK, TIERED)
+
 
 @dataclass(frozen=True)
 class CompactionOptions:
@@ -31,6 +36,15 @@ class CompactionOptions:
     partial_commit_every: int = 0
     #: Ray retries of a group whose worker died.
     max_task_retries: int = 3
+    #: Which fragments merge: "binpack" (every one below the target, packed up to it on every pass)
+    #: or "tiered" (peers of one size tier; each row rewritten O(log) times: planner/tiered.py).
+    policy: str = BINPACK
+    #: tiered: a tier spans sizes within this factor of each other (tier k: 1/ratio^k to 1/ratio^(k-1) of the target).
+    tier_ratio: int = 4
+    #: tiered: adjacent fragments of one tier needed before they merge (at least tier_ratio, so the output moves up a tier).
+    min_merge_width: int = 4
+    #: tiered: when more fragments than this are below half the target, the smallest merge with a neighbour until not.
+    max_fragments: int = 64
 
     BOUNDS = {
         "target_rows_per_fragment": (1, 2**31 - 1),
@@ -41,6 +55,9 @@ class CompactionOptions:
         "max_concurrency": (1, 10_000),
         "partial_commit_every": (0, 1_000_000),
         "max_task_retries": (0, 100),
+        "tier_ratio": (2, 64),
+        "min_merge_width": (2, 1024),
+        "max_fragments": (1, 1_000_000),
     }
 
     def __post_init__(self) -> None:
@@ -52,10 +69,19 @@ class CompactionOptions:
                 continue
             if f.name == "max_concurrency" and value is None:
                 continue
+            if f.name == "policy":
+                if value not in POLICIES:
+                    raise InvalidConfig(f"compaction option policy={value!r} must be one of {', '.join(POLICIES)}")
+                continue
             lo, hi = self.BOUNDS[f.name]
             numeric = (int, float) if isinstance(lo, float) else (int,)
             if isinstance(value, bool) or not isinstance(value, numeric) or not lo <= value <= hi:
                 raise InvalidConfig(f"compaction option {f.name}={value!r} must be a number in [{lo}, {hi}]")
+        if self.min_merge_width < self.tier_ratio:
+            raise InvalidConfig(
+                f"compaction option min_merge_width={self.min_merge_width} must be at least tier_ratio={self.tier_ratio}: "
+                f"fewer peers of one tier may not add up to the next tier, and their rows could be rewritten again "
+                f"without moving up. Raise min_merge_width or lower tier_ratio")
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> "CompactionOptions":
@@ -81,6 +107,10 @@ def parse_assignment(text: str) -> tuple[str, Any]:
         raise InvalidConfig(f"--set {text!r}: expected key=value with key one of {', '.join(sorted(names))}")
     default = getattr(CompactionOptions(), key)
     raw = raw.strip()
+    if key == "policy":
+        if raw.lower() not in POLICIES:
+            raise InvalidConfig(f"--set {text!r}: policy must be one of {', '.join(POLICIES)}")
+        return key, raw.lower()
     try:
         if key == "enable_binary_copy":
             if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):

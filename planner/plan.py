@@ -1,8 +1,10 @@
 """Planning a compaction: a manifest and options in, a serializable plan out. Pure: no I/O.
 
     manifest ──► candidates (eligibility.candidate_reason)
-             ──► runs of adjacent candidates ──► packed up to the targets (bin_packing)
-             ──► lone fragments without deletions skipped (nothing to gain)
+             ──► policy "binpack": runs of adjacent candidates ──► packed up to the targets (bin_packing)
+                                   ──► lone fragments without deletions skipped (nothing to gain)
+                 policy "tiered":  peers of one size tier, deletions, max_fragments (planner.tiered),
+                                   with a decision per fragment (TierReport)
              ──► a mode and reason per group (eligibility.choose_mode)
              ──► per source row group: copy or re-encode (eligibility.actions)
              ──► CompactionPlan (groups in table order)
@@ -21,7 +23,8 @@ from typing import Any
 from lamina.manifest import Fragment, Manifest
 from planner.bin_packing import pack_adjacent
 from planner.eligibility import COPY, ENCODE, FULL_REWRITE, RowGroupAction, actions, candidate_reason, choose_mode, encode_all
-from planner.options import CompactionOptions
+from planner.options import TIERED, CompactionOptions
+from planner.tiered import TierReport, plan_tiers
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class CompactionPlan:
     rows_before: int
     #: Candidates left alone, with why: [(fragment id, reason)].
     skipped: tuple[tuple[int, str], ...] = field(default_factory=tuple)
+    #: The tiered policy's reasons, fragment by fragment (None under binpack).
+    tiers: TierReport | None = None
 
     @property
     def fragments_after(self) -> int:
@@ -95,6 +100,7 @@ class CompactionPlan:
             "rows_before": self.rows_before,
             "groups": [g.to_dict() for g in self.groups],
             "skipped": [list(s) for s in self.skipped],
+            **({"tiers": self.tiers.to_dict()} if self.tiers is not None else {}),
         }
 
     def describe(self) -> str:
@@ -112,8 +118,12 @@ class CompactionPlan:
             lines.append(f"  group {g.index:4d}: {g.mode:12s} reason={g.reason:24s} fragments [{span}] ({len(ids)}) "
                          f"rows={g.rows:,} bytes={g.bytes:,}")
             lines.append(f"{'':14s}row groups: {g.describe_actions()}")
+            if self.tiers is not None:
+                lines.append(f"{'':14s}trigger: {self.tiers.group_triggers[g.index]}")
         for fid, why in self.skipped:
             lines.append(f"  skipped fragment {fid}: {why}")
+        if self.tiers is not None:
+            lines.extend(self.tiers.describe_lines())
         return "\n".join(lines)
 
 
@@ -122,9 +132,8 @@ def _weights(f: Fragment) -> tuple[float, float]:
     return float(f.live_rows), f.file_bytes * live_share
 
 
-def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str = "") -> CompactionPlan:
-    frags = list(manifest.fragments)
-    reasons = [candidate_reason(f, options) for f in frags]
+def _binpack(frags: list[Fragment], reasons: list[str | None], options: CompactionOptions) -> tuple[list[list[int]], list[tuple[int, str]]]:
+    """Groups (positions) and skipped lone candidates under the binpack policy."""
     targets = (float(options.target_rows_per_fragment), float(options.target_bytes_per_fragment))
 
     # Runs of adjacent candidates, packed up to the targets.
@@ -147,6 +156,19 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
             groups.append(g)
         else:
             skipped.append((frags[g[0]].id, "alone: no adjacent fragment has room for it"))
+    return groups, skipped
+
+
+def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str = "") -> CompactionPlan:
+    """The plan for ``manifest`` under ``options`` (``options.policy`` chooses binpack or tiered)."""
+    frags = list(manifest.fragments)
+    reasons = [candidate_reason(f, options) for f in frags]
+    tiers: TierReport | None = None
+    if options.policy == TIERED:
+        groups, tiers = plan_tiers(frags, options)
+        skipped: list[tuple[int, str]] = []
+    else:
+        groups, skipped = _binpack(frags, reasons, options)
 
     out = []
     for i, g in enumerate(groups):
@@ -165,5 +187,5 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
         ))
     return CompactionPlan(
         table=table or "", read_version=manifest.version, options=options, groups=tuple(out),
-        fragments_before=len(frags), rows_before=manifest.rows, skipped=tuple(skipped),
+        fragments_before=len(frags), rows_before=manifest.rows, skipped=tuple(skipped), tiers=tiers,
     )
