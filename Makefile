@@ -41,6 +41,7 @@ pytest: setup
 bench: setup
 	$(BIN)/python -m benchmarks.write_read
 	$(BIN)/python -m benchmarks.compaction
+	$(BIN)/python -m benchmarks.streaming
 	$(BIN)/python -m benchmarks.index
 	$(BIN)/python -m benchmarks.memtable
 	$(BIN)/python -m benchmarks.wal
