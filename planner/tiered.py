@@ -4,14 +4,14 @@
       at the target   (eligibility: not "small")    never moves by size
       settled         s >= 1/2                      never moves by size
       tier k >= 1     1/r^k <= s < 1/r^(k-1)        r = tier_ratio; small appends and WAL flushes land in high tiers
-    units: each fragment, then the output a group of this plan would make; repeated until nothing fires
-      size    >= w (min_merge_width) adjacent units of one tier k >= 2, smaller units between them riding
-              along, packed up to the target: every pack moves its rows up at least one tier (w >= r)
+    units: each fragment, or the output of the group it is in (a fragment at the deletion threshold is
+    a group of its own: its live rows); repeated until nothing fires, smallest tiers first, so merges cascade:
+      size    >= w (min_merge_width) adjacent units of one tier k >= 2 (smaller units between them ride
+              along) merge w at a time, fewer when the target would overflow: each output is a tier up
       top     adjacent unsettled tier-1 units (smaller ones between them riding along) packed up to the
               target; a pack that reaches half the target merges, and its output is settled
-    ──► deletions: a fragment at or over materialize_deletions_threshold in no group is rewritten alone
-    ──► max_fragments: more unsettled units than this: the smallest merges with its smaller neighbour
-        (if they fit the target) until no more than max_fragments are left
+      max_fragments   more unsettled units than this: the smallest merges with its smaller neighbour
+                      (if they fit the target) until no more than max_fragments are left
     ──► groups of adjacent fragments, in table order + a Decision per fragment (tier, peers, trigger)
 
 Guarantees (docs/ARCHITECTURE.md, "Compaction policies"):
@@ -127,6 +127,7 @@ class _Unit:
     at_target: bool
     trigger: str | None = None  # None: a fragment left as it is
     texts: list[str] = field(default_factory=list)  # the triggers that formed it, in order
+    tier: int | None = None  # computed once (_Sizes.tier): a unit's rows and bytes never change
 
 
 class _Sizes:
@@ -144,14 +145,12 @@ class _Sizes:
 
     def tier(self, u: _Unit) -> int:
         """0 at the target, else the k >= 1 with 1/r^k <= share < 1/r^(k-1) (integer test on rows)."""
-        if u.at_target:
-            return 0
-        if u.rows <= 0 and u.bytes <= 0:
-            return BOTTOM_TIER
-        k = 1
-        while k < BOTTOM_TIER and u.rows * self.r ** k < self.rows and u.bytes * self.r ** k < self.bytes:
-            k += 1
-        return k
+        if u.tier is None:
+            k = 0 if u.at_target else 1
+            while 0 < k < BOTTOM_TIER and u.rows * self.r ** k < self.rows and u.bytes * self.r ** k < self.bytes:
+                k += 1
+            u.tier = k
+        return u.tier
 
     def fits(self, *units: _Unit) -> bool:
         return sum(u.rows for u in units) <= self.rows and sum(u.bytes for u in units) <= self.bytes
@@ -358,27 +357,40 @@ class _Planner:
             groups.append(list(range(u.first, u.last + 1)))
             triggers.append("; then ".join(dict.fromkeys(u.texts)))
         self.after = self._unsettled()
+        self.peers, self.tier1_held = self._original_runs(original)
         decisions = tuple(self._decision(p, original, group_of) for p in range(len(self.frags)))
         report = TierReport(self.o.tier_ratio, self.o.min_merge_width, self.o.max_fragments, decisions, tuple(triggers),
                             before, self.after)
         return groups, report
 
-    def _peers(self, p: int, original: list[_Unit]) -> int:
-        """Fragments of p's tier in its run (smaller fragments between them do not break it)."""
-        k = self._unsettled_tier(original[p])
-        if k is None:
-            return 0
-        lo = p
-        while lo > 0 and (t := self._unsettled_tier(original[lo - 1])) is not None and t >= k:
-            lo -= 1
-        hi = p
-        while hi + 1 < len(original) and (t := self._unsettled_tier(original[hi + 1])) is not None and t >= k:
-            hi += 1
-        return sum(1 for x in range(lo, hi + 1) if self._unsettled_tier(original[x]) == k)
+    def _original_runs(self, original: list[_Unit]) -> tuple[list[int], list[float]]:
+        """Per fragment: the fragments of its tier in its run (smaller ones between them do not break
+        it), and for a tier-1 fragment the share of the target its run of tier-1 fragments holds."""
+        tiers = [self._unsettled_tier(u) for u in original]
+        n = len(original)
+        peers, held = [0] * n, [0.0] * n
+        for k in sorted({t for t in tiers if t is not None}):
+            i = 0
+            while i < n:
+                if tiers[i] is None or tiers[i] < k:  # type: ignore[operator]
+                    i += 1
+                    continue
+                j = i
+                while j + 1 < n and tiers[j + 1] is not None and tiers[j + 1] >= k:  # type: ignore[operator]
+                    j += 1
+                members = [x for x in range(i, j + 1) if tiers[x] == k]
+                for x in members:
+                    peers[x] = len(members)
+                if k == 1 and members:
+                    total = sum(self.sz.share(original[x]) for x in range(members[0], members[-1] + 1))
+                    for x in members:
+                        held[x] = total
+                i = j + 1
+        return peers, held
 
     def _decision(self, p: int, original: list[_Unit], group_of: dict[int, int]) -> Decision:
         f, u = self.frags[p], original[p]
-        tier, share, peers = self.sz.tier(u), self.sz.share(u), self._peers(p, original)
+        tier, share, peers = self.sz.tier(u), self.sz.share(u), self.peers[p]
         w = self.o.min_merge_width
         if p in group_of:
             trigger, text = self.first_text[p]
@@ -392,21 +404,11 @@ class _Planner:
             why = (f"waits: {peers} of {w} adjacent tier-{tier} fragments; {w - peers} more next to it (appended, or "
                    f"made by merges of smaller ones) merge them into tier {tier - 1}")
         else:
-            run = self._tier1_run(p, original)
-            why = (f"waits: adjacent tier-1 fragments hold {run:.2f} of the target; they merge when they reach 0.50 "
+            why = (f"waits: adjacent tier-1 fragments hold {self.tier1_held[p]:.2f} of the target; they merge when they reach 0.50 "
                    f"(more tier-1 fragments next to it)")
         if self.after > self.o.max_fragments:
             why += "; more than max_fragments are unsettled, but no neighbour fits the target with it"
         return Decision(f.id, tier, share, peers, WAIT, None, None, why)
-
-    def _tier1_run(self, p: int, original: list[_Unit]) -> float:
-        lo = hi = p
-        while lo > 0 and not self.sz.settled(original[lo - 1]):
-            lo -= 1
-        while hi + 1 < len(original) and not self.sz.settled(original[hi + 1]):
-            hi += 1
-        ones = [x for x in range(lo, hi + 1) if self.sz.tier(original[x]) == 1]
-        return sum(self.sz.share(original[x]) for x in range(ones[0], ones[-1] + 1)) if ones else 0.0
 
 
 def _small(f: Fragment, options: CompactionOptions) -> bool:
