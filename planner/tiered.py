@@ -68,7 +68,9 @@ class Decision:
     fragment_id: int
     tier: int  # 0: at the target; k >= 1: 1/r^k <= size < 1/r^(k-1) of the target
     share: float  # its live size as a share of the target (the larger of rows and bytes)
-    peers: int  # adjacent fragments of its tier, itself included (smaller ones between them do not break the run)
+    #: Adjacent fragments of its tier, itself included (smaller ones between them do not break the run):
+    #: before this pass's merges for a fragment that merges, after them for one that waits.
+    peers: int
     decision: str  # MERGE, WAIT, SETTLED or AT_TARGET
     group: int | None  # the plan's group it merges in
     trigger: str | None  # SIZE, TOP, DELETIONS or MAX_FRAGMENTS when it merges
@@ -357,15 +359,18 @@ class _Planner:
             groups.append(list(range(u.first, u.last + 1)))
             triggers.append("; then ".join(dict.fromkeys(u.texts)))
         self.after = self._unsettled()
-        self.peers, self.tier1_held = self._original_runs(original)
+        self.peers, _ = self._original_runs(original)
+        # What a waiting fragment waits with: its run after this pass's merges.
+        after_peers, after_held = self._original_runs(self.units)
+        self.waiting = {u.first: (after_peers[i], after_held[i]) for i, u in enumerate(self.units) if u.trigger is None}
         decisions = tuple(self._decision(p, original, group_of) for p in range(len(self.frags)))
         report = TierReport(self.o.tier_ratio, self.o.min_merge_width, self.o.max_fragments, decisions, tuple(triggers),
                             before, self.after)
         return groups, report
 
     def _original_runs(self, original: list[_Unit]) -> tuple[list[int], list[float]]:
-        """Per fragment: the fragments of its tier in its run (smaller ones between them do not break
-        it), and for a tier-1 fragment the share of the target its run of tier-1 fragments holds."""
+        """Per unit: the units of its tier in its run (smaller ones between them do not break it), and
+        for a tier-1 unit the share of the target its run of tier-1 units holds."""
         tiers = [self._unsettled_tier(u) for u in original]
         n = len(original)
         peers, held = [0] * n, [0.0] * n
@@ -400,11 +405,12 @@ class _Planner:
         if self.sz.settled(u):
             return Decision(f.id, tier, share, 0, SETTLED, None, None,
                             "settled (at least half the target): moves only to drop deleted rows")
+        peers, held = self.waiting[p]
         if tier >= 2:
-            why = (f"waits: {peers} of {w} adjacent tier-{tier} fragments; {w - peers} more next to it (appended, or "
-                   f"made by merges of smaller ones) merge them into tier {tier - 1}")
+            why = (f"waits: {peers} of {w} adjacent tier-{tier} fragments; {max(1, w - peers)} more next to it "
+                   f"(appended, or made by merges of smaller ones) merge them into tier {tier - 1}")
         else:
-            why = (f"waits: adjacent tier-1 fragments hold {self.tier1_held[p]:.2f} of the target; they merge when they reach 0.50 "
+            why = (f"waits: adjacent tier-1 fragments hold {held:.2f} of the target; they merge when they reach 0.50 "
                    f"(more tier-1 fragments next to it)")
         if self.after > self.o.max_fragments:
             why += "; more than max_fragments are unsettled, but no neighbour fits the target with it"

@@ -370,18 +370,24 @@ def test_dry_run_says_why_each_fragment_waits_or_merges():
     assert _stream_plan().describe() == "\n".join(DRY_RUN)
 
 
-@pytest.mark.parametrize("frags,lines", [
-    ([frag(0, 1100), frag(1, 300), frag(2, 300)], [
+@pytest.mark.parametrize("frags,max_fragments,lines", [
+    ([frag(0, 1100), frag(1, 300), frag(2, 300)], 64, [
         "  fragment 0: tier 1, waits: adjacent tier-1 fragments hold 0.27 of the target; they merge when they reach 0.50 "
         "(more tier-1 fragments next to it)",
         "  fragments 1,2: tier 2, waits: 2 of 4 adjacent tier-2 fragments; 2 more next to it (appended, or made by "
         "merges of smaller ones) merge them into tier 1",
     ]),
-    ([frag(0, 100, deleted=30), frag(1, 4096)], [
+    ([frag(i, 100) for i in range(11)], 64, [  # merged 4 at a time; the 3 left wait for a 4th
+        "  fragments 0..3 (4): tier 3, merges in group 0: 4 adjacent tier-3 fragments (min_merge_width 4)",
+        "  fragments 4..7 (4): tier 3, merges in group 1: 4 adjacent tier-3 fragments (min_merge_width 4)",
+        "  fragments 8,9,10: tier 3, waits: 3 of 4 adjacent tier-3 fragments; 1 more next to it (appended, or made by "
+        "merges of smaller ones) merge them into tier 2",
+    ]),
+    ([frag(0, 100, deleted=30), frag(1, 4096)], 64, [
         "  fragment 0: tier 3, merges in group 0: 30% of its rows deleted (materialize_deletions_threshold 0.1)",
         "  fragment 1: at the target: moves only to drop deleted rows",
     ]),
-    ([frag(i, 300 if i % 2 == 0 else 40) for i in range(4)], [
+    ([frag(i, 300 if i % 2 == 0 else 40) for i in range(4)], 3, [
         "  fragment 0: tier 2, merges in group 0: 4 fragments below half the target, more than max_fragments 3: "
         "merged with its smaller neighbour",
         "  fragment 1: tier 4, merges in group 0: 4 fragments below half the target, more than max_fragments 3: "
@@ -392,8 +398,8 @@ def test_dry_run_says_why_each_fragment_waits_or_merges():
         "of smaller ones) merge them into tier 3",
     ]),
 ])
-def test_dry_run_fragment_lines(frags, lines):
-    o = opts(max_fragments=3)
+def test_dry_run_fragment_lines(frags, max_fragments, lines):
+    o = opts(max_fragments=max_fragments)
     text = plan_compaction(manifest(*frags), o).describe().splitlines()
     assert [ln for ln in text if ln.startswith("  fragment")] == lines
 
