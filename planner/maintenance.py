@@ -265,6 +265,9 @@ class TablePlan:
         lines = [head]
         for a in self.actions:
             lines.append(f"  {a.label}: {a.reason}")
+            if a.kind == COMPACT and self.compaction is not None:
+                # the compaction plan itself: groups, row-group actions, and (tiered) each fragment's tier and trigger
+                lines.extend(f"    {line}" for line in self.compaction.describe().splitlines()[1:])
         for n in self.notes:
             lines.append(f"  ({n})")
         return "\n".join(lines)

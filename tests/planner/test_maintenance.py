@@ -202,3 +202,11 @@ def test_bad_properties_name_the_table_and_the_key(props, message):
     with pytest.raises(InvalidConfig) as e:
         MaintenancePolicy().with_properties(props, "db.t")
     assert message in str(e.value)
+
+
+def test_dry_run_text_shows_the_compaction_plan_under_its_action():
+    m = manifest([frag(i, rows=100) for i in range(6)])
+    plan = plan_table("db.t", m, [(m.version, NOW)], [], POLICY, NOW)
+    text = plan.describe()
+    assert COMPACT in kinds(plan)
+    assert "    group    0:" in text and "row groups:" in text, text
