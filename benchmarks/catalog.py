@@ -29,7 +29,8 @@ Maintenance (if lamina.maintenance exists): ``maintain(root)`` over a catalog of
   one fragment each, nothing to do), in a fresh process, twice: ms per table (target < 50).
 Targets (issue 11): every read <= 0.5x Lance's latency (p50 and p95), writes >= Lance's throughput at every
 concurrency with nothing lost, maintenance < 50 ms per table. For each missed Lamina read, a cProfile of the
-operation (warm: 50 calls; cold: 5 fresh processes) prints its top 10 functions by cumulative time.
+operation (warm: 50 calls on one handle; cold: connect() + the call in one fresh process) prints its top 10
+functions by cumulative time.
 Nothing is written outside the temp directories and the moto server.
 """
 
@@ -558,12 +559,8 @@ def main() -> None:
                 plan = dict(run.read_plan(1, random.Random(13)))
                 for c in checks:
                     if c["backend"] == name and c["met"] is False and "op" in c:
-                        calls = 5 if c["kind"] == "cold" else 50
-                        if c["kind"] == "cold":
-                            text = "\n\n".join(run.one(profile_worker, backend, c["op"], plan[c["op"]][0], True, 1)
-                                               for _ in range(1))
-                        else:
-                            text = run.one(profile_worker, backend, c["op"], plan[c["op"]][0], False, calls)
+                        calls = 1 if c["kind"] == "cold" else 50
+                        text = run.one(profile_worker, backend, c["op"], plan[c["op"]][0], c["kind"] == "cold", calls)
                         profiles.append((f"{kind}: {c['kind']} {c['op']} (Lamina, "
                                          f"{'connect() + 1 call, fresh process' if c['kind'] == 'cold' else f'{calls} warm calls'})",
                                          text))
