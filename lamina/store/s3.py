@@ -78,6 +78,59 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
+#: One boto3 client per process and configuration: creating one costs ~300 ms (botocore parses its
+#: service model), and clients are thread-safe. Keyed by everything that shapes the client,
+#: including the credential environment, so a changed environment gets a new client.
+_CLIENTS: dict[tuple, Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
+                   "AWS_DEFAULT_REGION", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
+
+
+def _client_for(o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str) -> Any:
+    """The process's boto3 client for these options (MissingCredentials, naming ``uri``, if there are none)."""
+    key = (tuple(sorted((k, str(v)) for k, v in o.items())), endpoint_url, pool,
+           tuple(os.environ.get(k) for k in _CREDENTIAL_ENV))
+    client = _CLIENTS.get(key)
+    if client is not None:
+        return client
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            session = boto3.session.Session(
+                aws_access_key_id=o.get("aws_access_key_id"),
+                aws_secret_access_key=o.get("aws_secret_access_key"),
+                aws_session_token=o.get("aws_session_token"),
+                profile_name=o.get("profile"),
+                region_name=o.get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+            )
+            if session.get_credentials() is None:
+                raise MissingCredentials(
+                    f"no AWS credentials found for {uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                    "(or AWS_PROFILE), or pass storage_options={'aws_access_key_id': ..., 'aws_secret_access_key': ...}"
+                )
+            config = Config(
+                retries={"total_max_attempts": 1, "mode": "standard"},  # Lamina retries, with its own backoff
+                max_pool_connections=pool,
+                connect_timeout=10,
+                read_timeout=60,
+                s3={"addressing_style": "path"} if endpoint_url else None,
+            )
+            client = _CLIENTS[key] = session.client("s3", endpoint_url=endpoint_url,
+                                                    region_name=session.region_name or "us-east-1", config=config)
+        return client
+
+
+def _forget_clients() -> None:  # a forked child must not share its parent's connections
+    _CLIENTS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_clients)
+
+
 class S3Store(ObjectStore):
     """Objects are keys below ``s3://bucket/prefix/``."""
 
@@ -95,8 +148,6 @@ class S3Store(ObjectStore):
         self.multipart_chunk_size = _int_option(options, "multipart_chunk_size", 16 * _MIB, 5 * _MIB, 5 * 1024**3)
         self._pool = _int_option(options, "max_pool_connections", 32, 1, 1024)
         self.endpoint_url = options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        self._local = threading.local()
-        self._client_lock = threading.Lock()
         self._shared_client: Any = None
         self._client()  # fail now, before any work, if credentials are missing
 
@@ -108,39 +159,8 @@ class S3Store(ObjectStore):
 
     # -- connection ---------------------------------------------------------
     def _client(self) -> Any:
-        if self._shared_client is not None:
-            return self._shared_client
-        with self._client_lock:
-            if self._shared_client is None:
-                import boto3
-                from botocore.config import Config
-
-                o = self.storage_options
-                session = boto3.session.Session(
-                    aws_access_key_id=o.get("aws_access_key_id"),
-                    aws_secret_access_key=o.get("aws_secret_access_key"),
-                    aws_session_token=o.get("aws_session_token"),
-                    profile_name=o.get("profile"),
-                    region_name=o.get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
-                )
-                if session.get_credentials() is None:
-                    raise MissingCredentials(
-                        f"no AWS credentials found for {self.uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                        "(or AWS_PROFILE), or pass storage_options={'aws_access_key_id': ..., 'aws_secret_access_key': ...}"
-                    )
-                config = Config(
-                    retries={"total_max_attempts": 1, "mode": "standard"},  # Lamina retries, with its own backoff
-                    max_pool_connections=self._pool,
-                    connect_timeout=10,
-                    read_timeout=60,
-                    s3={"addressing_style": "path"} if self.endpoint_url else None,
-                )
-                self._shared_client = session.client(
-                    "s3",
-                    endpoint_url=self.endpoint_url,
-                    region_name=session.region_name or "us-east-1",
-                    config=config,
-                )
+        if self._shared_client is None:
+            self._shared_client = _client_for(self.storage_options, self.endpoint_url, self._pool, self.uri)
         return self._shared_client
 
     def _key(self, path: str) -> str:

@@ -248,3 +248,13 @@ def test_append_grows_local_objects_and_cuts_what_a_failed_attempt_left(local_ta
     assert not s3.is_local
     with pytest.raises(StorageError, match="written whole"):
         s3.append("_wal/0/seg.d", b"abc")
+
+
+def test_stores_with_the_same_options_share_one_s3_client(s3_bucket, s3_options):
+    from lamina.store import open_store
+
+    a = open_store(f"s3://{s3_bucket}/a", s3_options)
+    b = open_store(f"s3://{s3_bucket}/b", s3_options)
+    c = open_store(f"s3://{s3_bucket}/c", {**s3_options, "max_pool_connections": 4})
+    assert a._client() is b._client(), "one client per process and configuration (creating one costs ~300 ms)"
+    assert c._client() is not a._client(), "another configuration gets its own client"
