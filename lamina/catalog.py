@@ -39,10 +39,12 @@ from lamina.errors import (
     TableExists,
     TableNotFound,
 )
+from lamina.cache import MiB, cache
 from lamina.index.options import IndexOptions
 from lamina.index.segments import build_local, segment_path, write_segment
+from lamina.filter import parse_filter
 from lamina.keys import key_array
-from lamina.manifest import IndexEntry, IndexSegment, Manifest, latest_version, versions_from
+from lamina.manifest import IndexEntry, IndexSegment, Manifest, manifest_path
 from lamina.retry import Backoff
 from lamina.store import ObjectStore, check_relative, open_store
 from lamina.table import Table, create_table, open_table
@@ -89,6 +91,12 @@ INDICES = (("object_id_btree", "object_id", "btree"), ("object_type_bitmap", "ob
 
 _LEVEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 MAX_DEPTH = 8
+
+#: A catalog whose data file is at most this is read whole once per version and answered from memory
+#: (one GET instead of index and data reads); a larger one is read through its indices.
+WHOLE_READ_BYTES = 8 << 20
+#: Decoded catalog versions (immutable), bounded like every cache.
+_ROWS = cache("catalog", "LAMINA_CATALOG_CACHE_BYTES", 64 * MiB)
 
 #: A lost race redoes the rewrite: short waits, many writers may contend.
 REWRITE_BACKOFF = Backoff(base_seconds=0.005, cap_seconds=0.5, max_attempts=200)
@@ -195,22 +203,34 @@ class Catalog:
         return int(self._fresh().manifest.config.get(CONFIG_KEY, 1))
 
     def _fresh(self) -> Table:
-        """The latest catalog version: one short listing after the version held."""
+        """The latest catalog version. Versions are written in order and cleanup removes the oldest
+        first, so the version held is the latest when the next is absent and it is still there: two
+        existence checks (a stat or a HEAD), whatever the number of versions."""
         t = self._table
-        if versions_from(t.store, t.version + 1, 1):
+        if t.store.exists(manifest_path(t.version + 1)) or not t.store.exists(manifest_path(t.version)):
             t.reload()
         return t
 
-    def _rows(self, flt: str | None = None) -> pa.Table:
+    def _read(self) -> "_Version":
+        """One version to answer a call from: decoded whole and cached when small, else read through its indices."""
         t = self._fresh()
-        return _as_current(t.to_arrow(filter=flt))
+        m = t.manifest
+        key = (t.uri, m.table_uuid, m.version)
+        whole = _ROWS.get(key)
+        if whole is None and sum(f.file_bytes for f in m.fragments) <= WHOLE_READ_BYTES:
+            whole = _as_current(t.to_arrow())
+            _ROWS.put(key, whole, whole.nbytes + 1024)
+        return _Version(t, whole)
 
-    def _entry(self, name: str) -> dict[str, Any] | None:
-        found = self._rows(f"object_id = {_quote(name)}").to_pylist()
+    def _rows(self, flt: str | None = None) -> pa.Table:
+        return self._read().select(flt)
+
+    def _entry(self, name: str, v: "_Version | None" = None) -> dict[str, Any] | None:
+        found = (v or self._read()).select(f"object_id = {_quote(name)}").to_pylist()
         return found[0] if found else None
 
-    def _namespace(self, name: str) -> dict[str, Any]:
-        entry = self._entry(name)
+    def _namespace(self, name: str, v: "_Version | None" = None) -> dict[str, Any]:
+        entry = self._entry(name, v)
         if entry is None or entry["object_type"] != NAMESPACE:
             raise NamespaceNotFound(f"catalog {self.root} has no namespace {name!r}"
                                     + (f" ({name!r} is a table)" if entry else "") + "; create it with create_namespace")
@@ -237,15 +257,20 @@ class Catalog:
         the whole rewrite over a version committed meanwhile. ``change`` raises to refuse (nothing
         is written then)."""
         for attempt in range(REWRITE_BACKOFF.max_attempts):
-            t = self._table.reload() if attempt else self._fresh()
-            base = t.manifest
-            rows = change(_as_current(t.to_arrow()))
+            if attempt:
+                self._table.reload()
+            v = self._read()
+            t, base = v.table, v.table.manifest
+            rows = change(v.whole if v.whole is not None else _as_current(t.to_arrow()))
             try:
                 new = commit(t.store, _rewrite(t.store, base, rows), base, backoff=Backoff(0, 0, 1))
             except CommitConflict:
                 REWRITE_BACKOFF.sleep(attempt)
                 continue
             t._move_to(new)
+            if rows.num_rows and sum(f.file_bytes for f in new.fragments) <= WHOLE_READ_BYTES:
+                written = pa.Table.from_arrays(rows.sort_by("object_id").columns, schema=SCHEMA)
+                _ROWS.put((t.uri, new.table_uuid, new.version), written, written.nbytes + 1024)
             return
         raise CommitConflict(f"catalog {self.root}: {REWRITE_BACKOFF.max_attempts} rewrites in a row lost the race to "
                              f"other writers; nothing was changed, retry later")
@@ -266,10 +291,11 @@ class Catalog:
 
     def list_namespaces(self, parent: str | None = None) -> list[str]:
         """The namespaces directly inside ``parent`` (None: the top level), sorted."""
+        v = self._read()
         if parent is not None:
             check_name(parent, "namespace name")
-            self._namespace(parent)
-        rows = self._rows(f"object_type = 'namespace' AND parent = {_quote(parent or '')}")
+            self._namespace(parent, v)
+        rows = v.select(f"object_type = 'namespace' AND parent = {_quote(parent or '')}")
         return sorted(rows.column("object_id").to_pylist())
 
     def describe_namespace(self, name: str) -> NamespaceDescription:
@@ -349,14 +375,15 @@ class Catalog:
     def list_tables(self, namespace: str | None = None, *, recursive: bool = False) -> list[str]:
         """The tables in ``namespace`` (None: the top level), with ``recursive`` also those of the
         namespaces inside it; full dotted names, sorted."""
+        v = self._read()
         if namespace is not None:
             check_name(namespace, "namespace name")
-            self._namespace(namespace)
+            self._namespace(namespace, v)
         if recursive:
-            rows = self._rows("object_type = 'table'")
+            rows = v.select("object_type = 'table'")
             ids = rows.column("object_id").to_pylist()
             return sorted(i for i in ids if namespace is None or i.startswith(namespace + "."))
-        rows = self._rows(f"object_type = 'table' AND parent = {_quote(namespace or '')}")
+        rows = v.select(f"object_type = 'table' AND parent = {_quote(namespace or '')}")
         return sorted(rows.column("object_id").to_pylist())
 
     def describe_table(self, name: str) -> TableDescription:
@@ -496,6 +523,19 @@ class Catalog:
             raise NamespaceNotFound(f"catalog {self.root} has no namespace {parent!r} to hold {name!r}; create it first")
 
 
+@dataclass(frozen=True)
+class _Version:
+    """One catalog version a call reads: its rows in memory (``whole``), or its table and indices."""
+
+    table: Table
+    whole: pa.Table | None
+
+    def select(self, flt: str | None) -> pa.Table:
+        if self.whole is not None:
+            return self.whole if flt is None else self.whole.filter(parse_filter(flt, SCHEMA).expression)
+        return _as_current(self.table.to_arrow(filter=flt))
+
+
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -546,7 +586,9 @@ def connect(root: str, *, storage_options: dict[str, Any] | None = None, create:
     """The catalog under ``root`` (a local directory or ``s3://bucket/prefix``), created if there is
     none, unless ``create=False`` (then ``InvalidArgument`` says there is none)."""
     store = open_store(f"{root.rstrip('/')}/{CATALOG_DIR}", storage_options)
-    if latest_version(store) is None:
+    try:
+        return Catalog(root, open_table(store.uri, storage_options=storage_options), storage_options)
+    except TableNotFound:
         if not create:
             raise InvalidArgument(f"no Lamina catalog at {root} (nothing under {CATALOG_DIR}/): point at a catalog "
                                   f"root, or create one with lamina.connect({root!r})")

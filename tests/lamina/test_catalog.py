@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
+import lamina.catalog
 from lamina.catalog import CATALOG_DIR, CONFIG_KEY, SCHEMA, SCHEMA_V1, SCHEMA_VERSION
 from lamina.errors import (
     InvalidArgument,
@@ -49,7 +50,15 @@ def assert_indices_exact(catalog_table: lamina.Table) -> None:
     assert "scan for 0 fragment(s)" in catalog_table.explain(f"object_id = '{ids[0]}'")
 
 
-def test_namespaces_and_tables_end_to_end(root):
+@pytest.mark.parametrize("read_path", ["whole", "indices"])
+def test_namespaces_and_tables_end_to_end(root, read_path, monkeypatch):
+    """Small catalogs are answered from the decoded version, large ones through the btree/bitmap/fts
+    indices (forced here): the same answers either way."""
+    if read_path == "indices":
+        monkeypatch.setattr(lamina.catalog, "WHOLE_READ_BYTES", 0)
+        from lamina.cache import caches
+
+        caches()["catalog"].clear()
     uri, opts = root
     cat = lamina.connect(uri, storage_options=opts)
     cat.create_namespace("sales", {"owner": "ana", "about": "european sales"})
