@@ -25,7 +25,7 @@ from lamina.cleanup import MIN_RETENTION
 from lamina.errors import InvalidConfig
 from lamina.manifest import Manifest
 from lamina.wal import watermark_key
-from planner.options import CompactionOptions
+from planner.options import FALSE_WORDS, TRUE_WORDS, CompactionOptions, typed_value
 from planner.plan import CompactionPlan, plan_compaction
 
 #: The actions, in the order a plan runs them: rewrites first (their outputs are indexed by the
@@ -36,7 +36,6 @@ ACTIONS = (COMPACT, UPDATE_INDEX, RETIRE_WAL, CLEANUP)
 #: Catalog properties (of a namespace or a table) that override the policy start with this.
 PROPERTY_PREFIX = "maintenance."
 
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 _DAY = 86_400.0
 
 
@@ -133,17 +132,17 @@ class MaintenancePolicy:
                 if option not in known:
                     raise InvalidConfig(f"{where}: property {key} names no compaction option; known: "
                                         f"{', '.join(sorted(known))}")
-                compaction[option] = _typed(raw, getattr(self.compaction, option) if option != "max_concurrency" else 1,
+                compaction[option] = typed_value(raw, getattr(self.compaction, option) if option != "max_concurrency" else 1,
                                             bad, nullable=option == "max_concurrency")
             elif name in ("compact", "cleanup", "retire_wal", "enforce_retention"):
-                changes[name] = _typed(raw, True, bad)
+                changes[name] = typed_value(raw, True, bad)
             elif name == "retention_seconds":
-                changes[name] = _typed(raw, 1.0, bad)
+                changes[name] = typed_value(raw, 1.0, bad)
             elif name == "update_indices":
                 if isinstance(raw, (bool, list, tuple)):
                     changes[name] = tuple(raw) if isinstance(raw, list) else raw
-                elif isinstance(raw, str) and raw.strip().lower() in _TRUE + _FALSE:
-                    changes[name] = raw.strip().lower() in _TRUE
+                elif isinstance(raw, str) and raw.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+                    changes[name] = raw.strip().lower() in TRUE_WORDS
                 elif isinstance(raw, str) and raw.strip():
                     changes[name] = tuple(n.strip() for n in raw.split(",") if n.strip())
                 else:
@@ -173,37 +172,6 @@ class MaintenancePolicy:
         if isinstance(self.update_indices, tuple):
             d["update_indices"] = list(self.update_indices)
         return d
-
-
-def _typed(raw: Any, like: Any, bad, nullable: bool = False) -> Any:
-    """``raw`` (a property value, often a string) as a value of ``like``'s type, or ``bad(...)``."""
-    if nullable and (raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null"))):
-        return None
-    if isinstance(like, str):  # a choice, e.g. compaction.policy; the options check which words are known
-        if not isinstance(raw, str) or not raw.strip():
-            raise bad("text, e.g. \"tiered\"")
-        return raw.strip().lower()
-    if isinstance(like, bool):
-        if isinstance(raw, bool):
-            return raw
-        if isinstance(raw, str) and raw.strip().lower() in _TRUE + _FALSE:
-            return raw.strip().lower() in _TRUE
-        raise bad("true or false")
-    if isinstance(raw, bool):
-        raise bad("a number")
-    try:
-        if isinstance(like, float):
-            value = float(raw.strip().replace("_", "") if isinstance(raw, str) else raw)
-            if value != value:  # NaN
-                raise ValueError(raw)
-            return value
-        if isinstance(raw, float):
-            if not raw.is_integer():
-                raise ValueError(raw)
-            return int(raw)
-        return int(raw.strip().replace("_", "") if isinstance(raw, str) else raw)
-    except (TypeError, ValueError):
-        raise bad("a number" if isinstance(like, float) else "an integer") from None
 
 
 @dataclass(frozen=True)

@@ -107,19 +107,45 @@ def parse_assignment(text: str) -> tuple[str, Any]:
         raise InvalidConfig(f"--set {text!r}: expected key=value with key one of {', '.join(sorted(names))}")
     default = getattr(CompactionOptions(), key)
     raw = raw.strip()
-    if key == "policy":
-        if raw.lower() not in POLICIES:
-            raise InvalidConfig(f"--set {text!r}: policy must be one of {', '.join(POLICIES)}")
-        return key, raw.lower()
+    if key == "policy" and raw.lower() not in POLICIES:
+        raise InvalidConfig(f"--set {text!r}: policy must be one of {', '.join(POLICIES)}")
+
+    def bad(expected: str) -> InvalidConfig:
+        return InvalidConfig(f"--set {text!r}: {raw!r} is not a valid value for {key} ({expected})")
+
+    return key, typed_value(raw, default if key != "max_concurrency" else 1, bad, nullable=key == "max_concurrency")
+
+
+#: The spellings of true and false an option given as text may use.
+TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def typed_value(raw: Any, like: Any, bad, nullable: bool = False) -> Any:
+    """``raw`` (a property value, often a string) as a value of ``like``'s type, or ``bad(...)``."""
+    if nullable and (raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null"))):
+        return None
+    if isinstance(like, str):  # a choice, e.g. compaction.policy; the options check which words are known
+        if not isinstance(raw, str) or not raw.strip():
+            raise bad("text, e.g. \"tiered\"")
+        return raw.strip().lower()
+    if isinstance(like, bool):
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+            return raw.strip().lower() in TRUE_WORDS
+        raise bad("true or false")
+    if isinstance(raw, bool):
+        raise bad("a number")
     try:
-        if key == "enable_binary_copy":
-            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        if isinstance(like, float):
+            value = float(raw.strip().replace("_", "") if isinstance(raw, str) else raw)
+            if value != value:  # NaN
                 raise ValueError(raw)
-            return key, raw.lower() in ("true", "1", "yes")
-        if key == "max_concurrency" and raw.lower() in ("", "none", "null"):
-            return key, None
-        if isinstance(default, float):
-            return key, float(raw)
-        return key, int(raw.replace("_", ""))
-    except ValueError:
-        raise InvalidConfig(f"--set {text!r}: {raw!r} is not a valid value for {key}") from None
+            return value
+        if isinstance(raw, float):
+            if not raw.is_integer():
+                raise ValueError(raw)
+            return int(raw)
+        return int(raw.strip().replace("_", "") if isinstance(raw, str) else raw)
+    except (TypeError, ValueError):
+        raise bad("a number" if isinstance(like, float) else "an integer") from None
