@@ -15,6 +15,7 @@ Ray (``--runner ray``, the job's path), or plan -> GroupCompactor -> commit_resu
 
 from __future__ import annotations
 
+import abc
 import argparse
 import math
 import os
@@ -29,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 import lamina
+from benchmarks.write_read import best_of
 from jobs.demo import SCHEMA, sample_rows
 from lamina.compaction import CompactionSummary, commit_results
 from planner import CompactionOptions, plan_compaction
@@ -52,17 +54,8 @@ def new_bytes(before: dict[str, int], after: dict[str, int]) -> int:
     return sum(size for name, size in after.items() if name not in before)
 
 
-def best_of(n: int, fn: Callable[[], object]) -> float:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 @dataclass
-class Engine:
+class Engine(abc.ABC):
     """One table under one compaction policy, and what it cost so far."""
 
     name: str
@@ -73,20 +66,25 @@ class Engine:
     max_fragments: int = 0
     rows: int = 0
 
+    @abc.abstractmethod
     def append(self, data: pa.Table) -> None:
-        raise NotImplementedError
+        """Appends the rows."""
 
+    @abc.abstractmethod
     def compact(self) -> None:
-        raise NotImplementedError
+        """Runs one compaction pass."""
 
+    @abc.abstractmethod
     def fragments(self) -> int:
-        raise NotImplementedError
+        """Fragments the table holds now."""
 
+    @abc.abstractmethod
     def scan(self) -> Callable[[], object]:
-        raise NotImplementedError
+        """A full scan, as a call to time."""
 
+    @abc.abstractmethod
     def lookup(self, key: int) -> Callable[[], object]:
-        raise NotImplementedError
+        """A point lookup of ``key``, as a call to time."""
 
     def step(self, data: pa.Table) -> None:
         before = data_files(self.path)
