@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from lamina.errors import LaminaError
 from lamina.index.options import IndexOptions
 from lamina.index.segments import BuiltPart, merge_parts
 from lamina.manifest import IndexEntry, IndexSegment, Manifest
@@ -59,8 +60,6 @@ def merge_segments(store: ObjectStore, plan: "IndexPlan", built: Iterable[tuple[
     try:
         for n, (_, part) in enumerate(built, 1):
             if not isinstance(part, BuiltPart):  # a task Ray could not run (workers.runtime.TaskFailed)
-                from lamina.errors import LaminaError
-
                 raise LaminaError(f"building index {plan.name!r} of {plan.table}: {getattr(part, 'error', part)}; "
                                   f"nothing was committed, run the build again")
             written.append(part.path)
