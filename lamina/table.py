@@ -219,6 +219,12 @@ class Table:
         """``to_arrow(...).to_pandas()``."""
         return self.to_arrow(columns, filter, with_row_address, with_row_id).to_pandas()
 
+    def to_ray(self, columns: Sequence[str] | None = None, filter: "str | pa.compute.Expression | None" = None):
+        """This version's live rows as a ``ray.data.Dataset`` (``lamina.ray.read_table`` on this view)."""
+        from lamina.ray import from_table
+
+        return from_table(self, columns=columns, filter=filter)
+
     def count_rows(self, filter: "str | pa.compute.Expression | None" = None) -> int:
         """Live rows, optionally only those matching ``filter`` (no data read without one)."""
         if filter is None:

@@ -1,0 +1,391 @@
+"""Ray Data reads and writes of Lamina tables: a reader/writer adapter over lamina's own read path and commit.
+
+    ds = lamina.ray.read_table("s3://bucket/t", columns=["id", "value"], filter="value > 0")
+    lamina.ray.write_table(ds, "s3://bucket/t2", mode="append")
+
+Reads: the version is pinned when ``read_table`` is called (its manifest travels with the
+tasks), fragments are grouped into at most the requested number of read tasks, contiguous and
+balanced by bytes, and each task reads its fragments with ``lamina.datafile.read_fragment`` or,
+with a filter, ``lamina.index.query.select`` (the code ``Table.to_arrow`` runs): projection,
+filter, indices and deletions as there.
+
+Writes (``LaminaDatasink``)::
+
+    driver: check uri/mode/schema ─► Ray write tasks: conform blocks ─► write_fragments ─► [Fragment]
+                                       (each registers its files with a _WrittenFiles actor)
+            ─► on_write_complete: one Append / Overwrite through lamina.commit (a Create first if no table)
+            ─► on failure: nothing committed; every registered file is removed (best effort)
+
+This is the one module besides ``workers/runtime.py`` that imports Ray (tests/test_layout.py):
+a Ray Data Datasource/Datasink must subclass Ray's classes. ``import lamina`` does not import it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any, Iterable, Iterator, Sequence
+
+import pyarrow as pa
+import ray
+import ray.data
+from ray.data.block import Block, BlockAccessor, BlockMetadata
+from ray.data.datasource import Datasink, Datasource, ReadTask
+
+from lamina.commit import commit
+from lamina.datafile import WriteOptions, output_schema, read_fragment, write_fragments
+from lamina.errors import CommitStateUnknown, InvalidArgument, LaminaError, TableExists
+from lamina.filter import Filter, parse_filter
+from lamina.io_pool import map_fragments
+from lamina.manifest import Fragment, Manifest, latest_version, load_manifest
+from lamina.schema import conform, validate_schema
+from lamina.store import ObjectStore, open_store
+from lamina.table import Table, open_table
+from lamina.transaction import Append, Create, Overwrite
+
+log = logging.getLogger("lamina.ray")
+
+MODES = ("append", "overwrite")
+
+
+# -- reads ---------------------------------------------------------------------
+def group_fragments(fragments: Sequence[Fragment], parallelism: int) -> list[list[Fragment]]:
+    """At most ``parallelism`` contiguous groups of ``fragments`` (table order kept), balanced by
+    bytes: the i-th cut falls where the running total first reaches i/n of the whole."""
+    if not fragments:
+        return []
+    n = max(1, min(int(parallelism), len(fragments)))
+    weights = [max(1, f.file_bytes) for f in fragments]
+    total = sum(weights)
+    groups: list[list[Fragment]] = [[]]
+    running = 0
+    for frag, w in zip(fragments, weights):
+        # Start a new group once this one holds its share, keeping one fragment for each group left.
+        left = len(fragments) - sum(len(g) for g in groups)
+        if groups[-1] and len(groups) < n and (running >= total * len(groups) / n or left <= n - len(groups)):
+            groups.append([])
+        groups[-1].append(frag)
+        running += w
+    return groups
+
+
+class _ReadGroup:
+    """One read task's work: a group of fragments of one pinned version (plain values, so it pickles)."""
+
+    def __init__(self, uri: str, storage_options: dict[str, Any] | None, manifest: Manifest,
+                 columns: list[str] | None, flt: Filter | None):
+        self.uri = uri
+        self.storage_options = storage_options
+        self.manifest = manifest  # only this group's fragments; the indices of the pinned version
+        self.columns = columns
+        self.flt = flt
+
+    def __call__(self) -> Iterator[pa.Table]:
+        try:
+            store = open_store(self.uri, self.storage_options)
+            frags = list(self.manifest.fragments)
+            schema = self.manifest.schema
+            if self.flt is None:
+                parts = map_fragments(lambda f: read_fragment(store, f, schema, self.columns), frags)
+            else:
+                from lamina.index.query import select
+
+                parts = select(store, self.manifest, self.flt, self.columns, map_fn=map_fragments).tables
+        except LaminaError as e:
+            raise _naming(e, self.uri, f"reading version {self.manifest.version} of") from None
+        for part in parts:
+            if part.num_rows:
+                yield part
+
+
+def _naming(e: LaminaError, uri: str, doing: str) -> LaminaError:
+    """``e`` (same class) saying which table it is about, unless its message names the table already."""
+    if uri in str(e):
+        return e
+    try:
+        return type(e)(f"{doing} table {uri} from Ray Data: {e}")
+    except TypeError:
+        return e
+
+
+class LaminaDatasource(Datasource):
+    """One pinned version of a Lamina table as a Ray Data source (``read_table`` makes it).
+
+    The schema and row counts come from the manifest, so Ray knows them without reading data.
+    Ray's projection pushdown (``select_columns`` after the read) narrows what is read.
+    """
+
+    def __init__(self, table: Table, columns: Sequence[str] | None = None,
+                 filter: "str | pa.compute.Expression | None" = None):
+        super().__init__()
+        self._uri = table.uri
+        self._storage_options = table.storage_options
+        self._pinned = table.manifest
+        cols = table._check_columns(columns)
+        self._filter = parse_filter(filter, table.schema) if filter is not None else None
+        self._projection_map = None if cols is None else {c: c for c in cols}
+
+    def __repr__(self) -> str:
+        return f"LaminaDatasource({self._uri!r}, version={self._pinned.version})"
+
+    @property
+    def version(self) -> int:
+        return self._pinned.version
+
+    def get_name(self) -> str:
+        return "Lamina"
+
+    def supports_projection_pushdown(self) -> bool:
+        return True
+
+    def _columns(self) -> list[str] | None:
+        if self._projection_map is None:
+            return None
+        return list(self._projection_map)  # in the order asked (a projection never renames)
+
+    def _fraction(self) -> float:
+        """Share of a fragment's bytes the projection reads (by column count: the manifest has no column sizes)."""
+        cols = self._columns()
+        return 1.0 if cols is None else max(1, len(cols)) / max(1, len(self._pinned.schema))
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return int(sum(sum(g.bytes for g in f.row_groups) for f in self._pinned.fragments) * self._fraction())
+
+    def read_schema(self) -> pa.Schema:
+        """The schema of the rows read (projection applied)."""
+        return output_schema(self._pinned.schema, self._columns())
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
+                       data_context: Any = None) -> list[ReadTask]:
+        cols = self._columns()
+        out_schema = self.read_schema()
+        fraction = self._fraction()
+        tasks = []
+        for group in group_fragments(self._pinned.fragments, parallelism):
+            meta = BlockMetadata(
+                num_rows=sum(f.live_rows for f in group) if self._filter is None else None,
+                size_bytes=int(sum(sum(g.bytes for g in f.row_groups) for f in group) * fraction),
+                input_files=None,
+                exec_stats=None,
+            )
+            work = _ReadGroup(self._uri, self._storage_options, self._pinned.replace(fragments=tuple(group)),
+                              cols, self._filter)
+            tasks.append(ReadTask(work, meta, schema=out_schema, per_task_row_limit=per_task_row_limit))
+        return tasks
+
+
+def from_table(table: Table, *, columns: Sequence[str] | None = None,
+               filter: "str | pa.compute.Expression | None" = None, **read_args: Any) -> "ray.data.Dataset":
+    """The rows of ``table`` (its version) as a Ray Dataset; ``read_args`` go to ``ray.data.read_datasource``
+    (e.g. ``override_num_blocks``, ``concurrency``, ``ray_remote_args``)."""
+    return ray.data.read_datasource(LaminaDatasource(table, columns, filter), **read_args)
+
+
+def read_table(uri: str, *, columns: Sequence[str] | None = None, filter: "str | pa.compute.Expression | None" = None,
+               version: int | None = None, storage_options: dict[str, Any] | None = None,
+               **read_args: Any) -> "ray.data.Dataset":
+    """A Lamina table as a Ray Dataset: live rows (deletions applied) of ``version`` (default: the
+    latest, fixed now: later commits do not show), ``columns`` only, matching ``filter`` (SQL-like
+    text or a pyarrow Expression, answered through indices like ``Table.to_arrow``).
+
+    One read task per fragment or per group of adjacent small fragments, at most the requested
+    parallelism (``override_num_blocks``). The schema is known without reading data.
+
+    >>> ds = lamina.ray.read_table("/tmp/t", columns=["id"], filter="id < 100")
+    >>> ds.count()
+    """
+    table = open_table(uri, version=version, storage_options=storage_options)
+    return from_table(table, columns=columns, filter=filter, **read_args)
+
+
+# -- writes --------------------------------------------------------------------
+class _WrittenFiles:
+    """Paths of the data files the write tasks wrote, so a failed write can remove them.
+
+    ``close`` ends registration: a task finishing after it removes its own files (``add`` answers False).
+    """
+
+    def __init__(self) -> None:
+        self._paths: list[str] = []
+        self._closed = False
+
+    def add(self, paths: list[str]) -> bool:
+        if self._closed:
+            return False
+        self._paths.extend(paths)
+        return True
+
+    def close(self) -> list[str]:
+        self._closed = True
+        return list(self._paths)
+
+
+class LaminaDatasink(Datasink):
+    """Writes a Ray Dataset into a Lamina table: tasks write data files, the driver commits once.
+
+    Made by ``write_table``, which checks the URI, mode and schema first. ``result`` is the
+    table at the version the write committed (None until then).
+    """
+
+    def __init__(self, uri: str, mode: str, *, schema: pa.Schema | None = None,
+                 storage_options: dict[str, Any] | None = None, max_rows_per_file: int | None = None,
+                 min_rows_per_write: int | None = None):
+        if mode not in MODES:
+            raise InvalidArgument(f"mode={mode!r} for table {uri}: use one of {', '.join(MODES)}")
+        self.uri = uri
+        self.mode = mode
+        self.storage_options = storage_options
+        self._min_rows = min_rows_per_write
+        store = open_store(uri, storage_options)
+        self.uri = store.uri
+        self._explicit_schema = validate_schema(schema) if schema is not None else None
+        latest = latest_version(store)
+        self._base: Manifest | None = load_manifest(store, latest) if latest is not None else None
+        if self._base is not None:
+            if self._explicit_schema is not None and mode == "append" and not self._explicit_schema.equals(self._base.schema):
+                raise InvalidArgument(f"schema= differs from the schema of table {self.uri}; an append keeps the "
+                                      f"table's schema (mode='overwrite' with schema= replaces it)")
+            self.schema = self._explicit_schema if self._explicit_schema is not None else self._base.schema
+            config = self._base.config
+        else:
+            self.schema = self._explicit_schema  # None: write_table takes the dataset's
+            config = {}
+        self.options = WriteOptions.from_config(config, max_rows_per_file=max_rows_per_file)
+        self._files: Any = ray.remote(num_cpus=0)(_WrittenFiles).remote()
+        self._settled = False  # the files' fate is decided (committed, removed, or unknown)
+        self.result: Table | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a write task needs (not the base manifest nor the result)."""
+        return {**self.__dict__, "_base": None, "result": None}
+
+    # -- Ray Datasink interface (driver) -----------------------------------------
+    def get_name(self) -> str:
+        return "Lamina"
+
+    @property
+    def min_rows_per_write(self) -> int | None:
+        return self._min_rows
+
+    def write(self, blocks: Iterable[Block], ctx: Any) -> list[Fragment]:
+        """One task: the blocks conformed to the table's schema, written as data files; their fragments."""
+        store = open_store(self.uri, self.storage_options)
+        schema = self.schema
+        if schema is None:
+            raise InvalidArgument(f"writing to the new table {self.uri}: no schema known; pass schema=")
+        batches = itertools.chain.from_iterable(
+            conform(BlockAccessor.for_block(b).to_arrow(), schema) for b in blocks)
+        try:
+            fragments = write_fragments(store, schema, batches, self.options)  # removes its files on error
+        except LaminaError as e:
+            raise _naming(e, self.uri, "writing to") from None
+        paths = [f.path for f in fragments]
+        try:
+            accepted = ray.get(self._files.add.remote(paths))
+        except BaseException:
+            store.delete(paths)
+            raise
+        if not accepted:  # the write already failed elsewhere and was cleaned up
+            store.delete(paths)
+            raise LaminaError(f"writing to table {self.uri}: the write was abandoned (another task failed); "
+                              f"this task's files were removed")
+        return fragments
+
+    def on_write_complete(self, write_result: Any) -> None:
+        """The one commit: Append or Overwrite of every task's fragments (a Create first if there is no table)."""
+        fragments = [f for ret in write_result.write_returns for f in (ret or [])]
+        paths = {f.path for f in fragments}
+        store = open_store(self.uri, self.storage_options)
+        registered = ray.get(self._files.close.remote())
+        orphans = [p for p in registered if p not in paths]  # e.g. a retried task's first attempt
+        if orphans:
+            store.delete(orphans)
+        try:
+            self.result = self._commit(store, fragments)
+        except CommitStateUnknown:
+            self._settled = True  # it may have been written: keep the files
+            raise
+        except BaseException:
+            store.delete(sorted(paths))
+            self._settled = True
+            raise
+        self._settled = True
+
+    def _commit(self, store: ObjectStore, fragments: list[Fragment]) -> Table:
+        base = self._base
+        if base is None:
+            if self.schema is None:
+                raise InvalidArgument(f"cannot create table {self.uri} from an empty dataset without schema=")
+            txn = Create(self.schema, config=self.options.to_config())
+            try:
+                base = commit(store, txn, txn.base)
+            except TableExists:  # created meanwhile: write into it
+                latest = latest_version(store)
+                assert latest is not None
+                base = load_manifest(store, latest)
+            if not fragments:
+                return Table(store, base, self.storage_options)
+            txn = Append(base.version, fragments)
+        elif self.mode == "overwrite":
+            txn = Overwrite(base.version, fragments, self._explicit_schema)
+        elif not fragments:
+            return Table(store, base, self.storage_options)
+        else:
+            txn = Append(base.version, fragments)
+        return Table(store, commit(store, txn, base), self.storage_options)
+
+    def on_write_failed(self, error: Exception) -> None:
+        """Nothing is committed: every file a task registered is removed (late tasks remove their own)."""
+        if self._settled:
+            return
+        self._settled = True
+        try:
+            paths = ray.get(self._files.close.remote())
+            open_store(self.uri, self.storage_options).delete(paths)
+        except Exception as e:  # best effort: the write's own error is what the caller sees
+            log.warning("writing to table %s failed and its data files could not all be removed (%s); "
+                        "table.cleanup() removes them later", self.uri, e)
+
+    def close(self) -> None:
+        """Stops the file registry actor."""
+        ray.kill(self._files)
+
+
+def dataset_schema(dataset: "ray.data.Dataset", uri: str) -> pa.Schema:
+    """The Arrow schema of ``dataset`` as a table schema (Ray runs the plan up to a first block if it must)."""
+    found = dataset.schema(fetch_if_missing=True)
+    base = getattr(found, "base_schema", found)
+    if not isinstance(base, pa.Schema):
+        raise InvalidArgument(f"cannot create table {uri}: the dataset's schema is not known as Arrow types "
+                              f"({found!r}); pass schema=")
+    return validate_schema(base.remove_metadata())
+
+
+def write_table(dataset: "ray.data.Dataset", uri: str, *, mode: str = "append", schema: pa.Schema | None = None,
+                storage_options: dict[str, Any] | None = None, max_rows_per_file: int | None = None,
+                min_rows_per_write: int | None = None, **write_args: Any) -> Table:
+    """Writes ``dataset`` into the Lamina table at ``uri`` and returns the table at the new version.
+
+    ``mode="append"`` adds the rows; ``"overwrite"`` replaces every row (and the schema, given
+    ``schema=``). A missing table is created (schema from ``schema=`` or the dataset). Ray tasks
+    write the data files; the driver commits once, after every task succeeded; if any fails,
+    nothing is committed and the files written are removed. ``write_args`` go to
+    ``Dataset.write_datasink`` (``concurrency``, ``ray_remote_args``).
+
+    >>> t = lamina.ray.write_table(ray.data.from_arrow(tbl), "/tmp/t", mode="overwrite")
+    """
+    if not isinstance(dataset, ray.data.Dataset):
+        raise InvalidArgument(f"write_table writes a ray.data.Dataset into {uri!r}, not {type(dataset).__name__}")
+    sink = LaminaDatasink(uri, mode, schema=schema, storage_options=storage_options,
+                          max_rows_per_file=max_rows_per_file, min_rows_per_write=min_rows_per_write)
+    try:
+        if sink.schema is None:
+            sink.schema = dataset_schema(dataset, sink.uri)
+        dataset.write_datasink(sink, **write_args)
+    finally:
+        sink.close()
+    assert sink.result is not None
+    return sink.result
+
+
+__all__ = ["read_table", "write_table", "from_table", "group_fragments", "LaminaDatasource", "LaminaDatasink", "MODES"]
