@@ -24,6 +24,7 @@ from lamina.deletion import live_mask, read_deleted
 from lamina.errors import CorruptFile, InvalidConfig, LaminaError, ObjectNotFound
 from lamina.filter import Filter
 from lamina.manifest import ADDRESS_SHIFT, DATA_DIR, Fragment, RowGroup
+from lamina import prune
 from lamina.store import ObjectStore
 
 ROWADDR = "_rowaddr"
@@ -220,16 +221,30 @@ def read_fragment(
     with_row_id: bool = False,
     with_offsets: bool = False,
 ) -> pa.Table:
-    """Live rows of one fragment: projected, filtered, optionally with ``_rowaddr``/``_rowid``."""
+    """Live rows of one fragment: projected, filtered, optionally with ``_rowaddr``/``_rowid``.
+
+    With a filter, only the row groups whose statistics allow a match are read (``lamina.prune``).
+    """
     out_cols, needed = _needed(schema, columns, flt)
-    pf = open_parquet(store, fragment, whole=len(needed) == len(schema))
-    with reading(store, fragment, "cannot be decoded"):
-        table = pf.read(columns=needed, use_threads=True)
-    if table.num_rows != fragment.rows:
-        raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} decoded {table.num_rows} rows, the manifest says {fragment.rows}")
-    offsets = np.arange(fragment.rows, dtype=np.uint32)
-    mask = live_mask(fragment, read_deleted(store, fragment))
+    plan = prune.plan_fragment(store, fragment, schema, flt, lambda: open_parquet(store, fragment)) if flt is not None else None
+    if plan is None or plan.everything:
+        pf = open_parquet(store, fragment, whole=len(needed) == len(schema))
+        with reading(store, fragment, "cannot be decoded"):
+            table = pf.read(columns=needed, use_threads=True)
+        offsets = np.arange(fragment.rows, dtype=np.uint32)
+    else:  # only some row groups: ranged reads of those, not the whole object
+        offsets = plan.offsets()
+        table = schema.empty_table().select(needed)
+        if plan.groups:
+            pf = plan.file or open_parquet(store, fragment)
+            with reading(store, fragment, "cannot be decoded"):
+                table = pf.read_row_groups(plan.groups, columns=needed, use_threads=True)
+    if table.num_rows != len(offsets):
+        raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} decoded {table.num_rows} rows, "
+                          f"the manifest and footer say {len(offsets)}")
+    mask = live_mask(fragment, read_deleted(store, fragment)) if len(offsets) else None
     if mask is not None:
+        mask = mask if len(offsets) == fragment.rows else mask[offsets]
         table = table.filter(pa.array(mask))
         offsets = offsets[mask]
     return _finish(table, fragment, offsets, flt, out_cols, with_row_address, with_row_id, with_offsets)

@@ -1,0 +1,616 @@
+"""Row-group pruning: which row groups of a data file can hold rows a filter matches, decided
+from the Parquet statistics the writer stored (min, max and null count per column chunk), so
+that scans read only those.
+
+The decision is conservative: a row group is skipped only when no row of it can make the
+filter TRUE, whatever its values within the statistics. The filter is evaluated over *sets of
+possible outcomes* (TRUE, FALSE, NULL) per row group, in SQL's three-valued logic, so NOT,
+OR and ``!=`` are exact: ``NOT (x < 5)`` keeps a group of ``x`` in [1, 3] when that group may
+hold NaN (``NaN < 5`` is FALSE, so ``NOT`` makes it TRUE). Anything not understood keeps the
+row group:
+
+- terms pruned: ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` against a literal, ``BETWEEN``,
+  ``IN`` (NULL in the list included), ``IS [NOT] NULL``, ``TRUE``/``FALSE``, and any
+  AND / OR / NOT of them, on top-level columns of integer, float32/64, boolean, string, binary,
+  timestamp and date types; a term of any other shape (LIKE, column against column, nested
+  fields, other types, an Expression filter) is "anything" and keeps the group unless the rest
+  of the filter rules it out;
+- float columns may hold NaN whatever their statistics say (writers leave NaN out of min/max);
+- string and binary maxima may be truncated by the writer: a maximum ``m`` is read as "below
+  the next string after every string starting with ``m``";
+- a missing statistic, a minimum above the maximum, a NaN bound, a null count above the row
+  count, or a column whose Parquet type does not match the table's type means "unknown".
+
+Page-level pruning (the column index) is not done: pyarrow neither exposes the column index nor
+reads row ranges within a row group. Footers are cached (``LAMINA_FOOTER_CACHE_BYTES``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import json
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lamina import filter as _filter
+from lamina.cache import MiB, cache
+from lamina.filter import Filter
+from lamina.manifest import Fragment
+from lamina.store import ObjectStore
+
+# -- possible outcomes of a predicate on the rows of a row group (a bit set) ------------------
+T, F, N = 1, 2, 4
+ANY = T | F | N
+
+
+def _not(a: int) -> int:
+    return (a & N) | (T if a & F else 0) | (F if a & T else 0)
+
+
+def _and(a: int, b: int) -> int:
+    out = T if (a & T and b & T) else 0
+    out |= F if (a & F or b & F) else 0
+    if (a & N and b & (N | T)) or (b & N and a & (N | T)):
+        out |= N
+    return out
+
+
+def _or(a: int, b: int) -> int:
+    out = T if (a & T or b & T) else 0
+    out |= F if (a & F and b & F) else 0
+    if (a & N and b & (N | F)) or (b & N and a & (N | F)):
+        out |= N
+    return out
+
+
+# -- what one column chunk's statistics say --------------------------------------------------
+@dataclass(frozen=True)
+class Chunk:
+    """One column chunk's values as far as its statistics tell: non-null values within
+    [lo, hi] (``hi`` inclusive or exclusive; None bounds unknown), whether nulls and non-null
+    values may occur, and whether non-null values may be NaN."""
+
+    lo: Any = None
+    hi: Any = None
+    hi_inclusive: bool = True
+    known: bool = False  # lo/hi are bounds (else any value)
+    nulls: bool = True
+    values: bool = True
+    nan: bool = False
+
+
+UNKNOWN = Chunk()
+
+
+# -- filters as trees --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Const:
+    outcomes: int
+
+
+@dataclass(frozen=True)
+class Cmp:
+    column: str
+    op: str  # = != < <= > >=
+    key: Any  # the literal in the column's key domain; None: a NULL literal
+
+
+@dataclass(frozen=True)
+class In:
+    column: str
+    keys: tuple  # sorted, non-null, no NaN
+    null: bool  # NULL is in the list (null rows match)
+
+
+@dataclass(frozen=True)
+class IsNull:
+    column: str
+    negate: bool
+
+
+@dataclass(frozen=True)
+class And:
+    kids: tuple
+
+
+@dataclass(frozen=True)
+class Or:
+    kids: tuple
+
+
+@dataclass(frozen=True)
+class Not:
+    kid: Any
+
+
+#: A term pruning does not understand: any outcome.
+OPAQUE = Const(ANY)
+
+
+def _eval(node: Any, chunk: Callable[[str], Chunk]) -> int:
+    """The possible outcomes of ``node`` on the rows of one row group."""
+    if isinstance(node, Const):
+        return node.outcomes
+    if isinstance(node, And):
+        out = T
+        for kid in node.kids:
+            out = _and(out, _eval(kid, chunk))
+            if out == F:
+                break
+        return out
+    if isinstance(node, Or):
+        out = F
+        for kid in node.kids:
+            out = _or(out, _eval(kid, chunk))
+            if out == T:
+                break
+        return out
+    if isinstance(node, Not):
+        return _not(_eval(node.kid, chunk))
+    c = chunk(node.column)
+    if isinstance(node, IsNull):
+        out = (T if c.nulls else 0) | (F if c.values else 0)
+        return _not(out) if node.negate else out
+    if isinstance(node, In):
+        out = (T if node.null else F) if c.nulls else 0
+        return out | (_in_values(node.keys, c) if c.values else 0)
+    if node.key is None:  # comparing with NULL: NULL on every row
+        return N if (c.nulls or c.values) else 0
+    return (N if c.nulls else 0) | (_cmp_values(node.op, node.key, c) if c.values else 0)
+
+
+def _cmp_values(op: str, v: Any, c: Chunk) -> int:
+    """Outcomes of ``value op v`` over the non-null values of ``c``."""
+    if isinstance(v, float) and math.isnan(v):
+        return T if op == "!=" else F
+    out = (T if op == "!=" else F) if c.nan else 0  # NaN compares false with everything
+    if not c.known:
+        return out | T | F
+    try:
+        lt = c.lo < v
+        le = c.lo <= v
+        gt = c.hi is None or c.hi > v
+        ge = c.hi is None or (c.hi >= v if c.hi_inclusive else c.hi > v)
+        eq = le and ge
+        all_eq = c.hi_inclusive and c.hi is not None and c.lo == v and c.hi == v
+    except TypeError:
+        return out | T | F
+    t, f = {"<": (lt, ge), "<=": (le, gt), ">": (gt, le), ">=": (ge, lt), "=": (eq, not all_eq),
+            "!=": (not all_eq, eq)}[op]
+    return out | (T if t else 0) | (F if f else 0)
+
+
+def _in_values(keys: tuple, c: Chunk) -> int:
+    """Outcomes of ``value IN keys`` over the non-null values of ``c`` (NaN is in no list)."""
+    out = F if c.nan else 0
+    if not keys:
+        return out | F
+    if not c.known:
+        return out | T | F
+    try:
+        i = bisect.bisect_left(keys, c.lo)
+        hit = i < len(keys) and (c.hi is None or (keys[i] <= c.hi if c.hi_inclusive else keys[i] < c.hi))
+        only = c.hi_inclusive and c.lo == c.hi and hit and keys[i] == c.lo
+    except TypeError:
+        return out | T | F
+    return out | (T if hit else 0) | (0 if only else F)
+
+
+# -- column types: the key domain and how statistics map into it ------------------------------
+_UNIT_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1,
+            "seconds": 10**9, "milliseconds": 10**6, "microseconds": 10**3, "nanoseconds": 1}
+_DAY_MS = 86_400_000
+
+
+def _kind(t: pa.DataType) -> str | None:
+    """The key domain of a column type pruning handles, or None."""
+    if pa.types.is_integer(t):
+        return "int"
+    if t in (pa.float32(), pa.float64()):
+        return "float"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "bytes"
+    if pa.types.is_timestamp(t):
+        return "ts"
+    if t == pa.date32():
+        return "date32"
+    if t == pa.date64():
+        return "date64"
+    return None
+
+
+def _scalar_key(kind: str, t: pa.DataType, s: pa.Scalar) -> Any:
+    """A non-null scalar of the column's type as a key (timestamps in ns, date64 in ms)."""
+    if kind == "ts":
+        return s.value * _UNIT_NS[t.unit]
+    if kind in ("date32", "date64"):
+        return s.value
+    v = s.as_py()
+    if kind == "bytes":
+        return v.encode("utf-8") if isinstance(v, str) else bytes(v)
+    return v
+
+
+def _array_keys(kind: str, t: pa.DataType, arr: pa.Array) -> list:
+    """The non-null values of ``arr`` (of the column's type) as keys."""
+    arr = arr.drop_null()
+    if kind == "ts":
+        scale = _UNIT_NS[t.unit]
+        return [v * scale for v in arr.cast(pa.int64()).to_pylist()]
+    if kind == "date32":
+        return arr.cast(pa.int32()).to_pylist()
+    if kind == "date64":
+        return arr.cast(pa.int64()).to_pylist()
+    if kind == "bytes":
+        return [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in arr.to_pylist()]
+    if kind == "float":
+        return [v for v in arr.to_pylist() if not math.isnan(v)]
+    return arr.to_pylist()
+
+
+def _successor(b: bytes) -> bytes | None:
+    """The least byte string above every string starting with ``b`` (None: there is none)."""
+    b = b.rstrip(b"\xff")
+    return b[:-1] + bytes([b[-1] + 1]) if b else None
+
+
+class _Decoder:
+    """Turns one Parquet column's statistics into a ``Chunk`` in the column's key domain (None
+    when the Parquet column is not the type pruning expects for the table's column)."""
+
+    def __init__(self, kind: str, t: pa.DataType, physical: str, logical: dict):
+        self.kind, self.type, self.scale = kind, t, 1
+        ltype = logical.get("Type")
+        if kind == "int":
+            width = t.bit_width
+            signed = pa.types.is_signed_integer(t)
+            self.ok = physical == ("INT64" if width == 64 else "INT32") and (
+                signed or (ltype == "Int" and logical.get("isSigned") is False))
+            self.bounds = _filter._int_bounds(t)
+        elif kind == "float":
+            self.ok = physical == ("FLOAT" if t == pa.float32() else "DOUBLE")
+        elif kind == "bool":
+            self.ok = physical == "BOOLEAN"
+        elif kind == "bytes":
+            self.ok = physical == "BYTE_ARRAY"
+        elif kind == "ts":
+            unit = logical.get("timeUnit") if ltype == "Timestamp" else ("s" if ltype in (None, "None") and t.unit == "s" else None)
+            self.ok = physical == "INT64" and unit in _UNIT_NS
+            self.scale = _UNIT_NS.get(unit or "", 1)
+        elif kind == "date32":
+            self.ok = physical == "INT32" and ltype == "Date"
+        else:  # date64: milliseconds, or days where the writer coerced it to a Parquet DATE
+            self.ok = (physical == "INT64" and ltype in (None, "None")) or (physical == "INT32" and ltype == "Date")
+            self.scale = _DAY_MS if physical == "INT32" else 1
+
+    def chunk(self, col: pq.ColumnChunkMetaData, rows: int) -> Chunk:
+        st = col.statistics if col.is_stats_set else None
+        nan = self.kind == "float"
+        if st is None or col.num_values != rows:
+            return Chunk(nan=nan)
+        nulls, values = True, True
+        if st.has_null_count and 0 <= st.null_count <= rows:
+            nulls, values = st.null_count > 0, st.null_count < rows
+        if not values:
+            return Chunk(nulls=nulls, values=False)
+        bounds = self.bounds_of(st) if st.has_min_max else None
+        if bounds is None:
+            return Chunk(nulls=nulls, nan=nan)
+        lo, hi, hi_inc = bounds
+        return Chunk(lo, hi, hi_inc, True, nulls, True, nan)
+
+    def bounds_of(self, st: pq.Statistics) -> tuple[Any, Any, bool] | None:
+        try:
+            if self.kind == "bytes":
+                lo, hi = st.min_raw, st.max_raw
+                lo = lo.encode("utf-8") if isinstance(lo, str) else bytes(lo)
+                hi = hi.encode("utf-8") if isinstance(hi, str) else bytes(hi)
+                if lo > hi:
+                    return None
+                return lo, _successor(hi), False  # the maximum may be a truncated prefix
+            if self.kind in ("ts", "date32", "date64"):
+                lo, hi = st.min_raw, st.max_raw
+                if not isinstance(lo, int) or not isinstance(hi, int):
+                    return None
+                lo, hi = lo * self.scale, hi * self.scale
+            else:
+                lo, hi = st.min, st.max
+            if self.kind == "int" and not (isinstance(lo, int) and isinstance(hi, int)
+                                           and self.bounds[0] <= lo <= hi <= self.bounds[1]):
+                return None
+            if self.kind == "float" and (not isinstance(lo, float) or not isinstance(hi, float)
+                                         or math.isnan(lo) or math.isnan(hi)):
+                return None
+            if self.kind == "bool" and not (isinstance(lo, bool) and isinstance(hi, bool)):
+                return None
+            return (lo, hi, True) if lo <= hi else None
+        except (TypeError, ValueError, OverflowError, UnicodeError, pa.ArrowException):
+            return None
+
+
+# -- from filter text to a tree ----------------------------------------------------------------
+class _TreeParser(_filter._Parser):
+    """The filter grammar of ``lamina.filter`` (its parser, so literals cast exactly as the
+    filter's expression does), building a pruning tree instead of an expression."""
+
+    def __init__(self, text: str, schema: pa.Schema):
+        super().__init__(text, schema)
+        self.events: list[tuple] = []
+
+    def or_(self) -> Any:
+        kids = [self.and_()]
+        while self.accept("kw", "OR"):
+            kids.append(self.and_())
+        return kids[0] if len(kids) == 1 else Or(tuple(kids))
+
+    def and_(self) -> Any:
+        kids = [self.not_()]
+        while self.accept("kw", "AND"):
+            kids.append(self.not_())
+        return kids[0] if len(kids) == 1 else And(tuple(kids))
+
+    def not_(self) -> Any:
+        n = 0
+        while self.accept("kw", "NOT"):
+            n += 1
+        node = self.predicate()
+        return Not(node) if n % 2 else node
+
+    def predicate(self) -> Any:
+        start = self.i
+        self.events = []
+        got = super().predicate()
+        if not isinstance(got, _filter._Part):  # a parenthesised expression: already a tree
+            return got
+        events, self.events = self.events, []
+        words = {t.value for t in self.toks[start:self.i] if t.kind == "kw"}
+        try:
+            return self.atom(words, events, self.toks[start:self.i])
+        except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError, KeyError):
+            return OPAQUE
+
+    def atom(self, words: set[str], events: list[tuple], toks: list) -> Any:
+        cols = [e[1] for e in events if e[0] == "col"]
+        if not cols:  # TRUE / FALSE, or literals only
+            if len(toks) == 1 and toks[0].kind == "kw" and toks[0].value in ("TRUE", "FALSE"):
+                return Const(T if toks[0].value == "TRUE" else F)
+            return OPAQUE
+        col = cols[0]
+        kind = _kind(col.type)
+        if len(cols) != 1 or len(col.path) != 1 or kind is None or "LIKE" in words:
+            return OPAQUE
+        name, negate = col.path[0], "NOT" in words
+        if "IS" in words:
+            return IsNull(name, negate)
+        if "IN" in words:
+            arr = next(e[2] for e in events if e[0] == "in")
+            node: Any = In(name, tuple(sorted(set(_array_keys(kind, col.type, arr)))), arr.null_count > 0)
+            return Not(node) if negate else node
+        cmps = [self.cmp_node(name, kind, e[1].type, e[2], e[3]) for e in events if e[0] == "cmp"]
+        if "BETWEEN" in words and len(cmps) == 2:
+            return Not(And(tuple(cmps))) if negate else And(tuple(cmps))
+        return cmps[0] if len(cmps) == 1 and not negate else OPAQUE
+
+    def cmp_node(self, name: str, kind: str, t: pa.DataType, op: str, lit: Any) -> Any:
+        v = lit.value
+        if kind == "int" and _filter._is_number(v):
+            return Cmp(name, op, v)  # compared by value, as the filter does (``i > 5.5`` is ``i >= 6``)
+        s = self.cast(lit, t)
+        return Cmp(name, op, _scalar_key(kind, t, s) if s.is_valid else None)
+
+    # hooks: what the filter's parser saw, in order
+    def column(self) -> Any:
+        col = super().column()
+        self.events.append(("col", col))
+        return col
+
+    def compare(self, col: Any, op: str, lit: Any) -> Any:
+        self.events.append(("cmp", col, op, lit))
+        return super().compare(col, op, lit)
+
+    def value_set(self, col: Any, values: list) -> pa.Array:
+        arr = super().value_set(col, values)
+        self.events.append(("in", col, arr))
+        return arr
+
+
+@dataclass(frozen=True)
+class Pruner:
+    """A filter compiled for pruning: its tree and the columns whose statistics it reads."""
+
+    tree: Any
+    columns: frozenset[str]
+
+    @property
+    def useful(self) -> bool:
+        """Whether statistics can prune anything (else every row group is kept unread)."""
+        return bool(self.columns) or not _eval(self.tree, lambda c: UNKNOWN) & T
+
+
+def _columns(node: Any) -> set[str]:
+    if isinstance(node, (And, Or)):
+        return set().union(*(_columns(k) for k in node.kids))
+    if isinstance(node, Not):
+        return _columns(node.kid)
+    return {node.column} if hasattr(node, "column") else set()
+
+
+def _compile(text: str, schema: pa.Schema) -> Pruner:
+    try:
+        p = _TreeParser(text, schema)
+        tree = p.parse()
+    except Exception:  # noqa: BLE001 - whatever fails to compile prunes nothing (the scan still filters)
+        return Pruner(OPAQUE, frozenset())
+    return Pruner(tree, frozenset(_columns(tree)))
+
+
+_compile_cached = functools.lru_cache(maxsize=512)(_compile)
+_LONG: "OrderedDict[int, tuple[Filter, pa.Schema, Pruner]]" = OrderedDict()
+_LONG_LOCK = threading.Lock()
+
+
+def compile_filter(flt: Filter, schema: pa.Schema) -> Pruner:
+    """``flt`` as a pruning tree (cached: by text, or for long filters by the Filter object)."""
+    if flt.columns is None:  # an Expression filter: not introspectable
+        return Pruner(OPAQUE, frozenset())
+    if len(flt.text) <= _filter._CACHED_TEXT:
+        return _compile_cached(flt.text, schema)
+    with _LONG_LOCK:
+        hit = _LONG.get(id(flt))
+        if hit is not None and hit[0] is flt and hit[1] == schema:
+            return hit[2]
+    found = _compile(flt.text, schema)
+    with _LONG_LOCK:
+        _LONG[id(flt)] = (flt, schema, found)
+        while len(_LONG) > 8:
+            _LONG.popitem(last=False)
+    return found
+
+
+# -- deciding for one file ---------------------------------------------------------------------
+def _decoders(metadata: pq.FileMetaData, schema: pa.Schema, columns: frozenset[str]) -> dict[str, tuple[int, _Decoder]]:
+    """Leaf index and decoder of each top-level column in ``columns`` the file holds as one
+    non-repeated leaf of the expected Parquet type."""
+    pschema = metadata.schema
+    leaves: dict[str, list[int]] = {}
+    for j in range(len(pschema)):
+        leaves.setdefault(pschema.column(j).path, []).append(j)
+    out = {}
+    for name in columns:
+        idx = schema.get_field_index(name)
+        found = leaves.get(name, [])
+        if idx < 0 or len(found) != 1:
+            continue
+        desc = pschema.column(found[0])
+        kind = _kind(schema.field(idx).type)
+        if kind is None or desc.max_repetition_level != 0 or desc.max_definition_level > 1:
+            continue
+        try:
+            logical = json.loads(desc.logical_type.to_json())
+        except (ValueError, AttributeError):
+            logical = {}
+        dec = _Decoder(kind, schema.field(idx).type, desc.physical_type, logical)
+        if dec.ok:
+            out[name] = (found[0], dec)
+    return out
+
+
+def row_groups(metadata: pq.FileMetaData, schema: pa.Schema, flt: Filter) -> list[int]:
+    """The row groups of a file (by its ``metadata``) that may hold rows matching ``flt``."""
+    pruner = compile_filter(flt, schema)
+    n = metadata.num_row_groups
+    if not pruner.useful:
+        return list(range(n))
+    decoders = _decoders(metadata, schema, pruner.columns)
+    kept = []
+    for g in range(n):
+        rg = metadata.row_group(g)
+        rows = rg.num_rows
+        seen: dict[str, Chunk] = {}
+
+        def chunk(column: str) -> Chunk:
+            c = seen.get(column)
+            if c is None:
+                found = decoders.get(column)
+                c = seen[column] = UNKNOWN if found is None else found[1].chunk(rg.column(found[0]), rows)
+            return c
+
+        if rows and _eval(pruner.tree, chunk) & T:
+            kept.append(g)
+    return kept
+
+
+# -- footers, cached ---------------------------------------------------------------------------
+def _footers():
+    return cache("footers", "LAMINA_FOOTER_CACHE_BYTES", 64 * MiB)
+
+
+#: Memory a decoded footer takes, as a multiple of its serialized size (measured: about 3x).
+FOOTER_MEMORY_FACTOR = 4
+
+
+def footer(store: ObjectStore, fragment: Fragment, load: Callable[[], pq.FileMetaData]) -> pq.FileMetaData:
+    """A data file's Parquet metadata: cached (paths are never reused), else ``load()``."""
+    return _footers().get_or_load(("parquet", store.uri, fragment.path), load,
+                                  lambda md: FOOTER_MEMORY_FACTOR * md.serialized_size + 4096)
+
+
+@dataclass
+class FragmentPlan:
+    """The row groups of one fragment a filtered scan reads."""
+
+    groups: list[int]  # kept row groups, in file order
+    group_rows: list[int]  # rows of every row group of the file
+    file: pq.ParquetFile | None = None  # opened while reading the footer (reuse it)
+
+    @property
+    def everything(self) -> bool:
+        return len(self.groups) == len(self.group_rows)
+
+    def offsets(self) -> np.ndarray:
+        """Physical row positions (within the fragment) of the kept row groups' rows."""
+        bounds = np.cumsum([0] + self.group_rows)
+        if not self.groups:
+            return np.zeros(0, dtype=np.uint32)
+        return np.concatenate([np.arange(bounds[g], bounds[g + 1], dtype=np.uint32) for g in self.groups])
+
+
+def plan_fragment(store: ObjectStore, fragment: Fragment, schema: pa.Schema, flt: Filter,
+                  open_file: Callable[[], pq.ParquetFile]) -> FragmentPlan | None:
+    """Which row groups of ``fragment`` a scan for ``flt`` reads; None: all of them, decided
+    without reading the footer (the filter has nothing statistics can prune)."""
+    pruner = compile_filter(flt, schema)
+    if not pruner.useful:
+        return None
+    if not pruner.columns:  # FALSE whatever the values: nothing to read, not even the footer
+        return FragmentPlan([], [g.rows for g in fragment.row_groups] or [fragment.rows])
+    opened: list[pq.ParquetFile] = []
+
+    def load() -> pq.FileMetaData:
+        opened.append(open_file())
+        return opened[0].metadata
+
+    md = footer(store, fragment, load)
+    rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+    return FragmentPlan(row_groups(md, schema, flt), rows, opened[0] if opened else None)
+
+
+@dataclass
+class PruneSummary:
+    """What statistics prune of a scan: fragments and row groups, read and skipped."""
+
+    fragments: int = 0
+    fragments_pruned: int = 0
+    row_groups: int = 0
+    row_groups_pruned: int = 0
+    pruned_ids: list[int] | None = None
+
+
+def summarize(store: ObjectStore, fragments: Sequence[Fragment], schema: pa.Schema, flt: Filter,
+              open_file: Callable[[Fragment], pq.ParquetFile], map_fn=None) -> PruneSummary | None:
+    """Row groups a scan of ``fragments`` would read and skip (reads footers, cached); None when
+    the filter has nothing statistics can prune."""
+    if not compile_filter(flt, schema).useful:
+        return None
+    mapper = map_fn or (lambda fn, xs: [fn(x) for x in xs])
+    plans = mapper(lambda f: plan_fragment(store, f, schema, flt, lambda: open_file(f)), list(fragments))
+    out = PruneSummary(pruned_ids=[])
+    for frag, plan in zip(fragments, plans):
+        assert plan is not None
+        out.fragments += 1
+        out.row_groups += len(plan.group_rows)
+        out.row_groups_pruned += len(plan.group_rows) - len(plan.groups)
+        if not plan.groups:
+            out.fragments_pruned += 1
+            out.pruned_ids.append(frag.id)
+    return out
