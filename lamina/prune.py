@@ -99,7 +99,7 @@ class Const:
 @dataclass(frozen=True)
 class Cmp:
     column: str
-    op: str  # = != < <= > >=
+    op: str  # = != < <= > >=, or never / always (TRUE / FALSE on every non-null value)
     key: Any  # the literal in the column's key domain; None: a NULL literal
 
 
@@ -169,6 +169,8 @@ def _eval(node: Any, chunk: Callable[[str], Chunk]) -> int:
 
 def _cmp_values(op: str, v: Any, c: Chunk) -> int:
     """Outcomes of ``value op v`` over the non-null values of ``c``."""
+    if op in ("never", "always"):
+        return F if op == "never" else T
     if isinstance(v, float) and math.isnan(v):
         return T if op == "!=" else F
     out = (T if op == "!=" else F) if c.nan else 0  # NaN compares false with everything
@@ -404,6 +406,8 @@ class _TreeParser(_filter._Parser):
     def cmp_node(self, name: str, kind: str, t: pa.DataType, op: str, lit: Any) -> Any:
         v = lit.value
         if kind == "int" and _filter._is_number(v):
+            if op in ("=", "!=") and _filter._exact_int(v, t) is None:  # no value of the type equals it
+                return Cmp(name, "never" if op == "=" else "always", 0)
             return Cmp(name, op, v)  # compared by value, as the filter does (``i > 5.5`` is ``i >= 6``)
         s = self.cast(lit, t)
         return Cmp(name, op, _scalar_key(kind, t, s) if s.is_valid else None)

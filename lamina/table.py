@@ -330,10 +330,11 @@ class Table:
         return self._commit(ChangeIndex(self.version, ix, "drop")).version
 
     def explain(self, filter: "str | pa.compute.Expression") -> str:
-        """Which index serves which part of ``filter`` and which fragments are scanned."""
+        """Which index serves which part of ``filter``, which fragments are scanned, and which of
+        their row groups Parquet statistics prune (footers are read, and cached)."""
         from lamina.index.query import explain
 
-        return explain(self._manifest, parse_filter(filter, self.schema), self.uri)
+        return explain(self._manifest, parse_filter(filter, self.schema), self.uri, self._store, map_fragments)
 
     def search(self, text: str, column: str | None = None, k: int = 10, *, columns: Sequence[str] | None = None,
                with_row_address: bool = False) -> pa.Table:

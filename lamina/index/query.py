@@ -29,9 +29,10 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
-from lamina.datafile import output_schema, read_fragment, read_rows
+from lamina import prune
+from lamina.datafile import open_parquet, output_schema, read_fragment, read_rows
 from lamina.deletion import read_deleted
-from lamina.errors import CorruptFile, ObjectNotFound
+from lamina.errors import CorruptFile, LaminaError, ObjectNotFound
 from lamina.filter import Conjunct, Filter
 from lamina.index.segments import fetch_blocks, on_broken, open_segment
 from lamina.keys import key_array, key_value
@@ -267,8 +268,9 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
     return sel
 
 
-def explain(manifest: Manifest, flt: Filter, where: str) -> str:
-    """How ``flt`` would be answered at this version, one line per decision."""
+def explain(manifest: Manifest, flt: Filter, where: str, store: ObjectStore | None = None, map_fn=None) -> str:
+    """How ``flt`` would be answered at this version, one line per decision; with ``store``, also
+    what Parquet statistics prune of the scanned fragments (their footers are read, and cached)."""
     plan = plan_filter(manifest, flt)
     n = len(plan.fragments)
     lines = [f"filter: {flt.text}", f"table: {where} version {manifest.version}, {n} fragments, {manifest.rows} rows"]
@@ -291,4 +293,23 @@ def explain(manifest: Manifest, flt: Filter, where: str) -> str:
         how = ("the filter is exactly these index terms: on fragments every index covers, candidates are the answer"
                if plan.exact else "the whole filter is re-applied to candidate rows")
         lines.append(f"{how}; fragments where candidates exceed {TAKE_FRACTION:.0%} of the rows are scanned instead")
+    if store is not None:
+        lines.append(_pruning(store, manifest, flt, [f for f in plan.fragments if f.id not in served], map_fn))
     return "\n".join(lines)
+
+
+def _pruning(store: ObjectStore, manifest: Manifest, flt: Filter, scanned: list[Fragment], map_fn) -> str:
+    """One line: the row groups and fragments of a scan that Parquet statistics prune."""
+    try:
+        s = prune.summarize(store, scanned, manifest.schema, flt, lambda f: open_parquet(store, f), map_fn)
+    except LaminaError as e:
+        return f"statistics: footers not read ({e})"
+    if s is None:
+        return ("statistics: no term of this filter can prune row groups (these can: =, !=, <, <=, >, >=, BETWEEN, IN, "
+                "IS [NOT] NULL, TRUE/FALSE and AND/OR/NOT of them, on integer, float, boolean, string, binary, timestamp "
+                "and date columns)")
+    ids = s.pruned_ids or []
+    shown = f" {ids[:20]}{' …' if len(ids) > 20 else ''}" if ids else ""
+    return (f"statistics: the scan reads {s.row_groups - s.row_groups_pruned}/{s.row_groups} row groups "
+            f"({s.row_groups_pruned} pruned by min/max/null count) of {s.fragments} fragment(s); "
+            f"{s.fragments_pruned} fragment(s) pruned entirely{shown}")
