@@ -27,6 +27,7 @@ import logging
 from typing import Any, Iterable, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import ray
 import ray.data
 from ray.data.block import Block, BlockAccessor, BlockMetadata
@@ -93,9 +94,9 @@ class _ReadGroup:
                 parts = select(store, self.manifest, self.flt, self.columns, map_fn=map_fragments).tables
         except LaminaError as e:
             raise _naming(e, self.uri, f"reading version {self.manifest.version} of") from None
-        for part in parts:
-            if part.num_rows:
-                yield part
+        kept = [p for p in parts if p.num_rows]
+        # A task that found nothing still yields one (empty) block, so the blocks' schemas agree.
+        yield from kept or [output_schema(self.manifest.schema, self.columns).empty_table()]
 
 
 def _naming(e: LaminaError, uri: str, doing: str) -> LaminaError:
@@ -220,6 +221,22 @@ class _WrittenFiles:
         return list(self._paths)
 
 
+def align_types(block: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``block`` with each column whose type differs from the table's cast to it, where that loses
+    nothing (Ray's ``map_batches`` turns fixed-size lists into tensors and int32 into int64); what
+    does not cast is left for ``conform`` to refuse, naming the column."""
+    for field in schema:
+        i = block.schema.get_field_index(field.name)
+        if i < 0 or block.schema.field(i).type.equals(field.type):
+            continue
+        try:
+            column = pc.cast(block.column(i), field.type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            continue
+        block = block.set_column(i, pa.field(field.name, field.type, block.schema.field(i).nullable), column)
+    return block
+
+
 class LaminaDatasink(Datasink):
     """Writes a Ray Dataset into a Lamina table: tasks write data files, the driver commits once.
 
@@ -274,7 +291,7 @@ class LaminaDatasink(Datasink):
         if schema is None:
             raise InvalidArgument(f"writing to the new table {self.uri}: no schema known; pass schema=")
         batches = itertools.chain.from_iterable(
-            conform(BlockAccessor.for_block(b).to_arrow(), schema) for b in blocks)
+            conform(align_types(BlockAccessor.for_block(b).to_arrow(), schema), schema) for b in blocks)
         try:
             fragments = write_fragments(store, schema, batches, self.options)  # removes its files on error
         except LaminaError as e:
@@ -388,4 +405,4 @@ def write_table(dataset: "ray.data.Dataset", uri: str, *, mode: str = "append", 
     return sink.result
 
 
-__all__ = ["read_table", "write_table", "from_table", "group_fragments", "LaminaDatasource", "LaminaDatasink", "MODES"]
+__all__ = ["read_table", "write_table", "from_table", "group_fragments", "align_types", "LaminaDatasource", "LaminaDatasink", "MODES"]
