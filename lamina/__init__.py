@@ -8,11 +8,14 @@
 
     cat = lamina.connect("/tmp/warehouse")        # a catalog of namespaces and tables
     cat.create_namespace("sales"); cat.create_table("sales.orders", schema)
+
+    lamina.io_stats()     # requests and bytes by store since the process started
 """
 
 from lamina import errors
 from lamina.table import FragmentInfo, IndexInfo, Table, TableStats, VersionInfo, create_table, open_table
 from lamina.catalog import Catalog, connect
+from lamina.store.scheduler import io_stats
 
 __version__ = "0.1.0"
-__all__ = ["errors", "connect", "Catalog", "create_table", "open_table", "Table", "FragmentInfo", "IndexInfo", "TableStats", "VersionInfo", "__version__"]
+__all__ = ["errors", "io_stats", "connect", "Catalog", "create_table", "open_table", "Table", "FragmentInfo", "IndexInfo", "TableStats", "VersionInfo", "__version__"]

@@ -40,11 +40,22 @@ def write_data_file(
     ``checksum`` is ``"crc32c:%08x"`` of the whole file, computed while writing (no second pass).
     """
 
-def take_local_rows(path: str | os.PathLike[str], size: int, offsets: pa.UInt32Array, columns: list[str]) -> pa.RecordBatch:
-    """Rows at sorted, distinct ``offsets`` of a local data file of ``size`` bytes, reading only their pages.
+def take_rows_many(files: list[tuple[str, str | os.PathLike[str] | None, bytes | None, int, int]], offsets: pa.UInt32Array,
+                   columns: list[str], threads: int) -> pa.RecordBatch:
+    """Rows of many data files in one call, decoded on up to ``threads`` threads (GIL released).
 
-    ``size`` is the manifest's: CorruptFile if the file differs.
+    ``files[i]`` = (object location for errors and the footer cache, local path or None, the whole
+    object's bytes or None, size the manifest records, how many of ``offsets`` are this file's); each
+    file's offsets are sorted and distinct. Only the pages holding the rows are read. CorruptFile
+    (naming the object) if a file differs from its recorded size or cannot be decoded.
     """
+
+def native_cache_stats() -> dict[str, tuple[int, int, int, int, int]]:
+    """``{"footers": ..., "chunks": ...}``: (entries, bytes, budget, hits, misses) of the parsed-footer cache
+    (``LAMINA_FOOTER_CACHE_BYTES``) and the decoded column-chunk cache (``LAMINA_CHUNK_CACHE_BYTES``)."""
+
+def clear_native_caches(footer_budget: int | None = None, chunk_budget: int | None = None) -> None:
+    """Empties the native read caches; a budget given (bytes) replaces that cache's budget."""
 
 def checksum(data: bytes) -> str:
     """``"crc32c:%08x"`` (CRC-32C, hardware accelerated) of ``data``."""

@@ -120,6 +120,9 @@ def clear_caches() -> None:
     """Empties every cache of this process (tests; after files were changed behind Lamina's back)."""
     for c in caches().values():
         c.clear()
+    from lamina import _native  # parsed footers and decoded column chunks live in the native reader
+
+    _native.clear_native_caches()
 
 
 def _forget_after_fork() -> None:  # a forked child starts with its parent's entries; locks must be fresh

@@ -24,8 +24,10 @@ from lamina.deletion import live_mask, read_deleted
 from lamina.errors import CorruptFile, InvalidConfig, LaminaError, ObjectNotFound
 from lamina.filter import Filter
 from lamina.manifest import ADDRESS_SHIFT, DATA_DIR, Fragment, RowGroup
+from lamina.io_pool import map_fragments, pool_size
 from lamina import prune
 from lamina.store import ObjectStore
+from lamina.store.base import point_object_bytes
 
 ROWADDR = "_rowaddr"
 ROWID = "_rowid"
@@ -272,18 +274,69 @@ def read_rows(
     return _finish(table, fragment, np.asarray(offsets, dtype=np.uint32), flt, out_cols, with_row_address, with_row_id, with_offsets)
 
 
-def take_rows(store: ObjectStore, fragment: Fragment, offsets: np.ndarray, columns: Sequence[str]) -> pa.Table:
-    """Rows at ``offsets`` (physical, already checked live) of one fragment, in the order given.
+def take_many(store: ObjectStore, fragments: Sequence[Fragment], offsets: np.ndarray, counts: Sequence[int],
+              columns: Sequence[str]) -> pa.Table:
+    """Rows of many fragments in one pass: ``fragments[i]`` gives the next ``counts[i]`` of ``offsets``
+    (physical, already checked live, sorted and distinct within each fragment); the rows come back in
+    that order.
 
-    Local files: only the pages holding the rows are read (native, offset index). Elsewhere,
-    the row groups holding them.
+    Local files and small objects (``point_object_bytes()``; fetched whole, every GET at once through
+    the I/O scheduler, checked against their checksums) are decoded by one native call on
+    ``LAMINA_IO_THREADS`` threads, reading only the pages that hold the rows; larger objects on an
+    object store are read by row group, in parallel.
     """
-    if store.is_local and len(columns) and len(offsets):
-        uniq, inverse = np.unique(offsets, return_inverse=True)
-        with reading(store, fragment, "cannot be decoded"), store.staged_input(fragment.path, fragment.file_bytes) as staged:
-            batch = _native.take_local_rows(staged.path, fragment.file_bytes, pa.array(uniq.astype(np.uint32)), list(columns))
-        table = pa.Table.from_batches([batch])
-        return table if len(uniq) == len(offsets) and (np.diff(offsets) > 0).all() else table.take(pa.array(inverse.ravel(), type=pa.int64()))
+    counts = [int(c) for c in counts]
+    offsets = np.asarray(offsets, dtype=np.uint32)
+    cols = list(columns)
+    if not cols or not fragments:  # rows without columns (counting)
+        return pa.table({"_": pa.nulls(len(offsets))}).drop_columns(["_"])
+    limit = point_object_bytes()
+    whole = [i for i, f in enumerate(fragments) if store.is_local or f.file_bytes <= limit]
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    pieces: list[tuple[list[int], pa.Table]] = []
+    if whole:
+        picked = [fragments[i] for i in whole]
+        sources = store.point_sources([(f.path, f.file_bytes) for f in picked])
+        files = []
+        for f, src in zip(picked, sources):
+            if isinstance(src, str):
+                files.append((store.describe(f.path), src, None, f.file_bytes, 0))
+            else:
+                if f.checksum is not None:
+                    check(f.checksum, of_bytes(src), f"data file {store.describe(f.path)} of fragment {f.id}")
+                files.append((store.describe(f.path), None, src, f.file_bytes, 0))
+        if len(whole) == len(fragments):
+            sel = offsets
+        else:
+            sel = np.concatenate([offsets[starts[i]:starts[i + 1]] for i in whole])
+        files = [(o, p, d, n, counts[i]) for (o, p, d, n, _), i in zip(files, whole)]
+        try:
+            batch = _native.take_rows_many(files, pa.array(sel, type=pa.uint32()), cols, pool_size(len(files)))
+        except ObjectNotFound as e:
+            raise ObjectNotFound(f"a data file is missing: the table is damaged; check out an earlier version or restore it ({e})") from None
+        pieces.append((whole, pa.Table.from_batches([batch])))
+    chosen = set(whole)
+    rest = [i for i in range(len(fragments)) if i not in chosen]
+    if rest:
+        tables = map_fragments(lambda i: _take_by_row_groups(store, fragments[i], offsets[starts[i]:starts[i + 1]], cols), rest)
+        pieces.append((rest, pa.concat_tables(tables)))
+    if len(pieces) == 1 and len(pieces[0][0]) == len(fragments):
+        return pieces[0][1]
+    # back into the order of ``fragments``
+    order = np.concatenate([np.arange(starts[i], starts[i + 1]) for idx, _ in pieces for i in idx])
+    table = pa.concat_tables([t for _, t in pieces])
+    return table.take(pa.array(np.argsort(order, kind="stable"), type=pa.int64()))
+
+
+def take_rows(store: ObjectStore, fragment: Fragment, offsets: np.ndarray, columns: Sequence[str]) -> pa.Table:
+    """Rows at ``offsets`` (physical, already checked live) of one fragment, in the order given."""
+    uniq, inverse = np.unique(np.asarray(offsets), return_inverse=True)
+    table = take_many(store, [fragment], uniq.astype(np.uint32), [len(uniq)], columns)
+    return table if len(uniq) == len(offsets) and (np.diff(offsets) > 0).all() else table.take(pa.array(inverse.ravel(), type=pa.int64()))
+
+
+def _take_by_row_groups(store: ObjectStore, fragment: Fragment, offsets: np.ndarray, columns: Sequence[str]) -> pa.Table:
+    """Rows at sorted ``offsets`` of a large object on an object store: the row groups holding them."""
     pf = open_parquet(store, fragment)
     bounds = np.cumsum([0] + [g.rows for g in fragment.row_groups])
     groups = np.unique(np.searchsorted(bounds, offsets, side="right") - 1)

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina.commit import commit
-from lamina.datafile import ROWADDR, ROWID, WriteOptions, read_fragment, take_rows, write_fragments
+from lamina.datafile import ROWADDR, ROWID, WriteOptions, read_fragment, take_many, write_fragments
 from lamina.deletion import read_deleted
 from lamina.errors import (
     IndexNotFound,
@@ -243,33 +243,27 @@ class Table:
             raise InvalidArgument("row_addresses must be integers (values of the _rowaddr column)") from None
         if len(addrs) == 0:
             return self.schema.empty_table().select(cols)
-        fids = (addrs >> np.uint64(ADDRESS_SHIFT)).astype(np.int64)
-        offs = (addrs & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        # One pass: distinct addresses sorted by (fragment, offset), and where each asked address is among them.
+        uniq, inverse = np.unique(addrs, return_inverse=True)
+        fids = (uniq >> np.uint64(ADDRESS_SHIFT)).astype(np.int64)
+        offs = (uniq & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        starts = np.flatnonzero(np.concatenate([[True], fids[1:] != fids[:-1]]))
+        counts = np.diff(np.concatenate([starts, [len(uniq)]]))
         frags = self._manifest.fragment_map()
-        jobs = []
-        for fid in np.unique(fids).tolist():
-            sel = np.nonzero(fids == fid)[0]
+        chosen = []
+        for fid, at, n in zip(fids[starts].tolist(), starts.tolist(), counts.tolist()):
             frag = frags.get(fid)
             if frag is None:
-                raise RowNotFound(f"row address {int(addrs[sel[0]])} names fragment {fid}, which version {self.version} of {self.uri} does not have")
-            o = offs[sel]
-            bad = o[(o >= frag.rows)]
-            deleted = read_deleted(self._store, frag)
-            if len(bad) == 0 and len(deleted):
-                bad = o[np.isin(o, deleted)]
+                raise RowNotFound(f"row address {int(uniq[at])} names fragment {fid}, which version {self.version} of {self.uri} does not have")
+            o = offs[at:at + n]
+            bad = o[o >= frag.rows]
+            if len(bad) == 0 and frag.deletion is not None:
+                bad = o[np.isin(o, read_deleted(self._store, frag))]
             if len(bad):
                 raise RowNotFound(f"row address {(fid << ADDRESS_SHIFT) | int(bad[0])} (fragment {fid}, offset {int(bad[0])}) is deleted or out of range at version {self.version} of {self.uri}")
-            jobs.append((frag, sel, o))
-
-        def fetch(job):
-            frag, sel, o = job
-            uniq, inverse = np.unique(o, return_inverse=True)
-            return take_rows(self._store, frag, uniq, cols).take(pa.array(inverse.ravel(), type=pa.int64()))
-
-        pieces = map_fragments(fetch, jobs)
-        result = pa.concat_tables(pieces)
-        positions = np.concatenate([sel for _, sel, _ in jobs])
-        return result.take(pa.array(np.argsort(positions, kind="stable"), type=pa.int64()))
+            chosen.append(frag)
+        rows = take_many(self._store, chosen, offs, counts, cols)
+        return rows.take(pa.array(inverse.ravel(), type=pa.int64()))
 
     def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
         if columns is None:

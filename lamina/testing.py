@@ -22,14 +22,28 @@ import threading
 from typing import Any, Callable, Iterable, Iterator
 
 
+def request_kind(method: str, path: str) -> str:
+    """The S3 request kind of a path-style request: GET, PUT, HEAD, DELETE, POST, or LIST (a GET of a bucket)."""
+    if method == "GET" and "/" not in path.strip("/"):
+        return "LIST"
+    return method
+
+
 class _AtomicConditionalWrites:
-    """WSGI middleware: requests carrying a write condition run one at a time, start to end."""
+    """WSGI middleware: requests carrying a write condition run one at a time, start to end; every
+    request is counted by bucket and kind (``MotoServer.requests``)."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]]):
         self.app = app
         self.lock = threading.Lock()
+        self.counts: dict[tuple[str, str], int] = {}
+        self._count_lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        key = (path.strip("/").split("/", 1)[0], request_kind(environ.get("REQUEST_METHOD", ""), path))
+        with self._count_lock:
+            self.counts[key] = self.counts.get(key, 0) + 1
         if not (environ.get("HTTP_IF_NONE_MATCH") or environ.get("HTTP_IF_MATCH")):
             return self.app(environ, start_response)
         with self.lock:
@@ -50,7 +64,7 @@ class MotoServer:
         from werkzeug.serving import make_server
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        app = _AtomicConditionalWrites(DomainDispatcherApplication(create_backend_app))
+        app = self._app = _AtomicConditionalWrites(DomainDispatcherApplication(create_backend_app))
         self._server = make_server(ip, port, app, threaded=True, request_handler=MotoRequestHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="moto-s3", daemon=True)
 
@@ -58,6 +72,16 @@ class MotoServer:
     def endpoint(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    def requests(self, bucket: str | None = None) -> dict[str, int]:
+        """Requests this server has answered so far, by kind (GET, PUT, HEAD, DELETE, POST, LIST), for one
+        bucket or all (path-style addressing, as Lamina and lance use against an endpoint)."""
+        out: dict[str, int] = {}
+        with self._app._count_lock:
+            for (b, kind), n in self._app.counts.items():
+                if bucket is None or b == bucket:
+                    out[kind] = out.get(kind, 0) + n
+        return out
 
     def start(self) -> "MotoServer":
         self._thread.start()

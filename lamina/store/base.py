@@ -21,9 +21,22 @@ import posixpath
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
+from lamina.cache import cache
 from lamina.errors import CorruptFile, InvalidArgument, StorageError
+from lamina.store.scheduler import POINT, _env_int, fetch_ranges
+
+#: Small objects fetched whole for point reads, by (store URI, path, size): paths are never reused
+#: (docs/FORMAT.md), so an entry never goes stale (``LAMINA_OBJECT_CACHE_BYTES``, default 128 MiB).
+OBJECTS = cache("objects", "LAMINA_OBJECT_CACHE_BYTES", 128 * 1024 * 1024)
+
+
+def point_object_bytes() -> int:
+    """Objects up to this size are fetched whole for a point read, one GET each, instead of footer + pages
+    (``LAMINA_POINT_OBJECT_BYTES``, default 1 MiB)."""
+    return _env_int("LAMINA_POINT_OBJECT_BYTES", 1024 * 1024, 0, 1 << 34)
+
 
 #: Default GET size of ``staged_input`` (also the memory it holds).
 STAGE_BATCH_BYTES = 64 * 1024 * 1024
@@ -79,6 +92,9 @@ class ObjectStore(abc.ABC):
     #: whose objects are written whole.
     is_local: bool = False
 
+    #: Which I/O scheduler and ``lamina.io_stats()`` entry this store's requests go to.
+    io_domain: str = "local"
+
     @abc.abstractmethod
     def get(self, path: str) -> bytes:
         """The whole object; ``ObjectNotFound`` if missing."""
@@ -123,6 +139,20 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def open_input(self, path: str, size: int | None = None) -> Any:
         """Something ``pyarrow.parquet.ParquetFile`` reads: a local path or a seekable file."""
+
+    def point_sources(self, items: "Sequence[tuple[str, int]]", priority: int = POINT) -> "list[str | bytes]":
+        """For point reads of the ``(path, size)`` objects: a local file name each (local stores, nothing
+        read) or the whole object's bytes (object stores: every GET issued at once through the I/O
+        scheduler, answered from the ``objects`` cache when there). Callers only ask for small objects
+        (``point_object_bytes()``)."""
+        out: "list[str | bytes | None]" = [OBJECTS.get((self.uri, p, n)) for p, n in items]
+        missing = [i for i, d in enumerate(out) if d is None]
+        if missing:
+            datas = fetch_ranges(self, [(items[i][0], 0, items[i][1]) for i in missing], priority)
+            for i, data in zip(missing, datas):
+                out[i] = data
+                OBJECTS.put((self.uri, items[i][0], items[i][1]), data, len(data))
+        return out  # type: ignore[return-value]
 
     def local_path(self, path: str) -> str | None:
         """A local filesystem path for ``path`` if this store is a local directory, else None.

@@ -12,16 +12,21 @@ import errno
 import os
 import shutil
 import uuid
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from lamina.errors import CorruptFile, ObjectNotFound, StorageError
 from lamina.store.base import STAGE_BATCH_BYTES, ObjectInfo, ObjectStore, StagedInput, _written, remove_quietly
+from lamina.store.scheduler import count
+
+#: The ``lamina.io_stats()`` key of every local directory.
+LOCAL = "local"
 
 
 class LocalStore(ObjectStore):
     """Objects are files below ``root``."""
 
     is_local = True
+    io_domain = LOCAL
 
     def __init__(self, root: str):
         self.root = os.path.abspath(os.path.expanduser(root))
@@ -74,7 +79,9 @@ class LocalStore(ObjectStore):
     def get(self, path: str) -> bytes:
         try:
             with open(self._full(path), "rb") as f:
-                return f.read()
+                data = f.read()
+            count(LOCAL, "GET", 1, len(data))
+            return data
         except FileNotFoundError:
             raise ObjectNotFound(f"{self.describe(path)} does not exist") from None
         except OSError as e:
@@ -85,6 +92,7 @@ class LocalStore(ObjectStore):
             with open(self._full(path), "rb") as f:
                 f.seek(start)
                 data = f.read(length)
+            count(LOCAL, "GET", 1, len(data))
         except FileNotFoundError:
             raise ObjectNotFound(f"{self.describe(path)} does not exist") from None
         if len(data) != length:
@@ -111,6 +119,7 @@ class LocalStore(ObjectStore):
         return tmp
 
     def put(self, path: str, data: bytes) -> None:
+        count(LOCAL, "PUT", 1, len(data))
         tmp = self._write_temp(path, data)
         os.replace(tmp, self._full(path))
         _fsync_dir(os.path.dirname(self._full(path)))
@@ -118,11 +127,13 @@ class LocalStore(ObjectStore):
     def put_file(self, path: str, local_path: str) -> None:
         if os.path.abspath(local_path) == self._full(path):
             return
+        count(LOCAL, "PUT", 1, os.path.getsize(local_path))
         tmp = self._write_temp(path, source=local_path)
         os.replace(tmp, self._full(path))
         _fsync_dir(os.path.dirname(self._full(path)))
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
+        count(LOCAL, "PUT", 1, len(data))
         tmp = self._write_temp(path, data)
         try:
             os.link(tmp, self._full(path))
@@ -139,6 +150,7 @@ class LocalStore(ObjectStore):
 
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
         # Walk from the deepest directory the prefix names, then filter by the prefix.
+        count(LOCAL, "LIST")
         base_dir = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         top = self._full(base_dir) if base_dir else self.root
         found: list[ObjectInfo] = []
@@ -158,16 +170,24 @@ class LocalStore(ObjectStore):
 
     def delete(self, paths: Iterable[str]) -> None:
         for path in paths:
+            count(LOCAL, "DELETE")
             remove_quietly(self._full(path))
 
     def size(self, path: str) -> int:
+        count(LOCAL, "HEAD")
         try:
             return os.stat(self._full(path)).st_size
         except FileNotFoundError:
             raise ObjectNotFound(f"{self.describe(path)} does not exist") from None
 
     def exists(self, path: str) -> bool:
+        count(LOCAL, "HEAD")
         return os.path.exists(self._full(path))
+
+    def point_sources(self, items: "Sequence[tuple[str, int]]", priority: int = 0) -> "list[str | bytes]":
+        """The objects' own files (the native reader opens them; nothing is read here)."""
+        count(LOCAL, "GET", len(items))
+        return [self._full(p) for p, _ in items]
 
     def open_input(self, path: str, size: int | None = None) -> str:
         full = self._full(path)

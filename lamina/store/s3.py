@@ -36,6 +36,7 @@ from lamina.errors import (
 )
 from lamina.retry import Backoff
 from lamina.store.base import ObjectInfo, ObjectStore, RangeReader
+from lamina.store.scheduler import SCAN, count, scheduler_for
 
 T = TypeVar("T")
 
@@ -166,14 +167,23 @@ class S3Store(ObjectStore):
     def _key(self, path: str) -> str:
         return f"{self.prefix}/{path}" if self.prefix else path
 
-    def _call(self, what: str, path: str, fn: Callable[[], T], *, missing_ok: bool = False) -> T:
-        """Runs one request with retries; maps failures onto lamina.errors."""
+    @property
+    def io_domain(self) -> str:
+        """The scheduler and ``lamina.io_stats()`` key of this store: its bucket."""
+        return f"s3://{self.bucket}"
+
+    def _call(self, what: str, path: str, fn: Callable[[], T], *, missing_ok: bool = False, kind: str = "GET",
+              nbytes: int = 0) -> T:
+        """Runs one request (of ``kind``, moving ``nbytes`` when known) with retries, each attempt through the
+        process's I/O scheduler for this bucket and counted there; maps failures onto lamina.errors."""
         from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, HTTPClientError, NoCredentialsError
 
         delays = self.backoff.delays()
+        sched = scheduler_for(self.io_domain)
         while True:
             try:
-                return fn()
+                count(self.io_domain, kind, 1, nbytes)
+                return sched.run(fn, SCAN)
             except ClientError as e:
                 code = str(e.response.get("Error", {}).get("Code", ""))
                 status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
@@ -211,7 +221,9 @@ class S3Store(ObjectStore):
     # -- operations ---------------------------------------------------------
     def get(self, path: str) -> bytes:
         key = self._key(path)
-        return self._call("reading", path, lambda: self._client().get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        data = self._call("reading", path, lambda: self._client().get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        count(self.io_domain, "GET", 0, len(data))
+        return data
 
     def get_range(self, path: str, start: int, length: int) -> bytes:
         if length <= 0:
@@ -219,13 +231,14 @@ class S3Store(ObjectStore):
         key = self._key(path)
         rng = f"bytes={start}-{start + length - 1}"
         data = self._call("reading", path, lambda: self._client().get_object(Bucket=self.bucket, Key=key, Range=rng)["Body"].read())
+        count(self.io_domain, "GET", 0, len(data))
         if len(data) != length:
             raise CorruptFile(f"{self.describe(path)} is shorter than expected (wanted bytes {start}..{start + length}, got {len(data)}): truncated")
         return data
 
     def put(self, path: str, data: bytes) -> None:
         key = self._key(path)
-        self._call("writing", path, lambda: self._client().put_object(Bucket=self.bucket, Key=key, Body=data))
+        self._call("writing", path, lambda: self._client().put_object(Bucket=self.bucket, Key=key, Body=data), kind="PUT", nbytes=len(data))
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         from botocore.exceptions import ClientError
@@ -249,7 +262,7 @@ class S3Store(ObjectStore):
                 # object its own earlier attempt wrote before that attempt's response was lost.
                 return _TAKEN if attempts > 1 else _LOST
 
-        outcome = self._call("writing", path, put)
+        outcome = self._call("writing", path, put, kind="PUT", nbytes=len(data))
         if outcome == _TAKEN:
             ours = self._holds_token(path, token)
             if ours is None:
@@ -270,7 +283,7 @@ class S3Store(ObjectStore):
         """Whether the object at ``path`` was written by the call that made ``token``; None if none is there."""
         key = self._key(path)
         try:
-            head = self._call("checking", path, lambda: self._client().head_object(Bucket=self.bucket, Key=key))
+            head = self._call("checking", path, lambda: self._client().head_object(Bucket=self.bucket, Key=key), kind="HEAD")
         except ObjectNotFound:
             return None
         return head.get("Metadata", {}).get(TOKEN_KEY) == token
@@ -299,6 +312,7 @@ class S3Store(ObjectStore):
             upload_id = self._call(
                 "starting upload of", path,
                 lambda: client.create_multipart_upload(Bucket=self.bucket, Key=key, Metadata={TOKEN_KEY: token})["UploadId"],
+                kind="PUT",
             )
             outcome = _RESTART
             try:
@@ -342,6 +356,7 @@ class S3Store(ObjectStore):
                 etag = self._call(
                     f"uploading part {n} of", path,
                     lambda: client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=chunk)["ETag"],
+                    kind="PUT", nbytes=len(chunk),
                 )
                 parts.append({"ETag": etag, "PartNumber": n})
                 number += 1
@@ -373,7 +388,7 @@ class S3Store(ObjectStore):
                     return _RESTART if first and attempts == 1 else _UNSURE
                 raise
 
-        return self._call("completing upload of", path, complete), attempts
+        return self._call("completing upload of", path, complete, kind="PUT"), attempts
 
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
         client = self._client()
@@ -386,7 +401,7 @@ class S3Store(ObjectStore):
                 kwargs["StartAfter"] = self._key(start_after)
             if token:
                 kwargs["ContinuationToken"] = token
-            page = self._call("listing", prefix, lambda: client.list_objects_v2(**kwargs))
+            page = self._call("listing", prefix, lambda: client.list_objects_v2(**kwargs), kind="LIST")
             for obj in page.get("Contents", []):
                 yield ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp())
             if not page.get("IsTruncated"):
@@ -399,7 +414,8 @@ class S3Store(ObjectStore):
 
         def flush() -> None:
             objs = [{"Key": self._key(p)} for p in batch]
-            result = self._call("deleting", batch[0], lambda: client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs, "Quiet": True}))
+            result = self._call("deleting", batch[0], lambda: client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs, "Quiet": True}),
+                                kind="DELETE")
             errors = [e for e in result.get("Errors", []) if e.get("Code") != "NoSuchKey"]
             if errors:
                 raise StorageError(f"deleting from {self.uri} failed for {len(errors)} object(s), first: {errors[0]}")
@@ -414,7 +430,7 @@ class S3Store(ObjectStore):
 
     def size(self, path: str) -> int:
         key = self._key(path)
-        return int(self._call("inspecting", path, lambda: self._client().head_object(Bucket=self.bucket, Key=key))["ContentLength"])
+        return int(self._call("inspecting", path, lambda: self._client().head_object(Bucket=self.bucket, Key=key), kind="HEAD")["ContentLength"])
 
     def exists(self, path: str) -> bool:
         try:

@@ -16,6 +16,7 @@ pub mod file;
 pub mod index;
 pub mod io;
 pub mod keys;
+pub mod lru;
 pub mod memtable;
 pub mod wal;
 

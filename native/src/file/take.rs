@@ -1,80 +1,195 @@
-//! Point reads from a local data file: only the pages holding the wanted rows
-//! are read and decoded (row selection + offset index), instead of whole row
-//! groups. This is what makes an index lookup cheap.
+//! Point reads from data files: only the pages holding the wanted rows are read
+//! and decoded (row selection + offset index), instead of whole row groups.
+//! [`take_many`] serves one call's rows from any number of files at once, on
+//! several threads, with the GIL released: a lookup of 5,000 rows spread over
+//! 3,500 fragments costs one native call, not 3,500.
+//!
+//! A file is a local path (read with `pread`) or the whole object's bytes
+//! (fetched by the caller from an object store). Two caches bounded by bytes
+//! keep what was decoded, keyed by the object's full location and size: data
+//! files are immutable and their paths are never reused (docs/FORMAT.md), so an
+//! entry never goes stale. Parsed footers + offset indexes
+//! (`LAMINA_FOOTER_CACHE_BYTES`, default 64 MiB), and small column chunks
+//! (at most [`CACHEABLE_CHUNK_BYTES`] uncompressed) decoded whole
+//! (`LAMINA_CHUNK_CACHE_BYTES`, default 256 MiB): the second lookup in a small
+//! fragment decodes nothing. Larger chunks are read page by page, uncached.
 
-use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use arrow::array::{ArrayRef, UInt32Array};
 use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
 };
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
+use parquet::file::reader::ChunkReader;
 
 use crate::error::{guard, Error, Result, Work};
 use crate::io::PosFile;
+use crate::lru::{ByteLru, LruStats};
 
-/// Parsed footers + offset indexes of recently read files (files are immutable: path and size identify one).
-const CACHED_FILES: usize = 256;
+/// Default byte budget of the footer cache (`LAMINA_FOOTER_CACHE_BYTES` overrides it).
+pub const DEFAULT_FOOTER_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
-type Key = (PathBuf, u64);
-/// Entries and their insertion order (oldest out first).
-type Cache = Mutex<(HashMap<Key, ArrowReaderMetadata>, VecDeque<Key>)>;
-
-fn cache() -> &'static Cache {
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    CACHE.get_or_init(|| Mutex::new((HashMap::new(), VecDeque::new())))
+/// Where one file's bytes are.
+pub enum Source {
+    /// A local file, read with positional reads.
+    File(PathBuf),
+    /// The whole object, already in memory.
+    Bytes(Bytes),
 }
 
-fn corrupt(path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Corrupt { object: path.display().to_string(), reason: format!("cannot read Parquet ({e})") }
+/// Rows wanted from one file: `offsets` sorted and distinct.
+pub struct Wanted<'a> {
+    /// The object's full location (cache key and the name in errors).
+    pub object: &'a str,
+    pub source: Source,
+    /// The size the manifest records.
+    pub size: u64,
+    pub offsets: &'a [u32],
 }
 
-fn metadata(path: &Path, file: &PosFile, size: u64) -> Result<ArrowReaderMetadata> {
-    let key = (path.to_path_buf(), size);
-    // A panic elsewhere while the lock was held leaves the cache consistent: ignore the poison.
-    let lock = || cache().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(m) = lock().0.get(&key).cloned() {
+/// Cache key of a file: its full location and size.
+type FileKey = (String, u64);
+/// Cache key of a decoded column chunk: the file, the row group, the top-level column.
+type ChunkKey = (String, u64, usize, usize);
+
+/// Default byte budget of the decoded column-chunk cache (`LAMINA_CHUNK_CACHE_BYTES` overrides it).
+pub const DEFAULT_CHUNK_CACHE_BYTES: usize = 256 * 1024 * 1024;
+/// Column chunks up to this many uncompressed bytes are decoded whole and kept; larger ones are read
+/// page by page (only the pages holding the rows) and not kept.
+pub const CACHEABLE_CHUNK_BYTES: i64 = 2 * 1024 * 1024;
+
+fn budget(var: &str, default: usize) -> usize {
+    std::env::var(var).ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(default)
+}
+
+fn lock<T>(m: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
+    // A panic elsewhere while the lock was held leaves a cache consistent: ignore the poison.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn footers() -> std::sync::MutexGuard<'static, ByteLru<FileKey, ArrowReaderMetadata>> {
+    static CACHE: OnceLock<Mutex<ByteLru<FileKey, ArrowReaderMetadata>>> = OnceLock::new();
+    lock(CACHE.get_or_init(|| Mutex::new(ByteLru::new(budget("LAMINA_FOOTER_CACHE_BYTES", DEFAULT_FOOTER_CACHE_BYTES)))))
+}
+
+fn chunks() -> std::sync::MutexGuard<'static, ByteLru<ChunkKey, ArrayRef>> {
+    static CACHE: OnceLock<Mutex<ByteLru<ChunkKey, ArrayRef>>> = OnceLock::new();
+    lock(CACHE.get_or_init(|| Mutex::new(ByteLru::new(budget("LAMINA_CHUNK_CACHE_BYTES", DEFAULT_CHUNK_CACHE_BYTES)))))
+}
+
+/// (entries, bytes, budget, hits, misses) of the footer cache and of the decoded column-chunk cache.
+pub fn cache_stats() -> (LruStats, LruStats) {
+    let f = footers().stats();
+    (f, chunks().stats())
+}
+
+/// Empties both caches; a budget given (bytes) replaces that cache's budget.
+pub fn clear_caches(footer_budget: Option<usize>, chunk_budget: Option<usize>) {
+    let mut f = footers();
+    let b = footer_budget.unwrap_or(f.budget());
+    *f = ByteLru::new(b);
+    drop(f);
+    let mut c = chunks();
+    let b = chunk_budget.unwrap_or(c.budget());
+    *c = ByteLru::new(b);
+}
+
+fn corrupt(object: &str, e: impl std::fmt::Display) -> Error {
+    Error::Corrupt { object: object.to_string(), reason: format!("cannot read Parquet ({e})") }
+}
+
+fn metadata<R: ChunkReader>(object: &str, reader: &R, size: u64) -> Result<ArrowReaderMetadata> {
+    let key = (object.to_string(), size);
+    if let Some(m) = footers().get(&key) {
         return Ok(m);
     }
     let options = ArrowReaderOptions::new()
         .with_offset_index_policy(PageIndexPolicy::Optional)
         .with_column_index_policy(PageIndexPolicy::Skip);
-    let m = ArrowReaderMetadata::load(file, options).map_err(|e| corrupt(path, e))?;
-    super::check_layout(m.metadata(), file.len(), &path.display().to_string())?;
-    let mut c = lock();
-    if c.0.insert(key.clone(), m.clone()).is_none() {
-        c.1.push_back(key);
-        while c.1.len() > CACHED_FILES {
-            if let Some(old) = c.1.pop_front() {
-                c.0.remove(&old);
-            }
-        }
-    }
+    let m = ArrowReaderMetadata::load(reader, options).map_err(|e| corrupt(object, e))?;
+    super::check_layout(m.metadata(), size, object)?;
+    let bytes = m.metadata().memory_size() + key.0.len() + 64;
+    footers().put(key, m.clone(), bytes);
     Ok(m)
 }
 
-/// Rows at sorted, distinct `offsets` of the file at `path` (`size` bytes), top-level `columns` only.
+/// Rows at sorted, distinct `offsets` of the local file at `path` (`size` bytes), top-level `columns` only.
 pub fn take(path: &Path, size: u64, offsets: &[u32], columns: &[String]) -> Result<RecordBatch> {
-    if offsets.windows(2).any(|w| w[0] >= w[1]) {
+    let object = path.display().to_string();
+    let wanted = Wanted { object: &object, source: Source::File(path.to_path_buf()), size, offsets };
+    take_one(&wanted, columns)
+}
+
+/// The rows of every `wanted` file, concatenated in the order given, decoded on up to `threads` threads.
+/// The first failure (in that order) is returned, naming its object.
+pub fn take_many(wanted: &[Wanted<'_>], columns: &[String], threads: usize) -> Result<RecordBatch> {
+    if wanted.is_empty() {
+        return Err(Error::InvalidArgument("take_many needs at least one file".into()));
+    }
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<RecordBatch>>>> = wanted.iter().map(|_| Mutex::new(None)).collect();
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(w) = wanted.get(i) else { break };
+        let result = take_one(w, columns);
+        *slots[i].lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(result);
+    };
+    let threads = threads.clamp(1, wanted.len());
+    if threads == 1 {
+        work();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(work);
+            }
+        });
+    }
+    let mut batches = Vec::with_capacity(wanted.len());
+    for (slot, w) in slots.into_iter().zip(wanted) {
+        match slot.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            Some(result) => batches.push(result?),
+            None => return Err(Error::Internal { object: w.object.to_string(), reason: "a read was not done".into() }),
+        }
+    }
+    let schema = batches[0].schema();
+    arrow::compute::concat_batches(&schema, &batches)
+        .map_err(|e| Error::Corrupt { object: wanted[0].object.to_string(), reason: format!("files of one table disagree on the columns' types ({e})") })
+}
+
+fn take_one(w: &Wanted<'_>, columns: &[String]) -> Result<RecordBatch> {
+    if w.offsets.windows(2).any(|p| p[0] >= p[1]) {
         return Err(Error::InvalidArgument("offsets must be sorted and distinct".into()));
     }
     // parquet's decoders can still panic on hostile footer or page bytes: that is this file's corruption.
-    guard(Work::Reads(&path.display().to_string()), || read_rows(path, size, offsets, columns))
+    guard(Work::Reads(w.object), || match &w.source {
+        Source::File(path) => {
+            let file = PosFile::open(path)?;
+            if file.len() != w.size {
+                return Err(corrupt(w.object, format!("the file has {} bytes, the manifest records {}", file.len(), w.size)));
+            }
+            read_rows(w.object, file, w.size, w.offsets, columns)
+        }
+        Source::Bytes(bytes) => {
+            if bytes.len() as u64 != w.size {
+                return Err(corrupt(w.object, format!("the object has {} bytes, the manifest records {}", bytes.len(), w.size)));
+            }
+            read_rows(w.object, bytes.clone(), w.size, w.offsets, columns)
+        }
+    })
 }
 
-fn read_rows(path: &Path, size: u64, offsets: &[u32], columns: &[String]) -> Result<RecordBatch> {
-    let file = PosFile::open(path)?;
-    if file.len() != size {
-        return Err(corrupt(path, format!("the file has {} bytes, the manifest records {size}", file.len())));
-    }
-    let meta = metadata(path, &file, size)?;
+fn read_rows<R: ChunkReader + Clone + 'static>(object: &str, file: R, size: u64, offsets: &[u32], columns: &[String]) -> Result<RecordBatch> {
+    let meta = metadata(object, &file, size)?;
     let schema = Arc::clone(meta.schema());
     let mut roots = Vec::with_capacity(columns.len());
     for c in columns {
-        roots.push(schema.index_of(c).map_err(|_| Error::InvalidArgument(format!("{} has no column {c:?}", path.display())))?);
+        roots.push(schema.index_of(c).map_err(|_| Error::InvalidArgument(format!("{object} has no column {c:?}")))?);
     }
     let md = meta.metadata();
     let mut ends = Vec::with_capacity(md.num_row_groups());
@@ -83,12 +198,12 @@ fn read_rows(path: &Path, size: u64, offsets: &[u32], columns: &[String]) -> Res
         total = u64::try_from(g.num_rows())
             .ok()
             .and_then(|n| total.checked_add(n))
-            .ok_or_else(|| corrupt(path, format!("row group {i} has {} rows", g.num_rows())))?;
+            .ok_or_else(|| corrupt(object, format!("row group {i} has {} rows", g.num_rows())))?;
         ends.push(total);
     }
     if let Some(last) = offsets.last() {
         if *last as u64 >= total {
-            return Err(corrupt(path, format!("offset {last} is beyond its {total} rows")));
+            return Err(corrupt(object, format!("offset {last} is beyond its {total} rows")));
         }
     }
     // Row groups holding offsets, and a selection relative to those row groups.
@@ -121,6 +236,11 @@ fn read_rows(path: &Path, size: u64, offsets: &[u32], columns: &[String]) -> Res
     sorted.sort_unstable();
     sorted.dedup();
     let order: Vec<usize> = roots.iter().map(|r| sorted.binary_search(r).unwrap_or(0)).collect();
+    if small_chunks(md, &groups, &sorted) && chunks().budget() > 0 {
+        let starts: Vec<u64> = groups.iter().map(|&g| if g == 0 { 0 } else { ends[g - 1] }).collect();
+        let out = read_by_chunks(object, &file, size, &meta, &groups, &starts, &ends, &sorted, offsets)?;
+        return out.project(&order).map_err(|e| corrupt(object, e));
+    }
     let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), sorted.iter().copied());
     let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
         .with_row_groups(groups)
@@ -128,12 +248,97 @@ fn read_rows(path: &Path, size: u64, offsets: &[u32], columns: &[String]) -> Res
         .with_row_selection(RowSelection::from(selectors))
         .with_batch_size(offsets.len().max(1))
         .build()
-        .map_err(|e| corrupt(path, e))?;
-    let projected = Arc::new(schema.project(&sorted).map_err(|e| corrupt(path, e))?);
-    let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>().map_err(|e| corrupt(path, e))?;
-    let out = arrow::compute::concat_batches(&projected, &batches).map_err(|e| corrupt(path, e))?;
+        .map_err(|e| corrupt(object, e))?;
+    let projected = Arc::new(schema.project(&sorted).map_err(|e| corrupt(object, e))?);
+    let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>().map_err(|e| corrupt(object, e))?;
+    let out = arrow::compute::concat_batches(&projected, &batches).map_err(|e| corrupt(object, e))?;
     if out.num_rows() != offsets.len() {
-        return Err(corrupt(path, format!("decoded {} of {} requested rows", out.num_rows(), offsets.len())));
+        return Err(corrupt(object, format!("decoded {} of {} requested rows", out.num_rows(), offsets.len())));
     }
-    out.project(&order).map_err(|e| corrupt(path, e))
+    out.project(&order).map_err(|e| corrupt(object, e))
+}
+
+/// Whether every chunk of the `roots` in `groups` is small enough to decode whole and keep.
+fn small_chunks(md: &parquet::file::metadata::ParquetMetaData, groups: &[usize], roots: &[usize]) -> bool {
+    let descr = md.file_metadata().schema_descr();
+    groups.iter().all(|&g| {
+        let mut per_root = vec![0i64; descr.root_schema().get_fields().len()];
+        for (leaf, column) in md.row_group(g).columns().iter().enumerate() {
+            let root = descr.get_column_root_idx(leaf);
+            if let Some(total) = per_root.get_mut(root) {
+                *total = total.saturating_add(column.uncompressed_size().max(0));
+            }
+        }
+        roots.iter().all(|&r| per_root.get(r).is_some_and(|&n| n <= CACHEABLE_CHUNK_BYTES))
+    })
+}
+
+/// The rows at `offsets` from whole decoded column chunks: taken from the cache, or decoded (one row
+/// group at a time, only the columns missing) and kept.
+#[allow(clippy::too_many_arguments)]
+fn read_by_chunks<R: ChunkReader + Clone + 'static>(
+    object: &str,
+    file: &R,
+    size: u64,
+    meta: &ArrowReaderMetadata,
+    groups: &[usize],
+    starts: &[u64],
+    ends: &[u64],
+    roots: &[usize],
+    offsets: &[u32],
+) -> Result<RecordBatch> {
+    let schema = meta.schema();
+    let descr = meta.metadata().file_metadata().schema_descr_ptr();
+    let mut pieces: Vec<Vec<ArrayRef>> = vec![Vec::with_capacity(groups.len()); roots.len()];
+    let mut at = 0usize;
+    for (i, &g) in groups.iter().enumerate() {
+        let mut arrays: Vec<Option<ArrayRef>> = {
+            let mut cache = chunks();
+            roots.iter().map(|&r| cache.get(&(object.to_string(), size, g, r))).collect()
+        };
+        let missing: Vec<usize> = (0..roots.len()).filter(|&k| arrays[k].is_none()).collect();
+        if !missing.is_empty() {
+            let rows = usize::try_from(ends[g] - starts[i]).map_err(|e| corrupt(object, e))?;
+            let mask = ProjectionMask::roots(&descr, missing.iter().map(|&k| roots[k]));
+            let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file.clone(), meta.clone())
+                .with_row_groups(vec![g])
+                .with_projection(mask)
+                .with_batch_size(rows.max(1))
+                .build()
+                .map_err(|e| corrupt(object, e))?;
+            let projected = Arc::new(schema.project(&missing.iter().map(|&k| roots[k]).collect::<Vec<_>>()).map_err(|e| corrupt(object, e))?);
+            let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>().map_err(|e| corrupt(object, e))?;
+            let whole = arrow::compute::concat_batches(&projected, &batches).map_err(|e| corrupt(object, e))?;
+            if whole.num_rows() != rows {
+                return Err(corrupt(object, format!("row group {g} decoded {} rows, its footer says {rows}", whole.num_rows())));
+            }
+            let mut cache = chunks();
+            for (j, &k) in missing.iter().enumerate() {
+                let array = Arc::clone(whole.column(j));
+                cache.put((object.to_string(), size, g, roots[k]), Arc::clone(&array), array.get_array_memory_size() + object.len() + 64);
+                arrays[k] = Some(array);
+            }
+        }
+        let mut local = Vec::new();
+        while at < offsets.len() && u64::from(offsets[at]) < ends[g] {
+            local.push(u32::try_from(u64::from(offsets[at]) - starts[i]).map_err(|e| corrupt(object, e))?);
+            at += 1;
+        }
+        let indices = UInt32Array::from(local);
+        for (k, array) in arrays.into_iter().enumerate() {
+            let array = array.ok_or_else(|| Error::Internal { object: object.to_string(), reason: "a column chunk was not decoded".into() })?;
+            pieces[k].push(arrow::compute::take(array.as_ref(), &indices, None).map_err(|e| corrupt(object, e))?);
+        }
+    }
+    let projected = Arc::new(schema.project(roots).map_err(|e| corrupt(object, e))?);
+    let mut columns = Vec::with_capacity(roots.len());
+    for parts in &pieces {
+        let refs: Vec<&dyn arrow::array::Array> = parts.iter().map(|a| a.as_ref()).collect();
+        columns.push(arrow::compute::concat(&refs).map_err(|e| corrupt(object, e))?);
+    }
+    let out = RecordBatch::try_new(projected, columns).map_err(|e| corrupt(object, e))?;
+    if out.num_rows() != offsets.len() {
+        return Err(corrupt(object, format!("decoded {} of {} requested rows", out.num_rows(), offsets.len())));
+    }
+    Ok(out)
 }

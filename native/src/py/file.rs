@@ -8,6 +8,7 @@ use arrow::datatypes::{DataType, Schema};
 use arrow::pyarrow::PyArrowType;
 use arrow::record_batch::RecordBatch;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyDict;
 
 use super::run;
@@ -62,20 +63,70 @@ pub(crate) fn file_checksum(py: Python<'_>, path: PathBuf) -> PyResult<String> {
     run(py, Work::Reads(&shown), || crate::io::file_checksum(&path))
 }
 
-/// Rows at sorted, distinct `offsets` of a local data file, reading only the pages that hold them.
+/// One file of a `take_rows_many` call: (object location, local path or None, the object's bytes or None,
+/// size the manifest records, how many of the offsets are this file's).
+type WantedFile = (String, Option<PathBuf>, Option<PyBackedBytes>, u64, usize);
+
+/// Rows of many data files in one call: `files[i]` takes the next `count` of the concatenated, per-file
+/// sorted and distinct `offsets`; the result is every file's rows in the order of `files`, decoded on up
+/// to `threads` threads with the GIL released.
 #[pyfunction]
-pub(crate) fn take_local_rows(
+pub(crate) fn take_rows_many(
     py: Python<'_>,
-    path: PathBuf,
-    size: u64,
+    files: Vec<WantedFile>,
     offsets: PyArrowType<ArrayData>,
     columns: Vec<String>,
+    threads: usize,
 ) -> PyResult<PyArrowType<RecordBatch>> {
+    use crate::file::take::{take_many, Source, Wanted};
+    use crate::error::Error;
     if offsets.0.data_type() != &DataType::UInt32 || offsets.0.null_count() > 0 {
-        return Err(crate::error::Error::InvalidArgument("offsets must be uint32 without nulls".into()).into());
+        return Err(Error::InvalidArgument("offsets must be uint32 without nulls".into()).into());
     }
     let offsets = UInt32Array::from(offsets.0);
-    let shown = path.display().to_string();
-    let batch = run(py, Work::Reads(&shown), || crate::file::take::take(&path, size, offsets.values(), &columns))?;
+    let values = offsets.values();
+    let mut objects = Vec::with_capacity(files.len());
+    let mut parts = Vec::with_capacity(files.len());
+    let mut at = 0usize;
+    for (object, path, data, size, count) in files {
+        let end = at.checked_add(count).filter(|e| *e <= values.len()).ok_or_else(|| {
+            Error::InvalidArgument(format!("the counts ask for more than the {} offsets given", values.len()))
+        })?;
+        let source = match (path, data) {
+            (Some(p), None) => Source::File(p),
+            (None, Some(d)) => Source::Bytes(bytes::Bytes::from_owner(d)),
+            _ => return Err(Error::InvalidArgument(format!("{object}: give either a local path or the object's bytes")).into()),
+        };
+        objects.push(object);
+        parts.push((source, size, at, end));
+        at = end;
+    }
+    if at != values.len() {
+        return Err(Error::InvalidArgument(format!("the counts cover {at} of the {} offsets given", values.len())).into());
+    }
+    let wanted: Vec<Wanted<'_>> = objects
+        .iter()
+        .zip(parts)
+        .map(|(object, (source, size, start, end))| Wanted { object, source, size, offsets: &values[start..end] })
+        .collect();
+    let shown = objects.first().map(String::as_str).unwrap_or("no files");
+    let batch = run(py, Work::Reads(shown), || take_many(&wanted, &columns, threads))?;
     Ok(PyArrowType(batch))
+}
+
+/// {"footers": (entries, bytes, budget, hits, misses), "chunks": (...)} of the native read caches.
+#[pyfunction]
+pub(crate) fn native_cache_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let (footers, chunks) = crate::file::take::cache_stats();
+    let out = PyDict::new(py);
+    out.set_item("footers", footers)?;
+    out.set_item("chunks", chunks)?;
+    Ok(out)
+}
+
+/// Empties the native read caches; a budget given (bytes) replaces that cache's budget.
+#[pyfunction]
+#[pyo3(signature = (footer_budget=None, chunk_budget=None))]
+pub(crate) fn clear_native_caches(footer_budget: Option<usize>, chunk_budget: Option<usize>) {
+    crate::file::take::clear_caches(footer_budget, chunk_budget)
 }

@@ -30,7 +30,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FILE_VERSION", crate::file::FILE_VERSION)?;
     m.add_function(wrap_pyfunction!(file::write_data_file, m)?)?;
-    m.add_function(wrap_pyfunction!(file::take_local_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(file::take_rows_many, m)?)?;
+    m.add_function(wrap_pyfunction!(file::native_cache_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(file::clear_native_caches, m)?)?;
     m.add_function(wrap_pyfunction!(file::checksum, m)?)?;
     m.add_function(wrap_pyfunction!(file::file_checksum, m)?)?;
     m.add_function(wrap_pyfunction!(copy::rewrite_data_file, m)?)?;

@@ -1,0 +1,229 @@
+"""One I/O scheduler per process: every object-store request goes through it and is counted.
+
+Per-fragment overhead, not bytes, dominated scattered lookups (a request at a time,
+fragment after fragment). Here the requests of one call are handed over together:
+
+- **bounded concurrency per store**: one worker pool per object-store endpoint and bucket
+  (``LAMINA_S3_CONCURRENCY``, default 32, the HTTP connection pool's size); a request made
+  from inside a worker runs inline, so nested reads never wait on themselves;
+- **priorities**: ``POINT`` (lookups, ``take``) before ``SCAN`` before ``BACKGROUND``
+  (compaction, cleanup), so a point lookup is not queued behind a scan's GETs;
+- **coalescing**: byte ranges of one object closer than ``LAMINA_COALESCE_GAP`` (64 KiB) are
+  fetched by one GET of at most ``LAMINA_COALESCE_BYTES`` (8 MiB), then split again;
+- **accounting**: every request (each retry too) is counted by store and kind — GET, PUT,
+  LIST, HEAD, DELETE and bytes — in ``lamina.io_stats()``.
+
+Local directories are counted the same way (GET = a read of a file's bytes) but not queued:
+their reads are ``pread`` calls, cheaper than a thread hop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import threading
+from collections import defaultdict
+from concurrent.futures import Future
+from typing import Any, Callable, Sequence, TypeVar
+
+from lamina.errors import InvalidConfig
+
+T = TypeVar("T")
+
+POINT, SCAN, BACKGROUND = 0, 1, 2
+
+#: The request kinds counted, and the byte counters.
+KINDS = ("GET", "PUT", "LIST", "HEAD", "DELETE", "bytes_read", "bytes_written")
+
+
+def _env_int(name: str, default: int, lo: int, hi: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidConfig(f"{name}={raw!r} must be an integer in [{lo}, {hi}]") from None
+    if not lo <= value <= hi:
+        raise InvalidConfig(f"{name}={raw!r} must be an integer in [{lo}, {hi}]")
+    return value
+
+
+# -- accounting -----------------------------------------------------------------------------------------
+_STATS: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(KINDS, 0))
+_STATS_LOCK = threading.Lock()
+
+
+def count(domain: str, kind: str, requests: int = 1, nbytes: int = 0) -> None:
+    """Records ``requests`` requests of ``kind`` (and ``nbytes`` moved) against ``domain``."""
+    with _STATS_LOCK:
+        entry = _STATS[domain]
+        entry[kind] += requests
+        if nbytes:
+            entry["bytes_written" if kind == "PUT" else "bytes_read"] += nbytes
+
+
+def io_stats(reset: bool = False) -> dict[str, dict[str, int]]:
+    """Requests and bytes of this process since it started (or the last reset), by store:
+    ``{"s3://endpoint/bucket": {"GET": n, "PUT": n, "LIST": n, "HEAD": n, "DELETE": n,
+    "bytes_read": n, "bytes_written": n}, "local": {...}}``. Retries count as requests."""
+    with _STATS_LOCK:
+        out = {domain: dict(entry) for domain, entry in _STATS.items()}
+        if reset:
+            _STATS.clear()
+    return out
+
+
+def stats_delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
+    """What happened between two ``io_stats()`` snapshots (``after`` defaults to now); empty stores left out."""
+    after = io_stats() if after is None else after
+    out = {}
+    for domain, entry in after.items():
+        base = before.get(domain, {})
+        diff = {k: v - base.get(k, 0) for k, v in entry.items()}
+        if any(diff.values()):
+            out[domain] = diff
+    return out
+
+
+def add_stats(total: dict[str, dict[str, int]], part: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """``total`` plus ``part`` (e.g. a worker's requests added to the driver's), as a new dict."""
+    out = {d: dict(e) for d, e in total.items()}
+    for domain, entry in part.items():
+        target = out.setdefault(domain, dict.fromkeys(KINDS, 0))
+        for k, v in entry.items():
+            target[k] = target.get(k, 0) + v
+    return out
+
+
+# -- scheduling -----------------------------------------------------------------------------------------
+class Scheduler:
+    """A pool of at most ``concurrency`` threads taking requests by priority, then arrival."""
+
+    def __init__(self, domain: str, concurrency: int):
+        self.domain = domain
+        self.concurrency = concurrency
+        self._heap: list[tuple[int, int, Callable[[], Any], Future]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._threads = 0
+        self._idle = 0
+        self._local = threading.local()
+
+    def submit(self, fn: Callable[[], T], priority: int = SCAN) -> "Future[T]":
+        """Runs ``fn`` on a worker; inline (already done) when called from one of this scheduler's workers."""
+        future: Future = Future()
+        if getattr(self._local, "worker", False):
+            _run_into(future, fn)
+            return future
+        with self._cond:
+            heapq.heappush(self._heap, (priority, next(self._seq), fn, future))
+            if self._idle:
+                self._cond.notify()
+            elif self._threads < self.concurrency:
+                self._threads += 1
+                threading.Thread(target=self._work, name=f"lamina-io-{self.domain}", daemon=True).start()
+        return future
+
+    def run(self, fn: Callable[[], T], priority: int = SCAN) -> T:
+        return self.submit(fn, priority).result()
+
+    def _work(self) -> None:
+        self._local.worker = True
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._idle += 1
+                    self._cond.wait()
+                    self._idle -= 1
+                _, _, fn, future = heapq.heappop(self._heap)
+            if future.set_running_or_notify_cancel():
+                _run_into(future, fn)
+
+
+def _run_into(future: Future, fn: Callable[[], Any]) -> None:
+    try:
+        future.set_result(fn())
+    except BaseException as e:  # handed to the waiting caller
+        future.set_exception(e)
+
+
+_SCHEDULERS: dict[str, Scheduler] = {}
+_SCHEDULERS_LOCK = threading.Lock()
+
+
+def scheduler_for(domain: str) -> Scheduler:
+    """The process's scheduler for one store domain (created on first use)."""
+    found = _SCHEDULERS.get(domain)
+    if found is None:
+        with _SCHEDULERS_LOCK:
+            found = _SCHEDULERS.get(domain)
+            if found is None:
+                found = _SCHEDULERS[domain] = Scheduler(domain, concurrency())
+    return found
+
+
+def concurrency() -> int:
+    """Requests in flight per object store (``LAMINA_S3_CONCURRENCY``, default 32)."""
+    return _env_int("LAMINA_S3_CONCURRENCY", 32, 1, 4096)
+
+
+def _forget_after_fork() -> None:  # a forked child has none of its parent's threads
+    _SCHEDULERS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+# -- coalescing -----------------------------------------------------------------------------------------
+def coalesce(ranges: Sequence[tuple[int, int]], gap: int, limit: int) -> list[tuple[int, int, list[int]]]:
+    """Merges ``(start, length)`` ranges of one object: ranges closer than ``gap`` bytes share one read
+    of at most ``limit`` bytes (a single larger range stays whole). Returns ``(start, length,
+    [indices of the ranges it serves])`` in offset order."""
+    order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
+    out: list[tuple[int, int, list[int]]] = []
+    for i in order:
+        start, length = ranges[i]
+        end = start + length
+        if out:
+            s, n, members = out[-1]
+            if start - (s + n) <= gap and max(end, s + n) - s <= limit:
+                out[-1] = (s, max(end, s + n) - s, members + [i])
+                continue
+        out.append((start, length, [i]))
+    return out
+
+
+def coalesce_gap() -> int:
+    return _env_int("LAMINA_COALESCE_GAP", 64 * 1024, 0, 1 << 30)
+
+
+def coalesce_bytes() -> int:
+    return _env_int("LAMINA_COALESCE_BYTES", 8 * 1024 * 1024, 1, 1 << 34)
+
+
+def fetch_ranges(store: Any, requests: Sequence[tuple[str, int, int]], priority: int = POINT) -> list[bytes]:
+    """The bytes of every ``(path, start, length)``, in the order given: nearby ranges of one object are
+    coalesced, and every GET is issued at once through the store's scheduler (inline for local stores)."""
+    by_path: dict[str, list[int]] = defaultdict(list)
+    for i, (path, _, _) in enumerate(requests):
+        by_path[path].append(i)
+    gap, limit = coalesce_gap(), coalesce_bytes()
+    reads: list[tuple[str, int, int, list[int]]] = []
+    for path, members in by_path.items():
+        for start, length, served in coalesce([requests[i][1:] for i in members], gap, limit):
+            reads.append((path, start, length, [members[j] for j in served]))
+    if getattr(store, "is_local", False) or len(reads) == 1:
+        datas = [store.get_range(p, s, n) for p, s, n, _ in reads]
+    else:
+        sched = scheduler_for(store.io_domain)
+        futures = [sched.submit(lambda p=p, s=s, n=n: store.get_range(p, s, n), priority) for p, s, n, _ in reads]
+        datas = [f.result() for f in futures]
+    out: list[bytes] = [b""] * len(requests)
+    for (_, start, _, served), data in zip(reads, datas):
+        view = memoryview(data)
+        for i in served:
+            _, s, n = requests[i]
+            out[i] = data if (s == start and n == len(data)) else bytes(view[s - start : s - start + n])
+    return out

@@ -1,0 +1,199 @@
+"""Issue 12: reads at scale — one I/O scheduler per process, request accounting, bounded caches,
+and ``Table.take`` over many fragments in one pass (local and on the moto S3 server)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import lamina
+from lamina import _native
+from lamina.cache import caches, clear_caches
+from lamina.errors import CorruptFile, RowNotFound
+from lamina.store import open_store
+from lamina.store.scheduler import POINT, SCAN, Scheduler, coalesce, fetch_ranges, io_stats, stats_delta
+
+SCHEMA = pa.schema([("id", pa.int64()), ("url", pa.string()), ("score", pa.float64())])
+
+
+def rows(lo: int, hi: int) -> pa.Table:
+    ids = np.arange(lo, hi, dtype=np.int64)
+    return pa.table({"id": ids, "url": [f"https://example.com/{i}/{'x' * (i % 13)}" for i in range(lo, hi)],
+                     "score": ids * 0.5}, schema=SCHEMA)
+
+
+def many_fragments(uri, options, fragments=40, per=50):
+    t = lamina.create_table(uri, SCHEMA, storage_options=options)
+    t.append(rows(0, fragments * per), max_rows_per_file=per, row_group_rows=20)
+    assert len(t.manifest.fragments) == fragments
+    return t
+
+
+def addresses(t: lamina.Table) -> pa.Table:
+    return t.to_arrow(with_row_address=True)
+
+
+def test_take_across_many_fragments_matches_a_scan(table_location):
+    uri, options = table_location
+    t = many_fragments(uri, options)
+    t.delete("id IN (" + ", ".join(str(i) for i in range(3, 2000, 7)) + ")")
+    full = addresses(t)
+    rng = np.random.default_rng(5)
+    pick = rng.choice(full.num_rows, 300, replace=True)  # repeats, any order, many fragments
+    got = t.take(full.column("_rowaddr").to_numpy()[pick], ["url", "id", "score"])
+    assert got.column("id").to_pylist() == full.column("id").to_numpy()[pick].tolist()
+    assert got.column("url").to_pylist() == [full.column("url")[int(i)].as_py() for i in pick]
+    assert got.column("score").to_pylist() == full.column("score").to_numpy()[pick].tolist()
+    # a deleted row is refused, naming it
+    deleted = t.checkout(2).to_arrow(filter="id = 17", with_row_address=True).column("_rowaddr")[0].as_py()
+    with pytest.raises(RowNotFound, match=f"row address {deleted}"):
+        t.take([int(full.column("_rowaddr")[0].as_py()), deleted], ["id"])
+
+
+def test_large_objects_on_s3_are_read_by_row_group_and_agree(s3_table_uri, s3_options, monkeypatch):
+    t = many_fragments(s3_table_uri, s3_options, fragments=6, per=100)
+    full = addresses(t)
+    pick = np.array([599, 0, 250, 250, 101, 42])
+    expect = full.column("url").take(pa.array(pick)).to_pylist()
+    monkeypatch.setenv("LAMINA_POINT_OBJECT_BYTES", "0")  # no object is "small": footer + row groups
+    clear_caches()
+    assert t.take(full.column("_rowaddr").to_numpy()[pick], ["url"]).column("url").to_pylist() == expect
+    monkeypatch.setenv("LAMINA_POINT_OBJECT_BYTES", str(1 << 20))
+    clear_caches()
+    assert t.take(full.column("_rowaddr").to_numpy()[pick], ["url"]).column("url").to_pylist() == expect
+
+
+def test_take_costs_one_get_per_fragment_cold_and_none_warm_on_s3(s3_table_uri, s3_options):
+    t = many_fragments(s3_table_uri, s3_options, fragments=30, per=40)
+    full = addresses(t)
+    frag_of = full.column("_rowaddr").to_numpy() >> np.uint64(32)
+    pick = np.flatnonzero(frag_of % 3 == 0)[::7]  # rows of 10 fragments
+    wanted = full.column("_rowaddr").to_numpy()[pick]
+    distinct = len(np.unique(frag_of[pick]))
+    clear_caches()
+    before = io_stats()
+    t.take(wanted, ["url"])
+    cold = stats_delta(before)[t.store.io_domain]
+    assert cold["GET"] == distinct and cold["HEAD"] == 0 and cold["LIST"] == 0
+    assert cold["bytes_read"] == sum(f.file_bytes for f in t.manifest.fragments if f.id in set(frag_of[pick].tolist()))
+    before = io_stats()
+    again = t.take(wanted, ["url"])
+    assert t.store.io_domain not in stats_delta(before)  # warm: served from the bounded object cache
+    assert again.column("url").to_pylist() == full.column("url").take(pa.array(pick)).to_pylist()
+
+
+def test_a_corrupt_small_object_on_s3_is_named(s3_table_uri, s3_options):
+    import boto3
+
+    t = many_fragments(s3_table_uri, s3_options, fragments=3, per=30)
+    frag = t.manifest.fragments[1]
+    client = boto3.client("s3", endpoint_url=s3_options["endpoint_url"], region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    bucket, prefix = s3_table_uri[5:].split("/", 1)
+    key = f"{prefix}/{frag.path}"
+    raw = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    raw[len(raw) // 2] ^= 0xFF
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(raw))
+    clear_caches()
+    with pytest.raises(CorruptFile, match=frag.path):
+        t.take([(frag.id << 32) | 3], ["url"])
+
+
+def test_io_stats_count_requests_by_store(tmp_path, s3_table_uri, s3_options):
+    before = io_stats()
+    t = lamina.create_table(s3_table_uri, SCHEMA, storage_options=s3_options)
+    t.append(rows(0, 10))
+    lamina.open_table(s3_table_uri, storage_options=s3_options).to_arrow()
+    s3 = stats_delta(before)[f"s3://{s3_table_uri[5:].split('/')[0]}"]
+    assert s3["PUT"] >= 3 and s3["GET"] >= 2 and s3["bytes_written"] > 0 and s3["bytes_read"] > 0
+    before = io_stats()
+    local = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    local.append(rows(0, 10))
+    assert stats_delta(before)["local"]["PUT"] >= 2
+
+
+def test_native_caches_stay_within_their_budgets(tmp_path):
+    t = many_fragments(str(tmp_path / "t"), None, fragments=30, per=20)
+    wanted = addresses(t).column("_rowaddr").to_numpy()
+    expect = t.to_arrow(columns=["url"]).column("url").to_pylist()
+    try:
+        _native.clear_native_caches(1, 1)
+        assert t.take(wanted[:5], ["id"]).num_rows == 5
+        stats = _native.native_cache_stats()
+        assert stats["footers"][:3] == (0, 0, 1) and stats["chunks"][:3] == (0, 0, 1)  # larger than the budget: never kept
+        _native.clear_native_caches(64 << 20, 64 << 20)
+        t.take(wanted[:1], ["url"])
+        one_footer, one_chunk = _native.native_cache_stats()["footers"][1], _native.native_cache_stats()["chunks"][1]
+        _native.clear_native_caches(one_footer * 5, one_chunk * 7)
+        assert t.take(wanted, ["url"]).column("url").to_pylist() == expect  # all 30 fragments
+        stats = _native.native_cache_stats()
+        assert stats["footers"][2] == one_footer * 5 and 0 < stats["footers"][1] <= one_footer * 5 and stats["footers"][4] == 30
+        assert stats["chunks"][2] == one_chunk * 7 and 0 < stats["chunks"][1] <= one_chunk * 7 * 1.5
+        assert t.take(wanted[::-1], ["url"]).column("url").to_pylist() == expect[::-1]  # evicted or not: same rows
+    finally:
+        _native.clear_native_caches(64 << 20, 256 << 20)
+
+
+def test_a_second_lookup_decodes_nothing(tmp_path):
+    t = many_fragments(str(tmp_path / "t"), None, fragments=10, per=100)
+    wanted = addresses(t).column("_rowaddr").to_numpy()[::9]
+    clear_caches()
+    first = t.take(wanted, ["url", "score"])
+    misses = _native.native_cache_stats()["chunks"][4]
+    assert misses == 10 * 5 * 2  # 10 fragments x 5 row groups (of 20 rows) x 2 columns, each decoded once
+    again = t.take(wanted, ["score", "url"])
+    assert _native.native_cache_stats()["chunks"][4] == misses
+    assert again.select(["url", "score"]).equals(first)
+
+
+def test_object_cache_is_bounded_and_listed(s3_table_uri, s3_options, monkeypatch):
+    objects = caches()["objects"]
+    t = many_fragments(s3_table_uri, s3_options, fragments=8, per=40)
+    wanted = addresses(t).column("_rowaddr").to_numpy()
+    clear_caches()
+    t.take(wanted, ["id"])
+    assert len(objects) == 8 and objects.bytes <= objects.budget
+    largest = max(f.file_bytes for f in t.manifest.fragments)
+    monkeypatch.setattr(objects, "budget", 3 * largest)
+    clear_caches()
+    got = t.take(wanted, ["id"])
+    assert 0 < len(objects) <= 3 and objects.bytes <= 3 * largest
+    assert got.column("id").to_pylist() == list(range(320))
+
+
+def test_coalesce_merges_nearby_ranges_up_to_a_limit():
+    assert coalesce([(0, 10), (15, 5), (100, 10)], gap=5, limit=1000) == [(0, 20, [0, 1]), (100, 10, [2])]
+    assert coalesce([(100, 10), (0, 10)], gap=1000, limit=50) == [(0, 10, [1]), (100, 10, [0])]
+    assert coalesce([(0, 500)], gap=0, limit=10) == [(0, 500, [0])]  # one large range stays whole
+    assert coalesce([(0, 10), (5, 10)], gap=0, limit=100) == [(0, 15, [0, 1])]  # overlaps
+
+
+def test_fetch_ranges_coalesces_gets_and_returns_each_range(s3_table_uri, s3_options):
+    store = open_store(s3_table_uri, s3_options)
+    blob = bytes(range(256)) * 64
+    store.put("blob", blob)
+    before = io_stats()
+    got = fetch_ranges(store, [("blob", 10, 5), ("blob", 20, 30), ("blob", 9000, 4), ("blob", 0, 16384)])
+    assert got == [blob[10:15], blob[20:50], blob[9000:9004], blob]
+    assert stats_delta(before)[store.io_domain]["GET"] == 1  # all within the gap: one request
+
+
+def test_point_requests_are_served_before_queued_scans():
+    sched = Scheduler("test", concurrency=1)
+    gate = threading.Event()
+    order: list[str] = []
+    first = sched.submit(gate.wait, SCAN)  # occupies the only worker
+    scans = [sched.submit(lambda i=i: order.append(f"scan{i}"), SCAN) for i in range(3)]
+    point = sched.submit(lambda: order.append("point"), POINT)
+    gate.set()
+    for f in [first, point, *scans]:
+        f.result(timeout=10)
+    assert order == ["point", "scan0", "scan1", "scan2"]
+
+
+def test_a_request_made_inside_a_worker_runs_inline():
+    sched = Scheduler("nested", concurrency=1)
+    assert sched.run(lambda: sched.run(lambda: 42)) == 42  # would wait forever if queued
