@@ -17,12 +17,18 @@ first mutation.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import random
 import re
+import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from functools import cached_property
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,9 +50,10 @@ from lamina.index.options import IndexOptions
 from lamina.index.segments import build_local, segment_path, write_segment
 from lamina.filter import parse_filter
 from lamina.keys import key_array
-from lamina.manifest import IndexEntry, IndexSegment, Manifest, manifest_path
+from lamina.manifest import IndexEntry, IndexSegment, Manifest, manifest_path, try_load_manifest
 from lamina.retry import Backoff
 from lamina.store import ObjectStore, check_relative, open_store
+from lamina.store.local import LocalStore
 from lamina.table import Table, create_table, open_table
 from lamina.transaction import Create, Overwrite
 
@@ -95,11 +102,28 @@ MAX_DEPTH = 8
 #: A catalog whose data file is at most this is read whole once per version and answered from memory
 #: (one GET instead of index and data reads); a larger one is read through its indices.
 WHOLE_READ_BYTES = 8 << 20
-#: Decoded catalog versions (immutable), bounded like every cache.
+#: Decoded catalog versions (immutable, with their lookups by name and by parent), bounded like every cache.
 _ROWS = cache("catalog", "LAMINA_CATALOG_CACHE_BYTES", 64 * MiB)
 
-#: A lost race redoes the rewrite: short waits, many writers may contend.
-REWRITE_BACKOFF = Backoff(base_seconds=0.005, cap_seconds=0.5, max_attempts=200)
+#: A lost race redoes the rewrite after a jittered wait scaled to how long the rewrite took (attempt k waits
+#: uniform(0, min(cap, took * 2**k))): at least ``base_seconds``, many writers may contend.
+REWRITE_BACKOFF = Backoff(base_seconds=0.002, cap_seconds=0.5, max_attempts=200)
+
+#: Local catalogs only: writers on one host take turns through an advisory ``flock`` on this file under the
+#: catalog table's directory, so that none of them wastes a rewrite on a race it would lose. An optimisation
+#: only: put-if-absent of the next version decides every commit, a writer that cannot open or take the lock
+#: in ``LOCK_WAIT_SECONDS`` goes ahead without it, and S3 never uses it.
+LOCK_FILE = "_writer.lock"
+LOCK_WAIT_SECONDS = 10.0
+
+#: A warm read checks for a newer catalog version with one existence check of the next version. That the
+#: version held is still on storage (not removed by cleanup after newer ones appeared) is checked again when
+#: it was last seen longer ago than this: cleanup only removes versions that stopped being the latest more
+#: than its retention ago (at least an hour, lamina.cleanup.MIN_RETENTION), so a version seen as the latest
+#: less than this long ago cannot have had its successors removed yet.
+CONFIRM_SECONDS = 60.0
+#: New versions read one by one before a listing finds the latest instead.
+FORWARD_READS = 16
 
 
 def check_name(name: Any, what: str = "name") -> tuple[str, ...]:
@@ -183,11 +207,13 @@ def _as_current(rows: pa.Table) -> pa.Table:
 class Catalog:
     """The namespaces and tables under one root (a local directory or an ``s3://`` prefix)."""
 
-    def __init__(self, root: str, table: Table, storage_options: dict[str, Any] | None):
+    def __init__(self, root: str, table: Table, storage_options: dict[str, Any] | None, seen_at: float | None = None):
         self._root_store: ObjectStore = open_store(root, storage_options)
         self.root = self._root_store.uri
         self.storage_options = storage_options
         self._table = table
+        #: When (time.monotonic) the version held was last known to be the latest; None: not known.
+        self._seen_at = seen_at
 
     def __repr__(self) -> str:
         return f"Catalog({self.root!r}, version={self._table.version})"
@@ -203,30 +229,50 @@ class Catalog:
         return int(self._fresh().manifest.config.get(CONFIG_KEY, 1))
 
     def _fresh(self) -> Table:
-        """The latest catalog version. Versions are written in order and cleanup removes the oldest
-        first, so the version held is the latest when the next is absent and it is still there: two
-        existence checks (a stat or a HEAD), whatever the number of versions."""
+        """The latest catalog version. Versions are written in order, so when the version held was the
+        latest less than ``CONFIRM_SECONDS`` ago, the versions after it are read one by one until the next
+        is absent: one request (a stat or a GET) when nothing changed, one per new version otherwise (a
+        listing when many are new). Otherwise it is the latest when the next is absent and it is still
+        there (two existence checks, then a listing if not)."""
         t = self._table
-        if t.store.exists(manifest_path(t.version + 1)) or not t.store.exists(manifest_path(t.version)):
-            t.reload()
+        now = time.monotonic()
+        if self._seen_at is not None and now - self._seen_at <= CONFIRM_SECONDS:
+            m = t.manifest
+            for _ in range(FORWARD_READS):
+                nxt = try_load_manifest(t.store, m.version + 1, m.table_uuid)
+                if nxt is None:
+                    if m is not t.manifest:
+                        t._move_to(m)
+                    self._seen_at = now
+                    return t
+                m = nxt
+        elif not t.store.exists(manifest_path(t.version + 1)) and t.store.exists(manifest_path(t.version)):
+            self._seen_at = now
+            return t
+        t.reload()
+        self._seen_at = now
         return t
 
-    def _read(self) -> "_Version":
-        """One version to answer a call from: decoded whole and cached when small, else read through its indices."""
-        t = self._fresh()
+    def _read(self, fresh: bool = True) -> "_Version":
+        """One version to answer a call from (the latest; with ``fresh=False`` the one held): decoded whole and
+        cached when small, else read through its indices."""
+        t = self._fresh() if fresh else self._table
         m = t.manifest
         key = (t.uri, m.table_uuid, m.version)
-        whole = _ROWS.get(key)
-        if whole is None and sum(f.file_bytes for f in m.fragments) <= WHOLE_READ_BYTES:
-            whole = _as_current(t.to_arrow())
-            _ROWS.put(key, whole, whole.nbytes + 1024)
-        return _Version(t, whole)
+        snap = _ROWS.get(key)
+        if snap is None and sum(f.file_bytes for f in m.fragments) <= WHOLE_READ_BYTES:
+            snap = _Snapshot(_as_current(t.to_arrow()))
+            _ROWS.put(key, snap, snap.nbytes)
+        return _Version(t, snap)
 
     def _rows(self, flt: str | None = None) -> pa.Table:
         return self._read().select(flt)
 
     def _entry(self, name: str, v: "_Version | None" = None) -> dict[str, Any] | None:
-        found = (v or self._read()).select(f"object_id = {_quote(name)}").to_pylist()
+        v = v or self._read()
+        if v.snap is not None:
+            return v.snap.entry(name)
+        found = v.select(f"object_id = {_quote(name)}").to_pylist()
         return found[0] if found else None
 
     def _namespace(self, name: str, v: "_Version | None" = None) -> dict[str, Any]:
@@ -252,25 +298,43 @@ class Catalog:
         return f"{self.root.rstrip('/')}/{relative}"
 
     # -- mutations: copy-on-write rewrites ------------------------------------------------------
-    def _mutate(self, change: Callable[[pa.Table], pa.Table]) -> None:
+    def _mutate(self, change: Callable[[pa.Table], pa.Table], before_commit: Callable[[], Any] | None = None) -> None:
         """Rewrites the catalog with ``change`` applied to every row of the latest version; redoes
         the whole rewrite over a version committed meanwhile. ``change`` raises to refuse (nothing
-        is written then)."""
+        is written then); ``before_commit`` (if any) runs once the new files are written, before the
+        commit, and raises to abandon them.
+
+        On a local catalog, the writers of one host take turns (``LOCK_FILE``), so a rewrite normally
+        starts on the version it will commit over; the lock only saves wasted rewrites."""
+        store = self._table.store
         for attempt in range(REWRITE_BACKOFF.max_attempts):
-            if attempt:
-                self._table.reload()
-            v = self._read()
-            t, base = v.table, v.table.manifest
-            rows = change(v.whole if v.whole is not None else _as_current(t.to_arrow()))
-            try:
-                new = commit(t.store, _rewrite(t.store, base, rows), base, backoff=Backoff(0, 0, 1))
-            except CommitConflict:
-                REWRITE_BACKOFF.sleep(attempt)
+            started = time.monotonic()
+            with _host_turn(store):
+                v = self._read()
+                t, base = v.table, v.table.manifest
+                rows = _sorted(change(v.snap.rows if v.snap is not None else _as_current(t.to_arrow())))
+                txn = _rewrite(t.store, base, rows)
+                if before_commit is not None:
+                    try:
+                        before_commit()
+                    except BaseException:
+                        t.store.delete(txn.written)
+                        raise
+                seen_at = time.monotonic()
+                try:
+                    new = commit(t.store, txn, base, backoff=Backoff(0, 0, 1))  # removes its files on a conflict
+                    lost = False
+                except CommitConflict:
+                    lost = True
+            if lost:
+                took = max(REWRITE_BACKOFF.base_seconds, time.monotonic() - started)
+                time.sleep(random.uniform(0, min(REWRITE_BACKOFF.cap_seconds, took * 2 ** min(attempt, 8))))
                 continue
             t._move_to(new)
+            self._seen_at = seen_at
             if rows.num_rows and sum(f.file_bytes for f in new.fragments) <= WHOLE_READ_BYTES:
-                written = pa.Table.from_arrays(rows.sort_by("object_id").columns, schema=SCHEMA)
-                _ROWS.put((t.uri, new.table_uuid, new.version), written, written.nbytes + 1024)
+                snap = _Snapshot(rows)
+                _ROWS.put((t.uri, new.table_uuid, new.version), snap, snap.nbytes)
             return
         raise CommitConflict(f"catalog {self.root}: {REWRITE_BACKOFF.max_attempts} rewrites in a row lost the race to "
                              f"other writers; nothing was changed, retry later")
@@ -291,10 +355,13 @@ class Catalog:
 
     def list_namespaces(self, parent: str | None = None) -> list[str]:
         """The namespaces directly inside ``parent`` (None: the top level), sorted."""
-        v = self._read()
         if parent is not None:
             check_name(parent, "namespace name")
+        v = self._read()
+        if parent is not None:
             self._namespace(parent, v)
+        if v.snap is not None:
+            return list(v.snap.children.get((NAMESPACE, parent or ""), ()))
         rows = v.select(f"object_type = 'namespace' AND parent = {_quote(parent or '')}")
         return sorted(rows.column("object_id").to_pylist())
 
@@ -334,8 +401,10 @@ class Catalog:
         metadata = _properties(properties, f"table {name!r}")
         self._check_before_create(name)
         relative = "/".join(levels[:-1] + (f"{levels[-1]}-{uuid.uuid4().hex[:12]}",))
-        table = create_table(f"{self.root.rstrip('/')}/{relative}", schema, storage_options=self.storage_options,
-                             **table_options)
+        # The new table is created (its own Create commit) while the catalog's rewrite is prepared; the
+        # catalog commits only once it exists. A created table is at version 1 (lamina.create_table).
+        creating = _pool().submit(create_table, f"{self.root.rstrip('/')}/{relative}", schema,
+                                  storage_options=self.storage_options, **table_options)
 
         def change(rows: pa.Table) -> pa.Table:
             self._check_free(rows, name)
@@ -343,14 +412,15 @@ class Catalog:
             now = _now_ms()
             return _append(rows, dict(object_id=name, object_type=TABLE, parent=_parent(name), location=relative,
                                       registered=False, metadata=metadata, created_ms=now, updated_ms=now,
-                                      table_version=table.version, table_rows=0, table_bytes=0))
+                                      table_version=1, table_rows=0, table_bytes=0))
 
         try:
-            self._mutate(change)
+            self._mutate(change, before_commit=creating.result)
         except BaseException:
-            _remove_table_files(table.store)  # ours alone: a fresh, unique location
+            if creating.exception() is None:
+                _remove_table_files(creating.result().store)  # ours alone: a fresh, unique location
             raise
-        return table
+        return creating.result()
 
     def register_table(self, name: str, uri: str, *, properties: dict[str, Any] | None = None) -> Table:
         """Adds the existing Lamina table at ``uri`` (anywhere) to the catalog as ``name``."""
@@ -375,10 +445,13 @@ class Catalog:
     def list_tables(self, namespace: str | None = None, *, recursive: bool = False) -> list[str]:
         """The tables in ``namespace`` (None: the top level), with ``recursive`` also those of the
         namespaces inside it; full dotted names, sorted."""
-        v = self._read()
         if namespace is not None:
             check_name(namespace, "namespace name")
+        v = self._read()
+        if namespace is not None:
             self._namespace(namespace, v)
+        if v.snap is not None and not recursive:
+            return list(v.snap.children.get((TABLE, namespace or ""), ()))
         if recursive:
             rows = v.select("object_type = 'table'")
             ids = rows.column("object_id").to_pylist()
@@ -500,13 +573,15 @@ class Catalog:
 
     # -- checks inside a rewrite ----------------------------------------------------------------
     def _check_before_create(self, name: str) -> None:
-        """The cheap checks before any file is written (the rewrite checks again on the version it changes)."""
-        entry = self._entry(name)
+        """The cheap checks before any file is written, on the version held (no request: the rewrite checks
+        again on the latest version, the one it changes)."""
+        v = self._read(fresh=False)
+        entry = self._entry(name, v)
         if entry is not None:
             raise (TableExists if entry["object_type"] == TABLE else NamespaceExists)(
                 f"catalog {self.root} already has a {entry['object_type']} named {name!r}")
         if _parent(name):
-            self._namespace(_parent(name))
+            self._namespace(_parent(name), v)
 
     def _check_free(self, rows: pa.Table, name: str) -> None:
         hit = rows.filter(pc.equal(rows.column("object_id"), name))
@@ -523,16 +598,46 @@ class Catalog:
             raise NamespaceNotFound(f"catalog {self.root} has no namespace {parent!r} to hold {name!r}; create it first")
 
 
+class _Snapshot:
+    """One catalog version decoded in memory: its rows sorted by object id, with lookups by name and
+    listings by (object type, parent) built once per version."""
+
+    def __init__(self, rows: pa.Table):
+        self.rows = _sorted(rows)
+        self.nbytes = 3 * self.rows.nbytes + 1024  # the rows and the Python lookups built over them
+
+    @cached_property
+    def _ids(self) -> list[str]:
+        return self.rows.column("object_id").to_pylist()
+
+    @cached_property
+    def _position(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self._ids)}
+
+    @cached_property
+    def children(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        """(object type, parent) -> the object ids, sorted."""
+        out: dict[tuple[str, str], list[str]] = {}
+        for name, kind, parent in zip(self._ids, self.rows.column("object_type").to_pylist(),
+                                      self.rows.column("parent").to_pylist()):
+            out.setdefault((kind, parent), []).append(name)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def entry(self, name: str) -> dict[str, Any] | None:
+        i = self._position.get(name)
+        return None if i is None else self.rows.slice(i, 1).to_pylist()[0]
+
+
 @dataclass(frozen=True)
 class _Version:
-    """One catalog version a call reads: its rows in memory (``whole``), or its table and indices."""
+    """One catalog version a call reads: its rows in memory (``snap``), or its table and indices."""
 
     table: Table
-    whole: pa.Table | None
+    snap: _Snapshot | None
 
     def select(self, flt: str | None) -> pa.Table:
-        if self.whole is not None:
-            return self.whole if flt is None else self.whole.filter(parse_filter(flt, SCHEMA).expression)
+        if self.snap is not None:
+            return self.snap.rows if flt is None else self.snap.rows.filter(parse_filter(flt, SCHEMA).expression)
         return _as_current(self.table.to_arrow(filter=flt))
 
 
@@ -540,38 +645,116 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _sorted(rows: pa.Table) -> pa.Table:
+    """``rows`` in the current schema, sorted by object id (the order every version is written in)."""
+    ids = rows.column("object_id")
+    if rows.num_rows > 1 and not pc.all(pc.less(ids.slice(0, rows.num_rows - 1), ids.slice(1))).as_py():
+        rows = rows.sort_by("object_id")
+    return rows if rows.schema.equals(SCHEMA) else pa.Table.from_arrays(rows.columns, schema=SCHEMA)
+
+
 def _append(rows: pa.Table, row: dict[str, Any]) -> pa.Table:
-    return pa.concat_tables([rows, pa.Table.from_pylist([row], schema=SCHEMA)])
+    """``rows`` with ``row`` added where its object id sorts (rows sorted by object id stay so)."""
+    ids = rows.column("object_id")
+    at = (pc.sum(pc.less(ids, row["object_id"])).as_py() or 0) if rows.num_rows else 0
+    return pa.concat_tables([rows.slice(0, at), pa.Table.from_pylist([row], schema=SCHEMA), rows.slice(at)])
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The threads a rewrite writes its data file and index segments with (the native writers release the
+    GIL), one pool per process (a forked child makes its own)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid():
+            _POOL = (os.getpid(), ThreadPoolExecutor(4, thread_name_prefix="lamina-catalog"))
+        return _POOL[1]
+
+
+def _index_entry(store: ObjectStore, name: str, column: str, kind: str, rows: pa.Table) -> IndexEntry:
+    opts = IndexOptions()
+    seg_uuid = uuid.uuid4().hex
+    rel = segment_path(seg_uuid)
+    keys = key_array(rows.column(column))
+    meta = write_segment(store, rel, lambda local: build_local(kind, [(0, keys)], local, opts))
+    seg = IndexSegment(seg_uuid, rel, int(meta["bytes"]), int(meta["rows"]), (0,), meta.get("checksum"))
+    return IndexEntry(name, column, kind, uuid.uuid4().hex, (seg,), opts.details())
 
 
 def _rewrite(store: ObjectStore, base: Manifest, rows: pa.Table) -> Overwrite:
-    """The strict overwrite replacing the catalog with ``rows``: one data file and its three index segments.
-
-    Rows are kept sorted by object id, so the file is laid out the way lookups and listings read it.
-    """
-    rows = pa.Table.from_arrays(rows.sort_by("object_id").columns, schema=SCHEMA)
-    options = WriteOptions.from_config(base.config)
-    written: list[str] = []
-    try:
-        fragments = [write_fragment(store, SCHEMA, rows.to_batches(), options)] if rows.num_rows else []
-        written += [f.path for f in fragments]
-        indices = []
-        if rows.num_rows:
-            for name, column, kind in INDICES:
-                opts = IndexOptions()
-                seg_uuid = uuid.uuid4().hex
-                rel = segment_path(seg_uuid)
-                keys = key_array(rows.column(column))
-                meta = write_segment(store, rel, lambda local: build_local(kind, [(0, keys)], local, opts))
-                written.append(rel)
-                seg = IndexSegment(seg_uuid, rel, int(meta["bytes"]), int(meta["rows"]), (0,), meta.get("checksum"))
-                indices.append(IndexEntry(name, column, kind, uuid.uuid4().hex, (seg,), opts.details()))
-    except BaseException:
-        store.delete(written)
-        raise
+    """The strict overwrite replacing the catalog with ``rows`` (sorted by object id, so the file is laid
+    out the way lookups and listings read it): one data file and its three index segments, written at once
+    by four threads."""
+    fragments: list[Future] = []
+    indices: list[Future] = []
+    if rows.num_rows:
+        pool = _pool()
+        fragments = [pool.submit(write_fragment, store, SCHEMA, rows.to_batches(), WriteOptions.from_config(base.config))]
+        indices = [pool.submit(_index_entry, store, name, column, kind, rows) for name, column, kind in INDICES]
+    errors = [f.exception() for f in fragments + indices]
+    if any(errors):
+        store.delete([f.result().path for f in fragments if f.exception() is None]
+                     + [p for f in indices if f.exception() is None for p in f.result().files])
+        raise next(e for e in errors if e is not None)
     migrate = not base.schema.equals(SCHEMA)
-    return Overwrite(base.version, fragments, SCHEMA if migrate else None, indices=tuple(indices), strict=True,
-                     config={CONFIG_KEY: SCHEMA_VERSION})
+    return Overwrite(base.version, [f.result() for f in fragments], SCHEMA if migrate else None,
+                     indices=tuple(f.result() for f in indices), strict=True, config={CONFIG_KEY: SCHEMA_VERSION})
+
+
+@contextlib.contextmanager
+def _host_turn(store: ObjectStore) -> Iterator[None]:
+    """On a local catalog, this host's writers one at a time (``LOCK_FILE``); elsewhere, or when the lock
+    cannot be had in ``LOCK_WAIT_SECONDS``, nothing: the commit's put-if-absent decides either way."""
+    fd = _take_turn(os.path.join(store.root, LOCK_FILE)) if isinstance(store, LocalStore) else None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def _take_turn(path: str) -> int | None:
+    """A descriptor holding an exclusive ``flock`` on ``path``, or None (not had in time, or no locking here)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        pass
+    except OSError:  # no flock on this filesystem
+        os.close(fd)
+        return None
+    # Busy: wait in a thread, so that a holder stuck for longer than LOCK_WAIT_SECONDS never holds us up.
+    done, state = threading.Event(), {"abandoned": False, "held": False}
+    guard = threading.Lock()
+
+    def wait() -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = True
+        except OSError:
+            held = False
+        with guard:
+            state["held"] = held
+            if state["abandoned"] or not held:
+                os.close(fd)
+            done.set()
+
+    threading.Thread(target=wait, name="lamina-catalog-lock", daemon=True).start()
+    done.wait(LOCK_WAIT_SECONDS)
+    with guard:
+        if done.is_set():
+            return fd if state["held"] else None
+        state["abandoned"] = True  # the waiter closes the descriptor (and so the lock) once it gets it
+    return None
 
 
 def _remove_table_files(store: ObjectStore) -> None:
@@ -586,8 +769,9 @@ def connect(root: str, *, storage_options: dict[str, Any] | None = None, create:
     """The catalog under ``root`` (a local directory or ``s3://bucket/prefix``), created if there is
     none, unless ``create=False`` (then ``InvalidArgument`` says there is none)."""
     store = open_store(f"{root.rstrip('/')}/{CATALOG_DIR}", storage_options)
+    seen_at = time.monotonic()  # open_table finds the latest version
     try:
-        return Catalog(root, open_table(store.uri, storage_options=storage_options), storage_options)
+        return Catalog(root, open_table(store.uri, storage_options=storage_options), storage_options, seen_at)
     except TableNotFound:
         if not create:
             raise InvalidArgument(f"no Lamina catalog at {root} (nothing under {CATALOG_DIR}/): point at a catalog "
@@ -597,8 +781,9 @@ def connect(root: str, *, storage_options: dict[str, Any] | None = None, create:
             commit(store, txn, txn.base)
         except TableExists:
             pass  # another process created it first
+    seen_at = time.monotonic()
     table = open_table(store.uri, storage_options=storage_options)
-    return Catalog(root, table, storage_options)
+    return Catalog(root, table, storage_options, seen_at)
 
 
 __all__ = ["Catalog", "NamespaceDescription", "TableDescription", "connect", "check_name", "SCHEMA", "SCHEMA_VERSION"]

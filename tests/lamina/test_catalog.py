@@ -280,3 +280,113 @@ def test_a_location_leaving_the_root_is_refused(local_table_uri):
     cat._mutate(tamper)  # what a hand-edited catalog could hold
     with pytest.raises(CorruptFile, match="outside the table root"):
         cat.open_table("t")
+
+
+def test_a_warm_handle_sees_every_version_committed_by_another(root, monkeypatch):
+    """One existence check per read when nothing changed, the new versions read one by one (or a listing
+    when many are new), and the two-check path once the version held was last confirmed too long ago."""
+    uri, opts = root
+    a = lamina.connect(uri, storage_options=opts)
+    b = lamina.connect(uri, storage_options=opts)
+    assert a.list_namespaces() == []
+    b.create_namespace("one")
+    assert a.list_namespaces() == ["one"], "one new version, read forward"
+    for i in range(lamina.catalog.FORWARD_READS + 3):
+        b.create_namespace(f"many{i:02d}")
+    assert len(a.list_namespaces()) == lamina.catalog.FORWARD_READS + 4, "more new versions than are read one by one"
+    assert a.table.version == b.table.version
+    monkeypatch.setattr(lamina.catalog, "CONFIRM_SECONDS", -1.0)  # every read confirms the version held again
+    b.create_namespace("later")
+    assert "later" in a.list_namespaces()
+    assert a.list_namespaces() == b.list_namespaces()
+
+
+def test_create_table_that_fails_leaves_no_files_and_no_version(root):
+    uri, opts = root
+    cat = lamina.connect(uri, storage_options=opts)
+    cat.create_namespace("a")
+    before = cat.table.version
+    catalog_files = {o.path for o in cat.table.store.list("")}
+    with pytest.raises(InvalidArgument):
+        cat.create_table("a.t", SCHEMA_T, primary_key="missing")  # refused by lamina.create_table, in its thread
+    assert cat.table.version == before and cat.list_tables("a") == []
+    assert {o.path for o in cat.table.store.list("")} == catalog_files, "the rewrite's files were removed"
+    root_store = lamina.table.open_store(uri, opts)
+    assert not [o.path for o in root_store.list("a/")], "nothing of the refused table remains"
+
+
+def test_a_failed_index_build_removes_the_rewrites_files(root, monkeypatch):
+    uri, opts = root
+    cat = lamina.connect(uri, storage_options=opts)
+    cat.create_namespace("a")
+    before, files = cat.table.version, {o.path for o in cat.table.store.list("")}
+    real = lamina.catalog._index_entry
+
+    def broken(store, name, column, kind, rows):
+        if kind == "fts":
+            raise OSError("disk full")
+        return real(store, name, column, kind, rows)
+
+    monkeypatch.setattr(lamina.catalog, "_index_entry", broken)
+    with pytest.raises(OSError, match="disk full"):
+        cat.create_namespace("b")
+    assert cat.table.version == before
+    assert {o.path for o in cat.table.store.list("")} == files, "the data file and other segments were removed"
+    monkeypatch.setattr(lamina.catalog, "_index_entry", real)
+    cat.create_namespace("b")
+    assert cat.list_namespaces() == ["a", "b"]
+    assert_indices_exact(cat.table)
+
+
+def test_local_writers_take_turns_but_never_need_the_lock(local_table_uri, monkeypatch):
+    """The host lock is an optimisation: held elsewhere past LOCK_WAIT_SECONDS, a write goes ahead
+    without it (put-if-absent decides); free, a write takes it and leaves it free."""
+    import fcntl
+
+    cat = lamina.connect(local_table_uri)
+    turns = []
+    real = lamina.catalog._take_turn
+    monkeypatch.setattr(lamina.catalog, "_take_turn", lambda path: turns.append(real(path)) or turns[-1])
+    cat.create_namespace("free")
+    lock_path = os.path.join(cat.table.store.root, lamina.catalog.LOCK_FILE)
+    assert turns[-1] is not None and os.path.exists(lock_path)
+
+    monkeypatch.setattr(lamina.catalog, "LOCK_WAIT_SECONDS", 0.01)
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another writer holding it (and stuck)
+        other = lamina.connect(local_table_uri)
+        other.create_namespace("without_lock")
+        assert turns[-1] is None, "went ahead without the lock"
+        assert cat.list_namespaces() == ["free", "without_lock"]
+    finally:
+        os.close(fd)
+    cat.create_namespace("after")
+    assert turns[-1] is not None
+    probe = os.open(lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it after a write
+    finally:
+        os.close(probe)
+    assert_indices_exact(cat.table)
+
+
+def test_s3_writers_use_no_lock_file(table_location):
+    uri, opts = table_location
+    cat = lamina.connect(uri, storage_options=opts)
+    cat.create_namespace("a")
+    names = [o.path for o in cat.table.store.list("")]
+    assert (lamina.catalog.LOCK_FILE in names) == (opts is None)
+
+
+def test_rows_stay_sorted_by_object_id_whatever_the_mutation(local_table_uri):
+    cat = lamina.connect(local_table_uri)
+    for name in ["m", "b", "z", "a"]:
+        cat.create_namespace(name)
+    cat.create_table("m.t", SCHEMA_T)
+    cat.rename_table("m.t", "a.t")  # moves the row's place in the order
+    cat.create_table("z.first", SCHEMA_T)
+    ids = cat.table.to_arrow(columns=["object_id"], use_index=False).column("object_id").to_pylist()
+    assert ids == sorted(ids) == ["a", "a.t", "b", "m", "z", "z.first"]
+    assert cat.list_tables("a") == ["a.t"] and cat.list_tables("m") == []
+    assert_indices_exact(cat.table)
