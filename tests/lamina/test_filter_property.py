@@ -45,6 +45,12 @@ FIXED = [
     "x >= -0.0 AND x <= 0.0 AND id < 30",
     "id > 5.5 AND id < 9.0 AND k IN (1, 2.5, NULL)",
     "id IN (3, 4, 5) AND id BETWEEN 4 AND 40 AND x < 'inf'",
+    # shapes row-group pruning (lamina.prune) decides on: negations, NaN, NULL in lists
+    "NOT (x < 5) AND id < 30",
+    "x != 1 AND NOT (id BETWEEN 0 AND 50)",
+    "id NOT IN (1, 2, NULL) OR x = 'NaN'",
+    "NOT (cat >= 'c' AND cat < 'c2') AND k IS NOT NULL",
+    "id = 5.5 OR id != 5.5 AND x IS NULL",
 ]
 
 
