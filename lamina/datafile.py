@@ -186,7 +186,7 @@ def _needed(schema: pa.Schema, columns: Sequence[str] | None, flt: Filter | None
 
 def output_schema(schema: pa.Schema, columns: Sequence[str] | None, with_row_address: bool = False,
                   with_row_id: bool = False, with_offsets: bool = False) -> pa.Schema:
-    """The schema ``read_fragment`` / ``read_rows`` return for these arguments."""
+    """The schema ``read_fragment`` / ``read_rows_many`` return for these arguments."""
     names = list(schema.names) if columns is None else list(columns)
     fields = [schema.field(n) for n in names]
     for flag, name, typ in ((with_row_address, ROWADDR, pa.uint64()), (with_row_id, ROWID, pa.uint64()),
@@ -252,26 +252,33 @@ def read_fragment(
     return _finish(table, fragment, offsets, flt, out_cols, with_row_address, with_row_id, with_offsets)
 
 
-def read_rows(
+def read_rows_many(
     store: ObjectStore,
-    fragment: Fragment,
     schema: pa.Schema,
-    offsets: np.ndarray,
+    items: Sequence[tuple[Fragment, np.ndarray, bool]],
     columns: Sequence[str] | None = None,
     flt: Filter | None = None,
     with_row_address: bool = False,
     with_row_id: bool = False,
     with_offsets: bool = False,
-) -> pa.Table:
-    """Like ``read_fragment``, for the live rows at sorted ``offsets`` only (rows an index found)."""
-    out_cols, needed = _needed(schema, columns, flt)
-    if len(offsets) == 0:
-        table = schema.empty_table().select(needed)
-    elif not needed:  # counting: rows without columns
+) -> list[pa.Table]:
+    """Like ``read_fragment``, for the live rows at sorted offsets only (rows an index found), of many
+    fragments in one pass (``take_many``): ``items`` are (fragment, sorted live offsets, final); ``final``
+    means the offsets are exactly the matches, so ``flt`` is not re-checked there."""
+    recheck = any(not final for _, _, final in items)
+    out_cols, needed = _needed(schema, columns, flt if recheck else None)
+    counts = [len(offs) for _, offs, _ in items]
+    offsets = np.concatenate([offs for _, offs, _ in items]).astype(np.uint32) if items else np.zeros(0, np.uint32)
+    if needed:
+        table = take_many(store, [f for f, _, _ in items], offsets, counts, needed)
+    else:  # counting: rows without columns
         table = pa.table({"_": pa.nulls(len(offsets))}).drop_columns(["_"])
-    else:
-        table = take_rows(store, fragment, offsets, needed)
-    return _finish(table, fragment, np.asarray(offsets, dtype=np.uint32), flt, out_cols, with_row_address, with_row_id, with_offsets)
+    out, at = [], 0
+    for (frag, offs, final), n in zip(items, counts):
+        out.append(_finish(table.slice(at, n), frag, np.asarray(offs, dtype=np.uint32), None if final else flt, out_cols,
+                           with_row_address, with_row_id, with_offsets))
+        at += n
+    return out
 
 
 def take_many(store: ObjectStore, fragments: Sequence[Fragment], offsets: np.ndarray, counts: Sequence[int],

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import prune
-from lamina.datafile import open_parquet, output_schema, read_fragment, read_rows
+from lamina.datafile import open_parquet, output_schema, read_fragment, read_rows_many
 from lamina.deletion import read_deleted
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound
 from lamina.filter import Conjunct, Filter
@@ -209,8 +209,17 @@ def lookup_part(store: ObjectStore, part: Part) -> tuple[dict[int, np.ndarray], 
             broken.update(fids)
             continue
         gf, offs = _global(np.asarray(seg.fragment_ids, dtype=np.int64), local)
+        empty = np.zeros(0, dtype=np.uint32)
+        wanted = set(fids)
         for fid in fids:
-            out[fid] = offs[gf == fid]
+            out[fid] = empty
+        order = np.argsort(gf, kind="stable")  # one pass: group the offsets by fragment
+        gf, offs = gf[order], offs[order]
+        cuts = np.flatnonzero(np.concatenate([[True], gf[1:] != gf[:-1]])) if len(gf) else np.zeros(0, np.int64)
+        for at, end in zip(cuts.tolist(), np.concatenate([cuts[1:], [len(gf)]]).tolist()):
+            fid = int(gf[at])
+            if fid in wanted:
+                out[fid] = offs[at:end]
     return out, broken
 
 
@@ -242,23 +251,34 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
     served = set(answered)
     sel = Selection([])
 
-    def one(frag: Fragment) -> tuple[pa.Table, bool, int]:
-        kwargs = dict(with_row_address=with_row_address, with_row_id=with_row_id, with_offsets=with_offsets)
+    kwargs = dict(with_row_address=with_row_address, with_row_id=with_row_id, with_offsets=with_offsets)
+    final_all = plan.exact and len(plan.parts) > 0
+    # Fragments the indices answer with few candidates: their rows are fetched together, in one pass.
+    taken: list[tuple[Fragment, np.ndarray, bool]] = []
+    scanned: list[Fragment] = []
+    for frag in plan.fragments:
         if frag.id in served:
             offs = candidates[frag.id]
             if len(offs) and frag.deletion is not None:
                 offs = offs[~np.isin(offs, read_deleted(store, frag), assume_unique=True)]
             if len(offs) <= TAKE_FRACTION * frag.rows:
-                final = plan.exact and answered[frag.id] == len(plan.parts)
-                return read_rows(store, frag, schema, np.sort(offs), columns, None if final else flt, **kwargs), True, len(offs)
-        return read_fragment(store, frag, schema, columns, flt, **kwargs), False, 0
+                if len(offs):
+                    taken.append((frag, np.sort(offs), final_all and answered[frag.id] == len(plan.parts)))
+                continue
+        scanned.append(frag)
 
-    # Fragments where the index found nothing need no I/O: answer them here, map the rest.
     empty = output_schema(schema, columns, with_row_address, with_row_id, with_offsets).empty_table()
-    todo = [f for f in plan.fragments if f.id not in served or len(candidates[f.id])]
-    results = dict(zip((f.id for f in todo), (map_fn or (lambda fn, xs: [fn(x) for x in xs]))(one, todo)))
+    results: dict[int, tuple[pa.Table, bool, int]] = {}
+    if taken:
+        for (frag, offs, final), table in zip(taken, read_rows_many(store, schema, taken, columns, flt, **kwargs)):
+            results[frag.id] = (table, True, len(offs))
+    if scanned:
+        tables = (map_fn or (lambda fn, xs: [fn(x) for x in xs]))(
+            lambda frag: read_fragment(store, frag, schema, columns, flt, **kwargs), scanned)
+        for frag, table in zip(scanned, tables):
+            results[frag.id] = (table, False, 0)
     for frag in plan.fragments:
-        if frag.id not in results:
+        if frag.id not in results:  # the indices found nothing there: no I/O
             results[frag.id] = (empty, True, 0)
     for table, by_index, n in (results[f.id] for f in plan.fragments):
         sel.tables.append(table)

@@ -72,10 +72,16 @@ impl Directory {
 
     pub fn lookup<'b>(&self, ranges: &[KeyRange], get: impl Fn(u32) -> Result<&'b [u8]>, object: &str) -> Result<Vec<u64>> {
         let mut out = Vec::new();
+        // Ranges come sorted (an IN list's points): a page that serves a run of them is decoded once.
+        let mut last: Option<(usize, PageView<'b>)> = None;
         for r in ranges {
             for i in self.page_span(r) {
-                let page = PageView::decode(get(i as u32)?, self.key_type, object)?;
-                page.collect(r, &mut out);
+                if last.as_ref().is_none_or(|(at, _)| *at != i) {
+                    last = Some((i, PageView::decode(get(i as u32)?, self.key_type, object)?));
+                }
+                if let Some((_, page)) = &last {
+                    page.collect(r, &mut out);
+                }
             }
         }
         out.sort_unstable();
@@ -84,20 +90,42 @@ impl Directory {
     }
 }
 
-/// One decoded page; bytes keys borrow from the page's bytes.
+/// One page, read in place: numeric keys and addresses stay little-endian bytes of the page (a lookup
+/// binary-searches them without copying the page); bytes keys borrow from it.
 struct PageView<'a> {
-    nums: Vec<u64>,
+    nums: &'a [u8],
     bytes: Vec<&'a [u8]>,
-    addrs: Vec<u64>,
+    addrs: &'a [u8],
+}
+
+fn u64_at(raw: &[u8], i: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&raw[i * 8..i * 8 + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// The first index in `0..n` where `pred` turns false (`pred` true then false, as `partition_point`).
+fn partition(lo: usize, n: usize, pred: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (lo, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 impl<'a> PageView<'a> {
     fn decode(buf: &'a [u8], key_type: KeyType, object: &str) -> Result<PageView<'a>> {
         let mut d = Dec::new(buf, object);
         let n = d.u32()? as usize;
-        let (mut nums, mut bytes) = (Vec::new(), Vec::new());
+        let wide = n.checked_mul(8).ok_or_else(|| crate::error::Error::Corrupt { object: object.to_string(), reason: "length overflow".into() })?;
+        let (mut nums, mut bytes): (&[u8], Vec<&[u8]>) = (&[], Vec::new());
         if key_type.is_numeric() {
-            nums = d.u64s(n)?;
+            nums = d.take(wide)?;
         } else {
             let lens = d.u32s(n)?;
             bytes.reserve(n);
@@ -105,15 +133,16 @@ impl<'a> PageView<'a> {
                 bytes.push(d.take(len as usize)?);
             }
         }
-        let addrs = d.u64s(n)?;
+        let addrs = d.take(wide)?;
         d.finish()?;
         Ok(PageView { nums, bytes, addrs })
     }
 
     fn collect(&self, r: &KeyRange, out: &mut Vec<u64>) {
         let (lo, hi) = if !self.nums.is_empty() {
-            let lo = self.nums.partition_point(|k| !r.above_lo(&Key::Num(*k)));
-            let hi = lo + self.nums[lo..].partition_point(|k| r.below_hi(&Key::Num(*k)));
+            let n = self.nums.len() / 8;
+            let lo = partition(0, n, |i| !r.above_lo(&Key::Num(u64_at(self.nums, i))));
+            let hi = partition(lo, n, |i| r.below_hi(&Key::Num(u64_at(self.nums, i))));
             (lo, hi)
         } else {
             let above = |k: &[u8]| match &r.lo {
@@ -130,7 +159,7 @@ impl<'a> PageView<'a> {
             let hi = lo + self.bytes[lo..].partition_point(|k| below(k));
             (lo, hi)
         };
-        out.extend_from_slice(&self.addrs[lo..hi]);
+        out.extend((lo..hi).map(|i| u64_at(self.addrs, i)));
     }
 }
 
@@ -256,9 +285,9 @@ pub(crate) fn merge(inputs: &[(SegmentReader, &[u8])], options: &BuildOptions) -
     }
     let key_type = key_type.unwrap_or(KeyType::I64);
     let mut entries = if key_type.is_numeric() {
-        Entries::Num(views.iter().flat_map(|p| p.nums.iter().copied().zip(p.addrs.iter().copied())).collect())
+        Entries::Num(views.iter().flat_map(|p| (0..p.nums.len() / 8).map(move |i| (u64_at(p.nums, i), u64_at(p.addrs, i)))).collect())
     } else {
-        Entries::Bytes(views.iter().flat_map(|p| p.bytes.iter().copied().zip(p.addrs.iter().copied())).collect())
+        Entries::Bytes(views.iter().flat_map(|p| p.bytes.iter().copied().enumerate().map(move |(i, k)| (k, u64_at(p.addrs, i)))).collect())
     };
     entries.merge_runs();
     Ok(write(entries, key_type, ordinals, options))
