@@ -1,6 +1,6 @@
 """Full scan of a demo-schema table through Ray Data: ``lamina.ray.read_table`` against ``ray.data.read_parquet``.
 
-    .venv/bin/python -m benchmarks.ray_scan [--quick] [--rounds 5] [--fragments 40] [--rows-per-fragment 100000]
+    .venv/bin/python -m benchmarks.ray_scan [--quick] [--rounds 5] [--fragments 60] [--rows-per-fragment 100000]
 
 Both read the same data files (the table's ``data/*.parquet``; no deletions, so the rows are
 the same) into Ray's object store (``.materialize()``) on one local Ray with ``num_cpus=2``,
@@ -33,7 +33,7 @@ def build(uri: str, fragments: int, rows: int) -> lamina.Table:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.ray_scan", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="8 fragments of 50,000 rows, 3 rounds")
-    ap.add_argument("--fragments", type=int, default=40)
+    ap.add_argument("--fragments", type=int, default=60)
     ap.add_argument("--rows-per-fragment", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dir", help="where to build the table (default: a temp dir, removed after)")

@@ -162,6 +162,10 @@ class LaminaDatasource(Datasource):
         out_schema = self.read_schema()
         fraction = self._fraction()
         tasks = []
+        if not self._pinned.fragments:  # no rows, but a schema: one task yielding an empty block
+            empty = _ReadGroup(self._uri, self._storage_options, self._pinned, cols, None)
+            return [ReadTask(empty, BlockMetadata(num_rows=0, size_bytes=0, input_files=None, exec_stats=None),
+                             schema=out_schema)]
         for group in group_fragments(self._pinned.fragments, parallelism):
             meta = BlockMetadata(
                 num_rows=sum(f.live_rows for f in group) if self._filter is None else None,

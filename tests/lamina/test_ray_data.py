@@ -87,6 +87,16 @@ def test_schema_and_row_count_are_known_without_reading_data(ray_cluster, local_
         ds.materialize()
 
 
+def test_an_empty_table_reads_as_an_empty_dataset_with_its_schema(ray_cluster, local_table_uri):
+    import lamina.ray
+
+    lamina.create_table(local_table_uri, SCHEMA)
+    ds = lamina.ray.read_table(local_table_uri, columns=["id", "meta"])
+    assert ds.schema().base_schema.equals(pa.schema([SCHEMA.field("id"), SCHEMA.field("meta")]))
+    assert ds.count() == 0
+    assert lamina.ray.read_table(local_table_uri, filter="id > 3").count() == 0
+
+
 # -- pushdown, deletions, versions -----------------------------------------------
 @pytest.mark.parametrize("flt", ["id < 700", "id IN (3, 999, 1500, 1999) OR category = 'b'", "score > 0.5 AND id >= 1000",
                                  pc.field("score") < 0.25])
