@@ -255,15 +255,19 @@ class Catalog:
 
     def _read(self, fresh: bool = True) -> "_Version":
         """One version to answer a call from (the latest; with ``fresh=False`` the one held): decoded whole and
-        cached when small, else read through its indices."""
-        t = self._fresh() if fresh else self._table
-        m = t.manifest
-        key = (t.uri, m.table_uuid, m.version)
-        snap = _ROWS.get(key)
-        if snap is None and sum(f.file_bytes for f in m.fragments) <= WHOLE_READ_BYTES:
-            snap = _Snapshot(_as_current(t.to_arrow()))
-            _ROWS.put(key, snap, snap.nbytes)
-        return _Version(t, snap)
+        cached when small, else read through its indices. The rows of the version held, when not in memory
+        yet, are read while checking for a newer version (one round trip instead of two, when it is the latest)."""
+        t = self._table
+        if not fresh:
+            return _Version(t, _snapshot(t))
+        held = t.manifest
+        early = None
+        if _ROWS.get(_key(t.uri, held)) is None and _small(held):
+            early = _pool().submit(_snapshot, t.checkout(held.version))
+        t = self._fresh()
+        if early is not None and t.manifest.version == held.version:
+            return _Version(t, early.result())
+        return _Version(t, _snapshot(t))
 
     def _rows(self, flt: str | None = None) -> pa.Table:
         return self._read().select(flt)
@@ -282,9 +286,9 @@ class Catalog:
                                     + (f" ({name!r} is a table)" if entry else "") + "; create it with create_namespace")
         return entry
 
-    def _table_entry(self, name: str) -> dict[str, Any]:
+    def _table_entry(self, name: str, v: "_Version | None" = None) -> dict[str, Any]:
         check_name(name, "table name")
-        entry = self._entry(name)
+        entry = self._entry(name, v)
         if entry is None or entry["object_type"] != TABLE:
             raise TableNotFound(f"catalog {self.root} has no table {name!r}"
                                 + (f" ({name!r} is a namespace)" if entry else "") + "; list them with list_tables")
@@ -332,9 +336,9 @@ class Catalog:
                 continue
             t._move_to(new)
             self._seen_at = seen_at
-            if rows.num_rows and sum(f.file_bytes for f in new.fragments) <= WHOLE_READ_BYTES:
+            if rows.num_rows and _small(new):
                 snap = _Snapshot(rows)
-                _ROWS.put((t.uri, new.table_uuid, new.version), snap, snap.nbytes)
+                _ROWS.put(_key(t.uri, new), snap, snap.nbytes)
             return
         raise CommitConflict(f"catalog {self.root}: {REWRITE_BACKOFF.max_attempts} rewrites in a row lost the race to "
                              f"other writers; nothing was changed, retry later")
@@ -461,8 +465,20 @@ class Catalog:
 
     def describe_table(self, name: str) -> TableDescription:
         """Where table ``name`` lives, its properties and its live state (version, rows, fragments, indices)."""
-        e = self._table_entry(name)
-        t = open_table(self._location(e), storage_options=self.storage_options)
+        check_name(name, "table name")
+        # The table named by the version held is opened while the catalog is checked for a newer version;
+        # if there is one, the entry is looked up again there and the table opened again.
+        held_version = self._table.version
+        e = self._entry(name, self._read(fresh=False))
+        early = None
+        if e is not None and e["object_type"] == TABLE:
+            early = _pool().submit(lambda: open_table(self._location(e), storage_options=self.storage_options))
+        latest = self._read()
+        if early is not None and latest.table.version == held_version:
+            t = early.result()
+        else:
+            e = self._table_entry(name, latest)
+            t = open_table(self._location(e), storage_options=self.storage_options)
         m = t.manifest
         return TableDescription(name, t.uri, bool(e["registered"]), json.loads(e["metadata"]), e["created_ms"],
                                 e["updated_ms"], m.version, m.rows, len(m.fragments), [ix.name for ix in m.indices],
@@ -598,13 +614,31 @@ class Catalog:
             raise NamespaceNotFound(f"catalog {self.root} has no namespace {parent!r} to hold {name!r}; create it first")
 
 
+def _key(uri: str, m: Manifest) -> tuple[str, str | None, int]:
+    return (uri, m.table_uuid, m.version)
+
+
+def _small(m: Manifest) -> bool:
+    return sum(f.file_bytes for f in m.fragments) <= WHOLE_READ_BYTES
+
+
+def _snapshot(t: Table) -> "_Snapshot | None":
+    """The decoded rows of ``t``'s version (cached), or None for a catalog too large to hold (read through its indices)."""
+    key = _key(t.uri, t.manifest)
+    snap = _ROWS.get(key)
+    if snap is None and _small(t.manifest):
+        snap = _Snapshot(_as_current(t.to_arrow()))
+        _ROWS.put(key, snap, snap.nbytes)
+    return snap
+
+
 class _Snapshot:
     """One catalog version decoded in memory: its rows sorted by object id, with lookups by name and
     listings by (object type, parent) built once per version."""
 
     def __init__(self, rows: pa.Table):
         self.rows = _sorted(rows)
-        self.nbytes = 3 * self.rows.nbytes + 1024  # the rows and the Python lookups built over them
+        self.nbytes = 3 * self.rows.get_total_buffer_size() + 1024  # the rows and the Python lookups built over them
 
     @cached_property
     def _ids(self) -> list[str]:
@@ -665,12 +699,13 @@ _POOL_LOCK = threading.Lock()
 
 
 def _pool() -> ThreadPoolExecutor:
-    """The threads a rewrite writes its data file and index segments with (the native writers release the
-    GIL), one pool per process (a forked child makes its own)."""
+    """The threads of the catalog's concurrent work (a rewrite's data file and index segments, whose native
+    writers release the GIL; a table created or opened, rows read, while the catalog is checked), one pool
+    per process (a forked child makes its own). No task waits on another task of the pool."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None or _POOL[0] != os.getpid():
-            _POOL = (os.getpid(), ThreadPoolExecutor(4, thread_name_prefix="lamina-catalog"))
+            _POOL = (os.getpid(), ThreadPoolExecutor(6, thread_name_prefix="lamina-catalog"))
         return _POOL[1]
 
 

@@ -390,3 +390,28 @@ def test_rows_stay_sorted_by_object_id_whatever_the_mutation(local_table_uri):
     assert ids == sorted(ids) == ["a", "a.t", "b", "m", "z", "z.first"]
     assert cat.list_tables("a") == ["a.t"] and cat.list_tables("m") == []
     assert_indices_exact(cat.table)
+
+
+def test_reads_started_on_the_version_held_follow_a_newer_one(root):
+    """describe_table opens the table the version held names while checking for a newer version, and a read
+    of rows not in memory yet reads them meanwhile: both are redone on the newer version when there is one."""
+    from lamina.cache import caches
+
+    uri, opts = root
+    a = lamina.connect(uri, storage_options=opts)
+    b = lamina.connect(uri, storage_options=opts)
+    b.create_namespace("x")
+    b.create_table("x.t", SCHEMA_T).append(pa.table({"id": [1], "name": ["old"]}))
+    first = a.describe_table("x.t")
+    b.rename_table("x.t", "x.moved")
+    b.create_table("x.t", SCHEMA_T)
+    now = a.describe_table("x.t")
+    assert now.location != first.location and now.rows == 0 and first.rows == 1
+    assert a.describe_table("x.moved").location == first.location
+    b.drop_table("x.t")
+    with pytest.raises(TableNotFound):
+        a.describe_table("x.t")
+    caches()["catalog"].clear()  # the version held is no longer in memory
+    b.create_namespace("y")
+    assert a.list_namespaces() == ["x", "y"]
+    assert a.list_tables("x") == ["x.moved"]
