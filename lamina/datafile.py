@@ -213,6 +213,16 @@ def _finish(table: pa.Table, fragment: Fragment, offsets: np.ndarray, flt: Filte
     return table.select(out_cols + list(special))
 
 
+def as_table_types(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with the table schema's types. Parquet has no logical type for some Arrow types
+    (timestamp[s], date64, time32[s], duration, ...): the writer stores their integers and pyarrow
+    reads those back as plain integers, so a read restores the types the manifest records."""
+    fields = [schema.field(n) if n in schema.names else table.schema.field(n) for n in table.column_names]
+    if all(f.type == t for f, t in zip(fields, table.schema.types)):
+        return table
+    return table.cast(pa.schema(fields, metadata=table.schema.metadata))
+
+
 def read_fragment(
     store: ObjectStore,
     fragment: Fragment,
@@ -244,6 +254,7 @@ def read_fragment(
     if table.num_rows != len(offsets):
         raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} decoded {table.num_rows} rows, "
                           f"the manifest and footer say {len(offsets)}")
+    table = as_table_types(table, schema)
     mask = live_mask(fragment, read_deleted(store, fragment)) if len(offsets) else None
     if mask is not None:
         mask = mask if len(offsets) == fragment.rows else mask[offsets]
@@ -270,7 +281,7 @@ def read_rows_many(
     counts = [len(offs) for _, offs, _ in items]
     offsets = np.concatenate([offs for _, offs, _ in items]).astype(np.uint32) if items else np.zeros(0, np.uint32)
     if needed:
-        table = take_many(store, [f for f, _, _ in items], offsets, counts, needed)
+        table = take_many(store, schema, [f for f, _, _ in items], offsets, counts, needed)
     else:  # counting: rows without columns
         table = pa.table({"_": pa.nulls(len(offsets))}).drop_columns(["_"])
     out, at = [], 0
@@ -281,8 +292,8 @@ def read_rows_many(
     return out
 
 
-def take_many(store: ObjectStore, fragments: Sequence[Fragment], offsets: np.ndarray, counts: Sequence[int],
-              columns: Sequence[str]) -> pa.Table:
+def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragment], offsets: np.ndarray,
+              counts: Sequence[int], columns: Sequence[str]) -> pa.Table:
     """Rows of many fragments in one pass: ``fragments[i]`` gives the next ``counts[i]`` of ``offsets``
     (physical, already checked live, sorted and distinct within each fragment); the rows come back in
     that order.
@@ -325,7 +336,7 @@ def take_many(store: ObjectStore, fragments: Sequence[Fragment], offsets: np.nda
     chosen = set(whole)
     rest = [i for i in range(len(fragments)) if i not in chosen]
     if rest:
-        tables = map_fragments(lambda i: _take_by_row_groups(store, fragments[i], offsets[starts[i]:starts[i + 1]], cols), rest)
+        tables = map_fragments(lambda i: _take_by_row_groups(store, schema, fragments[i], offsets[starts[i]:starts[i + 1]], cols), rest)
         pieces.append((rest, pa.concat_tables(tables)))
     if len(pieces) == 1 and len(pieces[0][0]) == len(fragments):
         return pieces[0][1]
@@ -335,20 +346,14 @@ def take_many(store: ObjectStore, fragments: Sequence[Fragment], offsets: np.nda
     return table.take(pa.array(np.argsort(order, kind="stable"), type=pa.int64()))
 
 
-def take_rows(store: ObjectStore, fragment: Fragment, offsets: np.ndarray, columns: Sequence[str]) -> pa.Table:
-    """Rows at ``offsets`` (physical, already checked live) of one fragment, in the order given."""
-    uniq, inverse = np.unique(np.asarray(offsets), return_inverse=True)
-    table = take_many(store, [fragment], uniq.astype(np.uint32), [len(uniq)], columns)
-    return table if len(uniq) == len(offsets) and (np.diff(offsets) > 0).all() else table.take(pa.array(inverse.ravel(), type=pa.int64()))
-
-
-def _take_by_row_groups(store: ObjectStore, fragment: Fragment, offsets: np.ndarray, columns: Sequence[str]) -> pa.Table:
+def _take_by_row_groups(store: ObjectStore, schema: pa.Schema, fragment: Fragment, offsets: np.ndarray,
+                        columns: Sequence[str]) -> pa.Table:
     """Rows at sorted ``offsets`` of a large object on an object store: the row groups holding them."""
     pf = open_parquet(store, fragment)
     bounds = np.cumsum([0] + [g.rows for g in fragment.row_groups])
     groups = np.unique(np.searchsorted(bounds, offsets, side="right") - 1)
     with reading(store, fragment, "cannot be decoded"):
-        table = pf.read_row_groups(groups.tolist(), columns=list(columns), use_threads=True)
+        table = as_table_types(pf.read_row_groups(groups.tolist(), columns=list(columns), use_threads=True), schema)
     # position of each offset within the concatenation of the selected row groups
     starts = bounds[groups]
     sizes = bounds[groups + 1] - starts

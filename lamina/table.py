@@ -262,7 +262,7 @@ class Table:
             if len(bad):
                 raise RowNotFound(f"row address {(fid << ADDRESS_SHIFT) | int(bad[0])} (fragment {fid}, offset {int(bad[0])}) is deleted or out of range at version {self.version} of {self.uri}")
             chosen.append(frag)
-        rows = take_many(self._store, chosen, offs, counts, cols)
+        rows = take_many(self._store, self.schema, chosen, offs, counts, cols)
         return rows.take(pa.array(inverse.ravel(), type=pa.int64()))
 
     def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
