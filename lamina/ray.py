@@ -60,9 +60,9 @@ def group_fragments(fragments: Sequence[Fragment], parallelism: int) -> list[lis
     total = sum(weights)
     groups: list[list[Fragment]] = [[]]
     running = 0
-    for frag, w in zip(fragments, weights):
+    for placed, (frag, w) in enumerate(zip(fragments, weights)):
         # Start a new group once this one holds its share, keeping one fragment for each group left.
-        left = len(fragments) - sum(len(g) for g in groups)
+        left = len(fragments) - placed
         if groups[-1] and len(groups) < n and (running >= total * len(groups) / n or left <= n - len(groups)):
             groups.append([])
         groups[-1].append(frag)
@@ -173,8 +173,8 @@ class LaminaDatasource(Datasource):
                 input_files=None,
                 exec_stats=None,
             )
-            work = _ReadGroup(self._uri, self._storage_options, self._pinned.replace(fragments=tuple(group)),
-                              cols, self._filter)
+            part = self._pinned.replace(fragments=tuple(group), indices=self._pinned.indices if self._filter else ())
+            work = _ReadGroup(self._uri, self._storage_options, part, cols, self._filter)
             tasks.append(ReadTask(work, meta, schema=out_schema, per_task_row_limit=per_task_row_limit))
         return tasks
 
