@@ -104,7 +104,27 @@ fn corrupt(object: &str, e: impl std::fmt::Display) -> Error {
     Error::Corrupt { object: object.to_string(), reason: format!("cannot read Parquet ({e})") }
 }
 
-fn metadata<R: ChunkReader>(object: &str, reader: &R, size: u64) -> Result<ArrowReaderMetadata> {
+/// A file opened on first use: a lookup answered from the caches never opens it.
+struct Opener<'a, R> {
+    cell: std::cell::OnceCell<R>,
+    open: Box<dyn Fn() -> Result<R> + 'a>,
+}
+
+impl<'a, R> Opener<'a, R> {
+    fn new(open: impl Fn() -> Result<R> + 'a) -> Self {
+        Opener { cell: std::cell::OnceCell::new(), open: Box::new(open) }
+    }
+
+    fn get(&self) -> Result<&R> {
+        if let Some(r) = self.cell.get() {
+            return Ok(r);
+        }
+        let r = (self.open)()?;
+        Ok(self.cell.get_or_init(|| r))
+    }
+}
+
+fn metadata<R: ChunkReader>(object: &str, file: &Opener<'_, R>, size: u64) -> Result<ArrowReaderMetadata> {
     let key = (object.to_string(), size);
     if let Some(m) = footers().get(&key) {
         return Ok(m);
@@ -112,7 +132,7 @@ fn metadata<R: ChunkReader>(object: &str, reader: &R, size: u64) -> Result<Arrow
     let options = ArrowReaderOptions::new()
         .with_offset_index_policy(PageIndexPolicy::Optional)
         .with_column_index_policy(PageIndexPolicy::Skip);
-    let m = ArrowReaderMetadata::load(reader, options).map_err(|e| corrupt(object, e))?;
+    let m = ArrowReaderMetadata::load(file.get()?, options).map_err(|e| corrupt(object, e))?;
     super::check_layout(m.metadata(), size, object)?;
     let bytes = m.metadata().memory_size() + key.0.len() + 64;
     footers().put(key, m.clone(), bytes);
@@ -169,23 +189,26 @@ fn take_one(w: &Wanted<'_>, columns: &[String]) -> Result<RecordBatch> {
     // parquet's decoders can still panic on hostile footer or page bytes: that is this file's corruption.
     guard(Work::Reads(w.object), || match &w.source {
         Source::File(path) => {
-            let file = PosFile::open(path)?;
-            if file.len() != w.size {
-                return Err(corrupt(w.object, format!("the file has {} bytes, the manifest records {}", file.len(), w.size)));
-            }
-            read_rows(w.object, file, w.size, w.offsets, columns)
+            let file = Opener::new(|| {
+                let file = PosFile::open(path)?;
+                if file.len() != w.size {
+                    return Err(corrupt(w.object, format!("the file has {} bytes, the manifest records {}", file.len(), w.size)));
+                }
+                Ok(file)
+            });
+            read_rows(w.object, &file, w.size, w.offsets, columns)
         }
         Source::Bytes(bytes) => {
             if bytes.len() as u64 != w.size {
                 return Err(corrupt(w.object, format!("the object has {} bytes, the manifest records {}", bytes.len(), w.size)));
             }
-            read_rows(w.object, bytes.clone(), w.size, w.offsets, columns)
+            read_rows(w.object, &Opener::new(|| Ok(bytes.clone())), w.size, w.offsets, columns)
         }
     })
 }
 
-fn read_rows<R: ChunkReader + Clone + 'static>(object: &str, file: R, size: u64, offsets: &[u32], columns: &[String]) -> Result<RecordBatch> {
-    let meta = metadata(object, &file, size)?;
+fn read_rows<R: ChunkReader + Clone + 'static>(object: &str, file: &Opener<'_, R>, size: u64, offsets: &[u32], columns: &[String]) -> Result<RecordBatch> {
+    let meta = metadata(object, file, size)?;
     let schema = Arc::clone(meta.schema());
     let mut roots = Vec::with_capacity(columns.len());
     for c in columns {
@@ -238,11 +261,11 @@ fn read_rows<R: ChunkReader + Clone + 'static>(object: &str, file: R, size: u64,
     let order: Vec<usize> = roots.iter().map(|r| sorted.binary_search(r).unwrap_or(0)).collect();
     if small_chunks(md, &groups, &sorted) && chunks().budget() > 0 {
         let starts: Vec<u64> = groups.iter().map(|&g| if g == 0 { 0 } else { ends[g - 1] }).collect();
-        let out = read_by_chunks(object, &file, size, &meta, &groups, &starts, &ends, &sorted, offsets)?;
+        let out = read_by_chunks(object, file, size, &meta, &groups, &starts, &ends, &sorted, offsets)?;
         return out.project(&order).map_err(|e| corrupt(object, e));
     }
     let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), sorted.iter().copied());
-    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file.get()?.clone(), meta.clone())
         .with_row_groups(groups)
         .with_projection(mask)
         .with_row_selection(RowSelection::from(selectors))
@@ -278,7 +301,7 @@ fn small_chunks(md: &parquet::file::metadata::ParquetMetaData, groups: &[usize],
 #[allow(clippy::too_many_arguments)]
 fn read_by_chunks<R: ChunkReader + Clone + 'static>(
     object: &str,
-    file: &R,
+    file: &Opener<'_, R>,
     size: u64,
     meta: &ArrowReaderMetadata,
     groups: &[usize],
@@ -300,7 +323,7 @@ fn read_by_chunks<R: ChunkReader + Clone + 'static>(
         if !missing.is_empty() {
             let rows = usize::try_from(ends[g] - starts[i]).map_err(|e| corrupt(object, e))?;
             let mask = ProjectionMask::roots(&descr, missing.iter().map(|&k| roots[k]));
-            let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file.clone(), meta.clone())
+            let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file.get()?.clone(), meta.clone())
                 .with_row_groups(vec![g])
                 .with_projection(mask)
                 .with_batch_size(rows.max(1))
