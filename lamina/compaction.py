@@ -23,6 +23,7 @@ from lamina.commit import commit
 from lamina.errors import CommitConflict
 from lamina.faults import FAULT_KILL_DRIVER_BEFORE_COMMIT, maybe_kill_driver
 from lamina.manifest import Fragment, IndexSegment, Manifest
+from lamina.store.scheduler import io_stats, stats_delta
 from lamina.transaction import AddressMapping, Rewrite, RewriteGroup
 
 if TYPE_CHECKING:
@@ -82,6 +83,9 @@ class CompactionSummary:
     #: measure of write amplification (bytes written by compaction / bytes appended).
     bytes_read: int = 0
     bytes_written: int = 0
+    #: Object-store requests and bytes of the whole pass (this process and its Ray tasks), by store
+    #: (``lamina.io_stats`` shape).
+    io: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @classmethod
     def for_plan(cls, plan: "CompactionPlan") -> "CompactionSummary":
@@ -169,6 +173,7 @@ def compact(uri: str, options: "CompactionOptions | None" = None, *, storage_opt
 
     options = options if options is not None else CompactionOptions()
     started = time.perf_counter()
+    io_before = io_stats()
     table = open_table(uri, storage_options=storage_options)
     base = table.manifest
     plan = plan_compaction(base, options, table.uri)
@@ -195,4 +200,5 @@ def compact(uri: str, options: "CompactionOptions | None" = None, *, storage_opt
     latest = table.reload()
     summary.fragments_after, summary.rows_after = len(latest.manifest.fragments), latest.manifest.rows
     summary.seconds = round(time.perf_counter() - started, 3)
+    summary.io = stats_delta(io_before)
     return plan, summary

@@ -332,7 +332,7 @@ def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragmen
             batch = _native.take_rows_many(files, pa.array(sel, type=pa.uint32()), cols, pool_size(len(files)))
         except ObjectNotFound as e:
             raise ObjectNotFound(f"a data file is missing: the table is damaged; check out an earlier version or restore it ({e})") from None
-        pieces.append((whole, pa.Table.from_batches([batch])))
+        pieces.append((whole, as_table_types(pa.Table.from_batches([batch]), schema)))
     chosen = set(whole)
     rest = [i for i in range(len(fragments)) if i not in chosen]
     if rest:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from lamina.errors import InvalidArgument
 from lamina.manifest import MANIFEST_SUFFIX, VERSIONS_DIR, WAL_DIR, Manifest
+from lamina.store.scheduler import io_stats, stats_delta
 from lamina.wal import SEALED, read_sealed
 from planner.maintenance import CLEANUP, COMPACT, RETIRE_WAL, UPDATE_INDEX, MaintenancePolicy, TablePlan, WalSegment, plan_table
 
@@ -62,6 +63,8 @@ class TableReport:
     bytes_before: int | None = None
     bytes_after: int | None = None
     seconds: float = 0.0
+    #: Object-store requests and bytes spent on this table (this process and its Ray tasks), by store.
+    io: dict[str, dict[str, int]] = field(default_factory=dict)
     #: The plan as data (dry runs only: what each action would do in detail).
     plan: dict[str, Any] | None = None
 
@@ -136,6 +139,8 @@ class MaintenanceReport:
     record_error: str | None = None
     started_ms: int = 0
     seconds: float = 0.0
+    #: Object-store requests and bytes of the whole run (this process and its Ray tasks), by store.
+    io: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[str]:
@@ -174,7 +179,7 @@ class MaintenanceReport:
     def to_dict(self) -> dict[str, Any]:
         return {"root": self.root, "dry_run": self.dry_run, "ok": self.ok, "failed": self.failed,
                 "counts": self.counts(), "seconds": self.seconds, "started_ms": self.started_ms,
-                "record_error": self.record_error, "policy": self.policy,
+                "record_error": self.record_error, "policy": self.policy, "io": self.io,
                 "tables": [t.to_dict() for t in self.tables],
                 "catalog": self.catalog.to_dict() if self.catalog is not None else None}
 
@@ -324,6 +329,7 @@ def _maintain_one(name: str, open_table: Callable[[str], "Table"], properties: C
                   policy: MaintenancePolicy, budget: _Budget, max_concurrency: int | None, dry_run: bool) -> TableReport:
     report = TableReport(name)
     started = time.perf_counter()
+    io_before = io_stats()
     try:
         table_policy = policy.with_properties(properties(name), name)
         table = open_table(name)
@@ -335,6 +341,7 @@ def _maintain_one(name: str, open_table: Callable[[str], "Table"], properties: C
     except Exception as e:  # the table fails alone, before any change
         report.status, report.error = FAILED, _error_text(e)
         report.seconds = round(time.perf_counter() - started, 3)
+        report.io = stats_delta(io_before)
         log.error("%s: %s", name, report.error)
         return report
     report.actions = [{**a.to_dict(), "status": PLANNED, "seconds": 0.0} for a in plan.actions]
@@ -357,6 +364,7 @@ def _maintain_one(name: str, open_table: Callable[[str], "Table"], properties: C
             if report.status != FAILED:
                 report.status, report.error = FAILED, f"reading the table after maintenance: {_error_text(e)}"
     report.seconds = round(time.perf_counter() - started, 3)
+    report.io = stats_delta(io_before)
     return report
 
 
@@ -388,10 +396,12 @@ def maintain_tables(uris: Iterable[str], policy: MaintenancePolicy | None = None
     policy = policy if policy is not None else MaintenancePolicy()
     uris = list(uris)
     started = time.time()
+    io_before = io_stats()
     report = MaintenanceReport(", ".join(uris), dry_run, policy.to_dict(), started_ms=int(started * 1000))
     _run(uris, lambda uri: open_table(uri, storage_options=storage_options), lambda _uri: {}, policy, report,
          max_tables, max_concurrency, dry_run, progress)
     report.seconds = round(time.time() - started, 3)
+    report.io = stats_delta(io_before)
     return report
 
 
@@ -422,6 +432,7 @@ def maintain(root: str, policy: MaintenancePolicy | None = None, *, storage_opti
     _check_limits(max_tables, max_concurrency)
     policy = policy if policy is not None else MaintenancePolicy()
     started = time.time()
+    io_before = io_stats()
     catalog = open_catalog(root, storage_options)
     report = MaintenanceReport(catalog.root, dry_run, policy.to_dict(), started_ms=int(started * 1000))
     if names is not None:
@@ -449,6 +460,7 @@ def maintain(root: str, policy: MaintenancePolicy | None = None, *, storage_opti
             log.error("recording the maintenance of %d tables in %s failed: %s", len(recorded), catalog.root,
                       report.record_error)
     report.seconds = round(time.time() - started, 3)
+    report.io = stats_delta(io_before)
     return report
 
 

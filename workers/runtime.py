@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
+from lamina.store.scheduler import add_remote, io_stats, stats_delta
+
 log = logging.getLogger("lamina.runtime")
 
 T = TypeVar("T")
@@ -65,11 +67,20 @@ def _remote_options(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
     return {"runtime_env": runtime_env} if runtime_env else {}
 
 
+def _counted(fn: Callable[[T], Any], task: T) -> tuple[Any, dict[str, dict[str, int]]]:
+    """``fn(task)`` and the object-store requests it made in this worker process."""
+    before = io_stats()
+    return fn(task), stats_delta(before)
+
+
 def run_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | None = None, max_retries: int = 3,
               runtime_env: dict[str, Any] | None = None, num_cpus: float = 1,
               progress: Progress | None = None) -> Iterator[tuple[T, Any]]:
     """Runs ``fn(task)`` on Ray for every task, at most ``concurrency`` at once (default: the
     cluster's CPUs), in order of submission; yields ``(task, result)`` in order of completion.
+
+    The object-store requests each task made in its worker process are added to this process's
+    ``lamina.io_stats()`` as its result arrives, so a job's report covers its tasks too.
 
     A worker that dies is retried ``max_retries`` times by Ray, then yields ``TaskFailed``; an
     exception raised by ``fn`` is not retried and is raised here as itself (tasks that must not
@@ -81,7 +92,7 @@ def run_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | 
     connect()
     limit = concurrency or cluster_cpus()
     remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False,
-                        **_remote_options(runtime_env))(fn)
+                        **_remote_options(runtime_env))(_counted)
     queue = list(tasks)
     queue.reverse()
     pending: dict[Any, T] = {}
@@ -90,12 +101,13 @@ def run_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | 
         while queue or pending:
             while queue and len(pending) < limit:
                 task = queue.pop()
-                pending[remote.remote(task)] = task
+                pending[remote.remote(fn, task)] = task
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in ready:
                 task = pending.pop(ref)
                 try:
-                    result = ray.get(ref)
+                    result, requests = ray.get(ref)
+                    add_remote(requests)
                 except ray.exceptions.RayTaskError as e:  # fn raised: its own error, as its own class
                     raise e.as_instanceof_cause() from None
                 except Exception as e:  # the worker died more often than max_retries, or Ray gave up

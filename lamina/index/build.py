@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from lamina.errors import LaminaError
@@ -23,6 +23,7 @@ from lamina.index.options import IndexOptions
 from lamina.index.segments import BuiltPart, merge_parts
 from lamina.manifest import IndexEntry, IndexSegment, Manifest
 from lamina.store import ObjectStore
+from lamina.store.scheduler import io_stats, stats_delta
 
 if TYPE_CHECKING:
     from lamina.table import Table
@@ -43,6 +44,8 @@ class IndexBuild:
     rows: int = 0
     bytes: int = 0
     uncovered_after: int = 0
+    #: Object-store requests and bytes of the build (this process and its Ray tasks), by store.
+    io: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -129,6 +132,7 @@ def build_index(table: "Table | str", column: str | None = None, kind: str | Non
     if plan.action == NOTHING:
         return result
     started = time.time()
+    io_before = io_stats()
     tasks = tasks_for(plan, table.uri, table.storage_options)
     if ray:
         built = run_tasks(build_part, tasks, concurrency=max_concurrency, runtime_env=runtime_env)
@@ -144,4 +148,5 @@ def build_index(table: "Table | str", column: str | None = None, kind: str | Non
     result.rows = sum(s.rows for s in segments)
     result.bytes = sum(s.bytes for s in segments)
     result.uncovered_after = len(uncovered(new, ix))
+    result.io = stats_delta(io_before)
     return result

@@ -64,8 +64,19 @@ def count(domain: str, kind: str, requests: int = 1, nbytes: int = 0) -> None:
             entry["bytes_written" if kind == "PUT" else "bytes_read"] += nbytes
 
 
+def add_remote(part: dict[str, dict[str, int]]) -> None:
+    """Adds the requests a Ray task made in its worker process (``workers.runtime.run_tasks`` does, as
+    each result arrives), so this process's ``io_stats()`` cover the work it ran elsewhere."""
+    with _STATS_LOCK:
+        for domain, entry in part.items():
+            target = _STATS[domain]
+            for k, v in entry.items():
+                target[k] = target.get(k, 0) + v
+
+
 def io_stats(reset: bool = False) -> dict[str, dict[str, int]]:
-    """Requests and bytes of this process since it started (or the last reset), by store:
+    """Requests and bytes of this process — and of the Ray tasks it ran, added as their results
+    arrive — since it started (or the last reset), by store:
     ``{"s3://endpoint/bucket": {"GET": n, "PUT": n, "LIST": n, "HEAD": n, "DELETE": n,
     "bytes_read": n, "bytes_written": n}, "local": {...}}``. Retries count as requests."""
     with _STATS_LOCK:

@@ -197,3 +197,19 @@ def test_point_requests_are_served_before_queued_scans():
 def test_a_request_made_inside_a_worker_runs_inline():
     sched = Scheduler("nested", concurrency=1)
     assert sched.run(lambda: sched.run(lambda: 42)) == 42  # would wait forever if queued
+
+
+def test_job_reports_count_the_requests_of_their_ray_tasks(ray_cluster, s3_table_uri, s3_options):
+    """The jobs' --json summaries carry io: the requests of the driver and of every Ray task it ran."""
+    from lamina.compaction import compact
+    from lamina.index import build_index
+    from planner import CompactionOptions
+
+    t = many_fragments(s3_table_uri, s3_options, fragments=12, per=30)
+    bucket = t.store.io_domain
+    built = build_index(s3_table_uri, "id", "btree", storage_options=s3_options, ray=True)
+    assert built.io[bucket]["GET"] >= 12 and built.io[bucket]["PUT"] >= 2  # workers read every data file
+    _, summary = compact(s3_table_uri, CompactionOptions(target_rows_per_fragment=1000), storage_options=s3_options)
+    io = summary.to_dict()["io"][bucket]
+    assert summary.bytes_read > 0 and io["bytes_read"] >= summary.bytes_read and io["bytes_written"] >= summary.bytes_written
+    assert io["GET"] >= 12 and io["PUT"] >= 2

@@ -170,14 +170,32 @@ pub fn take_many(wanted: &[Wanted<'_>], columns: &[String], threads: usize) -> R
             }
         });
     }
-    let mut batches = Vec::with_capacity(wanted.len());
+    let mut batches: Vec<RecordBatch> = Vec::with_capacity(wanted.len());
     for (slot, w) in slots.into_iter().zip(wanted) {
         match slot.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner) {
             Some(result) => batches.push(result?),
             None => return Err(Error::Internal { object: w.object.to_string(), reason: "a read was not done".into() }),
         }
     }
+    // Files of one table may name nested children differently (a list's "item" or "element"):
+    // such columns are cast to the first file's types, then the caller casts to the table's.
     let schema = batches[0].schema();
+    for (batch, w) in batches.iter_mut().zip(wanted).skip(1) {
+        if batch.schema().fields().iter().zip(schema.fields()).any(|(a, b)| a.data_type() != b.data_type()) {
+            let mut columns = Vec::with_capacity(batch.num_columns());
+            for (column, field) in batch.columns().iter().zip(schema.fields()) {
+                columns.push(if column.data_type() == field.data_type() {
+                    Arc::clone(column)
+                } else {
+                    arrow::compute::cast(column, field.data_type()).map_err(|e| Error::Corrupt {
+                        object: w.object.to_string(),
+                        reason: format!("column {} does not have the type of the table's other files ({e})", field.name()),
+                    })?
+                });
+            }
+            *batch = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| corrupt(w.object, e))?;
+        }
+    }
     arrow::compute::concat_batches(&schema, &batches)
         .map_err(|e| Error::Corrupt { object: wanted[0].object.to_string(), reason: format!("files of one table disagree on the columns' types ({e})") })
 }
