@@ -9,7 +9,7 @@
 //! keep what was decoded, keyed by the object's full location and size: data
 //! files are immutable and their paths are never reused (docs/FORMAT.md), so an
 //! entry never goes stale. Parsed footers + offset indexes
-//! (`LAMINA_FOOTER_CACHE_BYTES`, default 64 MiB), and small column chunks
+//! (`LAMINA_POINT_FOOTER_CACHE_BYTES`, default 64 MiB), and small column chunks
 //! (at most [`CACHEABLE_CHUNK_BYTES`] uncompressed) decoded whole
 //! (`LAMINA_CHUNK_CACHE_BYTES`, default 256 MiB): the second lookup in a small
 //! fragment decodes nothing. Larger chunks are read page by page, uncached.
@@ -32,7 +32,7 @@ use crate::error::{guard, Error, Result, Work};
 use crate::io::PosFile;
 use crate::lru::{ByteLru, LruStats};
 
-/// Default byte budget of the footer cache (`LAMINA_FOOTER_CACHE_BYTES` overrides it).
+/// Default byte budget of the point-read footer cache (`LAMINA_POINT_FOOTER_CACHE_BYTES` overrides it).
 pub const DEFAULT_FOOTER_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Where one file's bytes are.
@@ -75,7 +75,7 @@ fn lock<T>(m: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
 
 fn footers() -> std::sync::MutexGuard<'static, ByteLru<FileKey, ArrowReaderMetadata>> {
     static CACHE: OnceLock<Mutex<ByteLru<FileKey, ArrowReaderMetadata>>> = OnceLock::new();
-    lock(CACHE.get_or_init(|| Mutex::new(ByteLru::new(budget("LAMINA_FOOTER_CACHE_BYTES", DEFAULT_FOOTER_CACHE_BYTES)))))
+    lock(CACHE.get_or_init(|| Mutex::new(ByteLru::new(budget("LAMINA_POINT_FOOTER_CACHE_BYTES", DEFAULT_FOOTER_CACHE_BYTES)))))
 }
 
 fn chunks() -> std::sync::MutexGuard<'static, ByteLru<ChunkKey, ArrayRef>> {
