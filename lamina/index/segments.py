@@ -29,6 +29,7 @@ from lamina.index.options import IndexOptions
 from lamina.keys import key_array
 from lamina.manifest import INDICES_DIR, Fragment, IndexEntry, IndexSegment
 from lamina.store import ObjectStore
+from lamina.store.scheduler import POINT, fetch_ranges
 
 log = logging.getLogger("lamina.index")
 
@@ -91,7 +92,7 @@ def open_segment(store: ObjectStore, seg: IndexSegment, index: str) -> "_native.
 
 
 def fetch_blocks(store: ObjectStore, seg: IndexSegment, index: str, blocks: Sequence[tuple[int, int, int]]) -> list[tuple[int, bytes]]:
-    """``[(id, bytes)]`` of ``blocks`` (id, offset, length): cached, adjacent ones read in one GET."""
+    """``[(id, bytes)]`` of ``blocks`` (id, offset, length): cached, the others fetched together."""
     out: dict[int, bytes] = {}
     missing = []
     for bid, off, length in blocks:
@@ -100,22 +101,13 @@ def fetch_blocks(store: ObjectStore, seg: IndexSegment, index: str, blocks: Sequ
             out[bid] = hit
         else:
             missing.append((bid, off, length))
-    missing.sort(key=lambda b: b[1])
-    i = 0
-    try:
-        while i < len(missing):
-            j = i + 1
-            while j < len(missing) and missing[j][1] == missing[j - 1][1] + missing[j - 1][2] \
-                    and missing[j][1] + missing[j][2] - missing[i][1] <= 8 << 20:
-                j += 1
-            start = missing[i][1]
-            data = store.get_range(seg.path, start, missing[j - 1][1] + missing[j - 1][2] - start)
-            for bid, off, length in missing[i:j]:
-                out[bid] = data[off - start: off - start + length]
-                CACHE.put(("blk", store.uri, seg.path, bid), out[bid], length + 128)
-            i = j
+    try:  # every missing block at once through the I/O scheduler, nearby ones coalesced into one GET
+        datas = fetch_ranges(store, [(seg.path, off, length) for _, off, length in missing], POINT)
     except (CorruptFile, ObjectNotFound) as e:
         raise _fail(store, seg, index, e) from None
+    for (bid, _, length), data in zip(missing, datas):
+        out[bid] = data
+        CACHE.put(("blk", store.uri, seg.path, bid), data, length + 128)
     return [(bid, out[bid]) for bid, _, _ in blocks]
 
 

@@ -220,10 +220,10 @@ impl SegmentReader {
     /// Sorted, distinct local addresses of the rows whose key is in any of `ranges`;
     /// `blocks` are the bytes of (at least) the blocks [`Self::blocks_for_ranges`] named.
     pub fn lookup(&self, ranges: &[KeyRange], blocks: &[(u32, &[u8])]) -> Result<Vec<u64>> {
+        let by_id: std::collections::HashMap<u32, &[u8]> = blocks.iter().copied().collect();
         let get = |id: u32| -> Result<&[u8]> {
-            let (_, bytes) = blocks
-                .iter()
-                .find(|(b, _)| *b == id)
+            let bytes = *by_id
+                .get(&id)
                 .ok_or_else(|| Error::InvalidArgument(format!("block {id} of {} was not supplied", self.object)))?;
             self.check_block(id, bytes)?;
             Ok(bytes)

@@ -236,11 +236,11 @@ impl IndexSegment {
         &self,
         py: Python<'_>,
         ranges: Vec<PyRange<'_>>,
-        blocks: Vec<(u32, Vec<u8>)>,
+        blocks: Vec<(u32, pyo3::pybacked::PyBackedBytes)>,
     ) -> PyResult<PyArrowType<ArrayData>> {
         let ranges = self.ranges(ranges)?;
         let addrs = run(py, Work::Reads(&self.reader.object), || {
-            let refs: Vec<(u32, &[u8])> = blocks.iter().map(|(i, b)| (*i, b.as_slice())).collect();
+            let refs: Vec<(u32, &[u8])> = blocks.iter().map(|(i, b)| (*i, b.as_ref())).collect();
             self.reader.lookup(&ranges, &refs)
         })?;
         Ok(PyArrowType(UInt64Array::from(addrs).into_data()))
