@@ -638,6 +638,8 @@ class _Snapshot:
 
     def __init__(self, rows: pa.Table):
         self.rows = _sorted(rows)
+        if self.rows.column("object_id").num_chunks > 1:
+            self.rows = self.rows.combine_chunks()
         self.nbytes = 3 * self.rows.get_total_buffer_size() + 1024  # the rows and the Python lookups built over them
 
     @cached_property
@@ -691,7 +693,8 @@ def _append(rows: pa.Table, row: dict[str, Any]) -> pa.Table:
     """``rows`` with ``row`` added where its object id sorts (rows sorted by object id stay so)."""
     ids = rows.column("object_id")
     at = (pc.sum(pc.less(ids, row["object_id"])).as_py() or 0) if rows.num_rows else 0
-    return pa.concat_tables([rows.slice(0, at), pa.Table.from_pylist([row], schema=SCHEMA), rows.slice(at)])
+    # One chunk: a table held across many appends would otherwise keep one chunk per append.
+    return pa.concat_tables([rows.slice(0, at), pa.Table.from_pylist([row], schema=SCHEMA), rows.slice(at)]).combine_chunks()
 
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None

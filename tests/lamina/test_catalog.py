@@ -388,6 +388,7 @@ def test_rows_stay_sorted_by_object_id_whatever_the_mutation(local_table_uri):
     cat.create_table("z.first", SCHEMA_T)
     ids = cat.table.to_arrow(columns=["object_id"], use_index=False).column("object_id").to_pylist()
     assert ids == sorted(ids) == ["a", "a.t", "b", "m", "z", "z.first"]
+    assert cat._read().snap.rows.column("object_id").num_chunks == 1, "rows held across appends stay one chunk"
     assert cat.list_tables("a") == ["a.t"] and cat.list_tables("m") == []
     assert_indices_exact(cat.table)
 
