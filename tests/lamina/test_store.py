@@ -94,14 +94,14 @@ def test_s3_retries_throttling_5xx_and_conditional_conflicts(s3_table_uri, s3_op
 
 
 def test_s3_gives_up_after_max_attempts(s3_table_uri, s3_options):
-    store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 2})
+    store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 2, "direct_reads": False})  # faults injected into boto3
     store._shared_client = _Flaky(store._client(), "get_object", "SlowDown", 503, n=5)
     with pytest.raises(StorageError, match="failed after 2 attempts: SlowDown"):
         store.get("anything")
 
 
 def test_s3_does_not_retry_client_errors(s3_table_uri, s3_options):
-    store = S3Store(s3_table_uri, s3_options)
+    store = S3Store(s3_table_uri, {**s3_options, "direct_reads": False})  # faults injected into boto3
     flaky = _Flaky(store._client(), "get_object", "AccessDenied", 403, n=5)
     store._shared_client = flaky
     with pytest.raises(StorageError, match="access denied"):
@@ -209,19 +209,23 @@ def test_local_staged_input_is_the_object_itself(local_table_uri, tmp_path):
 
 
 def test_s3_staged_input_fetches_in_ranged_gets_and_removes_its_copy(s3_table_uri, s3_options, tmp_path):
+    from lamina.store.scheduler import io_stats, stats_delta
+
     store = S3Store(s3_table_uri, s3_options)
     store.put("data/x.parquet", b"0123456789")
-    counting = store._shared_client = _CountingClient(store._client())
+    before = io_stats()
     with store.staged_input("data/x.parquet", batch_bytes=4, directory=str(tmp_path)) as staged:
         with open(staged.path, "rb") as f:
             assert f.read() == b"0123456789"
         assert os.path.dirname(staged.path) == str(tmp_path)
-        assert staged.requests == 3 == counting.calls["get_object"], "10 bytes in GETs of 4"
-        assert counting.calls["head_object"] == 1, "the size is asked for when not given"
+        requests = stats_delta(before)[store.io_domain]
+        assert staged.requests == 3 == requests["GET"], "10 bytes in GETs of 4"
+        assert requests["HEAD"] == 1, "the size is asked for when not given"
     assert _files(tmp_path) == []
-    counting.calls.clear()
+    before = io_stats()
     with store.staged_input("data/x.parquet", 10, batch_bytes=64, directory=str(tmp_path)) as staged:
-        assert staged.requests == 1 and counting.calls == {"get_object": 1}, "a known size costs no HEAD"
+        requests = stats_delta(before)[store.io_domain]
+        assert staged.requests == 1 and requests["GET"] == 1 and requests["HEAD"] == 0, "a known size costs no HEAD"
     with pytest.raises(RuntimeError, match="reader failed"):
         with store.staged_input("data/x.parquet", directory=str(tmp_path)) as staged:
             raise RuntimeError("reader failed")
@@ -258,3 +262,84 @@ def test_stores_with_the_same_options_share_one_s3_client(s3_bucket, s3_options)
     c = open_store(f"s3://{s3_bucket}/c", {**s3_options, "max_pool_connections": 4})
     assert a._client() is b._client(), "one client per process and configuration (creating one costs ~300 ms)"
     assert c._client() is not a._client(), "another configuration gets its own client"
+
+
+class _Answers:
+    """A urllib3 pool manager stand-in for direct GETs: answers the first requests with ``replies``
+    ((status, body) or an exception), then passes through to the real one."""
+
+    def __init__(self, real, replies):
+        self.real, self.replies, self.calls = real, list(replies), 0
+
+    def request(self, method, url, **kwargs):
+        import urllib3
+
+        self.calls += 1
+        if self.replies:
+            reply = self.replies.pop(0)
+            if isinstance(reply, Exception):
+                raise reply
+            status, body = reply
+            return urllib3.HTTPResponse(body=body, status=status, preload_content=True)
+        return self.real.request(method, url, **kwargs)
+
+
+def _xml(code: str) -> bytes:
+    return f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
+
+
+@pytest.mark.parametrize("replies", [
+    [(503, _xml("SlowDown")), (500, _xml("InternalError"))],
+    ["drop"],  # a connection dropped mid-request
+])
+def test_direct_reads_retry_5xx_and_dropped_connections(s3_table_uri, s3_options, monkeypatch, replies):
+    import urllib3
+    from lamina.store import s3 as s3mod
+
+    store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 4})
+    assert store.direct_reads
+    store.put("blob", b"0123456789")
+    fake = _Answers(s3mod._pool_manager(store._pool), [urllib3.exceptions.ProtocolError("Connection broken") if r == "drop" else r for r in replies])
+    monkeypatch.setattr(s3mod, "_pool_manager", lambda size: fake)
+    assert store.get_range("blob", 2, 5) == b"23456"
+    assert fake.calls == len(replies) + 1
+
+
+@pytest.mark.parametrize("status,code,error,match", [
+    (404, "NoSuchKey", ObjectNotFound, "does not exist"),
+    (403, "AccessDenied", StorageError, "access denied"),
+    (416, "InvalidRange", CorruptFile, "shorter than the manifest says"),
+])
+def test_direct_reads_translate_errors_without_retrying_them(s3_table_uri, s3_options, monkeypatch, status, code, error, match):
+    from lamina.store import s3 as s3mod
+
+    store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 4})
+    fake = _Answers(None, [(status, _xml(code))] * 4)
+    monkeypatch.setattr(s3mod, "_pool_manager", lambda size: fake)
+    with pytest.raises(error, match=match):
+        store.get("x")
+    assert fake.calls == 1
+
+
+def test_direct_reads_give_up_after_max_attempts(s3_table_uri, s3_options, monkeypatch):
+    from lamina.store import s3 as s3mod
+
+    store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 2})
+    fake = _Answers(None, [(503, _xml("SlowDown"))] * 5)
+    monkeypatch.setattr(s3mod, "_pool_manager", lambda size: fake)
+    with pytest.raises(StorageError, match="failed after 2 attempts: SlowDown"):
+        store.get("anything")
+    assert fake.calls == 2
+
+
+def test_direct_and_boto3_reads_agree(s3_table_uri, s3_options):
+    direct = S3Store(s3_table_uri, s3_options)
+    plain = S3Store(s3_table_uri, {**s3_options, "direct_reads": "false"})
+    assert direct.direct_reads and not plain.direct_reads
+    blob = bytes(range(256)) * 100
+    direct.put("dir/a b+c%.bin", blob)  # a key that needs quoting
+    for store in (direct, plain):
+        assert store.get("dir/a b+c%.bin") == blob
+        assert store.get_range("dir/a b+c%.bin", 1000, 77) == blob[1000:1077]
+        with pytest.raises(ObjectNotFound):
+            store.get("dir/missing")
