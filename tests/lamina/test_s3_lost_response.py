@@ -20,7 +20,7 @@ from lamina.ingest import ShardApplier
 from lamina.manifest import list_versions
 from lamina.store import open_store
 from lamina.wal import WalWriter, list_segments
-from tests.s3_proxy import FaultProxy
+from lamina.testing import FaultProxy
 
 SIMPLE = pa.schema([("id", pa.int64())])
 MIB = 2**20
