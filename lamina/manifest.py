@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -263,8 +264,8 @@ def decode_manifest(data: bytes, where: str) -> Manifest:
 
     try:
         body = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise corrupt(f"not valid JSON, probably truncated ({e})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: hostile nesting
+        raise corrupt(f"not valid JSON, probably truncated ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         raise corrupt("not a Lamina manifest")
     if body.get("format_version") != FORMAT_VERSION:
@@ -293,8 +294,10 @@ def decode_manifest(data: bytes, where: str) -> Manifest:
         )
     except CorruptFile:
         raise
-    except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
-        raise corrupt(f"missing or malformed field ({type(e).__name__}: {e})") from None
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, OSError, pa.ArrowException) as e:
+        # AttributeError: a list where an object belongs; OverflowError: Infinity where an int
+        # belongs; OSError: pyarrow's error for an undecodable schema message.
+        raise corrupt(f"missing or malformed field ({type(e).__name__}: {str(e)[:200]})") from None
     ids = [f.id for f in m.fragments]
     if len(set(ids)) != len(ids) or any(i < 0 or i >= m.next_fragment_id for i in ids):
         raise corrupt("fragment ids are duplicated or out of range")
@@ -303,14 +306,27 @@ def decode_manifest(data: bytes, where: str) -> Manifest:
     return m
 
 
+#: Every path Lamina records is made of these (hex uuids, ids, fixed names): anything else (percent
+#: escapes, control characters, spaces, backslashes) is refused before the object is read.
+_PATH_CHARS = re.compile(r"[A-Za-z0-9._/-]+")
+
+
+def _stored_path(value: Any, what: str) -> str:
+    """A path read from a manifest: relative, inside the table root, in the characters Lamina writes."""
+    path = check_relative(value, what=what)
+    if not _PATH_CHARS.fullmatch(path):
+        raise CorruptFile(f"{what}: path {path!r} has characters Lamina never writes; the manifest is corrupt or was not written by Lamina")
+    return path
+
+
 def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
     what = f"manifest {where} fragment {f.get('id')}"
-    path = check_relative(f["path"], what=what)
+    path = _stored_path(f["path"], what)
     if not path.startswith(DATA_DIR):
         raise CorruptFile(f"{what}: data file {path!r} is not under {DATA_DIR}")
     deletion = None
     if f["deletion"] is not None:
-        dpath = check_relative(f["deletion"]["path"], what=what)
+        dpath = _stored_path(f["deletion"]["path"], what)
         if not dpath.startswith(DELETIONS_DIR):
             raise CorruptFile(f"{what}: deletion file {dpath!r} is not under {DELETIONS_DIR}")
         deletion = DeletionFile(dpath, int(f["deletion"]["deleted_rows"]), _checksum(f["deletion"].get("checksum"), what))
@@ -346,7 +362,7 @@ def _index_from_json(i: dict[str, Any], where: str) -> IndexEntry:
     what = f"manifest {where} index {i.get('name')!r}"
     segments = []
     for s in i["segments"]:
-        path = check_relative(s["path"], what=what)
+        path = _stored_path(s["path"], what)
         if not path.startswith(INDICES_DIR):
             raise CorruptFile(f"{what}: segment {path!r} is not under {INDICES_DIR}")
         segments.append(IndexSegment(str(s["uuid"]), path, int(s["bytes"]), int(s["rows"]),

@@ -28,6 +28,7 @@ import io
 import json
 import logging
 import os
+import re
 import struct
 import threading
 import uuid
@@ -100,7 +101,7 @@ def read_claim(store: ObjectStore, shard: int, segment: int) -> tuple[pa.Schema,
         record = json.loads(store.get(path))
     except ObjectNotFound:
         return None
-    except ValueError:
+    except (ValueError, RecursionError):
         raise CorruptFile(f"WAL segment claim {store.describe(path)} is not JSON") from None
     if not isinstance(record, dict) or "schema" not in record:
         return None
@@ -108,7 +109,7 @@ def read_claim(store: ObjectStore, shard: int, segment: int) -> tuple[pa.Schema,
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(record["schema"])))
         pk = record.get("primary_key") or []
         return schema, (str(pk[0]) if pk else None)
-    except (ValueError, TypeError, pa.ArrowException) as e:
+    except (ValueError, TypeError, KeyError, OSError, pa.ArrowException) as e:  # OSError: an undecodable schema message
         raise CorruptFile(f"WAL segment claim {store.describe(path)} has an unreadable schema ({e})") from None
 
 
@@ -344,7 +345,7 @@ def read_sealed(store: ObjectStore, shard: int, segment: int) -> int | None:
         return None
     try:
         return int(json.loads(raw)["transactions"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
         raise CorruptFile(f"WAL seal marker {store.describe(path)} is unreadable") from None
 
 
@@ -467,6 +468,9 @@ class LocalSegmentLog(SegmentLog):
         return out, torn, gone, more
 
 
+_TXN_NAME = re.compile(r"[0-9]{10}\.t")
+
+
 class ObjectSegmentLog(SegmentLog):
     """One immutable object per transaction, ``<txn:010d>.t``: its rows, then its entry (start 0)."""
 
@@ -500,7 +504,8 @@ class ObjectSegmentLog(SegmentLog):
         torn = gone = None
         more = False
         taken = 0
-        names = sorted(o.path for o in store.list(seg) if o.path.endswith(".t"))
+        # Only `<txn:010d>.t` objects are transactions: a stray key is not read (nor a reason to fail).
+        names = sorted(o.path for o in store.list(seg) if _TXN_NAME.fullmatch(o.path[len(seg):]))
         for i, name in enumerate(names):
             if int(name[len(seg):-2]) != i:
                 if sealed is not None:

@@ -16,7 +16,7 @@ use crate::copy::{rewrite, Action, Source};
 use crate::file::writer::{write_file, WriteOptions};
 use crate::testkit::{assert_clean, bit_flips, drive, truncations};
 
-fn data_schema() -> SchemaRef {
+pub(crate) fn data_schema() -> SchemaRef {
     let inner = Fields::from(vec![Field::new("a", DataType::Int32, true), Field::new("b", DataType::Utf8, true)]);
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
@@ -27,7 +27,7 @@ fn data_schema() -> SchemaRef {
     ]))
 }
 
-fn data_batch(start: i64, n: usize) -> RecordBatch {
+pub(crate) fn data_batch(start: i64, n: usize) -> RecordBatch {
     let ids: Vec<i64> = (start..start + n as i64).collect();
     let s = StringArray::from_iter(ids.iter().map(|i| (i % 5 != 0).then(|| format!("s{}", i % 97))));
     let x = Float64Array::from_iter(ids.iter().map(|i| (i % 11 != 0).then_some(*i as f64 * 0.5)));
@@ -46,7 +46,7 @@ fn data_batch(start: i64, n: usize) -> RecordBatch {
 }
 
 /// A valid data file of 3 row groups (and its bytes).
-fn data_file(dir: &Path) -> Vec<u8> {
+pub(crate) fn data_file(dir: &Path) -> Vec<u8> {
     let path = dir.join("valid.parquet");
     let opts = WriteOptions { row_group_rows: 1500, ..Default::default() };
     write_file(&path, data_schema(), &[data_batch(0, 4500)], &opts).unwrap();
@@ -54,7 +54,7 @@ fn data_file(dir: &Path) -> Vec<u8> {
 }
 
 /// Writes `bytes` under a fresh name (the take footer cache is keyed by path and size).
-fn stage(dir: &Path, bytes: &[u8]) -> std::path::PathBuf {
+pub(crate) fn stage(dir: &Path, bytes: &[u8]) -> std::path::PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
     let path = dir.join(format!("m{}.parquet", N.fetch_add(1, Ordering::Relaxed)));
     std::fs::write(&path, bytes).unwrap();
@@ -68,7 +68,7 @@ fn data_mutants(valid: &[u8], seed: u64) -> Vec<crate::testkit::Mutant> {
 }
 
 /// Rewrites a staged copy of `bytes` with `actions` (one source); removes what it wrote.
-fn rewrite_bytes(dir: &Path, bytes: &[u8], actions: &[Action]) -> crate::Result<u64> {
+pub(crate) fn rewrite_bytes(dir: &Path, bytes: &[u8], actions: &[Action]) -> crate::Result<u64> {
     let src = stage(dir, bytes);
     let out = src.with_extension("out");
     let opts = WriteOptions { row_group_rows: 1000, ..Default::default() };
@@ -120,7 +120,7 @@ fn corrupt_data_files_fail_take_without_panicking() {
     assert_clean(drive("take", &valid, data_mutants(&valid, 4), take));
 }
 
-fn wal_schema() -> SchemaRef {
+pub(crate) fn wal_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
         Field::new("s", DataType::Utf8, true),
@@ -134,7 +134,7 @@ fn wal_schema() -> SchemaRef {
 }
 
 /// Encoded WAL rows and each row's end offset.
-fn wal_rows() -> (Vec<u8>, Vec<u64>) {
+pub(crate) fn wal_rows() -> (Vec<u8>, Vec<u64>) {
     let n = 300i64;
     let r = 0..n;
     let batch = RecordBatch::try_new(

@@ -26,6 +26,8 @@ mod py;
 #[cfg(test)]
 mod corrupt_tests;
 #[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
 pub(crate) mod testkit;
 
 pub use error::{Error, Result};

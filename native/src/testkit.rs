@@ -171,6 +171,7 @@ pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
 /// fails the corpus; one inside parquet or arrow is a dependency's bug the guard contains.
 static PANICS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 static READING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static READER: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
 fn record_panics() {
     static HOOK: std::sync::Once = std::sync::Once::new();
@@ -178,8 +179,14 @@ fn record_panics() {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
-            let quiet = READING.load(Ordering::SeqCst) && in_dependency(&at);
-            if READING.load(Ordering::SeqCst) {
+            // Only the reading test's thread and the unnamed threads a reader spawns: a panic of
+            // another test (libtest names its threads) is not this read's.
+            let reading = READING.load(Ordering::SeqCst) && {
+                let me = std::thread::current();
+                me.name().is_none() || me.name() == READER.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_deref()
+            };
+            let quiet = reading && in_dependency(&at);
+            if reading {
                 PANICS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(at);
             }
             if !quiet {
@@ -193,46 +200,82 @@ fn in_dependency(location: &str) -> bool {
     location.contains("/.cargo/registry/") || location.contains("/rustc/")
 }
 
+/// Longest one read of a small corrupt input may take: `LAMINA_FUZZ_CASE_SECONDS` (default 2 s, far
+/// above the milliseconds a read of the corpus files takes: it catches runaway loops sized by a
+/// corrupt length, not slowness of a loaded machine).
+pub fn case_budget() -> Duration {
+    let secs = std::env::var("LAMINA_FUZZ_CASE_SECONDS").ok().and_then(|s| s.parse::<f64>().ok()).unwrap_or(2.0);
+    Duration::from_secs_f64(secs.max(0.001))
+}
+
+/// Reads one corrupt input with `read` and returns what went wrong: a panic (even one a reader
+/// caught itself, when it is in Lamina's code), `Ok` where only `Err` is possible, an error that is
+/// not `Corrupt` naming `object` (when given), an allocation over [`MAX_ALLOCATION`], a read over
+/// [`case_budget`]. `contained` counts panics inside parquet/arrow that a guard turned into errors.
+pub fn check_one<T>(
+    name: &str,
+    how: &str,
+    must_fail: bool,
+    object: Option<&str>,
+    contained: &mut usize,
+    read: impl FnOnce() -> crate::Result<T>,
+) -> Vec<String> {
+    record_panics();
+    let mut failures = Vec::new();
+    // One read at a time across the corpus tests, so an allocation is charged to its reader.
+    let _one = ONE_READER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let before = largest_allocation();
+    PANICS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+    *READER.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = std::thread::current().name().map(String::from);
+    READING.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let outcome = catch_unwind(AssertUnwindSafe(read));
+    let took = started.elapsed();
+    READING.store(false, Ordering::SeqCst);
+    for at in PANICS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
+        if in_dependency(&at) {
+            *contained += 1;
+        } else {
+            failures.push(format!("{name}: {how}: panicked in Lamina's code at {at}"));
+        }
+    }
+    match outcome {
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            failures.push(format!("{name}: {how}: panicked: {msg}"));
+        }
+        Ok(Ok(_)) if must_fail => failures.push(format!("{name}: {how}: read back without an error")),
+        Ok(Err(e)) => {
+            if let Some(object) = object {
+                let named = matches!(&e, crate::Error::Corrupt { object: o, .. } if o == object);
+                if !named {
+                    failures.push(format!("{name}: {how}: not a Corrupt error naming {object}: {e:?}"));
+                }
+            }
+        }
+        Ok(Ok(_)) => {}
+    }
+    let after = largest_allocation();
+    if after > MAX_ALLOCATION && after > before {
+        failures.push(format!("{name}: {how}: asked for {after} bytes at once"));
+    }
+    if took > case_budget() {
+        failures.push(format!("{name}: {how}: took {took:?} (LAMINA_FUZZ_CASE_SECONDS bounds one read)"));
+    }
+    failures
+}
+
 /// Feeds `mutants`, then random mutations of `valid` for the fuzz budget, to `read`; returns
 /// what went wrong (a panic, `Ok` where only `Err` is possible, an oversized allocation).
 pub fn drive<T>(name: &str, valid: &[u8], mutants: Vec<Mutant>, read: impl Fn(&[u8]) -> crate::Result<T>) -> Vec<String> {
-    record_panics();
     let mut failures = Vec::new();
     let mut contained = 0usize;
-    let mut check = |bytes: &[u8], how: &str, must_fail: bool| {
-        // One read at a time across the corpus tests, so an allocation is charged to its reader.
-        let _one = ONE_READER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let before = largest_allocation();
-        PANICS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
-        READING.store(true, Ordering::SeqCst);
-        let outcome = catch_unwind(AssertUnwindSafe(|| read(bytes)));
-        READING.store(false, Ordering::SeqCst);
-        for at in PANICS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
-            if in_dependency(&at) {
-                contained += 1;
-            } else {
-                failures.push(format!("{name}: {how}: panicked in Lamina's code at {at}"));
-            }
-        }
-        match outcome {
-            Err(payload) => {
-                let msg = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                failures.push(format!("{name}: {how}: panicked: {msg}"));
-            }
-            Ok(Ok(_)) if must_fail => failures.push(format!("{name}: {how}: read back without an error")),
-            Ok(_) => {}
-        }
-        let after = largest_allocation();
-        if after > MAX_ALLOCATION && after > before {
-            failures.push(format!("{name}: {how}: asked for {after} bytes at once"));
-        }
-    };
     for m in &mutants {
-        check(&m.bytes, &m.how, m.must_fail);
+        failures.extend(check_one(name, &m.how, m.must_fail, None, &mut contained, || read(&m.bytes)));
     }
     let deadline = Instant::now() + fuzz_budget();
     let seed = fuzz_seed();
@@ -240,7 +283,8 @@ pub fn drive<T>(name: &str, valid: &[u8], mutants: Vec<Mutant>, read: impl Fn(&[
     let mut i = 0u64;
     while Instant::now() < deadline {
         let bytes = mutate(valid, &mut rng);
-        check(&bytes, &format!("random mutation {i} (LAMINA_FUZZ_SEED={seed})"), false);
+        let how = format!("random mutation {i} (LAMINA_FUZZ_SEED={seed})");
+        failures.extend(check_one(name, &how, false, None, &mut contained, || read(&bytes)));
         i += 1;
     }
     if contained > 0 {

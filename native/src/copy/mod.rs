@@ -402,7 +402,8 @@ pub fn rewrite(
             .get(source)
             .ok_or_else(|| Error::InvalidArgument(format!("action names source {source}, there are {}", opened.len())))?;
         if row_group >= src.meta().num_row_groups() {
-            return Err(Error::InvalidArgument(format!("{} has no row group {row_group}", src.path)));
+            // The plan comes from the manifest's row groups: a file with fewer is not the file it records.
+            return Err(src.corrupt(format!("has {} row groups, the plan names row group {row_group}", src.meta().num_row_groups())));
         }
         let (first, rows) = src.span(row_group);
         let live = match action {

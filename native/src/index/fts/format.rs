@@ -58,6 +58,13 @@ impl Directory {
         for _ in 0..nf {
             fragments.push(FragmentStats { ordinal: d.u32()?, rows: d.u32()?, docs: d.u32()?, total_len: d.u64()?, block: d.block()? });
         }
+        // Each fragment has one length block: an ordinal listed twice is a damaged directory (a query
+        // would otherwise refuse the caller's fragments as "served twice").
+        let mut ordinals: Vec<u32> = fragments.iter().map(|f| f.ordinal).collect();
+        ordinals.sort_unstable();
+        if let Some(w) = ordinals.windows(2).find(|w| w[0] == w[1]) {
+            return Err(corrupt(d.object(), format!("fragment ordinal {} is listed twice", w[0])));
+        }
         let nt = d.count(24)?;
         let mut terms = Vec::with_capacity(nt);
         for _ in 0..nt {
