@@ -13,7 +13,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/lamina/target
 export RAY_AUTH_MODE ?= disabled
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup native pytest cargo-test bench mutation clean
+.PHONY: demo test setup native pytest cargo-test bench mutation soak clean
 
 demo: setup
 	$(BIN)/python -m jobs.demo
@@ -75,3 +75,14 @@ mutation: setup
 
 clean:
 	rm -rf $(VENV) demo_table mutants
+
+# The chaos soak (docs/RELIABILITY.md, "Chaos soak"): writers, WAL producers and appliers, compaction,
+# index builds and cleanup on one table under S3 faults and SIGKILLs, then a check of every row
+# against a model of every committed write. Minutes: SOAK_SECONDS of chaos per backend (s3, local).
+SOAK_SECONDS ?= 180
+SOAK_SEED ?= 1
+SOAK_BACKEND ?= both
+SOAK_WRITERS ?= 8
+
+soak: setup
+	$(BIN)/python -m benchmarks.soak --backend $(SOAK_BACKEND) --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED) --writers $(SOAK_WRITERS)

@@ -46,6 +46,8 @@ SCHEMA = pa.schema([("id", pa.int64()), ("wid", pa.int64()), ("cat", pa.string()
 CATS = 7
 INDICES = (("id", "btree", "id_btree"), ("cat", "bitmap", "cat_bitmap"))
 SHARDS = 2
+#: Calls a run makes at least once each (``SoakResult.coverage``).
+COVERED = ("append", "delete", "wal_commit", "compact", "index_update", "cleanup")
 
 
 @dataclass
@@ -287,7 +289,10 @@ class SoakResult:
     errors_seen: dict[str, int] = field(default_factory=dict)
     compaction: dict[str, int] = field(default_factory=dict)
     cleanup: dict[str, int] = field(default_factory=dict)
-    longest_call_seconds: float = 0.0
+    coverage: dict[str, int] = field(default_factory=dict)
+    #: The longest append / delete / WAL commit / index update: cleanup's retention must exceed it
+    #: (files a write made before it committed are unreferenced until then; docs/FORMAT.md, cleanup).
+    longest_write_seconds: float = 0.0
     files_after_cleanup: int = 0
     anomalies: list[str] = field(default_factory=list)
     wall_seconds: float = 0.0
@@ -306,7 +311,8 @@ class SoakResult:
             f"  compaction: {self.compaction}; cleanup (retention {self.retention_seconds:g} s): {self.cleanup}",
             f"  rows checked: {self.rows_checked:,} ({self.rows_present:,} present, {self.rows_maybe:,} maybe); "
             f"versions {self.versions}; index lookups checked: {self.index_checks}",
-            f"  errors callers saw: {dict(sorted(self.errors_seen.items()))}; longest call {self.longest_call_seconds:.1f} s",
+            f"  errors callers saw: {dict(sorted(self.errors_seen.items()))}; longest write {self.longest_write_seconds:.1f} s",
+            f"  every kind of call succeeded: {self.coverage}",
             f"  files after the final cleanup: {self.files_after_cleanup}",
             f"  anomalies: {len(self.anomalies)}" + "".join(f"\n    - {a}" for a in self.anomalies[:50]),
         ])
@@ -373,6 +379,23 @@ class _Driver:
         except ProcessLookupError:
             return
         self.kills[kind] += 1
+
+    def wait_for_coverage(self, timeout: float) -> dict[str, int]:
+        """After the chaos window, without kills, waits (at most ``timeout`` s) until every kind of call
+        has succeeded at least once, so a short run under load still tests them all; returns the
+        successful calls by kind."""
+        deadline = time.monotonic() + timeout
+        while True:
+            done: collections.Counter[str] = collections.Counter()
+            for _, _, path in self.logs:
+                if os.path.exists(path):
+                    for begin, end in _read_log(path):
+                        if end is not None and end["ok"]:
+                            done[begin["op"]] += 1
+            if all(done[op] for op in COVERED) or time.monotonic() >= deadline:
+                return {op: done[op] for op in COVERED}
+            self.reap()
+            time.sleep(1.0)
 
     def stop(self) -> None:
         Path(self.stop_file).touch()
@@ -467,6 +490,7 @@ def run_soak(cfg: SoakConfig, workdir: str | Path | None = None, *, server: Any 
                 driver.reap()
                 if time.monotonic() < deadline:
                     driver.kill_one()
+            result.coverage = driver.wait_for_coverage(cfg.stop_timeout)
             driver.stop()
             result.anomalies += driver.exits
             result.kills = dict(driver.kills)
@@ -548,8 +572,8 @@ def _build_model(logs: list[tuple[str, int, str]], uri: str, result: SoakResult)
             op, out = begin["op"], _outcome(end)
             ops[op][out] += 1
             where = f"{role} {wid} call {begin['n']} ({op})"
-            if end is not None:
-                result.longest_call_seconds = max(result.longest_call_seconds, float(end.get("seconds", 0.0)))
+            if end is not None and op in ("append", "delete", "wal_commit", "index_update"):
+                result.longest_write_seconds = max(result.longest_write_seconds, float(end.get("seconds", 0.0)))
             if end is not None and not end["ok"]:
                 errors[end["type"]] += 1
                 if not end.get("lamina"):
@@ -600,6 +624,7 @@ def _names_table(msg: str, uri: str) -> bool:
 def check(result: SoakResult, uri: str, opts: dict | None, logs: list[tuple[str, int, str]], cfg: SoakConfig) -> None:
     """Checks the table at ``uri`` against the model the logs give; appends to ``result.anomalies``."""
     import lamina
+    import lamina.manifest
     from lamina.manifest import list_versions, manifest_path
 
     model = _build_model(logs, uri, result)
@@ -621,6 +646,9 @@ def check(result: SoakResult, uri: str, opts: dict | None, logs: list[tuple[str,
     table.cleanup(0, enforce_retention=False)
     table = lamina.open_table(uri, storage_options=opts)
     keep = table.manifest.referenced_paths() | {manifest_path(table.version)}
+    hint = getattr(lamina.manifest, "LATEST_HINT", None)  # advisory, not owned by a version (docs/FORMAT.md §2)
+    if hint is not None and table.store.exists(hint):
+        keep.add(hint)
     files = [o.path for o in table.store.list("") if not o.path.startswith("_wal/")]
     result.files_after_cleanup = len(files)
     extra = sorted(set(files) - keep)
