@@ -32,6 +32,7 @@ from lamina.manifest import (
     manifest_path,
     remember_manifest,
     try_load_manifest,
+    write_latest_hint,
     versions_from,
 )
 from lamina.retry import Backoff
@@ -101,6 +102,7 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
             won = _resolve_unknown(store, txn, new.version, _incarnation(base), e)
         if won:
             remember_manifest(store, new)
+            write_latest_hint(store, new.version)
             if attempt:
                 log.debug("%s committed version %d of %s after %d lost races", txn.operation, new.version, store.uri, attempt)
             return new

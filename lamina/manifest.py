@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import re
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from lamina.cache import MiB, cache
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound, TableReplaced, VersionNotFound
 from lamina.records import TransactionRecord, decode_record
 from lamina.store import ObjectStore, check_relative
+
+log = logging.getLogger("lamina.manifest")
 
 FORMAT = "lamina.manifest"
 FORMAT_VERSION = 1
@@ -463,7 +466,44 @@ def versions_from(store: ObjectStore, version: int, limit: int) -> list[int]:
     return found
 
 
+#: An advisory object naming a recent version (docs/FORMAT.md §2, "Latest-version hint"): readers list
+#: the versions from it on instead of the whole history. Never trusted alone: a hint may be old, and
+#: one of a dropped table may be ahead of the table there now.
+LATEST_HINT = f"{VERSIONS_DIR}_latest"
+#: Committers refresh the hint every this many versions (and at version 1), so a reader lists at most
+#: about this many versions past it.
+HINT_EVERY = 16
+
+
+def write_latest_hint(store: ObjectStore, version: int) -> None:
+    """Records ``version`` in the latest-version hint when it is due; best effort (a failure only makes
+    the next reader list a little more)."""
+    if version != 1 and version % HINT_EVERY:
+        return
+    try:
+        store.put(LATEST_HINT, str(version).encode())
+    except LaminaError as e:
+        log.warning("could not refresh the latest-version hint of %s (%s): readers list more versions until the next one", store.uri, e)
+
+
+def _hinted_version(store: ObjectStore) -> int | None:
+    try:
+        text = store.get(LATEST_HINT).decode("ascii", "replace").strip()
+    except ObjectNotFound:
+        return None
+    return int(text) if text.isdigit() and 0 < len(text) <= 19 else None
+
+
 def latest_version(store: ObjectStore) -> int | None:
+    """The newest version on storage, or None. Lists from the latest-version hint when there is one
+    (a few versions, whatever the length of the history), else every version."""
+    hint = _hinted_version(store)
+    if hint is not None:
+        after = versions_from(store, hint, 1 << 62)
+        if after:
+            return after[-1]
+        # Nothing from the hint on: an old hint of a table dropped and created again at the URI, or
+        # no table: the whole listing decides.
     versions = list_versions(store)
     return versions[-1] if versions else None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import subprocess
 import sys
 from pathlib import Path
@@ -363,6 +364,8 @@ def test_local_writers_take_turns_but_never_need_the_lock(local_table_uri, monke
         os.close(fd)
     cat.create_namespace("after")
     assert turns[-1] is not None
+    for waiter in [t for t in threading.enumerate() if t.name == "lamina-catalog-lock"]:
+        waiter.join(10)  # the abandoned waiter of "without_lock" takes the lock once free, then lets it go
     probe = os.open(lock_path, os.O_RDWR)
     try:
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it after a write
