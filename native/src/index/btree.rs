@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::codec::{Dec, Enc};
 use super::keys::{Key, KeyColumn, KeyRange, KeyType};
-use super::{corrupt, directory_header, local_address, BlockRef, BuildOptions, Built, Kind, SegmentReader, SegmentWriter};
+use super::{corrupt, directory_header, local_address, partition_point, BlockRef, BuildOptions, Built, Kind, SegmentReader, SegmentWriter};
 use crate::error::{Error, Result};
 
 #[derive(Debug)]
@@ -104,19 +104,6 @@ fn u64_at(raw: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// The first index in `0..n` where `pred` turns false (`pred` true then false, as `partition_point`).
-fn partition(lo: usize, n: usize, pred: impl Fn(usize) -> bool) -> usize {
-    let (mut lo, mut hi) = (lo, n);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if pred(mid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
-}
 
 impl<'a> PageView<'a> {
     fn decode(buf: &'a [u8], key_type: KeyType, object: &str) -> Result<PageView<'a>> {
@@ -141,8 +128,8 @@ impl<'a> PageView<'a> {
     fn collect(&self, r: &KeyRange, out: &mut Vec<u64>) {
         let (lo, hi) = if !self.nums.is_empty() {
             let n = self.nums.len() / 8;
-            let lo = partition(0, n, |i| !r.above_lo(&Key::Num(u64_at(self.nums, i))));
-            let hi = partition(lo, n, |i| r.below_hi(&Key::Num(u64_at(self.nums, i))));
+            let lo = partition_point(n, |i| !r.above_lo(&Key::Num(u64_at(self.nums, i))));
+            let hi = lo + partition_point(n - lo, |i| r.below_hi(&Key::Num(u64_at(self.nums, lo + i))));
             (lo, hi)
         } else {
             let above = |k: &[u8]| match &r.lo {

@@ -81,6 +81,21 @@ impl Kind {
     }
 }
 
+/// The first `i` in `0..n` where `pred(i)` is false (`pred` true then false), like a slice's
+/// `partition_point` over positions that are read in place (keys and addresses inside a stored block).
+pub(crate) fn partition_point(n: usize, pred: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 pub(crate) fn corrupt(object: &str, reason: impl Into<String>) -> Error {
     Error::Corrupt { object: object.to_string(), reason: reason.into() }
 }

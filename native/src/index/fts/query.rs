@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::format::{PostingBlock, NO_DOC};
 use crate::error::{Error, Result};
-use crate::index::{corrupt, local_address, SegmentReader};
+use crate::index::{corrupt, local_address, partition_point, SegmentReader};
 
 /// BM25 parameters (Robertson/Lucene): idf = ln(1 + (N - df + 0.5) / (df + 0.5)).
 pub const K1: f64 = 1.2;
@@ -344,19 +344,6 @@ impl<B: AsRef<[u8]>> SegmentQuery<B> {
 const PARALLEL_POSTINGS: usize = if cfg!(test) { 1 << 10 } else { 1 << 17 };
 const PART_ROWS: usize = if cfg!(test) { 1 << 8 } else { 1 << 16 };
 
-/// The first `i` in `0..n` where `pred(i)` is false (`pred` true then false).
-fn partition_point(n: usize, pred: impl Fn(usize) -> bool) -> usize {
-    let (mut lo, mut hi) = (0, n);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if pred(mid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
-}
 
 /// One term's [`term_score`], precomputed for small term frequencies and
 /// document lengths when the term has many postings: a lookup gives the same
