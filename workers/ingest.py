@@ -20,6 +20,7 @@ from typing import Any
 
 from lamina.errors import ShardStopped
 from lamina.ingest import IngestOptions, ShardApplier
+from lamina.store.scheduler import io_stats
 
 log = logging.getLogger("lamina.ingest")
 
@@ -68,7 +69,9 @@ class WalApplier:
         return self.applier.remove_applied_segments()
 
     def stats(self) -> dict[str, Any]:
-        return dict(self.applier.snapshot().__dict__)
+        """The applier's figures, and ``io``: the object-store requests of this actor's process since it
+        started (``lamina.io_stats`` shape; the job's ``--json`` prints them per shard)."""
+        return {**self.applier.snapshot().__dict__, "io": io_stats()}
 
     def ready(self) -> bool:
         return True

@@ -90,6 +90,7 @@ def test_job_until_idle_then_compaction_merges_flushed_fragments(ray_cluster, lo
         assert proc.returncode == 0, proc.stderr[-3000:]
         stats = json.loads(proc.stdout)
         assert sum(s["applied_rows"] for s in stats) == len(batch)
+        assert all(s["io"]["local"]["PUT"] >= 1 and s["io"]["local"]["GET"] >= 1 for s in stats), "each shard reports its requests"
     t = lamina.open_table(local_table_uri)
     assert t.count_rows() == len(expected) and len(t.fragments()) >= 4
     before = t.to_arrow()
