@@ -58,6 +58,9 @@ class GroupResult:
     row_groups_copied: int = 0
     row_groups_encoded: int = 0
     get_requests: int = 0
+    #: How the worker resolved each planned ``copy_if_clean`` row group from the deletion file:
+    #: ``(fragment id, row group, "copy" | "encode", why)``, e.g. ``(12, 3, "encode", "deleted (12 rows)")``.
+    resolved: list[tuple[int, int, str, str]] = field(default_factory=list)
     seconds: float = 0.0
     #: Index name -> (index uuid, segment over the output); fragment ids are set at commit.
     index_segments: dict[str, tuple[str, IndexSegment]] = field(default_factory=dict)
@@ -102,7 +105,8 @@ class CompactionSummary:
             mode=result.mode, reason=result.reason, bytes_out=result.bytes_out, seconds=round(result.seconds, 3),
             status="written" if result.ok else "failed", error=result.error,
             row_groups_copied=result.row_groups_copied, row_groups_encoded=result.row_groups_encoded,
-            get_requests=result.get_requests, index_segments=sorted(result.index_segments))
+            get_requests=result.get_requests, index_segments=sorted(result.index_segments),
+            resolved=[f"fragment {fid} rg {rg}: {action} ({why})" for fid, rg, action, why in result.resolved])
         if not result.ok:
             self.failed_groups += 1
         else:

@@ -6,6 +6,7 @@ Every decision carries a machine-readable reason (the constants below), shown by
 
 from __future__ import annotations
 
+import bisect
 from typing import NamedTuple, Sequence
 
 from lamina import _native
@@ -20,6 +21,10 @@ FULL_REWRITE = "full_rewrite"
 # What happens to one source row group
 COPY = "copy"  # its encoded column chunks are copied as they are
 ENCODE = "encode"  # its rows are decoded and re-encoded (deletions dropped)
+#: Copied unless the fragment's deletion file puts a deleted row in it (then re-encoded): the
+#: manifest records only a fragment's deleted count, so the worker, which reads the deletion
+#: file anyway, resolves this to COPY or ENCODE (``resolve``) before anything is written.
+COPY_IF_CLEAN = "copy_if_clean"
 
 # Why a fragment is a candidate
 SMALL = "small"  # below the row and byte targets
@@ -29,7 +34,9 @@ DELETIONS = "deletions"  # deleted share at or above materialize_deletions_thres
 ELIGIBLE = "all_row_groups_large"
 SOME_SMALL_ROW_GROUPS = "some_row_groups_small"
 ALL_SMALL_ROW_GROUPS = "all_row_groups_small"
-HAS_DELETIONS = "has_deletions"
+HAS_DELETIONS = "has_deletions"  # every row group is small or holds deleted rows, some of them deleted
+SOME_ROW_GROUPS_DELETED = "some_row_groups_deleted"  # copies except where rows are (or may be) deleted
+SOME_SMALL_OR_DELETED = "some_row_groups_small_or_deleted"
 BINARY_COPY_DISABLED = "binary_copy_disabled"
 FILE_VERSION_MISMATCH = "file_version_mismatch"
 
@@ -43,41 +50,93 @@ def candidate_reason(fragment: Fragment, options: CompactionOptions) -> str | No
     return None
 
 
+# Why one row group gets its action (RowGroupAction.why; the first word is the kind)
+WHY_LARGE = "large"
+WHY_SMALL = "small"
+WHY_DELETED = "deleted"
+WHY_MAYBE_DELETED = "maybe_deleted"
+WHY_CLEAN = "clean"
+
+
+class RowGroupAction(NamedTuple):
+    """What a worker does with one source row group; the native rewrite takes ``native()``."""
+
+    action: str  # COPY, ENCODE or COPY_IF_CLEAN
+    source: int  # position of the fragment in its group
+    row_group: int  # row group index in that fragment's data file
+    why: str = ""  # e.g. "small (< 1,048,576 bytes)", "deleted (12 rows)": the first word is a WHY_* kind
+
+    def native(self) -> tuple[str, int, int]:
+        """The ``(action, source, row_group)`` the native rewrite takes (COPY or ENCODE only)."""
+        return (self.action, self.source, self.row_group)
+
+
+def _row_group_actions(fragments: Sequence[Fragment], options: CompactionOptions) -> list[RowGroupAction]:
+    """Per row group, what it gets when chunks may be copied at all: small ones are re-encoded, so
+    are ones that must hold a deleted row (the fragment has more deleted rows than rows outside
+    them); other row groups of a fragment with deletions are copied if clean."""
+    out = []
+    for si, f in enumerate(fragments):
+        for ri, rg in enumerate(f.row_groups):
+            if rg.bytes < options.min_row_group_bytes:
+                out.append(RowGroupAction(ENCODE, si, ri, f"{WHY_SMALL} (< {options.min_row_group_bytes:,} bytes)"))
+            elif f.deleted_rows and f.deleted_rows > f.rows - rg.rows:
+                out.append(RowGroupAction(ENCODE, si, ri, f"{WHY_DELETED} (at least {f.deleted_rows - (f.rows - rg.rows):,} "
+                                                          f"of the fragment's {f.deleted_rows:,} deleted rows)"))
+            elif f.deleted_rows:
+                out.append(RowGroupAction(COPY_IF_CLEAN, si, ri, f"{WHY_MAYBE_DELETED} (the fragment has {f.deleted_rows:,} "
+                                                                 "deleted rows: copied if none is in this row group)"))
+            else:
+                out.append(RowGroupAction(COPY, si, ri, WHY_LARGE))
+    return out
+
+
 def choose_mode(fragments: Sequence[Fragment], options: CompactionOptions) -> tuple[str, str]:
     """(mode, reason) for rewriting ``fragments`` together."""
-    if any(f.deletion is not None for f in fragments):
-        return FULL_REWRITE, HAS_DELETIONS
     if not options.enable_binary_copy:
         return FULL_REWRITE, BINARY_COPY_DISABLED
     if {f.file_version for f in fragments} != {_native.FILE_VERSION}:
         return FULL_REWRITE, FILE_VERSION_MISMATCH
-    sizes = [rg.bytes for f in fragments for rg in f.row_groups]
-    small = sum(1 for b in sizes if b < options.min_row_group_bytes)
-    if small == 0:
+    planned = _row_group_actions(fragments, options)
+    kinds = {a.why.split()[0] for a in planned}
+    copies = WHY_LARGE in kinds or WHY_MAYBE_DELETED in kinds
+    deleted = any(f.deletion is not None for f in fragments)
+    small = WHY_SMALL in kinds
+    if kinds == {WHY_LARGE}:
         return BINARY_COPY, ELIGIBLE
-    if small == len(sizes):
-        return FULL_REWRITE, ALL_SMALL_ROW_GROUPS
-    return HYBRID, SOME_SMALL_ROW_GROUPS
-
-
-class RowGroupAction(NamedTuple):
-    """What a worker does with one source row group (the native rewrite takes these as tuples)."""
-
-    action: str  # COPY or ENCODE
-    source: int  # position of the fragment in its group
-    row_group: int  # row group index in that fragment's data file
+    if not copies:
+        return FULL_REWRITE, HAS_DELETIONS if deleted else ALL_SMALL_ROW_GROUPS
+    if small and deleted:
+        return HYBRID, SOME_SMALL_OR_DELETED
+    return HYBRID, SOME_SMALL_ROW_GROUPS if small else SOME_ROW_GROUPS_DELETED
 
 
 def actions(fragments: Sequence[Fragment], mode: str, options: CompactionOptions) -> list[RowGroupAction]:
-    """Per source row group, in order: copy it as it is or re-encode it."""
+    """Per source row group, in order: copy it, copy it if clean, or re-encode it, and why."""
+    if mode == FULL_REWRITE:
+        return [RowGroupAction(ENCODE, a.source, a.row_group, a.why if a.action == ENCODE else "full_rewrite")
+                for a in _row_group_actions(fragments, options)]
+    return _row_group_actions(fragments, options)
+
+
+def resolve(actions: Sequence[RowGroupAction], fragments: Sequence[Fragment], deleted: Sequence[Sequence[int]]) -> tuple[RowGroupAction, ...]:
+    """``actions`` with each COPY_IF_CLEAN made COPY or ENCODE from the deleted offsets of each
+    fragment (sorted, as its deletion file holds them), row groups bounded by the manifest's row
+    counts: the worker's only decision, a function of the plan and the deletion files it names."""
     out = []
-    for si, f in enumerate(fragments):
-        for ri, rg in enumerate(f.row_groups):
-            copy = mode == BINARY_COPY or (mode == HYBRID and rg.bytes >= options.min_row_group_bytes)
-            out.append(RowGroupAction(COPY if copy else ENCODE, si, ri))
-    return out
+    for a in actions:
+        if a.action != COPY_IF_CLEAN:
+            out.append(a)
+            continue
+        f = fragments[a.source]
+        first = sum(rg.rows for rg in f.row_groups[:a.row_group])
+        offsets = deleted[a.source]
+        n = bisect.bisect_left(offsets, first + f.row_groups[a.row_group].rows) - bisect.bisect_left(offsets, first)
+        out.append(RowGroupAction(ENCODE, a.source, a.row_group, f"{WHY_DELETED} ({n:,} rows)") if n
+                   else RowGroupAction(COPY, a.source, a.row_group, f"{WHY_CLEAN} (none of the fragment's {len(offsets):,} deleted rows)"))
+    return tuple(out)
 
 
 def encode_all(actions: Sequence[RowGroupAction]) -> tuple[RowGroupAction, ...]:
     """The same row groups, every one re-encoded: the full rewrite a copy falls back to."""
-    return tuple(RowGroupAction(ENCODE, a.source, a.row_group) for a in actions)
+    return tuple(RowGroupAction(ENCODE, a.source, a.row_group, a.why if a.action == ENCODE else "fallback") for a in actions)

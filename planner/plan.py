@@ -6,23 +6,29 @@
                  policy "tiered":  peers of one size tier, deletions, max_fragments (planner.tiered),
                                    with a decision per fragment (TierReport)
              ──► a mode and reason per group (eligibility.choose_mode)
-             ──► per source row group: copy or re-encode (eligibility.actions)
+             ──► per source row group: copy, re-encode, or copy if clean, and why (eligibility.actions)
              ──► CompactionPlan (groups in table order)
 
-Workers execute a group's actions as planned; the only thing they may change is
-falling back to re-encoding every row group (``CompactionGroup.as_full_rewrite``)
-when a source turns out not to be copyable.
+Workers execute a group's actions as planned. They decide two things only, both by a fixed
+rule: each ``copy_if_clean`` row group (a large row group of a fragment with a deletion file:
+the manifest records how many rows are deleted, not where) becomes a copy when the deletion
+file puts no deleted row in it, else a re-encode (``CompactionGroup.resolve``); and when a
+source turns out not to be copyable, every row group is re-encoded
+(``CompactionGroup.as_full_rewrite``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from lamina.manifest import Fragment, Manifest
 from planner.bin_packing import pack_adjacent
-from planner.eligibility import COPY, ENCODE, FULL_REWRITE, RowGroupAction, actions, candidate_reason, choose_mode, encode_all
+from planner.eligibility import (
+    COPY, COPY_IF_CLEAN, ENCODE, FULL_REWRITE, RowGroupAction, actions, candidate_reason, choose_mode, encode_all, resolve,
+    WHY_LARGE, WHY_SMALL,
+)
 from planner.options import TIERED, CompactionOptions
 from planner.tiered import TierReport, plan_tiers
 
@@ -46,13 +52,19 @@ class CompactionGroup:
         """This group with every row group re-encoded: what a worker runs when a copy is refused."""
         return dataclasses.replace(self, mode=FULL_REWRITE, reason=f"fallback: {why}", actions=encode_all(self.actions))
 
+    def resolve(self, fragments: Sequence[Fragment], deleted: Sequence[Sequence[int]]) -> "CompactionGroup":
+        """This group with each ``copy_if_clean`` row group made a copy or a re-encode, from the
+        sorted deleted offsets of each of its ``fragments`` (eligibility.resolve)."""
+        return dataclasses.replace(self, actions=resolve(self.actions, fragments, deleted))
+
     def describe_actions(self) -> str:
-        """``4 copied, 1 re-encoded (10:0)``: counts, and which row groups (fragment:row groups) are
-        re-encoded in a group that also copies."""
+        """``4 copied, 1 re-encoded (10:0)``: counts (and row groups to copy if clean), and which row
+        groups (fragment:row groups) are re-encoded in a group that also copies."""
         copied = sum(1 for a in self.actions if a.action == COPY)
-        encoded = len(self.actions) - copied
-        text = f"{copied} copied, {encoded} re-encoded"
-        if copied and encoded:
+        maybe = sum(1 for a in self.actions if a.action == COPY_IF_CLEAN)
+        encoded = len(self.actions) - copied - maybe
+        text = f"{copied} copied, " + (f"{maybe} copied if clean, " if maybe else "") + f"{encoded} re-encoded"
+        if (copied or maybe) and encoded:
             runs: list[list[int]] = []  # [source, first, last]
             for a in self.actions:
                 if a.action != ENCODE:
@@ -65,11 +77,35 @@ class CompactionGroup:
             text += f" ({', '.join(shown[:20])}{', ...' if len(shown) > 20 else ''})"
         return text
 
+    def row_group_lines(self, limit: int | None = None) -> list[str]:
+        """Per fragment whose row groups do not all get the same plain action (copied because large,
+        re-encoded because small), its row groups in runs of one action and reason:
+        ``fragment 12: rg 0-2 copy: large; rg 3 encode: deleted (12 rows)``; at most ``limit`` lines."""
+        per: dict[int, list[list[Any]]] = {}  # source -> [[first, last, action, why]]
+        for a in self.actions:
+            runs = per.setdefault(a.source, [])
+            if runs and runs[-1][1] == a.row_group - 1 and runs[-1][2:] == [a.action, a.why]:
+                runs[-1][1] = a.row_group
+            else:
+                runs.append([a.row_group, a.row_group, a.action, a.why])
+        plain = {(COPY, WHY_LARGE), (ENCODE, WHY_SMALL)}
+        notable = {s: runs for s, runs in per.items()
+                   if len(runs) > 1 or (runs[0][2], runs[0][3].split(" ")[0]) not in plain}
+        lines = []
+        for source, runs in notable.items():
+            if limit is not None and len(lines) == limit:
+                lines.append(f"... ({len(notable) - limit} more fragments)")
+                break
+            parts = [f"rg {a}{f'-{b}' if b != a else ''} {action}" + (f": {why}" if why else "") for a, b, action, why in runs]
+            lines.append(f"fragment {self.fragment_ids[source]}: " + "; ".join(parts))
+        return lines
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["fragment_ids"] = list(self.fragment_ids)
         d["candidates"] = list(self.candidates)
         d["actions"] = [[a.action, self.fragment_ids[a.source], a.row_group] for a in self.actions]
+        d["row_group_plan"] = self.row_group_lines()
         return d
 
 
@@ -104,6 +140,8 @@ class CompactionPlan:
         }
 
     def describe(self) -> str:
+        """The plan as ``--dry-run`` prints it: per group its mode and reason, and per fragment
+        whose row groups are not all plainly copied or re-encoded, what each gets and why."""
         modes: dict[str, int] = {}
         for g in self.groups:
             modes[g.mode] = modes.get(g.mode, 0) + 1
@@ -118,6 +156,7 @@ class CompactionPlan:
             lines.append(f"  group {g.index:4d}: {g.mode:12s} reason={g.reason:24s} fragments [{span}] ({len(ids)}) "
                          f"rows={g.rows:,} bytes={g.bytes:,}")
             lines.append(f"{'':14s}row groups: {g.describe_actions()}")
+            lines.extend(f"{'':16s}{line}" for line in g.row_group_lines(20))
             if self.tiers is not None:
                 lines.append(f"{'':14s}trigger: {self.tiers.group_triggers[g.index]}")
         for fid, why in self.skipped:

@@ -3,7 +3,9 @@
     GroupTask (the planned group: its row-group actions, the fragments, the table's schema)
       ──► stage sources (ObjectStore.staged_input: the file itself, or S3 ranged GETs of up to
           read_batch_bytes), checksums checked
-      ──► native rewrite of the planned actions (copy / encode); when a source turns out not to be
+      ──► each copy_if_clean row group resolved from the deletion file just read: copied when it
+          holds no deleted row, else re-encoded (CompactionGroup.resolve; reported in the result)
+      ──► native rewrite of the actions (copy / encode); when a source turns out not to be
           copyable, the group's own fallback (every row group re-encoded)
       ──► the output through ObjectStore.staged_output (renamed into place, or a multipart upload)
       ──► one segment per table index over the output ──► lamina.compaction.GroupResult
@@ -40,7 +42,7 @@ from lamina.index.segments import segment_for_outputs
 from lamina.manifest import DATA_DIR, Fragment, Manifest, RowGroup
 from lamina.rewrite import id_ranges, live_offsets, mapping_runs
 from lamina.store import ObjectStore, open_store
-from planner.eligibility import FULL_REWRITE
+from planner.eligibility import COPY_IF_CLEAN, FULL_REWRITE
 from planner.plan import CompactionGroup, CompactionPlan
 
 
@@ -102,25 +104,30 @@ class GroupCompactor:
         out_rel = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
         with contextlib.ExitStack() as staged:
             sources = []
+            deleted = []
             for frag in task.fragments:
                 source = staged.enter_context(store.staged_input(frag.path, frag.file_bytes, batch_bytes=task.read_batch_bytes))
                 # A damaged source must never be copied into an output under a fresh, valid checksum.
                 if frag.checksum is not None:
                     check(frag.checksum, of_file(source.path), f"data file {store.describe(frag.path)} of fragment {frag.id}")
                 result.get_requests += source.requests
-                sources.append((source.path, pa.array(read_deleted(store, frag), type=pa.uint32())))
+                deleted.append(read_deleted(store, frag))
+                sources.append((source.path, pa.array(deleted[-1], type=pa.uint32())))
+            planned = task.group
+            group = planned.resolve(task.fragments, deleted)
+            result.resolved = [(planned.fragment_ids[p.source], p.row_group, r.action, r.why)
+                               for p, r in zip(planned.actions, group.actions) if p.action == COPY_IF_CLEAN]
             kwargs = dict(row_group_rows=task.write.row_group_rows, row_group_bytes=task.write.row_group_bytes,
                           zstd_level=task.write.zstd_level)
             with store.staged_output(out_rel) as out_local:
-                group = task.group
                 try:
-                    meta = _native.rewrite_data_file(sources, list(group.actions), task.schema, out_local, **kwargs)
+                    meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local, **kwargs)
                 except InvalidArgument as e:
                     if group.mode == FULL_REWRITE:
                         raise
                     group = group.as_full_rewrite(str(e))
                     result.mode, result.reason = group.mode, group.reason
-                    meta = _native.rewrite_data_file(sources, list(group.actions), task.schema, out_local, **kwargs)
+                    meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local, **kwargs)
                 self._index(task, store, out_local, int(meta["rows"]), result)
         maybe_die()
 

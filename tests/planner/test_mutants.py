@@ -34,7 +34,8 @@ def test_row_groups_exactly_at_min_row_group_bytes_are_copied_not_reencoded():
     frags = [frag(0, rg_bytes=(MiB,)), frag(1, rg_bytes=(MiB,))]
     assert choose_mode(frags, OPTS) == (BINARY_COPY, ELIGIBLE)
     mixed = [frag(0, rows=200, rg_bytes=(MiB, MiB - 1))]
-    assert actions(mixed, HYBRID, OPTS) == [("copy", 0, 0), ("encode", 0, 1)]
+    assert [a[:3] for a in actions(mixed, HYBRID, OPTS)] == [("copy", 0, 0), ("encode", 0, 1)]
+    assert [a.why for a in actions(mixed, HYBRID, OPTS)] == ["large", "small (< 1,048,576 bytes)"]
 
 
 def test_groups_are_cut_at_the_byte_target_too():
@@ -144,8 +145,10 @@ def test_dry_run_describes_every_group_and_skipped_fragment():
         "              row groups: 3 copied, 0 re-encoded",
         "  group    2: hybrid       reason=some_row_groups_small    fragments [9,10] (2) rows=600 bytes=4,718,592",
         "              row groups: 2 copied, 1 re-encoded (10:0)",
+        "                fragment 10: rg 0 encode: small (< 1,048,576 bytes); rg 1 copy: large",
         "  group    3: full_rewrite reason=has_deletions            fragments [14] (1) rows=1,000 bytes=2,097,152",
         "              row groups: 0 copied, 1 re-encoded",
+        "                fragment 14: rg 0 encode: deleted (at least 1,000 of the fragment's 1,000 deleted rows)",
         "  skipped fragment 12: alone: no adjacent fragment has room for it",
     ])
 
@@ -168,16 +171,18 @@ def test_plan_summary_json_has_every_field():
         "groups": [
             {"index": 0, "fragment_ids": [0, 1, 2, 3], "mode": "binary_copy", "reason": "all_row_groups_large",
              "rows": 800, "bytes": 8 * MiB, "row_groups": 4, "candidates": ["small"] * 4,
-             "actions": [["copy", 0, 0], ["copy", 1, 0], ["copy", 2, 0], ["copy", 3, 0]]},
+             "actions": [["copy", 0, 0], ["copy", 1, 0], ["copy", 2, 0], ["copy", 3, 0]], "row_group_plan": []},
             {"index": 1, "fragment_ids": [5, 6, 7], "mode": "binary_copy", "reason": "all_row_groups_large",
              "rows": 900, "bytes": 6 * MiB, "row_groups": 3, "candidates": ["small"] * 3,
-             "actions": [["copy", 5, 0], ["copy", 6, 0], ["copy", 7, 0]]},
+             "actions": [["copy", 5, 0], ["copy", 6, 0], ["copy", 7, 0]], "row_group_plan": []},
             {"index": 2, "fragment_ids": [9, 10], "mode": "hybrid", "reason": "some_row_groups_small",
              "rows": 600, "bytes": 4 * MiB + MiB // 2, "row_groups": 3, "candidates": ["small"] * 2,
-             "actions": [["copy", 9, 0], ["encode", 10, 0], ["copy", 10, 1]]},
+             "actions": [["copy", 9, 0], ["encode", 10, 0], ["copy", 10, 1]],
+             "row_group_plan": ["fragment 10: rg 0 encode: small (< 1,048,576 bytes); rg 1 copy: large"]},
             {"index": 3, "fragment_ids": [14], "mode": "full_rewrite", "reason": "has_deletions",
              "rows": 1000, "bytes": 2 * MiB, "row_groups": 1, "candidates": ["deletions"],
-             "actions": [["encode", 14, 0]]},
+             "actions": [["encode", 14, 0]],
+             "row_group_plan": ["fragment 14: rg 0 encode: deleted (at least 1,000 of the fragment's 1,000 deleted rows)"]},
         ],
         "skipped": [[12, "alone: no adjacent fragment has room for it"]],
     }

@@ -11,7 +11,7 @@ from planner import CompactionOptions, plan_compaction
 from planner.bin_packing import pack_adjacent
 from planner.eligibility import (
     ALL_SMALL_ROW_GROUPS, BINARY_COPY, BINARY_COPY_DISABLED, DELETIONS, ELIGIBLE, FILE_VERSION_MISMATCH, FULL_REWRITE,
-    HAS_DELETIONS, HYBRID, SMALL, SOME_SMALL_ROW_GROUPS, actions, candidate_reason, choose_mode,
+    HAS_DELETIONS, HYBRID, SMALL, SOME_ROW_GROUPS_DELETED, SOME_SMALL_OR_DELETED, SOME_SMALL_ROW_GROUPS, actions, candidate_reason, choose_mode,
 )
 from planner.options import parse_assignment
 
@@ -50,7 +50,14 @@ def test_candidate_reason(fragment, reason):
     ([frag(0), frag(1)], OPTS, BINARY_COPY, ELIGIBLE),
     ([frag(0), frag(1, rg_bytes=(MiB // 2,))], OPTS, HYBRID, SOME_SMALL_ROW_GROUPS),
     ([frag(0, rg_bytes=(MiB // 2,)), frag(1, rg_bytes=(MiB // 4,))], OPTS, FULL_REWRITE, ALL_SMALL_ROW_GROUPS),
-    ([frag(0), frag(1, deleted=3)], OPTS, FULL_REWRITE, HAS_DELETIONS),
+    # one row group each: the one with deletions must hold them, the other is copied
+    ([frag(0), frag(1, deleted=3)], OPTS, HYBRID, SOME_ROW_GROUPS_DELETED),
+    ([frag(0, deleted=1), frag(1, deleted=3)], OPTS, FULL_REWRITE, HAS_DELETIONS),
+    ([frag(0, rg_bytes=(MiB // 2,)), frag(1, deleted=3)], OPTS, FULL_REWRITE, HAS_DELETIONS),
+    # 2 of 200 rows deleted in two row groups: each is copied if clean
+    ([frag(0, rows=200, rg_bytes=(2 * MiB, 2 * MiB), deleted=2)], OPTS, HYBRID, SOME_ROW_GROUPS_DELETED),
+    ([frag(0, rows=200, rg_bytes=(2 * MiB, MiB // 2), deleted=2)], OPTS, HYBRID, SOME_SMALL_OR_DELETED),
+    ([frag(0, deleted=3)], OPTS.with_overrides(enable_binary_copy=False), FULL_REWRITE, BINARY_COPY_DISABLED),
     ([frag(0), frag(1, version="0")], OPTS, FULL_REWRITE, FILE_VERSION_MISMATCH),
     ([frag(0), frag(1)], OPTS.with_overrides(enable_binary_copy=False), FULL_REWRITE, BINARY_COPY_DISABLED),
 ])
@@ -60,7 +67,7 @@ def test_choose_mode(fragments, options, mode, reason):
 
 def test_hybrid_actions_copy_large_and_encode_small():
     frags = [frag(0, rows=200, rg_bytes=(2 * MiB, MiB // 2)), frag(1, rows=100, rg_bytes=(MiB // 3,))]
-    assert actions(frags, HYBRID, OPTS) == [("copy", 0, 0), ("encode", 0, 1), ("encode", 1, 0)]
+    assert [a[:3] for a in actions(frags, HYBRID, OPTS)] == [("copy", 0, 0), ("encode", 0, 1), ("encode", 1, 0)]
     assert {a[0] for a in actions(frags, FULL_REWRITE, OPTS)} == {"encode"}
 
 

@@ -7,7 +7,11 @@ import pyarrow.parquet as pq
 
 import lamina
 from planner import plan_compaction
-from tests.compaction_helpers import MIXED_MODES, MIXED_OPTIONS, mixed_table
+from lamina.compaction import CompactionSummary, commit_results
+from lamina.filter import parse_filter
+from tests.compaction_helpers import (
+    DELETION_AWARE_COPIES, DELETION_AWARE_OPTIONS, MIXED_MODES, MIXED_OPTIONS, deletion_aware_table, mixed_table,
+)
 from workers.compaction import GroupCompactor, tasks_for as group_tasks
 
 
@@ -77,3 +81,50 @@ def test_corrupt_source_fails_the_group_naming_the_file(local_table_uri):
     r = GroupCompactor().run(tasks[0])
     assert not r.ok and victim.path in r.error and "CorruptFile" in r.error
     assert list(o.path for o in t.store.list("data/")) == sorted(f.path for f in t.manifest.fragments), "no output left behind"
+
+
+def test_clean_row_groups_of_fragments_with_deletions_are_copied(table_location):
+    uri, opts = table_location
+    t = deletion_aware_table(uri, opts)
+    t.create_index("id", "btree")
+    before = t.to_arrow()
+    plan, tasks = tasks_for(t, DELETION_AWARE_OPTIONS, storage_options=opts)
+    (g,) = plan.groups
+    assert (g.mode, g.reason) == ("hybrid", "some_row_groups_small_or_deleted")
+    assert [a.action for a in g.actions] == ["copy"] * 3 + ["copy_if_clean"] * 3 + ["encode"] * 6 + ["copy_if_clean"] * 3
+    text = plan.describe()
+    assert "row groups: 3 copied, 6 copied if clean, 6 re-encoded (2:0-1, 3:0-3)" in text
+    assert "fragment 1: rg 0-2 copy_if_clean: maybe_deleted (the fragment has 6 deleted rows" in text
+
+    r = GroupCompactor().run(tasks[0])
+    assert r.ok, r.error
+    assert r.resolved == [(1, 0, "copy", "clean (none of the fragment's 6 deleted rows)"), (1, 1, "encode", "deleted (6 rows)"),
+                          (1, 2, "copy", "clean (none of the fragment's 6 deleted rows)"),
+                          (4, 0, "copy", "clean (none of the fragment's 3 deleted rows)"),
+                          (4, 1, "copy", "clean (none of the fragment's 3 deleted rows)"), (4, 2, "encode", "deleted (3 rows)")]
+    assert (r.mode, r.row_groups_copied) == ("hybrid", len(DELETION_AWARE_COPIES))
+    # Output row groups: A0 A1 A2 B0 [B1] B2 [C+D] E0 E1 [E2]: copied ones are byte-identical to their source.
+    copied_at = [0, 1, 2, 3, 5, 7, 8]
+    assert [rg.rows for rg in r.fragment.row_groups] == [4000, 4000, 4000, 4000, 3994, 4000, 2997, 4000, 4000, 3997]
+    leaves = pq.ParquetFile(pa.BufferReader(t.store.get(r.fragment.path))).metadata.num_columns
+    for out_rg, (src, src_rg) in zip(copied_at, DELETION_AWARE_COPIES):
+        for col in range(leaves):
+            assert chunk(t.store, r.fragment.path, out_rg, col) == chunk(t.store, tasks[0].fragments[src].path, src_rg, col)
+    assert sum(run[4] for run in r.mapping) == r.rows_out == before.num_rows
+
+    summary = CompactionSummary.for_plan(plan)
+    summary.record(r)
+    assert summary.groups[0]["resolved"][1] == "fragment 1 rg 1: encode (deleted (6 rows))"
+    commit_results(t, t.manifest, [r], summary)
+    after = lamina.open_table(uri, storage_options=opts)
+    assert [f.deleted_rows for f in after.fragments()] == [0] and len(after.fragments()) == 1
+    assert after.to_arrow().equals(before), "every column of every live row, in order"
+    assert after.count_rows("id IN (16000, 16005, 24001, 24500, 24999, 35000, 38998, 38999)") == 0
+    (info,) = after.list_indices()
+    assert info.uncovered_fragments == 0
+    everything = after.to_arrow(with_row_address=True)
+    for flt in ["id = 16006", "id IN (0, 15999, 16000, 16006, 24002, 26999, 38997, 38999)", "id >= 15990 AND id < 16010",
+                "id >= 34990 AND id < 35010", "id > 38990"]:
+        assert "scan for 0 fragment(s)" in after.explain(flt)
+        got = after.to_arrow(filter=flt, with_row_address=True)
+        assert got.equals(everything.filter(parse_filter(flt, after.schema).expression)), flt

@@ -2,7 +2,8 @@
 //!
 //! A plan is a list of [`Action`]s in output order. `Copy` splices a source row
 //! group's encoded column chunks byte-for-byte (footer and page index rebuilt
-//! with shifted offsets). `Encode` decodes a source row group (skipping deleted
+//! with shifted offsets); it is refused for a row group holding a deleted row, not
+//! for a source whose deleted rows all lie in other row groups. `Encode` decodes a source row group (skipping deleted
 //! rows) and feeds it to an encoder that cuts full-size row groups across
 //! source boundaries. Binary copy is all `Copy`, full rewrite all `Encode`,
 //! hybrid a mix; row order is always the order of the actions.
@@ -41,7 +42,8 @@ pub struct Source {
 /// What to do with one source row group, in output order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    /// Splice the row group's column chunks as they are (the source must have no deletions).
+    /// Splice the row group's column chunks as they are (none of its rows may be deleted; other
+    /// row groups of the same source may hold deleted rows).
     Copy { source: usize, row_group: usize },
     /// Decode the row group's live rows and re-encode them.
     Encode { source: usize, row_group: usize },
@@ -408,16 +410,19 @@ pub fn rewrite(
         let (first, rows) = src.span(row_group);
         let live = match action {
             Action::Copy { .. } => {
-                check_copy(src, &sources[source], &schema)?;
+                check_copy(src, &schema)?;
+                let deleted = deleted_in(&sources[source].deleted, first, rows);
+                if deleted > 0 {
+                    // A copy keeps every row: the plan (or the worker resolving it) must encode this one.
+                    return Err(Error::InvalidArgument(format!(
+                        "row group {row_group} of {} holds {deleted} deleted rows: it cannot be copied as it is, only re-encoded",
+                        src.path
+                    )));
+                }
                 rows
             }
-            Action::Encode { .. } => {
-                // Offsets are sorted, distinct and below the file's rows (checked by open): at most `rows` fall here.
-                let deleted = &sources[source].deleted;
-                let lo = deleted.partition_point(|&d| u64::from(d) < first);
-                let hi = deleted.partition_point(|&d| u64::from(d) < first + rows);
-                rows - (hi - lo) as u64
-            }
+            // Offsets are sorted, distinct and below the file's rows (checked by open): at most `rows` fall here.
+            Action::Encode { .. } => rows - deleted_in(&sources[source].deleted, first, rows),
         };
         expected_rows = expected_rows.checked_add(live).ok_or_else(|| src.corrupt("row counts overflow"))?;
     }
@@ -431,12 +436,17 @@ pub fn rewrite(
     result
 }
 
-fn check_copy(src: &Opened, source: &Source, schema: &SchemaRef) -> Result<()> {
+/// How many of the sorted `deleted` offsets fall in rows `[first, first + rows)`.
+fn deleted_in(deleted: &[u32], first: u64, rows: u64) -> u64 {
+    let lo = deleted.partition_point(|&d| u64::from(d) < first);
+    let hi = deleted.partition_point(|&d| u64::from(d) < first + rows);
+    (hi - lo) as u64
+}
+
+/// Whether `src`'s chunks may be spliced into an output of `schema` (deleted rows are checked per row group).
+fn check_copy(src: &Opened, schema: &SchemaRef) -> Result<()> {
     if src.reader_meta.schema().fields() != schema.fields() {
         return Err(Error::InvalidArgument(format!("{} does not have exactly the table's schema: its chunks cannot be copied", src.path)));
-    }
-    if !source.deleted.is_empty() {
-        return Err(Error::InvalidArgument(format!("{} has deletions: its row groups cannot be copied as they are", src.path)));
     }
     let version = src
         .meta()

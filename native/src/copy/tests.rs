@@ -114,13 +114,45 @@ fn hybrid_copies_large_and_merges_runs_of_small_row_groups() {
 }
 
 #[test]
-fn copy_refuses_sources_with_deletions() {
+fn copy_refuses_a_row_group_holding_a_deleted_row() {
     let dir = tempfile::tempdir().unwrap();
     let a = write(dir.path(), "a.parquet", 0, 10, 10);
     let out = dir.path().join("out.parquet");
     let err = rewrite(&[src(&a, vec![1])], &[Action::Copy { source: 0, row_group: 0 }], schema(), &out, &WriteOptions::default()).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(err.to_string().contains("row group 0") && err.to_string().contains("a.parquet"), "{err}");
     assert!(!out.exists());
+    // The last row of one row group (row 1999 of 0..3000 in groups of 1000): still refused.
+    let b = write(dir.path(), "b.parquet", 0, 3000, 1000);
+    let actions = [Action::Copy { source: 0, row_group: 0 }, Action::Copy { source: 0, row_group: 1 }];
+    let err = rewrite(&[src(&b, vec![1999])], &actions, schema(), &out, &WriteOptions::default()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(ref m) if m.contains("row group 1") && m.contains("1 deleted")), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn copy_of_clean_row_groups_of_a_source_with_deletions_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = write(dir.path(), "a.parquet", 0, 4000, 1000);
+    let out = dir.path().join("out.parquet");
+    // Deleted rows in row groups 1 and 3 only (first and last rows of them); 0 and 2 are copied.
+    let deleted = vec![1000, 1500, 3998, 3999];
+    let actions = [
+        Action::Copy { source: 0, row_group: 0 },
+        Action::Encode { source: 0, row_group: 1 },
+        Action::Copy { source: 0, row_group: 2 },
+        Action::Encode { source: 0, row_group: 3 },
+    ];
+    let (written, stats) = rewrite(&[src(&a, deleted.clone())], &actions, schema(), &out, &WriteOptions::default()).unwrap();
+    let want: Vec<i64> = (0..4000).filter(|i| !deleted.contains(&(*i as u32))).collect();
+    assert_eq!(ids(&out), want);
+    assert_eq!(written.rows, 3996);
+    assert_eq!((stats.row_groups_copied, stats.row_groups_encoded), (2, 2));
+    assert_eq!(written.row_groups.iter().map(|r| r.rows).collect::<Vec<_>>(), vec![1000, 998, 1000, 998]);
+    for col in 0..2 {
+        assert_eq!(chunk_bytes(&out, 0, col), chunk_bytes(&a, 0, col));
+        assert_eq!(chunk_bytes(&out, 2, col), chunk_bytes(&a, 2, col));
+    }
 }
 
 #[test]
