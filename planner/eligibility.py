@@ -132,7 +132,7 @@ def resolve(actions: Sequence[RowGroupAction], fragments: Sequence[Fragment], de
         first = sum(rg.rows for rg in f.row_groups[:a.row_group])
         offsets = deleted[a.source]
         n = bisect.bisect_left(offsets, first + f.row_groups[a.row_group].rows) - bisect.bisect_left(offsets, first)
-        out.append(RowGroupAction(ENCODE, a.source, a.row_group, f"{WHY_DELETED} ({n:,} rows)") if n
+        out.append(RowGroupAction(ENCODE, a.source, a.row_group, f"{WHY_DELETED} ({n:,} row{'s' if n > 1 else ''})") if n
                    else RowGroupAction(COPY, a.source, a.row_group, f"{WHY_CLEAN} (none of the fragment's {len(offsets):,} deleted rows)"))
     return tuple(out)
 

@@ -14,7 +14,9 @@ from jobs.compact import main
 from lamina.compaction import compact
 from lamina.faults import FAULT_KILL_DRIVER_BEFORE_COMMIT
 from planner import CompactionOptions
-from tests.compaction_helpers import MIXED_MODES, MIXED_OPTIONS, mixed_table
+from tests.compaction_helpers import (
+    DELETION_AWARE_COPIES, DELETION_AWARE_OPTIONS, MIXED_MODES, MIXED_OPTIONS, deletion_aware_table, mixed_table,
+)
 from tests.lamina.concurrent_writer import BASE_ROWS, appended_ids, deleted_ids
 from tests.lamina.helpers import SCHEMA, ids_of, rows
 from lamina.faults import FAULT_KILL_WORKER
@@ -36,6 +38,26 @@ def test_every_mode_end_to_end(ray_cluster, table_location):
     assert [f.deleted_rows for f in after.fragments()] == [0] * 4, "deletions materialized"
     copied = {g["mode"]: g for g in summary.groups}
     assert copied["binary_copy"]["row_groups_copied"] == 2 and copied["hybrid"]["row_groups_copied"] == 1
+
+
+def test_clean_row_groups_next_to_deletions_are_copied_end_to_end(ray_cluster, table_location, capsys):
+    uri, opts = table_location
+    t = deletion_aware_table(uri, opts)
+    before = t.to_arrow()
+    if opts is None:  # --dry-run names each row group copied if clean, and why
+        argv = [uri, "--dry-run", "--set", "target_rows_per_fragment=60000", "--set", "min_row_group_bytes=65536"]
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "hybrid       reason=some_row_groups_small_or_deleted" in out
+        assert "fragment 4: rg 0-2 copy_if_clean: maybe_deleted (the fragment has 3 deleted rows" in out
+    plan, summary = compact(uri, DELETION_AWARE_OPTIONS, storage_options=opts)
+    assert [g.mode for g in plan.groups] == ["hybrid"] and summary.failed_groups == 0
+    (g,) = summary.groups
+    assert g["row_groups_copied"] == len(DELETION_AWARE_COPIES) and g["status"] == "committed"
+    assert [line for line in g["resolved"] if ": encode" in line] == ["fragment 1 rg 1: encode (deleted (6 rows))",
+                                                                       "fragment 4 rg 2: encode (deleted (3 rows))"]
+    after = lamina.open_table(uri, storage_options=opts)
+    assert after.to_arrow().equals(before) and [f.deleted_rows for f in after.fragments()] == [0]
 
 
 def test_dry_run_writes_nothing_and_json_summary(ray_cluster, local_table_uri, capsys):

@@ -147,3 +147,48 @@ def test_parse_assignment_types_values():
         parse_assignment("max_task_retries=many")
     with pytest.raises(InvalidConfig, match="expected key=value"):
         parse_assignment("bogus")
+
+
+def test_row_groups_of_a_fragment_with_deletions_are_copied_if_clean_unless_they_must_hold_some():
+    # 3 row groups of 100 rows: 150 deleted rows cannot all lie outside any one of them... only if > 200
+    few = frag(0, rows=300, rg_bytes=(2 * MiB,) * 3, deleted=150)
+    many = frag(1, rows=300, rg_bytes=(2 * MiB,) * 3, deleted=201)
+    small = frag(2, rows=300, rg_bytes=(2 * MiB, 2 * MiB, MiB // 2), deleted=5)
+    got = actions([few, many, small], HYBRID, OPTS)
+    assert [a[:3] for a in got] == [("copy_if_clean", 0, 0), ("copy_if_clean", 0, 1), ("copy_if_clean", 0, 2),
+                                    ("encode", 1, 0), ("encode", 1, 1), ("encode", 1, 2),
+                                    ("copy_if_clean", 2, 0), ("copy_if_clean", 2, 1), ("encode", 2, 2)]
+    assert got[3].why == "deleted (at least 1 of the fragment's 201 deleted rows)"
+    assert got[8].why.startswith("small")
+    assert choose_mode([many], OPTS) == (FULL_REWRITE, HAS_DELETIONS)
+    assert {a.action for a in actions([few], FULL_REWRITE, OPTS)} == {"encode"}
+
+
+def test_resolve_copies_exactly_the_row_groups_without_deleted_rows():
+    f = frag(0, rows=300, rg_bytes=(2 * MiB,) * 3, deleted=2)
+    g = plan_compaction(manifest(f, frag(1, rows=100, rg_bytes=(MiB // 2,))), OPTS).groups[0]
+    assert (g.mode, g.reason) == (HYBRID, SOME_SMALL_OR_DELETED)
+    # row 100 is the first of row group 1, row 299 the last of row group 2
+    for deleted, want in [([100, 299], ["copy", "encode", "encode"]), ([99, 100], ["encode", "encode", "copy"]),
+                          ([0, 1], ["encode", "copy", "copy"])]:
+        resolved = g.resolve([f, frag(1, rows=100)], [deleted, []])
+        assert [a.action for a in resolved.actions] == want + ["encode"], deleted
+        assert all(a.why.startswith("clean" if a.action == "copy" else ("deleted" if a.source == 0 else "small"))
+                   for a in resolved.actions)
+        assert resolved.mode == g.mode and resolved.fragment_ids == g.fragment_ids
+    assert g.resolve([f, frag(1, rows=100)], [[100, 299], []]).actions[1].why == "deleted (1 row)"
+    assert all(a.action == "encode" for a in g.as_full_rewrite("refused").actions)
+
+
+def test_dry_run_shows_each_row_group_to_copy_if_clean_and_why():
+    frags = [frag(0, rows=300, rg_bytes=(2 * MiB,) * 3), frag(1, rows=300, rg_bytes=(2 * MiB,) * 3, deleted=4),
+             frag(2, rows=100, rg_bytes=(MiB // 2,))]
+    plan = plan_compaction(manifest(*frags), OPTS, "t")
+    lines = plan.describe().splitlines()
+    assert lines[1].split()[2:4] == ["hybrid", "reason=some_row_groups_small_or_deleted"]
+    assert lines[2:] == [
+        "              row groups: 3 copied, 3 copied if clean, 1 re-encoded (2:0)",
+        "                fragment 1: rg 0-2 copy_if_clean: maybe_deleted (the fragment has 4 deleted rows: "
+        "copied if none is in this row group)",
+    ]
+    assert plan.to_dict()["groups"][0]["row_group_plan"] == [lines[3].strip()]
