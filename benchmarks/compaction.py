@@ -7,6 +7,10 @@
     vs pylance compact_files (reencode, binary copy) and deltalake optimize.compact, if installed.
 (c) peak RSS of a compaction task for groups of 100 and 400 fragments (bounded by config, not size).
 (d) the Ray job with 1 vs 2 workers.
+(e) a mixed table (large clean fragments, large ones with a few deleted rows in one row group each,
+    runs of small fragments): hybrid with the clean row groups copied vs full rewrite of the same rows.
+(s3) (a)'s table on a moto S3 server in this process: binary copy, its GET count, against GETting
+    every file and PUTting their concatenation (reported, no target).
 Every ratio is against a baseline measured in the same run.
 """
 
@@ -87,7 +91,83 @@ def bench_a(root: str, fragments: int, rows: int) -> dict:
             os.remove(local_file(t, r.fragment.path))
             best = s if best is None else min(best, s)
         results[mode] = best
-    return {"fragments": fragments, "bytes": total, "min_row_group_bytes": min_rg, "cat_fsync_s": cat_s, **{f"{k}_s": v for k, v in results.items()}}
+    return {"fragments": fragments, "bytes": total, "min_row_group_bytes": min_rg, "cat_fsync_s": cat_s,
+            "uri": uri, **{f"{k}_s": v for k, v in results.items()}}
+
+
+def bench_s3(root: str, uri: str, fragments: int, rows: int) -> dict:
+    """(a)'s table uploaded to a moto S3 bucket: binary copy of it vs GET every file + PUT the concatenation."""
+    from benchmarks.read_after_compaction import DUMMY, lamina_options, upload
+    from lamina.testing import MotoServer
+    import boto3
+
+    os.environ.update(DUMMY)
+    server = MotoServer().start()
+    client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket="bench-a")
+    upload(uri, client, "bench-a")
+    options = lamina_options(server.endpoint)
+    t = lamina.open_table("s3://bench-a/t", storage_options=options)
+    keys = [f"t/{f.path}" for f in t.manifest.fragments]
+    total = sum(f.file_bytes for f in t.manifest.fragments)
+
+    def get_put():
+        out = os.path.join(root, "s3cat.out")
+        with open(out, "wb") as w:
+            for k in keys:
+                client.download_fileobj("bench-a", k, w)
+        client.upload_file(out, "bench-a", "cat.out")
+        os.remove(out)
+
+    base_s = min(timed(get_put)[0] for _ in range(2))
+    opts = CompactionOptions(target_rows_per_fragment=fragments * rows + 1, target_bytes_per_fragment=64 * 1024 * MiB,
+                             min_row_group_bytes=4 * MiB)
+    best, gets = None, None
+    for _ in range(2):
+        plan = plan_compaction(t.manifest, opts, t.uri)
+        [task] = tasks_for(plan, t.manifest, t.uri, options, t.write_options, opts.read_batch_bytes)
+        before = server.requests("bench-a")
+        s, r = timed(lambda: GroupCompactor().run(task))
+        assert r.ok and r.mode == "binary_copy", (r.mode, r.error)
+        after = server.requests("bench-a")
+        t.store.delete(r.fragment.path)
+        if best is None or s < best:
+            best, gets = s, {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
+            worker_gets = r.get_requests
+    return {"bytes": total, "files": len(keys), "get_put_s": base_s, "binary_copy_s": best, "server_requests": gets,
+            "worker_get_requests": worker_gets, "read_batch_bytes": opts.read_batch_bytes}
+
+
+def bench_e(root: str, quick: bool) -> dict:
+    """(e) One group mixing large clean fragments, large ones with deleted rows in one row group, and small ones."""
+    uri = os.path.join(root, "e")
+    t = lamina.create_table(uri, sample_rows(0, 1).schema, row_group_rows=55_000)  # the demo schema
+    n_large = 4 if quick else 8
+    start = 0
+    for i in range(n_large):
+        t.append(sample_rows(start, 110_000))  # two row groups of 55,000 rows
+        start += 110_000
+        if i % 2:  # a few deleted rows in the second row group of every other one
+            t.delete(f"id IN ({start - 1000}, {start - 999}, {start - 7})")
+        for _ in range(10):  # a run of small fragments after each
+            t.append(sample_rows(start, 2000))
+            start += 2000
+    opts = CompactionOptions(target_rows_per_fragment=start + 1, target_bytes_per_fragment=64 * 1024 * MiB,
+                             min_row_group_bytes=MiB)
+    out: dict = {"rows": t.count_rows(), "fragments": len(t.manifest.fragments)}
+    for mode, o in (("hybrid", opts), ("full_rewrite", opts.with_overrides(enable_binary_copy=False))):
+        task = one_group_task(t, o)
+        s, r = timed(lambda: GroupCompactor().run(task))
+        assert r.ok and r.mode == mode, (r.mode, r.reason, r.error)
+        assert r.rows_out == out["rows"]
+        os.remove(local_file(t, r.fragment.path))
+        out[f"{mode}_s"] = s
+        out[f"{mode}_copied"], out[f"{mode}_encoded"] = r.row_groups_copied, r.row_groups_encoded
+        if mode == "hybrid":
+            out["reason"] = r.reason
+            out["resolved_copy"] = sum(1 for x in r.resolved if x[2] == "copy")
+            out["resolved_encode"] = sum(1 for x in r.resolved if x[2] == "encode")
+    return out
 
 
 def build_b(root: str, fragments: int, rows: int) -> tuple[str, pa.Table]:
@@ -201,6 +281,8 @@ def bench_d(root: str, uri: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a smaller run for a smoke test")
+    ap.add_argument("--no-s3", action="store_true", help="skip the moto S3 variant of (a)")
+    ap.add_argument("--only", choices=["a", "e"], help="run (a) [with s3] or (e) only")
     ap.add_argument("--rss-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rss_child:
@@ -210,31 +292,52 @@ def main() -> None:
     try:
         fa, ra = (8, 110_000) if args.quick else (40, 110_000)
         fb, rb = (40, 5000) if args.quick else (400, 5000)
-        a = bench_a(root, fa, ra)
-        mb = a["bytes"] / MiB
-        print(f"(a) {a['fragments']} fragments, {mb:.0f} MiB, smallest row group {a['min_row_group_bytes'] / MiB:.1f} MiB")
-        print(f"    cat + fsync        {a['cat_fsync_s']:7.3f} s  {mb / a['cat_fsync_s']:7.0f} MiB/s")
-        print(f"    binary copy        {a['binary_copy_s']:7.3f} s  {mb / a['binary_copy_s']:7.0f} MiB/s  "
-              f"= {a['cat_fsync_s'] / a['binary_copy_s']:.2f}x cat throughput")
-        print(f"    full rewrite       {a['full_rewrite_s']:7.3f} s  {mb / a['full_rewrite_s']:7.0f} MiB/s  "
-              f"binary copy is {a['full_rewrite_s'] / a['binary_copy_s']:.1f}x faster")
+        if args.only in (None, "a"):
+            a = bench_a(root, fa, ra)
+            mb = a["bytes"] / MiB
+            print(f"(a) {a['fragments']} fragments, {mb:.0f} MiB, smallest row group {a['min_row_group_bytes'] / MiB:.1f} MiB")
+            print(f"    cat + fsync        {a['cat_fsync_s']:7.3f} s  {mb / a['cat_fsync_s']:7.0f} MiB/s")
+            print(f"    binary copy        {a['binary_copy_s']:7.3f} s  {mb / a['binary_copy_s']:7.0f} MiB/s  "
+                  f"= {a['cat_fsync_s'] / a['binary_copy_s']:.2f}x cat throughput")
+            print(f"    full rewrite       {a['full_rewrite_s']:7.3f} s  {mb / a['full_rewrite_s']:7.0f} MiB/s  "
+                  f"binary copy is {a['full_rewrite_s'] / a['binary_copy_s']:.1f}x faster")
 
-        uri, data = build_b(root, fb, rb)
-        b = bench_b(root, uri, data, fb, rb)
-        base = b["lamina_full_rewrite_worker_s"]
-        print(f"\n(b) {fb * rb:,} rows in {fb} fragments of {rb:,} rows")
-        for k, v in b.items():
-            ratio = f"  lamina full rewrite is {v / base:.2f}x faster" if isinstance(v, float) and k != "lamina_full_rewrite_worker_s" else ""
-            print(f"    {k:32s} {v if isinstance(v, str) else f'{v:7.3f} s'}{ratio}")
+            if not args.no_s3:
+                s3 = bench_s3(root, a["uri"], fa, ra)
+                mb3 = s3["bytes"] / MiB
+                print(f"(s3) the same {s3['files']} files on a moto S3 server (in this process), reads of up to "
+                      f"{s3['read_batch_bytes'] / MiB:.0f} MiB")
+                print(f"    GET each + PUT cat {s3['get_put_s']:7.3f} s  {mb3 / s3['get_put_s']:7.0f} MiB/s")
+                print(f"    binary copy        {s3['binary_copy_s']:7.3f} s  {mb3 / s3['binary_copy_s']:7.0f} MiB/s  "
+                      f"= {s3['get_put_s'] / s3['binary_copy_s']:.2f}x; worker GETs {s3['worker_get_requests']}, "
+                      f"server requests {s3['server_requests']}")
 
-        print("\n(c) peak RSS growth of one compaction task (full rewrite), by group size")
-        for c in bench_c(uri) if not args.quick else []:
-            print(f"    {c['fragments']:4d} fragments, {c['input_bytes'] / MiB:6.1f} MiB in: peak +{c['peak_growth_mib']:.0f} MiB, "
-                  f"bound {c['bound_mib']:.0f} MiB ({c['peak_growth_mib'] / c['bound_mib']:.2f} of it)")
+        if args.only in (None, "e"):
+            e = bench_e(root, args.quick)
+            print(f"\n(e) mixed table: {e['rows']:,} rows in {e['fragments']} fragments, one group ({e['reason']})")
+            print(f"    hybrid             {e['hybrid_s']:7.3f} s  {e['hybrid_copied']} row groups copied "
+                  f"({e['resolved_copy']} of them copy_if_clean), {e['hybrid_encoded']} written re-encoded "
+                  f"({e['resolved_encode']} copy_if_clean held deleted rows)")
+            print(f"    full rewrite       {e['full_rewrite_s']:7.3f} s  {e['full_rewrite_encoded']} row groups written: "
+                  f"hybrid is {e['full_rewrite_s'] / e['hybrid_s']:.2f}x faster")
 
-        d = bench_d(root, uri)
-        print(f"\n(d) the Ray job over {d['groups']} groups: 1 worker {d['job_1_workers_s']:.2f} s, 2 workers "
-              f"{d['job_2_workers_s']:.2f} s = {d['job_1_workers_s'] / d['job_2_workers_s']:.2f}x")
+        if args.only is None:
+            uri, data = build_b(root, fb, rb)
+            b = bench_b(root, uri, data, fb, rb)
+            base = b["lamina_full_rewrite_worker_s"]
+            print(f"\n(b) {fb * rb:,} rows in {fb} fragments of {rb:,} rows")
+            for k, v in b.items():
+                ratio = f"  lamina full rewrite is {v / base:.2f}x faster" if isinstance(v, float) and k != "lamina_full_rewrite_worker_s" else ""
+                print(f"    {k:32s} {v if isinstance(v, str) else f'{v:7.3f} s'}{ratio}")
+
+            print("\n(c) peak RSS growth of one compaction task (full rewrite), by group size")
+            for c in bench_c(uri) if not args.quick else []:
+                print(f"    {c['fragments']:4d} fragments, {c['input_bytes'] / MiB:6.1f} MiB in: peak +{c['peak_growth_mib']:.0f} MiB, "
+                      f"bound {c['bound_mib']:.0f} MiB ({c['peak_growth_mib'] / c['bound_mib']:.2f} of it)")
+
+            d = bench_d(root, uri)
+            print(f"\n(d) the Ray job over {d['groups']} groups: 1 worker {d['job_1_workers_s']:.2f} s, 2 workers "
+                  f"{d['job_2_workers_s']:.2f} s = {d['job_1_workers_s'] / d['job_2_workers_s']:.2f}x")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
