@@ -1,7 +1,7 @@
 """Chaos soak (issue 13): everything that writes a table, at once, under S3 faults and SIGKILLs; a model of every write checks the end.
 
     python -m benchmarks.soak [--backend local|s3|both] [--seconds 180] [--seed 1] [--writers 8]
-                              [--producers 2] [--fault-rate 0.03] [--kill-every 3] [--retention 30] [--json]
+                              [--producers 2] [--fault-rate 0.03] [--kill-every 3] [--retention 120] [--json]
     make soak                 the same with SOAK_SECONDS / SOAK_SEED / SOAK_BACKEND (docs/RELIABILITY.md, "Last soak")
 
 On one table (on S3 behind ``lamina.testing``'s fault proxy, or on a local directory), for
@@ -61,7 +61,7 @@ class SoakConfig:
     producers: int = 2
     fault_rate: float = 0.03
     kill_every: float = 3.0  # mean seconds between SIGKILLs
-    retention_seconds: float = 30.0  # the cleanup loop's older_than
+    retention_seconds: float = 120.0  # the cleanup loop's older_than: longer than the longest write (FORMAT, cleanup)
     compact_target_rows: int = 2_000
     stop_timeout: float = 120.0  # seconds a process gets to finish its call once told to stop
 
@@ -532,6 +532,8 @@ class _Model:
     appended: dict[int, str] = field(default_factory=dict)
     deleted: dict[int, str] = field(default_factory=dict)
     failed_delete: set[int] = field(default_factory=set)
+    #: How long the call that wrote each row took (a write longer than cleanup's retention may lose its files).
+    seconds: dict[int, float] = field(default_factory=dict)
     #: Deletes that returned: (where, rows deleted, the live ids aimed at, the id range of the filter or None).
     delete_counts: list[tuple[str, int, list[int], list[int] | None]] = field(default_factory=list)
 
@@ -593,6 +595,8 @@ def _build_model(logs: list[tuple[str, int, str]], uri: str, result: SoakResult)
                 state = "maybe" if op == "wal_commit" and out == "failed" else out  # a WAL retry is idempotent by key
                 for i in range(lo, hi):
                     model.appended[i] = state
+                    if end is not None:
+                        model.seconds[i] = float(end.get("seconds", 0.0))
             if op == "wal_commit" and begin.get("deletes"):
                 for i in begin["deletes"]:
                     if out == "ok":
@@ -665,13 +669,39 @@ def check(result: SoakResult, uri: str, opts: dict | None, logs: list[tuple[str,
     result.rows_checked = before
 
 
+def _read_rows(table) -> tuple[pa.Table, list[str]]:
+    """Every live row of ``table``, fragment by fragment; a fragment whose files are gone is skipped and
+    described (with the version that added it), so the rows of the others are still checked."""
+    from lamina.datafile import read_fragment
+    from lamina.errors import ObjectNotFound
+
+    parts, missing = [], []
+    for f in table.manifest.fragments:
+        try:
+            parts.append(read_fragment(table.store, f, table.schema))
+        except ObjectNotFound as e:
+            missing.append((f, str(e)))
+    notes = []
+    if missing:
+        added: dict[int, str] = {}
+        for v in table.versions():
+            frags = {fr.id for fr in table.checkout(v.version).manifest.fragments}
+            for f, _ in missing:
+                if f.id in frags and f.id not in added:
+                    added[f.id] = f"version {v.version} ({v.operation}, committed {v.timestamp:%H:%M:%S})"
+        for f, e in missing:
+            notes.append(f"fragment {f.id} ({f.rows} rows, {f.path}) of version {table.version} cannot be read ({e}); "
+                         f"it is in every kept version since {added.get(f.id, 'before the first kept one')}")
+    return (pa.concat_tables(parts) if parts else SCHEMA.empty_table()), notes
+
+
 def _row_anomalies(table, model: _Model, result: SoakResult) -> list[str]:
-    found: list[str] = []
-    data = table.to_arrow()
+    data, found = _read_rows(table)
     ids = data.column("id").to_numpy()
     uniq, counts = np.unique(ids, return_counts=True)
-    for i in uniq[counts > 1][:20].tolist():
-        found.append(f"row {i} is present {int(counts[uniq == i][0])} times (doubled)")
+    doubled = uniq[counts > 1]
+    if len(doubled):
+        found.append(f"{len(doubled)} rows are present more than once (doubled), e.g. ids {doubled[:5].tolist()}")
     order = np.argsort(ids, kind="stable")
     got = data.take(pa.array(order)).select(SCHEMA.names)
     want = rows_for(ids[order])
@@ -684,25 +714,30 @@ def _row_anomalies(table, model: _Model, result: SoakResult) -> list[str]:
                 found.append(f"{len(bad)} rows have a wrong {name!r}, e.g. id {ids[order][k]}: {a[k]!r} instead of {b[k]!r}")
     present = set(uniq.tolist())
     result.rows_present, result.rows_checked, result.rows_maybe = len(present), 0, 0
+    wrong: dict[str, list[int]] = collections.defaultdict(list)
     for i, state in model.appended.items():
         deleted = model.deleted.get(i)
         here = i in present
         if state == "ok" and deleted is None:
             result.rows_checked += 1
             if not here:
-                found.append(f"row {i} was committed (the call returned) and never deleted, but is missing (lost)")
+                wrong["committed (the call returned) and never deleted, but missing (lost)"].append(i)
         elif state == "ok" and deleted == "ok":
             result.rows_checked += 1
             if here:
-                found.append(f"row {i} was deleted (the delete returned) but is present (resurrected)")
+                wrong["deleted (the delete returned) but present (resurrected)"].append(i)
         elif state == "failed":
             result.rows_checked += 1
             if here:
-                found.append(f"row {i} is present although the call that wrote it raised an error (not CommitStateUnknown)")
+                wrong["present although the call that wrote them raised an error other than CommitStateUnknown"].append(i)
         else:
             result.rows_maybe += 1
-    for i in sorted(present - set(model.appended))[:20]:
-        found.append(f"row {i} is present but no process ever wrote it")
+    wrong["present but never written by any process"] = sorted(present - set(model.appended))
+    for what, rows in wrong.items():
+        if rows:
+            longest = max((model.seconds.get(i, 0.0) for i in rows), default=0.0)
+            found.append(f"{len(rows)} rows {what}, e.g. ids {sorted(rows)[:5]}; the longest call that wrote them took "
+                         f"{longest:.1f} s (cleanup retention {result.retention_seconds:g} s)")
     for where, count, aimed, span in model.delete_counts:
         # A writer deletes only its own live rows; a range may also hold its rows whose append was "maybe".
         maybe = 0 if span is None else sum(1 for i in range(span[0], span[1] + 1) if model.appended.get(i) == "maybe")
@@ -763,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--producers", type=int, default=2)
     ap.add_argument("--fault-rate", type=float, default=0.03)
     ap.add_argument("--kill-every", type=float, default=3.0)
-    ap.add_argument("--retention", type=float, default=30.0, help="the cleanup loop's older_than, seconds")
+    ap.add_argument("--retention", type=float, default=120.0, help="the cleanup loop's older_than, seconds")
     ap.add_argument("--workdir", help="keep logs here (default: a temp dir, removed)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--role-spec", help=argparse.SUPPRESS)
