@@ -296,6 +296,8 @@ class SoakResult:
     files_after_cleanup: int = 0
     anomalies: list[str] = field(default_factory=list)
     wall_seconds: float = 0.0
+    #: Wall seconds of each phase: setup, chaos, coverage (the wait for every kind of call), stop, drain, check.
+    phases: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -314,6 +316,7 @@ class SoakResult:
             f"  errors callers saw: {dict(sorted(self.errors_seen.items()))}; longest write {self.longest_write_seconds:.1f} s",
             f"  every kind of call succeeded: {self.coverage}",
             f"  files after the final cleanup: {self.files_after_cleanup}",
+            f"  phases (s): {self.phases}",
             f"  anomalies: {len(self.anomalies)}" + "".join(f"\n    - {a}" for a in self.anomalies[:50]),
         ])
 
@@ -457,6 +460,7 @@ def run_soak(cfg: SoakConfig, workdir: str | Path | None = None, *, server: Any 
     workdir = Path(tempfile.mkdtemp(prefix="lamina-soak-") if own_dir else workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     result = SoakResult(cfg.backend, cfg.seed, cfg.seconds, cfg.retention_seconds)
+    lap = _laps(result)
     with contextlib.ExitStack() as stack:
         s3 = None
         if cfg.backend == "s3":
@@ -484,14 +488,18 @@ def run_soak(cfg: SoakConfig, workdir: str | Path | None = None, *, server: Any 
                 driver.spawn("producer")
             for role in ("compactor", "indexer", "cleaner"):
                 driver.spawn(role)
+            lap("setup")
             deadline = time.monotonic() + cfg.seconds
             while time.monotonic() < deadline:
                 time.sleep(min(max(0.0, deadline - time.monotonic()), driver.rng.uniform(0.5, 1.5) * cfg.kill_every))
                 driver.reap()
                 if time.monotonic() < deadline:
                     driver.kill_one()
+            lap("chaos")
             result.coverage = driver.wait_for_coverage(cfg.stop_timeout)
+            lap("coverage")
             driver.stop()
+            lap("stop")
             result.anomalies += driver.exits
             result.kills = dict(driver.kills)
             for attempt in range(10):  # the WAL committed so far, into the table (an applier may be restarting)
@@ -512,15 +520,28 @@ def run_soak(cfg: SoakConfig, workdir: str | Path | None = None, *, server: Any 
                 ingestion.stop(flush=False)
             except Exception as e:
                 result.anomalies.append(f"stopping the appliers failed: {type(e).__name__}: {e}")
+        lap("drain")
         if s3 is not None:
             result.faults, result.fault_types = s3.faults(), s3.proxy.fault_types() if s3.proxy else {}
         check(result, uri, check_opts, driver.logs, cfg)
+        lap("check")
     if own_dir:
         import shutil
 
         shutil.rmtree(workdir, ignore_errors=True)
     result.wall_seconds = round(time.monotonic() - started, 1)
     return result
+
+
+def _laps(result: SoakResult):
+    last = [time.monotonic()]
+
+    def lap(name: str) -> None:
+        now = time.monotonic()
+        result.phases[name] = round(now - last[0], 1)
+        last[0] = now
+
+    return lap
 
 
 # -- the checker --------------------------------------------------------------------------------------------
