@@ -156,6 +156,18 @@ def upload(local: str, client: Any, bucket: str, prefix: str = "t") -> int:
     return n
 
 
+def moto_get_ms(client: Any, bucket: str, key: str, size: int, n: int = 20) -> float:
+    """Mean time of a 64 KiB ranged GET of ``key`` on the moto server (moto copies the whole object
+    per ranged GET, so the cost grows with the object's size: a property of moto, not of S3)."""
+    span = min(64 * KiB, size)
+    client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{span - 1}")["Body"].read()
+    t0 = time.perf_counter()
+    for i in range(n):
+        at = (i * 7919 * KiB) % max(1, size - span)
+        client.get_object(Bucket=bucket, Key=key, Range=f"bytes={at}-{at + span - 1}")["Body"].read()
+    return (time.perf_counter() - t0) / n * 1000
+
+
 def addresses(uri: str, storage_options: dict[str, str] | None, ids: np.ndarray) -> list[int]:
     """The row addresses of ``ids`` in the table at ``uri``."""
     import lamina
@@ -386,6 +398,8 @@ def main() -> None:
     fragments = args.fragments or (100 if args.quick else 400)
     rounds = args.rounds or (1 if args.quick else 3)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import lamina
+
     root = tempfile.mkdtemp(prefix="lamina-read-after-")
     server = None
     result: dict[str, Any] = {"fragments": fragments, "rounds": rounds}
@@ -434,13 +448,19 @@ def main() -> None:
                 client.create_bucket(Bucket=bucket)
                 upload(uri, client, bucket)
                 specs["s3"][name] = (f"s3://{bucket}/t", lamina_options(server.endpoint), bucket)
+            calib = {}
+            for name in ("uncompacted", "full_rewrite"):
+                frag = lamina.open_table(local[name]).manifest.fragments[0]
+                bucket = specs["s3"][name][2]
+                calib[name] = (frag.file_bytes, moto_get_ms(client, bucket, f"t/{frag.path}", frag.file_bytes))
+            result["moto_get_ms"] = calib
+            print("moto: a 64 KiB ranged GET takes " + ", ".join(
+                f"{ms:.1f} ms on a {size / MiB:.1f} MiB object" for size, ms in calib.values()), flush=True)
         result["reads"] = []
         for store in stores:
             points = {name: {k: addresses(uri, options, v) for k, v in ids.items()}
                       for name, (uri, options, _) in specs[store].items()}
             # the one-column scan's expected sum, from the uncompacted table in this process
-            import lamina
-
             uri, options, _ = specs[store]["uncompacted"]
             col = lamina.open_table(uri, storage_options=options).to_arrow(columns=["value"])
             expected["column"] = (col.num_rows, pc.sum(col.column("value")).as_py())
