@@ -213,3 +213,23 @@ def test_job_reports_count_the_requests_of_their_ray_tasks(ray_cluster, s3_table
     io = summary.to_dict()["io"][bucket]
     assert summary.bytes_read > 0 and io["bytes_read"] >= summary.bytes_read and io["bytes_written"] >= summary.bytes_written
     assert io["GET"] >= 12 and io["PUT"] >= 2
+
+
+def test_large_objects_on_s3_read_their_footer_once(s3_table_uri, s3_options, monkeypatch):
+    rng = np.random.default_rng(3)
+    schema = pa.schema([("id", pa.int64()), ("blob", pa.binary())])
+    t = lamina.create_table(s3_table_uri, schema, storage_options=s3_options)
+    t.append(pa.table({"id": np.arange(4000), "blob": [rng.bytes(200) for _ in range(4000)]}, schema=schema),
+             max_rows_per_file=1000, row_group_rows=250)  # files of ~200 KiB: larger than a footer read
+    wanted = t.to_arrow(with_row_address=True).column("_rowaddr").to_numpy()[[5, 1500, 3900]]  # 3 fragments
+    monkeypatch.setenv("LAMINA_POINT_OBJECT_BYTES", "0")  # every object "large": footer + row groups
+    clear_caches()
+    before = io_stats()
+    first = t.take(wanted, ["id"])
+    cold = stats_delta(before)[t.store.io_domain]["GET"]
+    before = io_stats()
+    again = t.take(wanted, ["id"])
+    warm = stats_delta(before)[t.store.io_domain]["GET"]
+    assert again.equals(first) and first.column("id").to_pylist() == [5, 1500, 3900]
+    # the footers come from the footer cache (a chunk inside the footer read costs one GET either way)
+    assert 3 <= warm < cold, (cold, warm)
