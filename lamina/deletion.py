@@ -45,6 +45,15 @@ def read_offsets(store: ObjectStore, path: str | None, checksum: str | None = No
     return offsets
 
 
+def among(offsets: np.ndarray, deleted: np.ndarray) -> np.ndarray:
+    """Which of ``offsets`` are in the sorted ``deleted``: a binary search each, O(k log n), where
+    ``np.isin`` sorts both (a point lookup in a fragment with many deletions paid for the sort)."""
+    if len(deleted) == 0 or len(offsets) == 0:
+        return np.zeros(len(offsets), dtype=bool)
+    pos = np.searchsorted(deleted, offsets)
+    return deleted[np.minimum(pos, len(deleted) - 1)] == offsets
+
+
 def read_deleted(store: ObjectStore, fragment: Fragment) -> np.ndarray:
     """Sorted uint32 offsets deleted from ``fragment``, checked against the manifest."""
     if fragment.deletion is None:

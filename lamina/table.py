@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from lamina.commit import commit
 from lamina.datafile import ROWADDR, ROWID, WriteOptions, read_fragment, take_many, write_fragments
-from lamina.deletion import read_deleted
+from lamina.deletion import among, read_deleted
 from lamina.errors import (
     IndexNotFound,
     InvalidArgument,
@@ -258,7 +258,7 @@ class Table:
             o = offs[at:at + n]
             bad = o[o >= frag.rows]
             if len(bad) == 0 and frag.deletion is not None:
-                bad = o[np.isin(o, read_deleted(self._store, frag))]
+                bad = o[among(o, read_deleted(self._store, frag))]
             if len(bad):
                 raise RowNotFound(f"row address {(fid << ADDRESS_SHIFT) | int(bad[0])} (fragment {fid}, offset {int(bad[0])}) is deleted or out of range at version {self.version} of {self.uri}")
             chosen.append(frag)

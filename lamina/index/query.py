@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from lamina import prune
 from lamina.datafile import open_parquet, output_schema, read_fragment, read_rows_many
-from lamina.deletion import read_deleted
+from lamina.deletion import among, read_deleted
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound
 from lamina.filter import Conjunct, Filter
 from lamina.index.segments import fetch_blocks, on_broken, open_segment
@@ -260,7 +260,7 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
         if frag.id in served:
             offs = candidates[frag.id]
             if len(offs) and frag.deletion is not None:
-                offs = offs[~np.isin(offs, read_deleted(store, frag), assume_unique=True)]
+                offs = offs[~among(offs, read_deleted(store, frag))]
             if len(offs) <= TAKE_FRACTION * frag.rows:
                 if len(offs):
                     taken.append((frag, np.sort(offs), final_all and answered[frag.id] == len(plan.parts)))

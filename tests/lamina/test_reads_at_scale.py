@@ -233,3 +233,13 @@ def test_large_objects_on_s3_read_their_footer_once(s3_table_uri, s3_options, mo
     assert again.equals(first) and first.column("id").to_pylist() == [5, 1500, 3900]
     # the footers come from the footer cache (a chunk inside the footer read costs one GET either way)
     assert 3 <= warm < cold, (cold, warm)
+
+
+def test_among_agrees_with_isin():
+    from lamina.deletion import among
+
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        deleted = np.unique(rng.integers(0, 500, rng.integers(0, 60))).astype(np.uint32)
+        offsets = rng.integers(0, 520, rng.integers(0, 40)).astype(np.uint32)
+        assert (among(offsets, deleted) == np.isin(offsets, deleted)).all()

@@ -62,7 +62,7 @@ type ChunkKey = (String, u64, usize, usize);
 pub const DEFAULT_CHUNK_CACHE_BYTES: usize = 256 * 1024 * 1024;
 /// Column chunks up to this many uncompressed bytes are decoded whole and kept; larger ones are read
 /// page by page (only the pages holding the rows) and not kept.
-pub const CACHEABLE_CHUNK_BYTES: i64 = 2 * 1024 * 1024;
+pub const CACHEABLE_CHUNK_BYTES: i64 = 8 * 1024 * 1024;
 
 fn budget(var: &str, default: usize) -> usize {
     std::env::var(var).ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(default)
