@@ -126,6 +126,17 @@ class Injection:
     target: str
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that goes away mid-request (a killed process, a dropped connection: what the proxy
+    is for) is not an error worth a traceback on stderr."""
+
+    def handle_error(self, request, client_address) -> None:  # noqa: ANN001 (socketserver's signature)
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError, OSError)):
+            super().handle_error(request, client_address)
+
+
 class FaultProxy:
     """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that injects S3 faults (see the module)."""
 
@@ -156,7 +167,7 @@ class FaultProxy:
         self._streak: dict[tuple[str, str, str], int] = {}
         self._lock = threading.Lock()
         self._started = time.monotonic()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="s3-fault-proxy", daemon=True)
         self._thread.start()
