@@ -87,7 +87,10 @@ def test_reopened_table_keeps_every_field_the_planner_and_readers_use(local_tabl
     assert reopened.manifest.indices == t.manifest.indices
     assert [f.row_ids for f in reopened.manifest.fragments] == [((0, 100),), ((100, 200),)]
     plan = plan_compaction(reopened.manifest, CompactionOptions(min_row_group_bytes=0))
-    assert [(g.fragment_ids, g.mode) for g in plan.groups] == [((0, 1), "full_rewrite")]  # deletions
+    # deletions: fragment 0's one row group holds deleted rows and is re-encoded, fragment 1 is copied
+    # (issue 14's deletion-aware copy; without the deletion the plan is a binary copy, below)
+    assert [(g.fragment_ids, g.mode) for g in plan.groups] == [((0, 1), "hybrid")]
+    assert [a.action for a in plan.groups[0].actions] == ["encode", "copy"]
     t.reload()
     undeleted = lamina.open_table(local_table_uri, version=4)
     plan = plan_compaction(undeleted.manifest, CompactionOptions(min_row_group_bytes=0))
