@@ -46,6 +46,27 @@ def compact_once(t: lamina.Table) -> list:
     return results
 
 
+def grow(t: lamina.Table, rng: np.random.Generator, written: list[pa.Table], next_id: int, p: int) -> int:
+    """Appends three fragments, each in large row groups and a short last one; returns the next id."""
+    for _ in range(3):
+        n = 3000 + int(rng.integers(100, 900))
+        data = rows(next_id, n, seed=p)
+        t.append(data, row_group_rows=3000)
+        written.append(data)
+        next_id += n
+    return next_id
+
+
+def assert_every_value(t: lamina.Table, written: list[pa.Table], deleted: set[int], p: int) -> None:
+    """Every column of every live row equals what was written; nothing deleted is left."""
+    expected = pa.concat_tables(written)
+    expected = expected.filter(pc.invert(pc.is_in(expected["id"], pa.array(sorted(deleted), pa.int64()))))
+    got = t.to_arrow().sort_by("id")
+    assert got.num_rows == expected.num_rows, f"pass {p}: {got.num_rows} rows, expected {expected.num_rows}"
+    for name in SCHEMA.names:
+        assert got[name].combine_chunks().equals(expected[name].combine_chunks()), f"pass {p}: column {name!r} differs"
+
+
 def test_hybrid_compactions_keep_every_value_of_every_column(local_table_uri):
     t = lamina.create_table(local_table_uri, SCHEMA, row_group_rows=3000)
     rng = np.random.default_rng(16)
@@ -54,13 +75,7 @@ def test_hybrid_compactions_keep_every_value_of_every_column(local_table_uri):
     next_id = 0
     hybrid_same_source = 0
     for p in range(PASSES):
-        # Three fragments a pass, each in large row groups and a short last one.
-        for _ in range(3):
-            n = 3000 + int(rng.integers(100, 900))
-            data = rows(next_id, n, seed=p)
-            t.append(data, row_group_rows=3000)
-            written.append(data)
-            next_id += n
+        next_id = grow(t, rng, written, next_id, p)
         # A few deletions, mostly in older fragments, so that most groups stay hybrid.
         if p % 3 == 2:
             victims = rng.choice(next_id, size=5, replace=False).tolist()
@@ -70,12 +85,7 @@ def test_hybrid_compactions_keep_every_value_of_every_column(local_table_uri):
             if r.mode == HYBRID and r.row_groups_copied and r.row_groups_encoded:
                 hybrid_same_source += 1
 
-        expected = pa.concat_tables(written)
-        expected = expected.filter(pc.invert(pc.is_in(expected["id"], pa.array(sorted(deleted), pa.int64()))))
-        got = t.to_arrow().sort_by("id")
-        assert got.num_rows == expected.num_rows, f"pass {p}: {got.num_rows} rows, expected {expected.num_rows}"
-        for name in SCHEMA.names:
-            assert got[name].combine_chunks().equals(expected[name].combine_chunks()), f"pass {p}: column {name!r} differs"
+        assert_every_value(t, written, deleted, p)
     assert hybrid_same_source >= PASSES // 2, f"only {hybrid_same_source} hybrid groups copied and re-encoded row groups"
 
 
@@ -90,12 +100,7 @@ def test_clean_row_groups_of_sources_with_deletions_are_copied_pass_after_pass(l
     next_id = 0
     copied_from_dirty = 0
     for p in range(PASSES // 2):
-        for _ in range(3):
-            n = 3000 + int(rng.integers(100, 900))
-            data = rows(next_id, n, seed=p)
-            t.append(data, row_group_rows=3000)
-            written.append(data)
-            next_id += n
+        next_id = grow(t, rng, written, next_id, p)
         if p == 1:
             t.create_index("id", "btree")
         # Deleted rows clustered in one 3,000-row stretch: most row groups of their fragment stay clean.
@@ -107,12 +112,7 @@ def test_clean_row_groups_of_sources_with_deletions_are_copied_pass_after_pass(l
             copied_from_dirty += sum(1 for _, _, action, _ in r.resolved if action == "copy")
             assert sum(run[4] for run in r.mapping) == r.rows_out
 
-        expected = pa.concat_tables(written)
-        expected = expected.filter(pc.invert(pc.is_in(expected["id"], pa.array(sorted(deleted), pa.int64()))))
-        got = t.to_arrow().sort_by("id")
-        assert got.num_rows == expected.num_rows, f"pass {p}: {got.num_rows} rows, expected {expected.num_rows}"
-        for name in SCHEMA.names:
-            assert got[name].combine_chunks().equals(expected[name].combine_chunks()), f"pass {p}: column {name!r} differs"
+        assert_every_value(t, written, deleted, p)
         probe = sorted(set(rng.integers(0, next_id, size=20).tolist()) | set(victims))
         flt = f"id IN ({', '.join(map(str, probe))})"
         want = sorted(set(probe) - deleted)
