@@ -119,13 +119,15 @@ def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.
     """
     threads = write_threads()
     futures: list[Future[Fragment]] = []
+    in_flight: set[Future[Fragment]] = set()  # at most ``threads``: O(1) per file, whatever the count
     with ThreadPoolExecutor(threads, thread_name_prefix="lamina-write") as pool:
         try:
             for chunk in chunk_batches(batches, options.max_rows_per_file):
-                in_flight = [f for f in futures if not f.done()]
                 if len(in_flight) >= threads:
-                    wait(in_flight, return_when=FIRST_COMPLETED)
-                futures.append(pool.submit(write_fragment, store, schema, chunk, options))
+                    _, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                future = pool.submit(write_fragment, store, schema, chunk, options)
+                futures.append(future)
+                in_flight.add(future)
             return [f.result() for f in futures]
         except BaseException:
             wait(futures)

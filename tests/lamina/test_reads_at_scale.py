@@ -243,3 +243,21 @@ def test_among_agrees_with_isin():
         deleted = np.unique(rng.integers(0, 500, rng.integers(0, 60))).astype(np.uint32)
         offsets = rng.integers(0, 520, rng.integers(0, 40)).astype(np.uint32)
         assert (among(offsets, deleted) == np.isin(offsets, deleted)).all()
+
+
+def test_writing_many_files_costs_linear_bookkeeping(tmp_path, monkeypatch):
+    """Issue 18, item 3: write_fragments looked at every earlier future for each new file (quadratic)."""
+    from concurrent.futures import Future
+
+    calls = {"done": 0}
+    real_done = Future.done
+
+    def counting_done(self):
+        calls["done"] += 1
+        return real_done(self)
+
+    monkeypatch.setattr(Future, "done", counting_done)
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    t.append(rows(0, 3000), max_rows_per_file=10)  # 300 files
+    assert len(t.manifest.fragments) == 300 and t.count_rows() == 3000
+    assert calls["done"] < 10 * 300, calls  # the quadratic loop made ~45,000
