@@ -332,19 +332,13 @@ def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragmen
     if whole:
         picked = [fragments[i] for i in whole]
         sources = store.point_sources([(f.path, f.file_bytes) for f in picked])
-        files = []
-        for f, src in zip(picked, sources):
-            if isinstance(src, str):
-                files.append((store.describe(f.path), src, None, f.file_bytes, 0))
-            else:
-                if f.checksum is not None:
-                    check(f.checksum, of_bytes(src), f"data file {store.describe(f.path)} of fragment {f.id}")
-                files.append((store.describe(f.path), None, src, f.file_bytes, 0))
-        if len(whole) == len(fragments):
-            sel = offsets
-        else:
-            sel = np.concatenate([offsets[starts[i]:starts[i + 1]] for i in whole])
-        files = [(o, p, d, n, counts[i]) for (o, p, d, n, _), i in zip(files, whole)]
+        files = []  # (object, local path | None, bytes | None, size, how many offsets)
+        for i, f, src in zip(whole, picked, sources):
+            local = isinstance(src, str)
+            if not local and f.checksum is not None:
+                check(f.checksum, of_bytes(src), f"data file {store.describe(f.path)} of fragment {f.id}")
+            files.append((store.describe(f.path), src if local else None, None if local else src, f.file_bytes, counts[i]))
+        sel = offsets if len(whole) == len(fragments) else np.concatenate([offsets[starts[i]:starts[i + 1]] for i in whole])
         try:
             batch = _native.take_rows_many(files, pa.array(sel, type=pa.uint32()), cols, pool_size(len(files)))
         except ObjectNotFound as e:
