@@ -1,6 +1,6 @@
 """Secondary indices (btree, bitmap, full text) against pylance on the same data: build time and query latency.
 
-    .venv/bin/python -m benchmarks.index [--quick] [--repeat N] [--no-profile] [--ray]
+    .venv/bin/python -m benchmarks.index [--quick] [--repeat N] [--no-profile] [--ray] [--fts-queries]
 
 Data, written once per library (write times printed, not part of the build times):
   keyed: 10,000,000 rows (--quick: 1,000,000) of ``id`` int64 uniform in [0, 2**40) and ``cat``, a
@@ -22,6 +22,8 @@ Correctness: Lamina's indexed lookups equal ``use_index=False`` for a few ids; L
 row counts agree for every lookup and for a bitmap filter; every Lamina search hit contains a query word.
 Profile (Lamina only, no commit): reading the column, native build, native merge, timed serially with
 the functions of lamina.index.segments, next to the threaded build that create_index runs.
+--fts-queries runs the full-text queries only: the docs data, each library's fts index built once (untimed, in
+this process), the queries and their checks (about a minute).
 pylance is an optional peer: without ``import lance`` its side is reported as skipped.
 """
 
@@ -247,6 +249,76 @@ def git_state() -> str:
         return "unknown"
 
 
+def builds_and_lookups(args, lance, paths: dict[str, str], keyed: pa.Table, repeat: int, n_keyed: int, n_docs: int,
+                       n_lookups: int, results: dict[str, dict]) -> dict:
+    """The timed builds (each in a fresh process) and the point lookups; returns the correctness checks so far."""
+    # builds, each in a fresh process
+    no_merge = {"task_rows": IndexOptions().segment_rows, "segment_rows": IndexOptions().segment_rows}
+    for label, column, kind, lance_kind, data in (("btree", "id", "btree", "BTREE", "keyed"),
+                                                   ("bitmap", "cat", "bitmap", "BITMAP", "keyed"),
+                                                   ("fts", "doc", "fts", "INVERTED", "docs")):
+        specs = {"lamina": dict(lib="lamina", path=paths[f"lamina-{data}"], column=column, kind=kind)}
+        if lance:
+            specs["lance"] = dict(lib="lance", path=paths[f"lance-{data}"], column=column, kind=lance_kind)
+        if kind == "btree":  # informational: the same build without the merge step
+            specs["lamina_no_merge"] = dict(specs["lamina"], options=no_merge)
+        b = builds(specs, repeat)
+        r = {"lamina_s": b["lamina"]["wall_s"], "lamina_cpu_s": b["lamina"]["cpu_s"]}
+        if lance:
+            r.update(lance_s=b["lance"]["wall_s"], lance_cpu_s=b["lance"]["cpu_s"], ratio=b["lance"]["wall_s"] / r["lamina_s"])
+        results[f"build {label}"] = r
+        rows = n_docs if data == "docs" else n_keyed
+        emit(f"build {label} ({column}, {rows:,} rows)", **r)
+        if "lamina_no_merge" in b:
+            # the last build wins: rebuild with the defaults so queries use the default index
+            in_child(specs["lamina"])
+            v = {"lamina_s": b["lamina_no_merge"]["wall_s"], "lamina_cpu_s": b["lamina_no_merge"]["cpu_s"]}
+            if lance:
+                v.update(lance_s=r["lance_s"], ratio=r["lance_s"] / v["lamina_s"])
+            results[f"build {label}, task_rows=segment_rows (info)"] = v
+            emit(f"build {label} with IndexOptions(task_rows=segment_rows={no_merge['segment_rows']}) (info: no merge)", **v)
+    tk, td = lamina.open_table(paths["lamina-keyed"]), lamina.open_table(paths["lamina-docs"])
+    if lance:
+        dk, dd = lance.dataset(paths["lance-keyed"]), lance.dataset(paths["lance-docs"])
+        print(f"pylance indices: {sorted((i['name'], i['type']) for i in dk.list_indices() + dd.list_indices())}")
+    ix = {i.name: {"segments": i.segments, "bytes": i.bytes} for i in tk.list_indices() + td.list_indices()}
+    print(f"lamina indices: {json.dumps(ix)}")
+    print("explain id = 5:\n  " + tk.explain("id = 5").replace("\n", "\n  "))
+
+    # correctness of lookups
+    rng = np.random.default_rng(7)
+    all_ids = keyed.column("id").to_numpy()
+    ids = [int(x) for x in all_ids[rng.choice(n_keyed, n_lookups + 5)]]
+    warm, look = ids[:5], ids[5:]
+    for x in look[:3]:
+        a = tk.to_arrow(filter=f"id = {x}")
+        b = tk.to_arrow(filter=f"id = {x}", use_index=False)
+        assert a.num_rows >= 1 and a.equals(b), f"id = {x}: index {a.num_rows} rows, scan {b.num_rows} rows"
+    cat_truth = int(pc.sum(pc.equal(keyed.column("cat"), "category-07")).as_py())
+    cat_lamina = tk.to_arrow(columns=["id"], filter="cat = 'category-07'").num_rows
+    checks = {"lookups_index_equals_scan": 3, "bitmap_rows_truth": cat_truth, "bitmap_rows_lamina": cat_lamina}
+    assert cat_lamina == cat_truth, checks
+    if lance:
+        checks["bitmap_rows_lance"] = dk.count_rows(filter="cat = 'category-07'")
+
+    # point lookups
+    fns = {"lamina": lambda x: tk.to_arrow(filter=f"id = {x}")}
+    if lance:
+        fns["lance"] = lambda x: dk.to_table(filter=f"id = {x}")
+    lat = interleaved(look, warm, fns)
+    truth = {x: int((all_ids == x).sum()) for x in look[:20]}
+    lam_counts = [r.num_rows for r in lat["lamina"][1]]
+    assert all(lam_counts[i] == truth[x] for i, x in enumerate(look[:20])), "lamina lookup row count differs from the data"
+    if lance:
+        lance_counts = [r.num_rows for r in lat["lance"][1]]
+        checks["lookup_counts_agree"] = f"{sum(a == b for a, b in zip(lam_counts, lance_counts))}/{len(look)}"
+    for name, (xs, _) in lat.items():
+        results.setdefault("point lookup", {})[name] = latency_fields(xs)
+    emit(f"point lookup id = X, {len(look)} ids", **{f"{k}_{f}": v for k, d in results["point lookup"].items() for f, v in d.items()})
+
+    return checks
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="10x smaller data, a smoke run (under a minute)")
@@ -254,6 +326,8 @@ def main() -> None:
     ap.add_argument("--no-profile", action="store_true", help="skip the per-phase profile of Lamina's builds")
     ap.add_argument("--ray", action="store_true", help="also time the Ray job (jobs.index) for the btree")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir under /tmp)")
+    ap.add_argument("--fts-queries", action="store_true",
+                    help="only the full-text queries (docs data, fts indices built once untimed, no other builds or lookups)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -275,11 +349,11 @@ def main() -> None:
     results: dict[str, dict] = {}
     try:
         t0 = time.perf_counter()
-        keyed = keyed_rows(n_keyed)
+        keyed = keyed_rows(n_keyed if not args.fts_queries else 0)
         vocab = vocabulary()
         docs = doc_rows(n_docs, vocab)
         tokens = pc.sum(pc.list_value_length(pc.split_pattern(docs.column("doc"), " "))).as_py()
-        print(f"data generated in {time.perf_counter() - t0:.1f} s: keyed {n_keyed:,} rows ({keyed.nbytes / 2**20:.0f} MiB), "
+        print(f"data generated in {time.perf_counter() - t0:.1f} s: keyed {keyed.num_rows:,} rows ({keyed.nbytes / 2**20:.0f} MiB), "
               f"docs {n_docs:,} rows, {tokens:,} words ({docs.nbytes / 2**20:.0f} MiB); files of {per_file:,} rows; "
               f"builds best of {repeat}, each in a fresh process", flush=True)
         print(f"versions: lamina {lamina.__version__} at {git_state()}, pyarrow {pa.__version__}, "
@@ -287,76 +361,26 @@ def main() -> None:
 
         paths = {k: os.path.join(root, k) for k in ("lamina-keyed", "lamina-docs", "lance-keyed", "lance-docs")}
         w = {}
-        w["lamina_keyed_s"], _ = write_lamina(paths["lamina-keyed"], keyed, per_file)
+        if not args.fts_queries:
+            w["lamina_keyed_s"], _ = write_lamina(paths["lamina-keyed"], keyed, per_file)
         w["lamina_docs_s"], _ = write_lamina(paths["lamina-docs"], docs, per_file)
         if lance:
-            w["lance_keyed_s"], _ = write_lance(lance, paths["lance-keyed"], keyed, per_file)
+            if not args.fts_queries:
+                w["lance_keyed_s"], _ = write_lance(lance, paths["lance-keyed"], keyed, per_file)
             w["lance_docs_s"], _ = write_lance(lance, paths["lance-docs"], docs, per_file)
         emit("write (not part of build times)", **w)
-
-        # builds, each in a fresh process
-        no_merge = {"task_rows": IndexOptions().segment_rows, "segment_rows": IndexOptions().segment_rows}
-        for label, column, kind, lance_kind, data in (("btree", "id", "btree", "BTREE", "keyed"),
-                                                       ("bitmap", "cat", "bitmap", "BITMAP", "keyed"),
-                                                       ("fts", "doc", "fts", "INVERTED", "docs")):
-            specs = {"lamina": dict(lib="lamina", path=paths[f"lamina-{data}"], column=column, kind=kind)}
+        if args.fts_queries:
+            checks = {}
+            td = lamina.open_table(paths["lamina-docs"])
+            td.create_index("doc", "fts")
             if lance:
-                specs["lance"] = dict(lib="lance", path=paths[f"lance-{data}"], column=column, kind=lance_kind)
-            if kind == "btree":  # informational: the same build without the merge step
-                specs["lamina_no_merge"] = dict(specs["lamina"], options=no_merge)
-            b = builds(specs, repeat)
-            r = {"lamina_s": b["lamina"]["wall_s"], "lamina_cpu_s": b["lamina"]["cpu_s"]}
-            if lance:
-                r.update(lance_s=b["lance"]["wall_s"], lance_cpu_s=b["lance"]["cpu_s"], ratio=b["lance"]["wall_s"] / r["lamina_s"])
-            results[f"build {label}"] = r
-            rows = n_docs if data == "docs" else n_keyed
-            emit(f"build {label} ({column}, {rows:,} rows)", **r)
-            if "lamina_no_merge" in b:
-                # the last build wins: rebuild with the defaults so queries use the default index
-                in_child(specs["lamina"])
-                v = {"lamina_s": b["lamina_no_merge"]["wall_s"], "lamina_cpu_s": b["lamina_no_merge"]["cpu_s"]}
-                if lance:
-                    v.update(lance_s=r["lance_s"], ratio=r["lance_s"] / v["lamina_s"])
-                results[f"build {label}, task_rows=segment_rows (info)"] = v
-                emit(f"build {label} with IndexOptions(task_rows=segment_rows={no_merge['segment_rows']}) (info: no merge)", **v)
-        tk, td = lamina.open_table(paths["lamina-keyed"]), lamina.open_table(paths["lamina-docs"])
-        if lance:
-            dk, dd = lance.dataset(paths["lance-keyed"]), lance.dataset(paths["lance-docs"])
-            print(f"pylance indices: {sorted((i['name'], i['type']) for i in dk.list_indices() + dd.list_indices())}")
-        ix = {i.name: {"segments": i.segments, "bytes": i.bytes} for i in tk.list_indices() + td.list_indices()}
-        print(f"lamina indices: {json.dumps(ix)}")
-        print("explain id = 5:\n  " + tk.explain("id = 5").replace("\n", "\n  "))
-
-        # correctness of lookups
-        rng = np.random.default_rng(7)
-        all_ids = keyed.column("id").to_numpy()
-        ids = [int(x) for x in all_ids[rng.choice(n_keyed, n_lookups + 5)]]
-        warm, look = ids[:5], ids[5:]
-        for x in look[:3]:
-            a = tk.to_arrow(filter=f"id = {x}")
-            b = tk.to_arrow(filter=f"id = {x}", use_index=False)
-            assert a.num_rows >= 1 and a.equals(b), f"id = {x}: index {a.num_rows} rows, scan {b.num_rows} rows"
-        cat_truth = int(pc.sum(pc.equal(keyed.column("cat"), "category-07")).as_py())
-        cat_lamina = tk.to_arrow(columns=["id"], filter="cat = 'category-07'").num_rows
-        checks = {"lookups_index_equals_scan": 3, "bitmap_rows_truth": cat_truth, "bitmap_rows_lamina": cat_lamina}
-        assert cat_lamina == cat_truth, checks
-        if lance:
-            checks["bitmap_rows_lance"] = dk.count_rows(filter="cat = 'category-07'")
-
-        # point lookups
-        fns = {"lamina": lambda x: tk.to_arrow(filter=f"id = {x}")}
-        if lance:
-            fns["lance"] = lambda x: dk.to_table(filter=f"id = {x}")
-        lat = interleaved(look, warm, fns)
-        truth = {x: int((all_ids == x).sum()) for x in look[:20]}
-        lam_counts = [r.num_rows for r in lat["lamina"][1]]
-        assert all(lam_counts[i] == truth[x] for i, x in enumerate(look[:20])), "lamina lookup row count differs from the data"
-        if lance:
-            lance_counts = [r.num_rows for r in lat["lance"][1]]
-            checks["lookup_counts_agree"] = f"{sum(a == b for a, b in zip(lam_counts, lance_counts))}/{len(look)}"
-        for name, (xs, _) in lat.items():
-            results.setdefault("point lookup", {})[name] = latency_fields(xs)
-        emit(f"point lookup id = X, {len(look)} ids", **{f"{k}_{f}": v for k, d in results["point lookup"].items() for f, v in d.items()})
+                dd = lance.dataset(paths["lance-docs"])
+                dd.create_scalar_index("doc", index_type="INVERTED", replace=True, **LANCE_FTS)
+            print(f"lamina indices: {json.dumps({i.name: {'segments': i.segments, 'bytes': i.bytes} for i in td.list_indices()})}")
+        else:
+            checks = builds_and_lookups(args, lance, paths, keyed, repeat, n_keyed, n_docs, n_lookups, results)
+            td = lamina.open_table(paths["lamina-docs"])
+            dd = lance.dataset(paths["lance-docs"]) if lance else None
 
         # full-text queries
         for mix, zipf in (("corpus", True), ("uniform", False)):
@@ -387,12 +411,12 @@ def main() -> None:
             emit(f"{key}, {n_fts} queries top-10", **{f"{k}_{f}": v for k, d in results[key].items() for f, v in d.items()}, **extra)
         emit("correctness", **checks)
 
-        if not args.no_profile:
+        if not args.no_profile and not args.fts_queries:
             for column, kind, data in (("id", "btree", "keyed"), ("cat", "bitmap", "keyed"), ("doc", "fts", "docs")):
                 emit(f"profile {kind} (lamina, serial phases, no commit)",
                      **in_child(dict(op="profile", path=paths[f"lamina-{data}"], column=column, kind=kind)))
-        if args.ray:
-            emit("ray job btree (jobs.index.run)", **ray_job(tk.uri))
+        if args.ray and not args.fts_queries:
+            emit("ray job btree (jobs.index.run)", **ray_job(lamina.open_table(paths["lamina-keyed"]).uri))
 
         # summary
         print("\nsummary (ratio = pylance / lamina: above 1 means Lamina is faster)")
