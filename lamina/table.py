@@ -336,15 +336,14 @@ class Table:
 
         ``column`` may be omitted when the table has one full-text index. Fragments the
         index does not cover are analyzed on the fly, so results are always complete.
+        ``columns=[]`` reads no data: only the scores (and ``_rowaddr`` on request).
         """
-        from lamina.index.search import search
+        from lamina.index.search import hit_rows, search
 
-        cols = self._check_columns(columns) or list(self.schema.names)
+        cols = self._check_columns(columns)
+        cols = list(self.schema.names) if cols is None else cols
         addrs, scores, _ = search(self._store, self._manifest, text, column, k, self.uri, map_fn=map_fragments)
-        if len(addrs) == 0:
-            out = self.schema.empty_table().select(cols)
-        else:
-            out = self.take(addrs, cols)
+        out = hit_rows(self._store, self._manifest, self.schema, addrs, cols)
         if with_row_address:
             out = out.append_column(ROWADDR, pa.array(addrs, type=pa.uint64()))
         return out.append_column("_score", pa.array(scores, type=pa.float64()))

@@ -2,25 +2,29 @@
 
 Statistics (documents, average length, document frequencies) are summed over every source
 first, then each source ranks its top k under those global statistics, so scores do not
-depend on how the table is split into fragments or segments.
+depend on how the table is split into fragments or segments. The hits' rows are then read
+by one native call (``hit_rows``), spread over the cores.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lamina import _native
-from lamina.datafile import reading
+from lamina.datafile import reading, take_many
 from lamina.deletion import read_deleted
 from lamina.errors import CorruptFile, IndexNotFound, InvalidArgument, ObjectNotFound
 from lamina.index.options import IndexOptions, check_indexable
 from lamina.index.segments import CACHE, fetch_blocks, on_broken, open_segment
 from lamina.keys import key_array
-from lamina.manifest import Fragment, Manifest
+from lamina.io_pool import pool_size
+from lamina.manifest import ADDRESS_SHIFT, Fragment, Manifest
 from lamina.store import ObjectStore
 
 log = logging.getLogger("lamina.index")
@@ -140,3 +144,50 @@ def _text_query(src: _TextSource, terms: list[str], docs: "_native.TextDocs | No
     docs = src.reader.text_docs([(o, fid, bid, data, pa.array(deleted[fid], pa.uint32()) if len(deleted[fid]) else None)
                                  for (o, fid, bid, _, _), (_, data) in zip(served, fetched)])
     return docs, src.reader.text_query(terms, fetched[len(served):], docs)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def hit_rows(store: ObjectStore, manifest: Manifest, schema: pa.Schema, addrs: np.ndarray,
+             columns: Sequence[str]) -> pa.Table:
+    """The rows at a search's hit addresses (distinct and live at this version), in the order given,
+    ``columns`` only.
+
+    One ``take_many`` reads every hit. A hit costs about one decompressed data page, so the sorted
+    addresses are cut into one run per core (between row groups where possible: a row group's
+    dictionary page is then decoded once), each run its own entry of the native call, which decodes
+    the entries in parallel.
+    """
+    n = len(addrs)
+    if not columns or n == 0:  # no data columns asked: nothing to read
+        return pa.table({"_": pa.nulls(n)}).drop_columns(["_"]) if n else schema.empty_table().select(list(columns))
+    order = np.argsort(addrs, kind="stable")
+    ordered = np.asarray(addrs, dtype=np.uint64)[order]
+    fids = (ordered >> np.uint64(ADDRESS_SHIFT)).astype(np.int64)
+    offsets = (ordered & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    frags = manifest.fragment_map()
+    cuts = np.flatnonzero(fids[1:] != fids[:-1]) + 1
+    runs = list(zip([0] + cuts.tolist(), cuts.tolist() + [n]))  # one per fragment
+    if len(runs) < pool_size(min(n, _cores())):
+        # a cut at i is free of duplicate dictionary pages if hits i-1 and i lie in different row groups
+        group = np.empty(n, dtype=np.int64)
+        for a, b in runs:
+            ends = np.cumsum([g.rows for g in frags[int(fids[a])].row_groups])
+            group[a:b] = np.searchsorted(ends, offsets[a:b], side="right")
+        clean = np.concatenate([[False], group[1:] != group[:-1]])
+        while len(runs) < pool_size(min(n, _cores())):  # halve the longest run
+            i = max(range(len(runs)), key=lambda j: runs[j][1] - runs[j][0])
+            a, b = runs[i]
+            if b - a < 2:
+                break
+            mid = (a + b) // 2
+            between = np.flatnonzero(clean[a + 1:b]) + a + 1
+            cut = int(between[np.argmin(np.abs(between - mid))]) if len(between) else mid
+            runs[i:i + 1] = [(a, cut), (cut, b)]
+    rows = take_many(store, schema, [frags[int(fids[a])] for a, _ in runs], offsets, [b - a for a, b in runs], columns)
+    return rows.take(pa.array(np.argsort(order), type=pa.int64()))  # back into the order of ``addrs``
