@@ -4,24 +4,37 @@
 //! group's encoded column chunks byte-for-byte (footer and page index rebuilt
 //! with shifted offsets); it is refused for a row group holding a deleted row, not
 //! for a source whose deleted rows all lie in other row groups. `Encode` decodes a source row group (skipping deleted
-//! rows) and feeds it to an encoder that cuts full-size row groups across
-//! source boundaries. Binary copy is all `Copy`, full rewrite all `Encode`,
-//! hybrid a mix; row order is always the order of the actions.
+//! rows) and re-encodes them into row groups of `row_group_rows` cut across source
+//! boundaries. Binary copy is all `Copy`, full rewrite all `Encode`, hybrid a mix; row
+//! order is always the order of the actions.
 //!
-//! Memory: up to `min(4, CPUs) + 1` output row groups of decoded rows (`row_group_rows`
-//! each) plus their encoded pages, a few decoded batches queued ahead, and the I/O buffers
-//! of a splice; never a whole file.
+//! ```text
+//!  actions ─► units (pure): Copy | Encode([pieces: live rows of source row groups]) — one output row group each
+//!  calling thread: submits Encode units ahead to the rewrite pool, appends finished ones in order, copies
+//!  pool (min(4, CPUs) threads): per unit, its pieces decoded in parallel, then its fields encoded in parallel
+//! ```
+//!
+//! Every output row group is known before anything is decoded (the live rows of every source row
+//! group follow from the footers and the deleted offsets), so each one is an independent job that
+//! decodes exactly the rows it holds: decode and encode of different row groups overlap on every
+//! core, no decoded batch is concatenated, and no thread is spawned per row group or column.
+//!
+//! Memory: at most `min(4, CPUs) + 2` output row groups in flight, each holding its decoded rows
+//! (`row_group_rows` at most) while it encodes and its encoded chunks until appended, plus the I/O
+//! buffers of a splice; never a whole file.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::SyncSender;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
-use arrow::compute::concat_batches;
 use arrow::datatypes::SchemaRef;
+use rayon::prelude::*;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection};
-use parquet::arrow::arrow_writer::{compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn, ArrowRowGroupWriterFactory};
+use parquet::arrow::arrow_writer::{compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory};
 use parquet::arrow::ArrowWriter;
 use parquet::column::writer::ColumnCloseResult;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
@@ -60,31 +73,101 @@ impl Action {
     }
 }
 
-/// What the decoding thread hands the encoder, in action order.
-enum Item {
-    Batch(RecordBatch),
-    Copy { source: usize, row_group: usize },
+/// A run of one source row group's live rows: the `take` live rows after its first `skip` live rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Piece {
+    source: usize,
+    row_group: usize,
+    skip: u64,
+    take: u64,
 }
 
-/// Decodes the live rows of one row group into `tx`, cast to the table's types.
-/// Returns false once the receiver is gone; errors are sent, then decoding stops.
-fn decode(src: &Opened, source: &Source, row_group: usize, schema: &SchemaRef, batch_rows: usize, tx: &SyncSender<Result<Item>>) -> bool {
+/// One row group of the output, in output order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Unit {
+    Copy { source: usize, row_group: usize },
+    /// Re-encoded from these pieces, in order: `row_group_rows` rows, fewer only before a copy or at the end.
+    Encode(Vec<Piece>),
+}
+
+/// Cuts the actions into output row groups. `live[i]` is the live row count of `actions[i]`'s row group.
+fn plan_units(actions: &[Action], live: &[u64], row_group_rows: u64) -> Vec<Unit> {
+    let mut units = Vec::new();
+    let mut current: Vec<Piece> = Vec::new();
+    let mut filled = 0u64;
+    for (action, &live) in actions.iter().zip(live) {
+        match *action {
+            Action::Copy { source, row_group } => {
+                if !current.is_empty() {
+                    units.push(Unit::Encode(std::mem::take(&mut current)));
+                    filled = 0;
+                }
+                units.push(Unit::Copy { source, row_group });
+            }
+            Action::Encode { source, row_group } => {
+                let mut skip = 0;
+                while skip < live {
+                    let take = (live - skip).min(row_group_rows - filled);
+                    current.push(Piece { source, row_group, skip, take });
+                    skip += take;
+                    filled += take;
+                    if filled == row_group_rows {
+                        units.push(Unit::Encode(std::mem::take(&mut current)));
+                        filled = 0;
+                    }
+                }
+            }
+        }
+    }
+    if !current.is_empty() {
+        units.push(Unit::Encode(current));
+    }
+    units
+}
+
+/// The pool that decodes and encodes row groups: `min(4, CPUs)` threads for the process, so the
+/// rewrite's memory follows the CPU count the documented bound names, whatever the call count.
+fn pool() -> Result<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<std::result::Result<rayon::ThreadPool, String>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(parallelism())
+            .thread_name(|i| format!("lamina-rewrite-{i}"))
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| Error::Internal { object: "the rewrite thread pool".into(), reason: format!("cannot start its threads ({e})") })
+}
+
+/// Threads of the rewrite pool: min(4, CPUs).
+fn parallelism() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(1, 4)
+}
+
+/// Decodes one piece, cast to the table's types, in batches of at most 64Ki rows.
+fn decode_piece(src: &Opened, source: &Source, piece: &Piece, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+    let row_group = piece.row_group;
     let corrupt = |e: &dyn std::fmt::Display| Error::Corrupt {
         object: src.path.clone(),
         reason: format!("row group {row_group} cannot be decoded ({e})"),
     };
     // parquet's page decoders can still panic on hostile page bytes: that is this file's corruption.
-    let result = guard(Work::Reads(&src.path), || -> Result<()> {
+    guard(Work::Reads(&src.path), || -> Result<Vec<RecordBatch>> {
         let (first, rows) = src.span(row_group);
-        // A positional reader of its own: the encoder thread may be copying chunks of this file meanwhile.
+        // A positional reader of its own: other pieces of this file may be decoded or copied meanwhile.
+        let batch_rows = usize::try_from(piece.take).unwrap_or(usize::MAX).clamp(1, 65_536);
         let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(src.file.clone(), src.reader_meta.clone())
             .with_row_groups(vec![row_group])
             .with_batch_size(batch_rows);
-        if let Some(sel) = selection(&source.deleted, first, rows) {
+        if let Some(sel) = piece_selection(&source.deleted, first, rows, piece.skip, piece.take) {
             builder = builder.with_row_selection(sel);
         }
+        let mut out = Vec::new();
+        let mut decoded = 0u64;
         for batch in builder.build().map_err(|e| corrupt(&e))? {
             let batch = batch.map_err(|e| corrupt(&e))?;
+            decoded += batch.num_rows() as u64;
             let columns = batch
                 .columns()
                 .iter()
@@ -97,20 +180,13 @@ fn decode(src: &Opened, source: &Source, row_group: usize, schema: &SchemaRef, b
                     }
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let batch = RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| corrupt(&e))?;
-            if tx.send(Ok(Item::Batch(batch))).is_err() {
-                return Ok(());
-            }
+            out.push(RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| corrupt(&e))?);
         }
-        Ok(())
-    });
-    match result {
-        Ok(()) => true,
-        Err(e) => {
-            let _ = tx.send(Err(e));
-            false
+        if decoded != piece.take {
+            return Err(corrupt(&format!("{decoded} rows decoded, its footer promises {}", piece.take)));
         }
-    }
+        Ok(out)
+    })
 }
 
 /// Counters of one rewrite, for the job's metrics.
@@ -182,119 +258,65 @@ fn open(source: &Source) -> Result<Opened> {
     Ok(Opened { path, file, reader_meta, starts })
 }
 
-/// Buffers decoded rows and writes them as row groups of `row_group_rows`.
-struct Encoder {
-    schema: SchemaRef,
-    row_group_rows: usize,
-    pending: Vec<RecordBatch>,
-    pending_rows: usize,
+/// The encoded column chunks of one row group and its row count, as a pool job hands them back.
+type Encoded = Result<(Vec<ArrowColumnChunk>, usize)>;
+
+/// What the rewrite's jobs share: the sources and the table's schema.
+struct Inputs<'a> {
+    opened: &'a [Opened],
+    sources: &'a [Source],
+    schema: &'a SchemaRef,
+    path: &'a str,
+    /// Leaf columns of each top-level field, in schema order.
+    leaves: Vec<usize>,
 }
 
-impl Encoder {
-    fn push(&mut self, batch: RecordBatch, out: &mut Output) -> Result<()> {
-        self.pending_rows += batch.num_rows();
-        self.pending.push(batch);
-        while self.pending_rows >= self.row_group_rows {
-            let all = self.take_all()?;
-            let head = all.slice(0, self.row_group_rows);
-            let rest = all.slice(self.row_group_rows, all.num_rows() - self.row_group_rows);
-            out.encode_row_group(&head)?;
-            if rest.num_rows() > 0 {
-                self.pending_rows = rest.num_rows();
-                self.pending.push(rest);
-            }
+impl Inputs<'_> {
+    /// Decodes the pieces of one output row group (in parallel) and encodes its fields (in parallel)
+    /// with `writers`, the leaf column writers of that row group in schema order.
+    fn encode_unit(&self, pieces: &[Piece], writers: Vec<ArrowColumnWriter>) -> Encoded {
+        let decoded: Vec<Vec<RecordBatch>> = pieces
+            .par_iter()
+            .map(|p| decode_piece(&self.opened[p.source], &self.sources[p.source], p, self.schema))
+            .collect::<Result<_>>()?;
+        let batches: Vec<RecordBatch> = decoded.into_iter().flatten().collect();
+        let rows = batches.iter().map(|b| b.num_rows()).sum();
+        // The leaf writers of each top-level field, so each task owns whole fields.
+        let mut by_field: Vec<(usize, Vec<ArrowColumnWriter>)> = Vec::with_capacity(self.schema.fields().len());
+        let mut writers = writers.into_iter();
+        for (i, &leaves) in self.leaves.iter().enumerate() {
+            by_field.push((i, writers.by_ref().take(leaves).collect()));
         }
-        Ok(())
-    }
-
-    /// Writes whatever is pending as one (possibly short) row group: before a copy, or at the end.
-    fn flush(&mut self, out: &mut Output) -> Result<()> {
-        if self.pending_rows > 0 {
-            let all = self.take_all()?;
-            out.encode_row_group(&all)?;
-        }
-        Ok(())
-    }
-
-    fn take_all(&mut self) -> Result<RecordBatch> {
-        let batches = std::mem::take(&mut self.pending);
-        self.pending_rows = 0;
-        concat_batches(&self.schema, &batches).map_err(|e| Error::InvalidArgument(format!("cannot combine batches: {e}")))
+        let closed: Vec<Vec<ArrowColumnChunk>> = by_field
+            .into_par_iter()
+            .map(|(i, mut ws)| {
+                guard(Work::Makes(self.path), || -> Result<Vec<ArrowColumnChunk>> {
+                    let perr = |source| Error::Parquet { path: self.path.to_string(), source };
+                    let field = &self.schema.fields()[i];
+                    for batch in &batches {
+                        let leaves = compute_leaves(field, batch.column(i)).map_err(perr)?;
+                        for (w, leaf) in ws.iter_mut().zip(leaves.iter()) {
+                            w.write(leaf).map_err(perr)?;
+                        }
+                    }
+                    ws.into_iter().map(|w| w.close().map_err(perr)).collect()
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok((closed.into_iter().flatten().collect(), rows))
     }
 }
-
-/// A row group being encoded on its own thread: its column chunks and row count.
-type Encoding = std::thread::JoinHandle<Result<(Vec<ArrowColumnChunk>, usize)>>;
 
 struct Output {
     path: String,
     writer: SerializedFileWriter<OutputFile>,
     factory: ArrowRowGroupWriterFactory,
-    schema: SchemaRef,
     stats: RewriteStats,
-    /// Row groups being encoded, oldest first; appended to the file strictly in this order.
-    in_flight: std::collections::VecDeque<Encoding>,
-    max_in_flight: usize,
 }
 
 impl Output {
-    fn perr(&self) -> impl Fn(parquet::errors::ParquetError) -> Error + '_ {
-        move |source| Error::Parquet { path: self.path.clone(), source }
-    }
-
-    /// Starts encoding one row group on its own thread (its columns on threads of their own),
-    /// so up to `max_in_flight` row groups encode at once; the GIL is already released.
-    fn encode_row_group(&mut self, batch: &RecordBatch) -> Result<()> {
-        let index = self.writer.flushed_row_groups().len() + self.in_flight.len();
-        let writers = self.factory.create_column_writers(index).map_err(self.perr())?;
-        // Group the leaf writers by top-level field, so each thread owns whole fields.
-        let mut by_field: Vec<(Vec<ArrowColumnWriter>, Vec<ArrowLeafColumn>)> = Vec::new();
-        let mut writers = writers.into_iter();
-        for (field, column) in self.schema.fields().iter().zip(batch.columns()) {
-            let leaves = compute_leaves(field, column).map_err(self.perr())?;
-            let mine: Vec<ArrowColumnWriter> = writers.by_ref().take(leaves.len()).collect();
-            by_field.push((mine, leaves));
-        }
-        let path = self.path.clone();
-        let rows = batch.num_rows();
-        self.in_flight.push_back(std::thread::spawn(move || {
-            let closed: Vec<Result<Vec<ArrowColumnChunk>>> = std::thread::scope(|scope| {
-                let handles: Vec<_> = by_field
-                    .into_iter()
-                    .map(|(mut ws, leaves)| {
-                        let path = path.clone();
-                        scope.spawn(move || -> Result<Vec<_>> {
-                            let perr = |source| Error::Parquet { path: path.clone(), source };
-                            for (w, leaf) in ws.iter_mut().zip(leaves.iter()) {
-                                w.write(leaf).map_err(perr)?;
-                            }
-                            ws.into_iter().map(|w| w.close().map_err(perr)).collect()
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err(Error::InvalidArgument("a column encoder thread panicked".into()))))
-                    .collect()
-            });
-            let mut chunks = Vec::new();
-            for c in closed {
-                chunks.extend(c?);
-            }
-            Ok((chunks, rows))
-        }));
-        while self.in_flight.len() > self.max_in_flight {
-            self.append_oldest()?;
-        }
-        Ok(())
-    }
-
-    /// Waits for the oldest row group in flight and appends it to the file.
-    fn append_oldest(&mut self) -> Result<()> {
-        let Some(handle) = self.in_flight.pop_front() else { return Ok(()) };
-        let (chunks, rows) = handle
-            .join()
-            .unwrap_or_else(|_| Err(Error::InvalidArgument("a row group encoder thread panicked".into())))?;
+    /// Appends one encoded row group to the file.
+    fn append_encoded(&mut self, chunks: Vec<ArrowColumnChunk>, rows: usize) -> Result<()> {
         let path = self.path.clone();
         let perr = |source| Error::Parquet { path: path.clone(), source };
         let mut rg = self.writer.next_row_group().map_err(perr)?;
@@ -307,16 +329,7 @@ impl Output {
         Ok(())
     }
 
-    /// Appends every row group still in flight (before a copy, and before the footer).
-    fn drain(&mut self) -> Result<()> {
-        while !self.in_flight.is_empty() {
-            self.append_oldest()?;
-        }
-        Ok(())
-    }
-
     fn copy_row_group(&mut self, src: &Opened, row_group: usize) -> Result<()> {
-        self.drain()?;
         let meta = src.meta();
         let rg_meta = meta.row_group(row_group);
         let page_index = meta.page_index_for_row_group(row_group);
@@ -345,24 +358,30 @@ impl Output {
     }
 }
 
-/// Live-row selection of one row group, or None when nothing in it is deleted.
-fn selection(deleted: &[u32], first_row: u64, rows: u64) -> Option<RowSelection> {
+/// The rows of one row group (`rows` rows from file row `first`) that hold its live rows
+/// `[skip, skip + take)`, or None when that is every row.
+fn piece_selection(deleted: &[u32], first_row: u64, rows: u64, skip: u64, take: u64) -> Option<RowSelection> {
     let lo = deleted.partition_point(|&d| u64::from(d) < first_row);
     let hi = deleted.partition_point(|&d| u64::from(d) < first_row + rows);
-    if lo == hi {
+    if lo == hi && skip == 0 && take == rows {
         return None;
     }
+    let (want_lo, want_hi) = (skip, skip + take);
     let mut ranges = Vec::new();
-    let mut next = 0usize;
-    for &d in &deleted[lo..hi] {
-        let local = (u64::from(d) - first_row) as usize;
-        if local > next {
-            ranges.push(next..local);
+    let mut next = 0u64; // first physical row of the current run of live rows
+    let mut seen = 0u64; // live rows before it
+    let ends = deleted[lo..hi].iter().map(|&d| u64::from(d) - first_row).chain(std::iter::once(rows));
+    for end in ends {
+        // Physical rows [next, end) are live rows [seen, seen + end - next).
+        let (a, b) = (want_lo.max(seen), want_hi.min(seen + (end - next)));
+        if a < b {
+            ranges.push((next + a - seen) as usize..(next + b - seen) as usize);
         }
-        next = local + 1;
-    }
-    if (next as u64) < rows {
-        ranges.push(next..rows as usize);
+        seen += end - next;
+        next = end + 1;
+        if seen >= want_hi {
+            break;
+        }
     }
     Some(RowSelection::from_consecutive_ranges(ranges.into_iter(), rows as usize))
 }
@@ -377,6 +396,7 @@ pub fn rewrite(
     output: &Path,
     options: &WriteOptions,
 ) -> Result<(WrittenFile, RewriteStats)> {
+    options.validate()?;
     let opened: Vec<Opened> = sources.iter().map(open).collect::<Result<_>>()?;
     for src in &opened {
         let theirs = src.reader_meta.schema();
@@ -396,6 +416,7 @@ pub fn rewrite(
         }
     }
     let mut expected_rows = 0u64;
+    let mut live_rows = Vec::with_capacity(actions.len());
     for action in actions {
         let (source, row_group) = match *action {
             Action::Copy { source, row_group } | Action::Encode { source, row_group } => (source, row_group),
@@ -425,11 +446,13 @@ pub fn rewrite(
             Action::Encode { .. } => rows - deleted_in(&sources[source].deleted, first, rows),
         };
         expected_rows = expected_rows.checked_add(live).ok_or_else(|| src.corrupt("row counts overflow"))?;
+        live_rows.push(live);
     }
+    let units = plan_units(actions, &live_rows, options.row_group_rows as u64);
 
     let display = output.display().to_string();
     let file = File::create_new(output).map_err(|e| Error::io(&display, e))?;
-    let result = write_output(file, &display, &opened, sources, actions, schema, options, expected_rows);
+    let result = write_output(file, &display, &opened, sources, &units, schema, options, expected_rows);
     if result.is_err() {
         let _ = std::fs::remove_file(output);
     }
@@ -477,7 +500,7 @@ fn write_output(
     display: &str,
     opened: &[Opened],
     sources: &[Source],
-    actions: &[Action],
+    units: &[Unit],
     schema: SchemaRef,
     options: &WriteOptions,
     expected_rows: u64,
@@ -486,50 +509,71 @@ fn write_output(
     // Copied chunks and encoded row groups alike go through the hashing writer: the checksum costs no extra pass.
     let writer = ArrowWriter::try_new(OutputFile::new_file(file), Arc::clone(&schema), Some(options.properties(&schema)?)).map_err(perr)?;
     let (writer, factory) = writer.into_serialized_writer().map_err(perr)?;
-    let max_in_flight = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(1, 4);
-    let mut out = Output {
-        path: display.to_string(),
-        writer,
-        factory,
-        schema: Arc::clone(&schema),
-        stats: RewriteStats::default(),
-        in_flight: Default::default(),
-        max_in_flight,
-    };
-    let mut encoder = Encoder { schema: Arc::clone(&schema), row_group_rows: options.row_group_rows, pending: vec![], pending_rows: 0 };
+    let mut out = Output { path: display.to_string(), writer, factory, stats: RewriteStats::default() };
+    // Leaves per field: the root schema's top-level nodes map one to one onto the Arrow fields.
+    let root = out.writer.schema_descr().root_schema();
+    let leaves: Vec<usize> = root.get_fields().iter().map(|f| count_leaves(f)).collect();
+    if leaves.len() != schema.fields().len() {
+        return Err(Error::Internal { object: display.to_string(), reason: "Parquet schema does not match the Arrow schema".into() });
+    }
+    let inputs = Inputs { opened, sources, schema: &schema, path: display, leaves };
+    // Row groups submitted ahead of the one being appended: enough to keep every pool thread busy
+    // while finished ones wait their turn. Each holds at most its decoded rows and its encoded
+    // chunks, so `P + 2` of them stay within the documented `(4 + 2P) × row_group_rows` rows.
+    let window = parallelism() + 2;
+    let stop = AtomicBool::new(false);
 
-    // Decoding runs on its own thread, a few batches ahead of the encoder (bounded channel),
-    // so decode and encode overlap; items arrive in action order, so row order is kept.
-    let batch_rows = options.row_group_rows.clamp(1024, 65_536);
-    std::thread::scope(|scope| -> Result<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Item>>(4);
-        let schema_ref = &schema;
-        scope.spawn(move || {
-            for action in actions {
-                let sent = match *action {
-                    Action::Copy { source, row_group } => tx.send(Ok(Item::Copy { source, row_group })).is_ok(),
-                    Action::Encode { source, row_group } => {
-                        decode(&opened[source], &sources[source], row_group, schema_ref, batch_rows, &tx)
+    enum Slot {
+        Copy(usize, usize),
+        Encoding(Receiver<Encoded>),
+    }
+    pool()?.in_place_scope(|scope| -> Result<()> {
+        let result = (|| -> Result<()> {
+            let mut queue: VecDeque<Slot> = VecDeque::new();
+            let mut submitted = 0usize; // units queued so far; a unit's index is its output row group
+            let mut encoding = 0usize; // encode units queued and not yet appended
+            loop {
+                while submitted < units.len() && encoding < window {
+                    match &units[submitted] {
+                        Unit::Copy { source, row_group } => queue.push_back(Slot::Copy(*source, *row_group)),
+                        Unit::Encode(pieces) => {
+                            let writers = out.factory.create_column_writers(submitted).map_err(perr)?;
+                            let (tx, rx) = sync_channel::<Encoded>(1);
+                            let (inputs, stop) = (&inputs, &stop);
+                            scope.spawn(move |_| {
+                                // After a failure, queued jobs only report that they did not run.
+                                let done = if stop.load(Ordering::Relaxed) {
+                                    Err(Error::InvalidArgument("stopped after an earlier error".into()))
+                                } else {
+                                    guard(Work::Makes(inputs.path), || inputs.encode_unit(pieces, writers))
+                                };
+                                let _ = tx.send(done);
+                            });
+                            queue.push_back(Slot::Encoding(rx));
+                            encoding += 1;
+                        }
                     }
-                };
-                if !sent {
-                    return; // the encoder stopped (an error): stop decoding
+                    submitted += 1;
+                }
+                match queue.pop_front() {
+                    None => return Ok(()),
+                    Some(Slot::Copy(source, row_group)) => out.copy_row_group(&opened[source], row_group)?,
+                    Some(Slot::Encoding(rx)) => {
+                        let (chunks, rows) = rx.recv().map_err(|_| Error::Internal {
+                            object: display.to_string(),
+                            reason: "a row group encoder stopped without an answer; please report this as a Lamina bug".into(),
+                        })??;
+                        out.append_encoded(chunks, rows)?;
+                        encoding -= 1;
+                    }
                 }
             }
-        });
-        for item in rx {
-            match item? {
-                Item::Batch(batch) => encoder.push(batch, &mut out)?,
-                Item::Copy { source, row_group } => {
-                    encoder.flush(&mut out)?;
-                    out.copy_row_group(&opened[source], row_group)?;
-                }
-            }
+        })();
+        if result.is_err() {
+            stop.store(true, Ordering::Relaxed);
         }
-        Ok(())
+        result
     })?;
-    encoder.flush(&mut out)?;
-    out.drain()?;
     let stats = out.stats.clone();
     let metadata = out.writer.finish().map_err(perr)?;
     let written = WrittenFile::synced(out.writer.inner(), display, &metadata)?;
@@ -539,6 +583,15 @@ fn write_output(
     }
     verify(display, &schema, rows)?;
     Ok((written, stats))
+}
+
+/// Leaf columns under one Parquet schema node.
+fn count_leaves(node: &parquet::schema::types::Type) -> usize {
+    if node.is_group() {
+        node.get_fields().iter().map(|f| count_leaves(f)).sum()
+    } else {
+        1
+    }
 }
 
 /// Re-reads the written footer: the row count and the Arrow schema must be what was promised.

@@ -190,9 +190,78 @@ fn bad_options_are_an_error_not_a_panic() {
 
 #[test]
 fn selection_skips_deleted_rows() {
-    assert!(selection(&[5, 50], 10, 10).is_none());
-    let sel = selection(&[0, 3, 9, 12], 0, 10).unwrap();
+    assert!(piece_selection(&[5, 50], 10, 10, 0, 10).is_none());
+    let sel = piece_selection(&[0, 3, 9, 12], 0, 10, 0, 7).unwrap();
     assert_eq!(sel.row_count(), 7);
+    assert_eq!(selected(&sel), vec![1, 2, 4, 5, 6, 7, 8]);
+}
+
+/// The physical rows a selection keeps.
+fn selected(sel: &RowSelection) -> Vec<usize> {
+    let mut rows = Vec::new();
+    let mut at = 0;
+    for s in sel.iter() {
+        if !s.skip {
+            rows.extend(at..at + s.row_count);
+        }
+        at += s.row_count;
+    }
+    rows
+}
+
+#[test]
+fn selection_of_a_window_of_live_rows() {
+    // Rows 0..10 of a row group starting at file row 20; file rows 21, 24, 25 deleted:
+    // live physical rows 0, 2, 3, 6, 7, 8, 9.
+    let deleted = [3, 21, 24, 25, 40];
+    assert_eq!(selected(&piece_selection(&deleted, 20, 10, 0, 3).unwrap()), vec![0, 2, 3]);
+    assert_eq!(selected(&piece_selection(&deleted, 20, 10, 3, 4).unwrap()), vec![6, 7, 8, 9]);
+    assert_eq!(selected(&piece_selection(&deleted, 20, 10, 2, 2).unwrap()), vec![3, 6]);
+    // No deletions: a window is one range, the whole row group no selection at all.
+    assert_eq!(selected(&piece_selection(&[], 0, 10, 4, 3).unwrap()), vec![4, 5, 6]);
+    assert!(piece_selection(&[], 0, 10, 0, 10).is_none());
+}
+
+#[test]
+fn units_cut_row_groups_across_sources_and_stop_at_copies() {
+    let e = |source, row_group| Action::Encode { source, row_group };
+    let actions = [e(0, 0), e(0, 1), e(1, 0), Action::Copy { source: 2, row_group: 0 }, e(3, 0), e(3, 1)];
+    let live = [300, 0, 500, 1000, 250, 100];
+    let p = |source, row_group, skip, take| Piece { source, row_group, skip, take };
+    assert_eq!(
+        plan_units(&actions, &live, 400),
+        vec![
+            Unit::Encode(vec![p(0, 0, 0, 300), p(1, 0, 0, 100)]),
+            Unit::Encode(vec![p(1, 0, 100, 400)]),
+            Unit::Copy { source: 2, row_group: 0 },
+            Unit::Encode(vec![p(3, 0, 0, 250), p(3, 1, 0, 100)]),
+        ]
+    );
+    assert_eq!(plan_units(&[e(0, 0)], &[0], 400), vec![], "a row group with no live row makes nothing");
+}
+
+#[test]
+fn row_groups_cut_inside_a_source_row_group_with_deletions_keep_every_live_row() {
+    // 3 sources of 1,000 rows in row groups of 500; deletions on both sides of the cuts at 700 and 1,400 live rows.
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> = (0..3).map(|i| write_noisy(dir.path(), &format!("{i}.parquet"), i * 1000, 1000, 500)).collect();
+    let deleted: Vec<Vec<u32>> = vec![(0..1000).filter(|o| o % 7 == 3).collect(), vec![0, 199, 200, 201, 999], vec![]];
+    let sources: Vec<Source> = paths.iter().zip(&deleted).map(|(p, d)| src(p, d.clone())).collect();
+    let actions: Vec<Action> = (0..3).flat_map(|s| (0..2).map(move |rg| Action::Encode { source: s, row_group: rg })).collect();
+    let out = dir.path().join("out.parquet");
+    let opts = WriteOptions { row_group_rows: 700, ..Default::default() };
+    let (written, stats) = rewrite(&sources, &actions, schema(), &out, &opts).unwrap();
+    let expected: Vec<i64> = (0..3000i64)
+        .filter(|&r| !deleted[(r / 1000) as usize].contains(&((r % 1000) as u32)))
+        .collect();
+    assert_eq!(written.rows, expected.len() as u64);
+    let (ids, strings) = values(&out);
+    assert_eq!(ids, expected);
+    assert_eq!(strings, expected.iter().map(|&r| noisy(r)).collect::<Vec<_>>());
+    let sizes: Vec<u64> = written.row_groups.iter().map(|r| r.rows).collect();
+    let n = expected.len() as u64; // 2,852: four full row groups and a short last one
+    assert_eq!(sizes, vec![700, 700, 700, 700, n - 2800]);
+    assert_eq!(stats.row_groups_encoded, 5);
 }
 
 /// All values of both columns of a file, in order.

@@ -66,7 +66,7 @@ pub struct WrittenFile {
 }
 
 impl WriteOptions {
-    fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         if self.row_group_rows == 0 {
             return Err(Error::InvalidArgument("row_group_rows must be at least 1".into()));
         }
