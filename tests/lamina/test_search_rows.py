@@ -48,7 +48,7 @@ def matching(t: lamina.Table, text: str) -> int:
 
 @pytest.mark.parametrize("cores", [1, 2, 5])
 def test_hits_come_back_in_score_order_however_the_read_is_split(text_table, monkeypatch, cores):
-    monkeypatch.setattr(search_module, "_cores", lambda: cores)
+    monkeypatch.setattr(search_module, "_idle_cores", lambda: cores)
     for text, k in (("gamma", 3), ("alpha theta", 40), ("kappa eta zeta", 400), ("delta", 5000)):
         got = text_table.search(text, k=k, with_row_address=True)
         assert got.num_rows == min(k, matching(text_table, text)), text
