@@ -19,6 +19,7 @@ from lamina.manifest import (
     DATA_DIR,
     DELETIONS_DIR,
     INDICES_DIR,
+    SEGMENTS_DIR,
     TRANSACTIONS_DIR,
     VERSIONS_DIR,
     forget_manifest,
@@ -30,8 +31,8 @@ from lamina.store import ObjectStore
 
 log = logging.getLogger("lamina.cleanup")
 
-#: Directories whose files are owned by manifests (``_wal/`` is owned by the WAL appliers).
-_OWNED_DIRS = (DATA_DIR, DELETIONS_DIR, INDICES_DIR, TRANSACTIONS_DIR)
+#: Directories whose files are owned by manifests (manifest segments included; ``_wal/`` is owned by the WAL appliers).
+_OWNED_DIRS = (SEGMENTS_DIR, DATA_DIR, DELETIONS_DIR, INDICES_DIR, TRANSACTIONS_DIR)
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,13 @@ from lamina.manifest import (
     Manifest,
     belongs_to,
     encode_manifest,
+    lay_out,
     manifest_path,
     remember_manifest,
     try_load_manifest,
     write_latest_hint,
     versions_from,
+    write_segments,
 )
 from lamina.retry import Backoff
 from lamina.store import ObjectStore
@@ -91,13 +93,16 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
                 f"({e}); cleanup probably removed it with the versions it belonged to. Nothing was committed; "
                 f"re-run the {txn.operation} on the latest version"
             ) from e
-        new = current.apply(base)
+        new, segments = lay_out(current.apply(base))
         if not checked and time.time() - txn.started > VERIFY_FILES_AFTER_SECONDS:
             _check_written(store, txn, new)
             checked = True
+        if segments:  # the manifest segments this version changed, before the root that names them
+            txn.written.extend(p for p, _ in segments)
+            write_segments(store, segments)
         path = manifest_path(new.version)
         try:
-            won = store.put_if_absent(path, encode_manifest(new))
+            won = store.put_if_absent(path, encode_manifest(new, laid_out=True))
         except StorageError as e:
             won = _resolve_unknown(store, txn, new.version, _incarnation(base), e)
         if won:
@@ -109,6 +114,8 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
         theirs = try_load_manifest(store, new.version, _incarnation(base))
         if theirs is not None and theirs.record.uuid == txn.uuid:
             return theirs  # an earlier attempt of this very request had landed
+        if segments:  # another's version: nothing can name this attempt's segments (fresh uuids)
+            _discard(store, txn, [p for p, _ in segments])
         backoff.sleep(attempt)
     raise CommitConflict(
         f"{txn.operation} on table {store.uri} lost the race for the next version {backoff.max_attempts} times "
@@ -120,9 +127,9 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
     """Replays ``txn`` over every version committed after ``base``; returns the newest version
     and ``txn`` replayed onto it.
 
-    A missing next version normally means ``base`` is the head, which one listing and one read
-    confirm: ``base`` itself must still be there, and be this table's (not a table created
-    again at the URI that reached the same number). If it is gone, or a later version exists without
+    A missing next version normally means ``base`` is the head, which one read confirms: ``base``
+    itself must still be there, and be this table's (not a table created again at the URI that
+    reached the same number). If it is gone, or a later version exists without
     the next one, ``cleanup`` removed history this operation read (or the table was dropped):
     writing the next number would put a manifest into history that is gone.
 
@@ -138,6 +145,10 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
             theirs = try_load_manifest(store, listed[0])
             if theirs is None:
                 continue  # removed meanwhile: look again
+        elif theirs is None and base.table_uuid and belongs_to(store, base.version, base.table_uuid):
+            # ``base`` is still there and this table's, so nothing after it was cleaned up (cleanup
+            # removes the oldest versions first): the head. One GET instead of a listing and a GET.
+            return base, txn
         elif theirs is None:
             listed = versions_from(store, base.version, 2)
             if listed == [base.version]:
@@ -203,6 +214,17 @@ def _check_written(store: ObjectStore, txn: Transaction, new: Manifest) -> None:
             f"cleanup with a retention shorter than this write removed them. Nothing was committed; re-run the "
             f"{txn.operation} and keep cleanup's older_than longer than your longest write"
         )
+
+
+def _discard(store: ObjectStore, txn: Transaction, paths: list[str]) -> None:
+    """Removes files of a lost attempt that no version can name; best effort (cleanup removes the rest)."""
+    try:
+        store.delete(paths)
+    except Exception as e:
+        log.debug("could not remove %d files of a lost attempt on %s: %s", len(paths), store.uri, e)
+        return
+    gone = set(paths)
+    txn.written[:] = [p for p in txn.written if p not in gone]
 
 
 def _abandon(store: ObjectStore, txn: Transaction) -> None:

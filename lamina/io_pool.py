@@ -38,7 +38,8 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 
 def map_fragments(fn, items: Sequence[Any]) -> list[Any]:
-    """``[fn(x) for x in items]`` with up to ``LAMINA_IO_THREADS`` at once; never call it from ``fn``."""
-    if len(items) <= 1:
+    """``[fn(x) for x in items]`` with up to ``LAMINA_IO_THREADS`` at once. Called from one of the
+    pool's own threads it runs inline (waiting on the pool from inside it could deadlock)."""
+    if len(items) <= 1 or threading.current_thread().name.startswith("lamina-io"):
         return [fn(x) for x in items]
     return list(io_pool().map(fn, items))

@@ -1,10 +1,15 @@
-"""The manifest: one immutable JSON object per table version.
+"""The manifest: one small immutable root object per table version, plus shared segments.
 
-``_versions/{version:020d}.manifest`` lists the schema, the fragments (data
-file + optional deletion file), indices, WAL watermarks and the transaction
-that produced the version (typed by ``lamina.records``: ``Manifest.record``). It
-carries a sha256 of its own canonical body so a truncated or altered manifest is
-refused instead of half-read. Field by field in docs/FORMAT.md.
+``_versions/{version:020d}.manifest`` (the root) holds the schema, indices, WAL
+watermarks, the transaction that produced the version (typed by ``lamina.records``:
+``Manifest.record``), the newest few fragments inline, and the list of *manifest
+segments* holding the others: immutable objects under ``_segments/`` of up to
+``SEGMENT_FRAGMENTS`` fragments each, shared by every version that did not change
+them. A commit writes only the segments it changes, then the root (``lay_out``), so
+the bytes written per commit do not grow with the table. The root carries a sha256
+of its own canonical body and each segment's CRC32C, so a truncated or altered
+object is refused instead of half-read. Field by field in docs/FORMAT.md §2;
+version-1 manifests (every fragment in the root) are still read.
 """
 
 from __future__ import annotations
@@ -13,25 +18,33 @@ import base64
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import logging
+import os
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
+from lamina import checksum
 from lamina.cache import MiB, cache
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound, TableReplaced, VersionNotFound
+from lamina.io_pool import map_fragments
 from lamina.records import TransactionRecord, decode_record
 from lamina.store import ObjectStore, check_relative
 
 log = logging.getLogger("lamina.manifest")
 
 FORMAT = "lamina.manifest"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Manifest format versions this Lamina reads (1: every fragment in the root; 2: segments).
+READABLE_FORMAT_VERSIONS = (1, 2)
 VERSIONS_DIR = "_versions/"
+SEGMENTS_DIR = "_segments/"
 DATA_DIR = "data/"
 DELETIONS_DIR = "_deletions/"
 INDICES_DIR = "_indices/"
@@ -43,6 +56,31 @@ CHECKSUM_PREFIX = "crc32c:"
 
 #: Row address of a row: ``(fragment_id << 32) | offset``.
 ADDRESS_SHIFT = 32
+SEGMENT_FORMAT = "lamina.manifest_segment"
+SEGMENT_LIST_FORMAT = "lamina.manifest_segment_list"
+#: The newest fragments stay in the root (up to this many after the last segment): a small append
+#: rewrites only the root. A longer tail becomes a segment. ``LAMINA_MANIFEST_INLINE_FRAGMENTS``.
+INLINE_FRAGMENTS = 64
+#: A segment holds at most this many fragments, so a commit that changes one fragment rewrites at
+#: most this many (and the root). ``LAMINA_MANIFEST_SEGMENT_FRAGMENTS``.
+SEGMENT_FRAGMENTS = 1024
+#: The same two bounds one level up: the root names the newest segments itself (up to this many)
+#: and the older ones through segment lists of up to ``LIST_SEGMENTS`` entries, so a root stays
+#: small however many segments a table has. ``LAMINA_MANIFEST_INLINE_SEGMENTS`` / ``_LIST_SEGMENTS``.
+INLINE_SEGMENTS = 16
+LIST_SEGMENTS = 256
+
+
+def _layout_limits() -> tuple[tuple[int, int], tuple[int, int]]:
+    """((inline fragments, fragments per segment), (inline segments, segments per list)), read at each
+    commit so tests and tools can change them."""
+    def pair(inline_env: str, inline: int, per_env: str, per: int) -> tuple[int, int]:
+        got = int(os.environ.get(inline_env, inline)), int(os.environ.get(per_env, per))
+        if got[0] < 0 or got[1] < 1:
+            raise LaminaError(f"{inline_env} must be >= 0 and {per_env} >= 1 (got {got[0]} and {got[1]})")
+        return got
+    return (pair("LAMINA_MANIFEST_INLINE_FRAGMENTS", INLINE_FRAGMENTS, "LAMINA_MANIFEST_SEGMENT_FRAGMENTS", SEGMENT_FRAGMENTS),
+            pair("LAMINA_MANIFEST_INLINE_SEGMENTS", INLINE_SEGMENTS, "LAMINA_MANIFEST_LIST_SEGMENTS", LIST_SEGMENTS))
 
 
 def manifest_path(version: int) -> str:
@@ -147,6 +185,24 @@ class IndexEntry:
 
 
 @dataclass(frozen=True)
+class ManifestSegment:
+    """An immutable object under ``_segments/``, shared by every version that did not change it: a
+    *segment* of ``count`` fragments, or a *segment list* of ``count`` segment entries."""
+
+    path: str
+    count: int
+    bytes: int
+    checksum: str
+    #: What it holds (fragments, or for a list its segments' entries), decoded or about to be written;
+    #: not part of its entry (equal entries name the same object).
+    items: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def fragments(self) -> "tuple[Fragment, ...]":
+        return self.items
+
+
+@dataclass(frozen=True)
 class Manifest:
     version: int
     timestamp_ms: int
@@ -165,6 +221,12 @@ class Manifest:
     #: Identifies this incarnation of the table: set at create time, carried by every version.
     #: A table dropped and created again at the same URI has another one ("" before it existed).
     table_uuid: str = ""
+    #: The manifest segments on storage holding ``fragments`` (all but the inline tail) once laid out
+    #: (``lay_out``), with their fragments; after a transaction's ``apply`` they are still its base's,
+    #: which ``lay_out`` reuses wherever their fragments did not change.
+    segments: tuple[ManifestSegment, ...] = field(default=(), compare=False, repr=False)
+    #: The segment lists naming ``segments`` (all but the newest few, which the root names itself).
+    segment_lists: tuple[ManifestSegment, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def rows(self) -> int:
@@ -186,8 +248,8 @@ class Manifest:
         return {f.id: f for f in self.fragments}
 
     def referenced_paths(self) -> set[str]:
-        """Every object this version needs (data, deletion and index files)."""
-        paths: set[str] = set()
+        """Every object this version needs (manifest segments, data, deletion and index files)."""
+        paths: set[str] = {seg.path for seg in self.segments} | {lst.path for lst in self.segment_lists}
         for f in self.fragments:
             paths.add(f.path)
             if f.deletion:
@@ -225,7 +287,11 @@ def _fragment_to_json(f: Fragment) -> dict[str, Any]:
     }
 
 
-def _body(m: Manifest) -> dict[str, Any]:
+def _entry_json(seg: ManifestSegment) -> dict[str, Any]:
+    return {"path": seg.path, "count": seg.count, "bytes": seg.bytes, "checksum": seg.checksum}
+
+
+def _body(m: Manifest, inline_segments: tuple[ManifestSegment, ...], inline: tuple[Fragment, ...]) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -238,7 +304,11 @@ def _body(m: Manifest) -> dict[str, Any]:
         "config": m.config,
         "next_fragment_id": m.next_fragment_id,
         "next_row_id": m.next_row_id,
-        "fragments": [_fragment_to_json(f) for f in m.fragments],
+        "fragment_count": len(m.fragments),
+        "segment_count": len(m.segments),
+        "segment_lists": [_entry_json(lst) for lst in m.segment_lists],
+        "segments": [_entry_json(seg) for seg in inline_segments],
+        "fragments": [_fragment_to_json(f) for f in inline],
         "indices": [
             {"name": i.name, "column": i.column, "kind": i.kind, "uuid": i.uuid, "details": i.details,
              "segments": [{"uuid": s.uuid, "path": s.path, "bytes": s.bytes, "rows": s.rows,
@@ -254,14 +324,162 @@ def _canonical(body: dict[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
-def encode_manifest(m: Manifest) -> bytes:
-    body = _body(m)
+# -- layout: which segments a version's fragments live in ----------------------
+# The same algorithm at both levels: fragments in segments, segments in segment lists.
+class _Unit:
+    """A run while laying out: an existing object kept as it is, or items to write into new ones."""
+
+    __slots__ = ("node", "items")
+
+    def __init__(self, items: "list[Any]", node: ManifestSegment | None = None):
+        self.node = node
+        self.items = items if node is None else node.items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def _same_run(items: "tuple[Any, ...]", at: int, node: ManifestSegment) -> bool:
+    run = items[at:at + node.count]
+    # Tuple equality compares element identity first, in C: a run of the very same objects is cheap.
+    return len(run) == node.count and run == node.items
+
+
+def _units(items: "tuple[Any, ...]", known: "tuple[ManifestSegment, ...]", key: Callable[[Any], Any]) -> list[_Unit]:
+    """``items`` as runs: every known object whose items are still there, in order and unchanged,
+    is kept; everything else becomes runs to write."""
+    by_first = {key(node.items[0]): node for node in known if node.items}
+    units: list[_Unit] = []
+    pending: list[Any] = []
+    i = 0
+    while i < len(items):
+        node = by_first.get(key(items[i]))
+        if node is not None and _same_run(items, i, node):
+            if pending:
+                units.append(_Unit(pending))
+                pending = []
+            units.append(_Unit([], node))
+            i += node.count
+        else:
+            pending.append(items[i])
+            i += 1
+    if pending:
+        units.append(_Unit(pending))
+    return units
+
+
+def _settle(units: list[_Unit], per_node: int) -> list[_Unit]:
+    """Runs to write are cut to ``per_node`` and merged with a neighbour no larger than themselves
+    while the two fit one object (a binary counter over appends: each item is rewritten about
+    log2(per_node / inline) times in all). Kept objects only merge with a run that is being written
+    anyway, so a layout that did not change stays as it is."""
+    cut: list[_Unit] = []
+    for u in units:
+        if u.node is None and len(u) > per_node:
+            cut.extend(_Unit(u.items[k:k + per_node]) for k in range(0, len(u), per_node))
+        else:
+            cut.append(u)
+    stack: list[_Unit] = []
+    for u in cut:
+        stack.append(u)
+        while len(stack) >= 2:
+            a, b = stack[-2], stack[-1]
+            if (a.node is not None and b.node is not None) or len(a) > len(b) or len(a) + len(b) > per_node:
+                break
+            stack[-2:] = [_Unit(list(a.items) + list(b.items))]
+    return stack
+
+
+def _lay(items: "tuple[Any, ...]", known: "tuple[ManifestSegment, ...]", limits: tuple[int, int],
+         key: Callable[[Any], Any], encode: Callable[["tuple[Any, ...]"], bytes],
+         writes: list[tuple[str, bytes]]) -> tuple[ManifestSegment, ...]:
+    """The objects holding ``items`` but the inline tail; new ones are appended to ``writes``."""
+    inline, per_node = limits
+    units = _units(items, known, key)
+    if units and units[-1].node is None and len(units[-1]) <= inline:
+        units.pop()  # the inline tail
+    nodes: list[ManifestSegment] = []
+    for u in _settle(units, per_node):
+        if u.node is not None:
+            nodes.append(u.node)
+            continue
+        held = tuple(u.items)
+        data = encode(held)
+        path = f"{SEGMENTS_DIR}{uuid.uuid4().hex}.json"
+        nodes.append(ManifestSegment(path, len(held), len(data), checksum.of_bytes(data), held))
+        writes.append((path, data))
+    return tuple(nodes)
+
+
+def _encode_object(kind: str, table_uuid: str, field_name: str, items: list[Any]) -> bytes:
+    return json.dumps({"format": kind, "table_uuid": table_uuid, field_name: items}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def lay_out(m: Manifest) -> tuple[Manifest, list[tuple[str, bytes]]]:
+    """``m`` with its fragments laid out in segments and its segments in segment lists, and the new
+    objects to write before its root.
+
+    Pure: objects of ``m`` (its base's) whose contents are unchanged are reused, the newest few
+    fragments and segments stay in the root, the rest is written anew. A one-file append therefore
+    writes nothing but the root most of the time, and any commit writes about what it changed.
+    """
+    fragment_limits, segment_limits = _layout_limits()
+    writes: list[tuple[str, bytes]] = []
+    segments = _lay(m.fragments, m.segments, fragment_limits, lambda f: f.id,
+                    lambda frags: _encode_object(SEGMENT_FORMAT, m.table_uuid, "fragments", [_fragment_to_json(f) for f in frags]),
+                    writes)
+    lists = _lay(segments, m.segment_lists, segment_limits, lambda seg: seg.path,
+                 lambda segs: _encode_object(SEGMENT_LIST_FORMAT, m.table_uuid, "segments", [_entry_json(seg) for seg in segs]),
+                 writes)
+    if not writes and segments == m.segments and lists == m.segment_lists:
+        return m, writes  # every object matched its run in place: the layout holds
+    return m.replace(segments=segments, segment_lists=lists), writes
+
+
+def _starts(nodes: "tuple[ManifestSegment, ...]") -> "Iterator[int]":
+    return itertools.accumulate((n.count for n in nodes), initial=0)
+
+
+def _holds(m: Manifest) -> bool:
+    """Whether ``m``'s segments hold its fragments but the inline tail, and its lists its segments."""
+    return (all(_same_run(m.fragments, at, seg) for at, seg in zip(_starts(m.segments), m.segments))
+            and all(_same_run(m.segments, at, lst) for at, lst in zip(_starts(m.segment_lists), m.segment_lists)))
+
+
+def encode_manifest(m: Manifest, *, laid_out: bool = False) -> bytes:
+    """The root of ``m``. Its segments must be laid out (``lay_out``, which says ``laid_out``) and
+    written; a manifest whose fragments all fit the root needs no segment."""
+    if not laid_out and not _holds(m):
+        m, writes = lay_out(m)
+        if writes:
+            raise ValueError(f"version {m.version} needs {len(writes)} manifest segments written first: use lay_out()")
+    body = _body(m, m.segments[sum(lst.count for lst in m.segment_lists):], m.fragments[sum(seg.count for seg in m.segments):])
     body["checksum"] = "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
-    return json.dumps(body, sort_keys=True, indent=1).encode()
+    # One line, with ": " after keys as version 1 wrote them (``belongs_to`` looks for the table uuid).
+    return json.dumps(body, sort_keys=True, separators=(",", ": ")).encode()
 
 
-def decode_manifest(data: bytes, where: str) -> Manifest:
-    """Parses and validates a manifest; ``where`` names it in errors."""
+#: ``(entries of a root or list, the root's table uuid, whether they are segment lists) -> the
+#: objects, with their items``.
+SegmentLoader = Callable[["list[ManifestSegment]", str, bool], "list[ManifestSegment]"]
+
+
+def _entries(raw: Any, what: str) -> list[ManifestSegment]:
+    out = []
+    for e in raw:
+        path = _stored_path(e["path"], what)
+        if not path.startswith(SEGMENTS_DIR):
+            raise CorruptFile(f"{what}: manifest segment {path!r} is not under {SEGMENTS_DIR}")
+        count, size, crc = int(e["count"]), int(e["bytes"]), _checksum(e["checksum"], f"{what} segment {path}")
+        if crc is None or count < 1 or size < 0:
+            raise CorruptFile(f"{what}: manifest segment {path!r} has no checksum or a bad count")
+        out.append(ManifestSegment(path, count, size, crc))
+    return out
+
+
+def decode_manifest(data: bytes, where: str, load_segments: SegmentLoader | None = None) -> Manifest:
+    """Parses and validates a manifest root; ``where`` names it in errors. A root with segments needs
+    ``load_segments`` (``load_manifest`` passes one reading them from the table's store)."""
     def corrupt(reason: str) -> CorruptFile:
         return CorruptFile(f"manifest {where} is corrupt: {reason}. Open an earlier version with open_table(uri, version=N), or restore this object")
 
@@ -271,14 +489,27 @@ def decode_manifest(data: bytes, where: str) -> Manifest:
         raise corrupt(f"not valid JSON, probably truncated ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         raise corrupt("not a Lamina manifest")
-    if body.get("format_version") != FORMAT_VERSION:
-        raise LaminaError(f"manifest {where} has format version {body.get('format_version')}; this Lamina reads {FORMAT_VERSION}: upgrade Lamina")
-    checksum = body.pop("checksum", None)
-    if checksum != "sha256:" + hashlib.sha256(_canonical(body)).hexdigest():
+    if body.get("format_version") not in READABLE_FORMAT_VERSIONS:
+        raise LaminaError(f"manifest {where} has format version {body.get('format_version')}; this Lamina reads versions "
+                          f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}: upgrade Lamina")
+    stored_checksum = body.pop("checksum", None)
+    if stored_checksum != "sha256:" + hashlib.sha256(_canonical(body)).hexdigest():
         raise corrupt("checksum mismatch")
     try:
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(body["schema"]["ipc"])))
-        fragments = tuple(_fragment_from_json(f, where) for f in body["fragments"])
+        table_uuid = str(body.get("table_uuid", ""))
+        list_entries = _entries(body.get("segment_lists", ()), f"manifest {where}")
+        inline_entries = _entries(body.get("segments", ()), f"manifest {where}")
+        if (list_entries or inline_entries) and load_segments is None:
+            raise LaminaError(f"manifest {where} keeps its fragments in manifest segments: read it with load_manifest")
+        lists = tuple(load_segments(list_entries, table_uuid, True)) if list_entries else ()
+        entries = [e for lst in lists for e in lst.items] + inline_entries
+        segments = tuple(load_segments(entries, table_uuid, False)) if entries else ()
+        inline = tuple(_fragment_from_json(f, where) for f in body["fragments"])
+        fragments = tuple(itertools.chain.from_iterable(seg.items for seg in segments)) + inline if segments else inline
+        if int(body.get("fragment_count", len(fragments))) != len(fragments) or int(body.get("segment_count", len(segments))) != len(segments):
+            raise corrupt(f"it counts {body.get('fragment_count')} fragments in {body.get('segment_count')} segments, "
+                          f"its segments and root hold {len(fragments)} in {len(segments)}")
         indices = tuple(_index_from_json(i, where) for i in body["indices"])
         m = Manifest(
             version=int(body["version"]),
@@ -293,9 +524,11 @@ def decode_manifest(data: bytes, where: str) -> Manifest:
             indices=indices,
             wal_watermarks={str(k): int(v) for k, v in body["wal_watermarks"].items()},
             transaction=dict(body["transaction"]),
-            table_uuid=str(body.get("table_uuid", "")),
+            table_uuid=table_uuid,
+            segments=segments,
+            segment_lists=lists,
         )
-    except CorruptFile:
+    except (CorruptFile, LaminaError):
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, OSError, pa.ArrowException) as e:
         # AttributeError: a list where an object belongs; OverflowError: Infinity where an int
@@ -307,6 +540,28 @@ def decode_manifest(data: bytes, where: str) -> Manifest:
     if any(e > m.next_row_id for f in m.fragments if f.row_ids for _, e in f.row_ids):
         raise corrupt(f"stable row ids reach beyond next_row_id {m.next_row_id}")
     return m
+
+
+def decode_segment(data: bytes, entry: ManifestSegment, table_uuid: str, where: str, *, is_list: bool = False) -> ManifestSegment:
+    """One manifest segment (or segment list), checked against its entry in the root or list."""
+    kind = "manifest segment list" if is_list else "manifest segment"
+    what = f"{kind} {where} (of table {table_uuid or '(unnamed)'})"
+    try:
+        checksum.check(entry.checksum, checksum.of_bytes(data), what)
+        body = json.loads(data)
+        if not isinstance(body, dict) or body.get("format") != (SEGMENT_LIST_FORMAT if is_list else SEGMENT_FORMAT):
+            raise CorruptFile(f"{what} is not a Lamina {kind}")
+        if body.get("table_uuid") != table_uuid:
+            raise CorruptFile(f"{what} belongs to table {body.get('table_uuid')!r}")
+        items: tuple[Any, ...] = (tuple(_entries(body["segments"], what)) if is_list
+                                  else tuple(_fragment_from_json(f, where) for f in body["fragments"]))
+    except CorruptFile:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError, UnicodeDecodeError) as e:
+        raise CorruptFile(f"{what} is corrupt: missing or malformed field ({type(e).__name__}: {str(e)[:200]})") from None
+    if len(items) != entry.count:
+        raise CorruptFile(f"{what} holds {len(items)} entries, the manifest naming it says {entry.count}")
+    return ManifestSegment(entry.path, entry.count, len(data), entry.checksum, items)
 
 
 #: Every path Lamina records is made of these (hex uuids, ids, fixed names): anything else (percent
@@ -378,13 +633,19 @@ def _index_from_json(i: dict[str, Any], where: str) -> IndexEntry:
 #: table uuid is part of the key: a table created again at the same URI has another uuid, so its
 #: versions never meet the old table's cached ones.
 _CACHE = cache("manifest", "LAMINA_MANIFEST_CACHE_BYTES", 64 * MiB)
+#: Manifest segments by path (immutable, never reused): versions share them, so a reader of the next
+#: version fetches only the segments that changed.
+_SEGMENTS = cache("manifest segment", "LAMINA_SEGMENT_CACHE_BYTES", 256 * MiB)
 
 
 def _held_bytes(m: Manifest, encoded: int | None = None) -> int:
-    """What a decoded manifest holds, about: its JSON size when known, else from its entries."""
-    if encoded is not None:
-        return 2 * encoded
-    return 1024 + 400 * len(m.fragments) + 200 * sum(len(ix.segments) for ix in m.indices)
+    """What a decoded manifest holds beyond its segments (cached on their own), about."""
+    inline = len(m.fragments) - sum(seg.count for seg in m.segments)
+    return 1024 + 400 * inline + 8 * len(m.fragments) + 200 * sum(len(ix.segments) for ix in m.indices)
+
+
+def _segment_held_bytes(seg: ManifestSegment) -> int:
+    return 2 * seg.bytes + 64 * seg.count
 
 
 def forget_manifest(store: ObjectStore, version: int) -> None:
@@ -393,8 +654,45 @@ def forget_manifest(store: ObjectStore, version: int) -> None:
 
 
 def remember_manifest(store: ObjectStore, m: Manifest) -> None:
-    """Caches a manifest this process just wrote."""
+    """Caches a manifest this process just wrote, and its segments."""
     _CACHE.put((store.uri, m.table_uuid, m.version), m, _held_bytes(m))
+    for seg in m.segments + m.segment_lists:
+        _SEGMENTS.put((store.uri, seg.path), seg, _segment_held_bytes(seg))
+
+
+def write_segments(store: ObjectStore, writes: list[tuple[str, bytes]]) -> None:
+    """Puts the new segments and segment lists of a version (before its root), all at once."""
+    map_fragments(lambda w: store.put(w[0], w[1]), writes)
+
+
+def _segment_loader(store: ObjectStore) -> SegmentLoader:
+    """Reads segments (or lists) from the cache, the others from ``store`` in parallel."""
+    def load(entries: list[ManifestSegment], table_uuid: str, is_list: bool) -> list[ManifestSegment]:
+        found: dict[str, ManifestSegment] = {}
+        missing = []
+        for entry in entries:
+            seg = _SEGMENTS.get((store.uri, entry.path))
+            if seg is not None and seg == entry:
+                found[entry.path] = seg
+            else:
+                missing.append(entry)
+
+        def fetch(entry: ManifestSegment) -> ManifestSegment:
+            try:
+                data = store.get(entry.path)
+            except ObjectNotFound:
+                raise CorruptFile(
+                    f"manifest segment {store.describe(entry.path)} is missing: the version naming it cannot be read. "
+                    f"Open an earlier or later version with open_table(uri, version=N), or restore the object"
+                ) from None
+            seg = decode_segment(data, entry, table_uuid, store.describe(entry.path), is_list=is_list)
+            _SEGMENTS.put((store.uri, seg.path), seg, _segment_held_bytes(seg))
+            return seg
+
+        for seg in map_fragments(fetch, missing):
+            found[seg.path] = seg
+        return [found[entry.path] for entry in entries]
+    return load
 
 
 def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = None) -> Manifest:
@@ -402,7 +700,8 @@ def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = Non
 
     ``table_uuid`` is the incarnation the caller holds: the manifest may then come from the
     cache, and one of another incarnation raises ``TableReplaced``. Without it (opening a
-    table, finding its latest version) the manifest is always read from storage.
+    table, finding its latest version) the root is always read from storage (its segments may
+    come from the cache: their paths are never reused).
     """
     if table_uuid is not None:
         cached = _CACHE.get((store.uri, table_uuid, version))
@@ -413,10 +712,11 @@ def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = Non
         data = store.get(path)
     except ObjectNotFound:
         raise VersionNotFound(f"table {store.uri} has no version {version} (never committed, or removed by cleanup)") from None
-    m = decode_manifest(data, store.describe(path))
+    where = store.describe(path)
+    m = decode_manifest(data, where, _segment_loader(store))
     if m.version != version:
-        raise CorruptFile(f"manifest {store.describe(path)} says it is version {m.version}")
-    _CACHE.put((store.uri, m.table_uuid, m.version), m, _held_bytes(m, len(data)))
+        raise CorruptFile(f"manifest {where} says it is version {m.version}")
+    _CACHE.put((store.uri, m.table_uuid, m.version), m, _held_bytes(m))
     if table_uuid is not None and m.table_uuid != table_uuid:
         raise TableReplaced(
             f"table {store.uri} was dropped and created again: version {version} belongs to table {m.table_uuid or '(unnamed)'}, "

@@ -8,7 +8,17 @@ which child processes inherit.
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Every test table keeps its fragments in many small manifest segments (docs/FORMAT.md §2), so the
+# whole suite (concurrency matrix, racing processes, cleanup, time travel) runs on segments, not only
+# on roots that hold every fragment. Ray workers and subprocesses inherit the environment.
+os.environ.setdefault("LAMINA_MANIFEST_INLINE_FRAGMENTS", "2")
+os.environ.setdefault("LAMINA_MANIFEST_SEGMENT_FRAGMENTS", "4")
+os.environ.setdefault("LAMINA_MANIFEST_INLINE_SEGMENTS", "2")
+os.environ.setdefault("LAMINA_MANIFEST_LIST_SEGMENTS", "4")
 
 
 # Installing Lamina registers the plugin (entry point pytest11, named after the module, so this

@@ -37,11 +37,12 @@ def ids_of(table) -> list[int]:
 def put_next_version(t, **changes) -> int:
     """Writes the table's next version: its current manifest with ``changes``, properly encoded
     (a valid checksum: only the content lies). Returns the version written."""
-    from lamina.manifest import encode_manifest, manifest_path
+    from lamina.manifest import encode_manifest, lay_out, manifest_path, write_segments
 
     m = t.manifest
-    nxt = m.replace(version=m.version + 1, **changes)
-    assert t.store.put_if_absent(manifest_path(nxt.version), encode_manifest(nxt))
+    nxt, segments = lay_out(m.replace(version=m.version + 1, **changes))
+    write_segments(t.store, segments)
+    assert t.store.put_if_absent(manifest_path(nxt.version), encode_manifest(nxt, laid_out=True))
     return nxt.version
 
 

@@ -65,7 +65,8 @@ def test_a_hint_of_a_dropped_table_does_not_hide_the_new_one(tmp_path):
     assert reopened.version == 2 and reopened.to_arrow().column("id").to_pylist() == [7]
 
 
-def test_cleanup_keeps_the_hint_and_the_hint_costs_one_put_in_sixteen_commits(s3_table_uri, s3_options):
+def test_cleanup_keeps_the_hint_and_the_hint_costs_one_put_in_sixteen_commits(s3_table_uri, s3_options, monkeypatch):
+    monkeypatch.setenv("LAMINA_MANIFEST_INLINE_FRAGMENTS", "64")  # every fragment in the root: no segment puts
     t = lamina.create_table(s3_table_uri, SCHEMA, storage_options=s3_options)
     before = io_stats()
     grow(t, HINT_EVERY)

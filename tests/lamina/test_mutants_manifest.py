@@ -148,5 +148,5 @@ def test_manifest_of_a_newer_format_asks_for_an_upgrade(local_table_uri):
     body = json.loads(encode_manifest(t.manifest.replace(version=t.version + 1)))
     body["format_version"] = 99
     version = _put_raw(t, body)
-    with pytest.raises(LaminaError, match=rf"manifest {_where(t, version)} has format version 99; this Lamina reads 1: upgrade Lamina"):
+    with pytest.raises(LaminaError, match=rf"manifest {_where(t, version)} has format version 99; this Lamina reads versions 1, 2: upgrade Lamina"):
         lamina.open_table(local_table_uri)

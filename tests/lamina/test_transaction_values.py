@@ -13,7 +13,7 @@ import lamina
 import lamina.transaction
 from lamina.commit import commit
 from lamina.deletion import StoredDeletionFiles, read_deleted
-from lamina.manifest import DeletionFile
+from lamina.manifest import SEGMENTS_DIR, DeletionFile
 from lamina.rewrite import full_rewrite
 from lamina.transaction import Delete, Rewrite
 from tests.lamina.helpers import SCHEMA, BeatenOnce, ids_of, rows
@@ -106,7 +106,9 @@ def test_commit_reports_attempts_and_every_file_written_on_the_transaction_it_wa
     txn = Delete(stale.version, {0: [20, 21]})
     new = commit(stale.store, txn, stale.manifest)
     assert txn.attempts == 1 and new.record.rows == 2
-    assert txn.written == [new.fragment(0).deletion.path], "the merged deletion file is the transaction's"
+    segments = [p for p in txn.written if p.startswith(SEGMENTS_DIR)]
+    assert {seg.path for seg in new.segments} >= set(segments), "the manifest segments it wrote are its version's"
+    assert [p for p in txn.written if p not in segments] == [new.fragment(0).deletion.path], "the merged deletion file is the transaction's"
     assert sorted(read_deleted(t.store, new.fragment(0)).tolist()) == list(range(10)) + [20, 21]
     assert ids_of(lamina.open_table(local_table_uri)) == [i for i in range(300) if i >= 10 and i not in (20, 21)]
 
