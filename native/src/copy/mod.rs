@@ -40,6 +40,9 @@ use parquet::column::writer::ColumnCloseResult;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use parquet::file::writer::SerializedFileWriter;
 
+use parquet::arrow::ProjectionMask;
+use parquet::schema::types::ColumnDescPtr;
+
 use crate::error::{guard, Error, Result, Work};
 use crate::file::writer::{WriteOptions, WrittenFile};
 use crate::file::{FILE_VERSION, FILE_VERSION_KEY};
@@ -73,6 +76,8 @@ impl Action {
     }
 }
 
+mod pages;
+
 /// A run of one source row group's live rows: the `take` live rows after its first `skip` live rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Piece {
@@ -90,38 +95,49 @@ enum Unit {
     Encode(Vec<Piece>),
 }
 
-/// Cuts the actions into output row groups. `live[i]` is the live row count of `actions[i]`'s row group.
-fn plan_units(actions: &[Action], live: &[u64], row_group_rows: u64) -> Vec<Unit> {
+/// Cuts the actions into output row groups. `live[i]` is the live row count of `actions[i]`'s row
+/// group; `whole[i]` says whether some leaf of it could be spliced whole (see `pages`). A row
+/// group that would straddle the end of an output row group already at least half full starts
+/// the next one instead when that keeps something spliceable: it is whole itself, or every row
+/// group before it in the current one is (cutting it would force them all to be re-encoded).
+fn plan_units(actions: &[Action], live: &[u64], whole: &[bool], row_group_rows: u64) -> Vec<Unit> {
     let mut units = Vec::new();
     let mut current: Vec<Piece> = Vec::new();
+    let mut current_whole = true; // every piece of `current` is a whole spliceable row group
     let mut filled = 0u64;
-    for (action, &live) in actions.iter().zip(live) {
+    let close = |units: &mut Vec<Unit>, current: &mut Vec<Piece>, current_whole: &mut bool, filled: &mut u64| {
+        if !current.is_empty() {
+            units.push(Unit::Encode(std::mem::take(current)));
+        }
+        *current_whole = true;
+        *filled = 0;
+    };
+    for ((action, &live), &whole) in actions.iter().zip(live).zip(whole) {
         match *action {
             Action::Copy { source, row_group } => {
-                if !current.is_empty() {
-                    units.push(Unit::Encode(std::mem::take(&mut current)));
-                    filled = 0;
-                }
+                close(&mut units, &mut current, &mut current_whole, &mut filled);
                 units.push(Unit::Copy { source, row_group });
             }
             Action::Encode { source, row_group } => {
+                let straddles = filled + live > row_group_rows && 2 * filled >= row_group_rows;
+                if live > 0 && straddles && (whole || current_whole) {
+                    close(&mut units, &mut current, &mut current_whole, &mut filled);
+                }
                 let mut skip = 0;
                 while skip < live {
                     let take = (live - skip).min(row_group_rows - filled);
                     current.push(Piece { source, row_group, skip, take });
+                    current_whole &= whole && take == live;
                     skip += take;
                     filled += take;
                     if filled == row_group_rows {
-                        units.push(Unit::Encode(std::mem::take(&mut current)));
-                        filled = 0;
+                        close(&mut units, &mut current, &mut current_whole, &mut filled);
                     }
                 }
             }
         }
     }
-    if !current.is_empty() {
-        units.push(Unit::Encode(current));
-    }
+    close(&mut units, &mut current, &mut current_whole, &mut filled);
     units
 }
 
@@ -145,8 +161,9 @@ fn parallelism() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(1, 4)
 }
 
-/// Decodes one piece, cast to the table's types, in batches of at most 64Ki rows.
-fn decode_piece(src: &Opened, source: &Source, piece: &Piece, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+/// Decodes one piece, cast to the table's types, in batches of at most 64Ki rows; with `leaves`,
+/// only those leaf columns, as they are stored (the source then has exactly the table's schema).
+fn decode_piece(src: &Opened, source: &Source, piece: &Piece, schema: &SchemaRef, leaves: Option<&[usize]>) -> Result<Vec<RecordBatch>> {
     let row_group = piece.row_group;
     let corrupt = |e: &dyn std::fmt::Display| Error::Corrupt {
         object: src.path.clone(),
@@ -163,11 +180,19 @@ fn decode_piece(src: &Opened, source: &Source, piece: &Piece, schema: &SchemaRef
         if let Some(sel) = piece_selection(&source.deleted, first, rows, piece.skip, piece.take) {
             builder = builder.with_row_selection(sel);
         }
+        if let Some(leaves) = leaves {
+            let mask = ProjectionMask::leaves(src.meta().file_metadata().schema_descr(), leaves.iter().copied());
+            builder = builder.with_projection(mask);
+        }
         let mut out = Vec::new();
         let mut decoded = 0u64;
         for batch in builder.build().map_err(|e| corrupt(&e))? {
             let batch = batch.map_err(|e| corrupt(&e))?;
             decoded += batch.num_rows() as u64;
+            if leaves.is_some() {
+                out.push(batch);
+                continue;
+            }
             let columns = batch
                 .columns()
                 .iter()
@@ -196,6 +221,8 @@ pub struct RewriteStats {
     pub row_groups_encoded: u64,
     pub bytes_copied: u64,
     pub rows_encoded: u64,
+    /// Column chunks of encoded row groups made of source pages as they were (`pages`).
+    pub chunks_spliced: u64,
 }
 
 struct Opened {
@@ -258,8 +285,14 @@ fn open(source: &Source) -> Result<Opened> {
     Ok(Opened { path, file, reader_meta, starts })
 }
 
-/// The encoded column chunks of one row group and its row count, as a pool job hands them back.
-type Encoded = Result<(Vec<ArrowColumnChunk>, usize)>;
+/// One column chunk of an encoded row group: freshly encoded, or spliced from source pages.
+enum Chunk {
+    Encoded(ArrowColumnChunk),
+    Spliced(bytes::Bytes, ColumnCloseResult),
+}
+
+/// The column chunks of one row group (in leaf order) and its row count, as a pool job hands them back.
+type Encoded = Result<(Vec<Chunk>, usize)>;
 
 /// What the rewrite's jobs share: the sources and the table's schema.
 struct Inputs<'a> {
@@ -269,41 +302,96 @@ struct Inputs<'a> {
     path: &'a str,
     /// Leaf columns of each top-level field, in schema order.
     leaves: Vec<usize>,
+    /// The output's leaf column descriptors.
+    descrs: Vec<ColumnDescPtr>,
+    /// Per source: whether its chunks may be spliced at all (`check_copy`).
+    copyable: Vec<bool>,
 }
 
 impl Inputs<'_> {
-    /// Decodes the pieces of one output row group (in parallel) and encodes its fields (in parallel)
-    /// with `writers`, the leaf column writers of that row group in schema order.
+    /// Whether `piece` is a whole source row group whose chunks may be spliced.
+    fn whole(&self, piece: &Piece) -> bool {
+        self.copyable[piece.source] && piece.skip == 0 && piece.take == self.opened[piece.source].span(piece.row_group).1
+    }
+
+    /// Builds one output row group: leaves every piece can splice are spliced (`pages`); the others
+    /// are decoded (pieces in parallel) and encoded (fields in parallel) with their `writers`, the
+    /// leaf column writers of that row group in schema order.
     fn encode_unit(&self, pieces: &[Piece], writers: Vec<ArrowColumnWriter>) -> Encoded {
-        let decoded: Vec<Vec<RecordBatch>> = pieces
-            .par_iter()
-            .map(|p| decode_piece(&self.opened[p.source], &self.sources[p.source], p, self.schema))
-            .collect::<Result<_>>()?;
+        let n = self.descrs.len();
+        let all_whole = pieces.iter().all(|p| self.whole(p));
+        let spliced: Vec<bool> = (0..n)
+            .map(|leaf| all_whole && pieces.iter().all(|p| pages::spliceable(self.opened[p.source].meta(), p.row_group, leaf)))
+            .collect();
+        let encode: Vec<usize> = (0..n).filter(|&l| !spliced[l]).collect();
+        let rows: usize = pieces.iter().map(|p| p.take as usize).sum();
+        // Projected decoding when some leaves are spliced (every source then has the table's exact schema).
+        let projection = (encode.len() < n).then_some(encode.as_slice());
+        let decoded: Vec<Vec<RecordBatch>> = if encode.is_empty() {
+            Vec::new()
+        } else {
+            pieces
+                .par_iter()
+                .map(|p| decode_piece(&self.opened[p.source], &self.sources[p.source], p, self.schema, projection))
+                .collect::<Result<_>>()?
+        };
         let batches: Vec<RecordBatch> = decoded.into_iter().flatten().collect();
-        let rows = batches.iter().map(|b| b.num_rows()).sum();
-        // The leaf writers of each top-level field, so each task owns whole fields.
-        let mut by_field: Vec<(usize, Vec<ArrowColumnWriter>)> = Vec::with_capacity(self.schema.fields().len());
-        let mut writers = writers.into_iter();
-        for (i, &leaves) in self.leaves.iter().enumerate() {
-            by_field.push((i, writers.by_ref().take(leaves).collect()));
+        if batches.iter().map(|b| b.num_rows()).sum::<usize>() != if encode.is_empty() { 0 } else { rows } {
+            return Err(Error::Internal { object: self.path.to_string(), reason: "decoded rows differ from the planned rows".into() });
         }
-        let closed: Vec<Vec<ArrowColumnChunk>> = by_field
+        // Work items: one per top-level field with leaves to encode (its column in the decoded
+        // batches, its writers), one per spliced leaf.
+        enum Job {
+            Field { column: usize, field: usize, writers: Vec<(usize, ArrowColumnWriter)> },
+            Splice(usize),
+        }
+        let mut jobs = Vec::new();
+        let mut writers = writers.into_iter().enumerate();
+        let mut column = 0;
+        for (field, &count) in self.leaves.iter().enumerate() {
+            let mine: Vec<(usize, ArrowColumnWriter)> = writers.by_ref().take(count).filter(|(leaf, _)| !spliced[*leaf]).collect();
+            let first_leaf = self.leaves[..field].iter().sum::<usize>();
+            jobs.extend((first_leaf..first_leaf + count).filter(|&l| spliced[l]).map(Job::Splice));
+            if !mine.is_empty() {
+                jobs.push(Job::Field { column, field, writers: mine });
+                column += 1;
+            }
+        }
+        let done: Vec<Vec<(usize, Chunk)>> = jobs
             .into_par_iter()
-            .map(|(i, mut ws)| {
-                guard(Work::Makes(self.path), || -> Result<Vec<ArrowColumnChunk>> {
+            .map(|job| {
+                guard(Work::Makes(self.path), || -> Result<Vec<(usize, Chunk)>> {
                     let perr = |source| Error::Parquet { path: self.path.to_string(), source };
-                    let field = &self.schema.fields()[i];
-                    for batch in &batches {
-                        let leaves = compute_leaves(field, batch.column(i)).map_err(perr)?;
-                        for (w, leaf) in ws.iter_mut().zip(leaves.iter()) {
-                            w.write(leaf).map_err(perr)?;
+                    match job {
+                        Job::Splice(leaf) => {
+                            let parts: Vec<pages::Part<'_>> =
+                                pieces.iter().map(|p| pages::Part { src: &self.opened[p.source], row_group: p.row_group }).collect();
+                            let (bytes, close) = pages::splice(Arc::clone(&self.descrs[leaf]), &parts, leaf)?;
+                            Ok(vec![(leaf, Chunk::Spliced(bytes, close))])
+                        }
+                        Job::Field { column, field, mut writers } => {
+                            for batch in &batches {
+                                // Projected batches carry their own (possibly narrower) field; whole ones the table's.
+                                let schema = batch.schema();
+                                let f = if projection.is_some() { schema.field(column) } else { self.schema.field(field) };
+                                let array = batch.column(if projection.is_some() { column } else { field });
+                                let leaves = compute_leaves(f, array).map_err(perr)?;
+                                if leaves.len() != writers.len() {
+                                    return Err(Error::Internal { object: self.path.to_string(), reason: "decoded leaves differ from the writers".into() });
+                                }
+                                for ((_, w), leaf) in writers.iter_mut().zip(leaves.iter()) {
+                                    w.write(leaf).map_err(perr)?;
+                                }
+                            }
+                            writers.into_iter().map(|(leaf, w)| Ok((leaf, Chunk::Encoded(w.close().map_err(perr)?)))).collect()
                         }
                     }
-                    ws.into_iter().map(|w| w.close().map_err(perr)).collect()
                 })
             })
             .collect::<Result<_>>()?;
-        Ok((closed.into_iter().flatten().collect(), rows))
+        let mut chunks: Vec<(usize, Chunk)> = done.into_iter().flatten().collect();
+        chunks.sort_by_key(|(leaf, _)| *leaf);
+        Ok((chunks.into_iter().map(|(_, c)| c).collect(), rows))
     }
 }
 
@@ -316,12 +404,18 @@ struct Output {
 
 impl Output {
     /// Appends one encoded row group to the file.
-    fn append_encoded(&mut self, chunks: Vec<ArrowColumnChunk>, rows: usize) -> Result<()> {
+    fn append_encoded(&mut self, chunks: Vec<Chunk>, rows: usize) -> Result<()> {
         let path = self.path.clone();
         let perr = |source| Error::Parquet { path: path.clone(), source };
         let mut rg = self.writer.next_row_group().map_err(perr)?;
         for chunk in chunks {
-            chunk.append_to_row_group(&mut rg).map_err(perr)?;
+            match chunk {
+                Chunk::Encoded(chunk) => chunk.append_to_row_group(&mut rg).map_err(perr)?,
+                Chunk::Spliced(bytes, close) => {
+                    rg.append_column(&bytes, close).map_err(perr)?;
+                    self.stats.chunks_spliced += 1;
+                }
+            }
         }
         rg.close().map_err(perr)?;
         self.stats.row_groups_encoded += 1;
@@ -417,6 +511,7 @@ pub fn rewrite(
     }
     let mut expected_rows = 0u64;
     let mut live_rows = Vec::with_capacity(actions.len());
+    let mut whole = Vec::with_capacity(actions.len());
     for action in actions {
         let (source, row_group) = match *action {
             Action::Copy { source, row_group } | Action::Encode { source, row_group } => (source, row_group),
@@ -447,8 +542,11 @@ pub fn rewrite(
         };
         expected_rows = expected_rows.checked_add(live).ok_or_else(|| src.corrupt("row counts overflow"))?;
         live_rows.push(live);
+        // Aligning output row groups on this one only pays if some leaf of it would be spliced.
+        let spliceable = |rg| (0..src.meta().row_group(rg).num_columns()).any(|leaf| pages::spliceable(src.meta(), rg, leaf));
+        whole.push(live == rows && check_copy(src, &schema).is_ok() && spliceable(row_group));
     }
-    let units = plan_units(actions, &live_rows, options.row_group_rows as u64);
+    let units = plan_units(actions, &live_rows, &whole, options.row_group_rows as u64);
 
     let display = output.display().to_string();
     let file = File::create_new(output).map_err(|e| Error::io(&display, e))?;
@@ -516,7 +614,9 @@ fn write_output(
     if leaves.len() != schema.fields().len() {
         return Err(Error::Internal { object: display.to_string(), reason: "Parquet schema does not match the Arrow schema".into() });
     }
-    let inputs = Inputs { opened, sources, schema: &schema, path: display, leaves };
+    let descrs = out.writer.schema_descr().columns().to_vec();
+    let copyable = opened.iter().map(|src| check_copy(src, &schema).is_ok()).collect();
+    let inputs = Inputs { opened, sources, schema: &schema, path: display, leaves, descrs, copyable };
     // Row groups submitted ahead of the one being appended: enough to keep every pool thread busy
     // while finished ones wait their turn. Each holds at most its decoded rows and its encoded
     // chunks, so `P + 2` of them stay within the documented `(4 + 2P) × row_group_rows` rows.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use arrow::array::{Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::file::statistics::Statistics;
 
 use super::*;
 use crate::file::writer::write_file;
@@ -229,7 +230,7 @@ fn units_cut_row_groups_across_sources_and_stop_at_copies() {
     let live = [300, 0, 500, 1000, 250, 100];
     let p = |source, row_group, skip, take| Piece { source, row_group, skip, take };
     assert_eq!(
-        plan_units(&actions, &live, 400),
+        plan_units(&actions, &live, &[false; 6], 400),
         vec![
             Unit::Encode(vec![p(0, 0, 0, 300), p(1, 0, 0, 100)]),
             Unit::Encode(vec![p(1, 0, 100, 400)]),
@@ -237,7 +238,28 @@ fn units_cut_row_groups_across_sources_and_stop_at_copies() {
             Unit::Encode(vec![p(3, 0, 0, 250), p(3, 1, 0, 100)]),
         ]
     );
-    assert_eq!(plan_units(&[e(0, 0)], &[0], 400), vec![], "a row group with no live row makes nothing");
+    assert_eq!(plan_units(&[e(0, 0)], &[0], &[true], 400), vec![], "a row group with no live row makes nothing");
+    // Once an output row group is half full, a row group that would straddle its end starts the
+    // next one: 2 (not whole) because everything before it is whole, 4 because it is whole itself.
+    let actions = [e(0, 0), e(1, 0), e(2, 0), e(3, 0), e(4, 0)];
+    assert_eq!(
+        plan_units(&actions, &[150, 150, 150, 150, 150], &[true, true, false, true, true], 400),
+        vec![
+            Unit::Encode(vec![p(0, 0, 0, 150), p(1, 0, 0, 150)]),
+            Unit::Encode(vec![p(2, 0, 0, 150), p(3, 0, 0, 150)]),
+            Unit::Encode(vec![p(4, 0, 0, 150)]),
+        ]
+    );
+    // Neither whole nor after whole ones: cut where the row group is full.
+    assert_eq!(
+        plan_units(&actions[..3], &[150, 150, 150], &[false, true, false], 400),
+        vec![Unit::Encode(vec![p(0, 0, 0, 150), p(1, 0, 0, 150), p(2, 0, 0, 100)]), Unit::Encode(vec![p(2, 0, 100, 50)])]
+    );
+    // Below half full, a whole row group is cut as any other.
+    assert_eq!(
+        plan_units(&[e(0, 0), e(1, 0)], &[150, 300], &[true, true], 400),
+        vec![Unit::Encode(vec![p(0, 0, 0, 150), p(1, 0, 0, 250)]), Unit::Encode(vec![p(1, 0, 250, 50)])]
+    );
 }
 
 #[test]
@@ -334,4 +356,135 @@ fn actions_parse_by_name() {
     assert_eq!(Action::parse("encode", 0, 5).unwrap(), Action::Encode { source: 0, row_group: 5 });
     let err = Action::parse("splice", 0, 0).unwrap_err();
     assert!(err.to_string().contains("\"copy\" or \"encode\""), "{err}");
+}
+
+/// A schema with every kind of leaf a splice meets: a required int, a nullable float, a
+/// dictionary string, a fixed-size list of floats and a struct mixing a string and an int.
+fn rich_schema() -> SchemaRef {
+    use arrow::datatypes::Fields;
+    let item = Arc::new(Field::new("item", DataType::Float32, true));
+    let st = Fields::from(vec![Field::new("r", DataType::Utf8, true), Field::new("c", DataType::Int32, true)]);
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("v", DataType::Float64, true),
+        Field::new("s", DataType::Utf8, true),
+        Field::new("e", DataType::FixedSizeList(item, 4), true),
+        Field::new("st", DataType::Struct(st), true),
+    ]))
+}
+
+fn rich_batch(start: i64, n: usize) -> RecordBatch {
+    use arrow::array::{FixedSizeListArray, Float32Array, Float64Array, Int32Array, StructArray};
+    let ids: Vec<i64> = (start..start + n as i64).collect();
+    let v = Float64Array::from_iter(ids.iter().map(|&i| (i % 9 != 0).then(|| if i % 13 == 0 { -0.0 } else { (i as f64).sin() * 1e3 })));
+    let s = StringArray::from_iter(ids.iter().map(|&i| (i % 5 != 0).then(|| format!("host-{}", i % 40))));
+    let items = Float32Array::from_iter(ids.iter().flat_map(|&i| (0..4).map(move |k| (k != 2 || i % 3 != 0).then_some((i * 4 + k) as f32 / 7.0))));
+    let nulls = arrow::buffer::NullBuffer::from(ids.iter().map(|&i| i % 17 != 0).collect::<Vec<_>>());
+    let Some(DataType::FixedSizeList(item, _)) = rich_schema().field_with_name("e").ok().map(|f| f.data_type().clone()) else { unreachable!() };
+    let e = FixedSizeListArray::new(item, 4, Arc::new(items), Some(nulls));
+    let DataType::Struct(fields) = rich_schema().field(4).data_type().clone() else { unreachable!() };
+    let r = StringArray::from_iter(ids.iter().map(|&i| Some(["eu", "us", "ap"][(i % 3) as usize])));
+    let c = Int32Array::from_iter(ids.iter().map(|&i| (i % 4 != 0).then_some((i % 1000) as i32)));
+    let st_nulls = arrow::buffer::NullBuffer::from(ids.iter().map(|&i| i % 11 != 0).collect::<Vec<_>>());
+    let st = StructArray::new(fields, vec![Arc::new(r), Arc::new(c)], Some(st_nulls));
+    RecordBatch::try_new(rich_schema(), vec![Arc::new(Int64Array::from(ids)), Arc::new(v), Arc::new(s), Arc::new(e), Arc::new(st)]).unwrap()
+}
+
+fn read_all(path: &Path, selection: Option<RowSelection>) -> RecordBatch {
+    let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Required);
+    let mut builder = ParquetRecordBatchReaderBuilder::try_new_with_options(File::open(path).unwrap(), options).unwrap();
+    if let Some(sel) = selection {
+        builder = builder.with_row_selection(sel);
+    }
+    let batches: Vec<RecordBatch> = builder.build().unwrap().map(|b| b.unwrap()).collect();
+    arrow::compute::concat_batches(&rich_schema(), &batches).unwrap()
+}
+
+/// Issue 14 item 1: whole source row groups of fixed-width leaves are spliced page for page into
+/// full-size row groups; everything else (strings, a row group with deleted rows) is re-encoded.
+#[test]
+fn full_rewrite_splices_the_pages_of_whole_numeric_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = WriteOptions { row_group_rows: 3000, ..Default::default() };
+    let paths: Vec<PathBuf> = (0..6)
+        .map(|i| {
+            let path = dir.path().join(format!("{i}.parquet"));
+            write_file(&path, rich_schema(), &[rich_batch(i * 3000, 3000)], &opts).unwrap();
+            path
+        })
+        .collect();
+    let deleted = [5u32, 1000];
+    let sources: Vec<Source> = paths.iter().enumerate().map(|(i, p)| src(p, if i == 2 { deleted.to_vec() } else { vec![] })).collect();
+    let actions: Vec<Action> = (0..6).map(|s| Action::Encode { source: s, row_group: 0 }).collect();
+    let out = dir.path().join("out.parquet");
+    let (written, stats) = rewrite(&sources, &actions, rich_schema(), &out, &WriteOptions { row_group_rows: 7000, ..Default::default() }).unwrap();
+
+    // Row groups end on source boundaries once half full: [0, 1], [2 (two rows deleted), 3], [4, 5].
+    assert_eq!(written.row_groups.iter().map(|r| r.rows).collect::<Vec<_>>(), vec![6000, 5998, 6000]);
+    // Splice candidates: id, v, e.item, st.c of row groups 0 and 2; row group 1 holds deleted rows.
+    assert_eq!(stats.chunks_spliced, 8);
+
+    // Every value of every live row, in order, through the page index.
+    let all = rich_batch(0, 18_000);
+    let keep: Vec<u32> = (0..18_000u32).filter(|r| !(6000..9000).contains(r) || !deleted.contains(&(r - 6000))).collect();
+    let expected = arrow::compute::take_record_batch(&all, &arrow::array::UInt32Array::from(keep)).unwrap();
+    assert_eq!(read_all(&out, None), expected);
+    // A selection inside spliced pages (row group 2, second source) reads through the rebuilt offset index.
+    let sel = RowSelection::from_consecutive_ranges([15_000..15_100, 17_990..17_998].into_iter(), 17_998);
+    let want = arrow::compute::concat_batches(&rich_schema(), &[expected.slice(15_000, 100), expected.slice(17_990, 8)]).unwrap();
+    assert_eq!(read_all(&out, Some(sel)), want);
+
+    // Spliced chunks are the source chunks' bytes, one after the other.
+    for (leaf, spliced) in [(0, true), (1, true), (2, false), (3, true), (4, false), (5, true)] {
+        let joined = [chunk_bytes(&paths[4], 0, leaf), chunk_bytes(&paths[5], 0, leaf)].concat();
+        assert_eq!(chunk_bytes(&out, 2, leaf) == joined, spliced, "leaf {leaf}");
+    }
+    // Chunk statistics merged: exact min, max and null count of the rows of each row group.
+    let reader = SerializedFileReader::new(File::open(&out).unwrap()).unwrap();
+    let mut first = 0usize;
+    for rg in 0..3 {
+        let meta = reader.metadata().row_group(rg);
+        let rows = meta.num_rows() as usize;
+        let part = expected.slice(first, rows);
+        let v = part.column(1).as_any().downcast_ref::<arrow::array::Float64Array>().unwrap();
+        let present: Vec<f64> = v.iter().flatten().collect();
+        match meta.column(1).statistics().unwrap() {
+            Statistics::Double(s) => {
+                let min = present.iter().copied().fold(f64::INFINITY, f64::min);
+                let max = present.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                assert_eq!((*s.min_opt().unwrap(), *s.max_opt().unwrap()), (min, max), "row group {rg}");
+                assert_eq!(s.null_count_opt(), Some(arrow::array::Array::null_count(v) as u64));
+            }
+            other => panic!("{other:?}"),
+        }
+        match meta.column(0).statistics().unwrap() {
+            Statistics::Int64(s) => {
+                let ids = part.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                assert_eq!((*s.min_opt().unwrap(), *s.max_opt().unwrap()), (ids.value(0), ids.value(rows - 1)));
+            }
+            other => panic!("{other:?}"),
+        }
+        first += rows;
+    }
+}
+
+/// Pages too small to carry into a compacted file (seed 003's review) are re-encoded, not spliced.
+#[test]
+fn small_pages_are_re_encoded_not_spliced() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = WriteOptions { row_group_rows: 1000, ..Default::default() };
+    let paths: Vec<PathBuf> = (0..4)
+        .map(|i| {
+            let path = dir.path().join(format!("{i}.parquet"));
+            write_file(&path, rich_schema(), &[rich_batch(i * 1000, 1000)], &opts).unwrap();
+            path
+        })
+        .collect();
+    let sources: Vec<Source> = paths.iter().map(|p| src(p, vec![])).collect();
+    let actions: Vec<Action> = (0..4).map(|s| Action::Encode { source: s, row_group: 0 }).collect();
+    let out = dir.path().join("out.parquet");
+    let (written, stats) = rewrite(&sources, &actions, rich_schema(), &out, &WriteOptions::default()).unwrap();
+    assert_eq!(stats.chunks_spliced, 0);
+    assert_eq!(written.row_groups.len(), 1);
+    assert_eq!(read_all(&out, None), rich_batch(0, 4000));
 }

@@ -18,7 +18,7 @@ use crate::file::writer::WriteOptions;
 ///
 /// ``sources``: [(path, deleted uint32 offsets)]; ``actions``: [("copy"|"encode", source, row_group)].
 /// Returns {rows, file_bytes, row_groups, file_version, checksum, row_groups_copied,
-/// row_groups_encoded, bytes_copied, rows_encoded}; checksum is "crc32c:%08x" of the output.
+/// row_groups_encoded, bytes_copied, rows_encoded, chunks_spliced}; checksum is "crc32c:%08x" of the output.
 #[pyfunction]
 #[pyo3(signature = (sources, actions, schema, output, *, row_group_rows, row_group_bytes=None, zstd_level=3))]
 #[allow(clippy::too_many_arguments)]
@@ -54,5 +54,6 @@ pub(crate) fn rewrite_data_file<'py>(
     out.set_item("row_groups_encoded", stats.row_groups_encoded)?;
     out.set_item("bytes_copied", stats.bytes_copied)?;
     out.set_item("rows_encoded", stats.rows_encoded)?;
+    out.set_item("chunks_spliced", stats.chunks_spliced)?;
     Ok(out)
 }
