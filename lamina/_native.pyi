@@ -76,8 +76,10 @@ def rewrite_data_file(
     """Builds one data file from source row groups: ``("copy"|"encode", source, row_group)`` in output order.
 
     ``sources`` give each file's deleted offsets; "copy" splices a row group's chunks byte for byte,
-    "encode" re-encodes its live rows. Returns ``write_data_file``'s dict plus ``"row_groups_copied"``,
-    ``"row_groups_encoded"``, ``"bytes_copied"`` and ``"rows_encoded"``. CorruptFile names a damaged source.
+    "encode" re-encodes its live rows (a fixed-width leaf of whole, clean source row groups has its
+    pages spliced as they are). Returns ``write_data_file``'s dict plus ``"row_groups_copied"``,
+    ``"row_groups_encoded"``, ``"bytes_copied"``, ``"rows_encoded"`` and ``"chunks_spliced"``.
+    CorruptFile names a damaged source.
     """
 
 # -- deletion files ---------------------------------------------------------------------------
