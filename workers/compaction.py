@@ -2,7 +2,8 @@
 
     GroupTask (the planned group: its row-group actions, the fragments, the table's schema)
       ──► stage sources (ObjectStore.staged_input: the file itself, or S3 ranged GETs of up to
-          read_batch_bytes), checksums checked
+          read_batch_bytes); their checksums computed beside the rewrite, checked before the output
+          is published
       ──► each copy_if_clean row group resolved from the deletion file just read: copied when it
           holds no deleted row, else re-encoded (CompactionGroup.resolve; reported in the result)
       ──► native rewrite of the actions (copy / encode); when a source turns out not to be
@@ -38,8 +39,10 @@ from lamina.deletion import read_deleted
 from lamina.errors import InvalidArgument, LaminaError
 from lamina.faults import maybe_die
 from lamina.index.options import IndexOptions
+from lamina.io_pool import io_pool
 from lamina.index.segments import segment_for_outputs
 from lamina.manifest import DATA_DIR, Fragment, Manifest, RowGroup
+from lamina.prune import merge_zones
 from lamina.rewrite import id_ranges, live_offsets, mapping_runs
 from lamina.store import ObjectStore, open_store
 from planner.eligibility import COPY_IF_CLEAN, FULL_REWRITE
@@ -105,11 +108,11 @@ class GroupCompactor:
         with contextlib.ExitStack() as staged:
             sources = []
             deleted = []
+            to_check: list[tuple[Fragment, str]] = []
             for frag in task.fragments:
                 source = staged.enter_context(store.staged_input(frag.path, frag.file_bytes, batch_bytes=task.read_batch_bytes))
-                # A damaged source must never be copied into an output under a fresh, valid checksum.
                 if frag.checksum is not None:
-                    check(frag.checksum, of_file(source.path), f"data file {store.describe(frag.path)} of fragment {frag.id}")
+                    to_check.append((frag, source.path))
                 result.get_requests += source.requests
                 deleted.append(read_deleted(store, frag))
                 sources.append((source.path, pa.array(deleted[-1], type=pa.uint32())))
@@ -119,15 +122,25 @@ class GroupCompactor:
                                for p, r in zip(planned.actions, group.actions) if p.action == COPY_IF_CLEAN]
             kwargs = dict(row_group_rows=task.write.row_group_rows, row_group_bytes=task.write.row_group_bytes,
                           zstd_level=task.write.zstd_level)
+            # A damaged source must never be copied into an output under a fresh, valid checksum. The
+            # sources' checksums are computed beside the native rewrite (both release the GIL) and
+            # checked before the output is published: a mismatch raises inside staged_output, which
+            # then removes the output.
+            checked = io_pool().submit(_check_sources, store, to_check)
             with store.staged_output(out_rel) as out_local:
                 try:
-                    meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local, **kwargs)
-                except InvalidArgument as e:
-                    if group.mode == FULL_REWRITE:
-                        raise
-                    group = group.as_full_rewrite(str(e))
-                    result.mode, result.reason = group.mode, group.reason
-                    meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local, **kwargs)
+                    try:
+                        meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local, **kwargs)
+                    except InvalidArgument as e:
+                        if group.mode == FULL_REWRITE:
+                            raise
+                        group = group.as_full_rewrite(str(e))
+                        result.mode, result.reason = group.mode, group.reason
+                        meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local, **kwargs)
+                except Exception:
+                    checked.result()  # a checksum mismatch explains a failed decode better than the decoder
+                    raise
+                checked.result()
                 self._index(task, store, out_local, int(meta["rows"]), result)
         maybe_die()
 
@@ -148,7 +161,7 @@ class GroupCompactor:
             row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
             file_version=str(meta["file_version"]),
             row_ids=id_ranges(np.concatenate(ids)) if task.stable_row_ids and ids else None,
-            checksum=meta.get("checksum"), schema=task.schema, written_at=written_at,
+            checksum=meta.get("checksum"), zones=merge_zones(task.fragments), schema=task.schema, written_at=written_at,
         )
         result.mapping = runs
         result.source_deletions = {f.id: (f.deletion.path if f.deletion else None) for f in task.fragments}
@@ -169,6 +182,12 @@ class GroupCompactor:
                 result.warnings.append(f"index {name!r} not extended over the output: {type(e).__name__}: {e}")
                 continue
             result.index_segments[name] = (index_uuid, seg)
+
+
+def _check_sources(store: ObjectStore, staged: list[tuple[Fragment, str]]) -> None:
+    """Raises ``CorruptFile`` for the first staged source whose checksum is not the manifest's."""
+    for frag, path in staged:
+        check(frag.checksum, of_file(path), f"data file {store.describe(frag.path)} of fragment {frag.id}")
 
 
 def compact_group(task: GroupTask) -> GroupResult:

@@ -128,3 +128,36 @@ def test_clean_row_groups_of_fragments_with_deletions_are_copied(table_location)
         assert "scan for 0 fragment(s)" in after.explain(flt)
         got = after.to_arrow(filter=flt, with_row_address=True)
         assert got.equals(everything.filter(parse_filter(flt, after.schema).expression)), flt
+
+
+def test_full_rewrite_splices_the_pages_of_numeric_columns(table_location):
+    """Issue 14 item 1: a full rewrite of small fragments carries the pages of fixed-width columns
+    as they are (the output chunk is the sources' chunks one after the other), re-encodes the
+    strings, and every reader gets every value back (pyarrow here, statistics and page index too)."""
+    from jobs.demo import SCHEMA, sample_rows
+    from planner import CompactionOptions
+
+    uri, opts = table_location
+    t = lamina.create_table(uri, SCHEMA, storage_options=opts)
+    data = sample_rows(0, 8 * 3000)
+    for i in range(8):
+        t.append(data.slice(i * 3000, 3000))
+    options = CompactionOptions(target_rows_per_fragment=10**6)
+    plan, tasks = tasks_for(t, options, storage_options=opts)
+    assert [g.mode for g in plan.groups] == ["full_rewrite"]
+    r = GroupCompactor().run(tasks[0])
+    assert r.ok and r.rows_out == 24_000, r.error
+    raw = t.store.get(r.fragment.path)
+    f = pq.ParquetFile(pa.py_buffer(raw))
+    assert f.read().equals(data)
+    src = tasks[0].fragments
+    leaves = [f.metadata.schema.column(i).path for i in range(f.metadata.num_columns)]
+    for col, path in enumerate(leaves):
+        spliced = chunk(t.store, r.fragment.path, 0, col) == b"".join(chunk(t.store, s.path, 0, col) for s in src)
+        # id, ts, value, embedding.list.item, attrs.code: fixed-width, spliced; host, attrs.region: dictionary strings.
+        assert spliced == (path not in ("host", "attrs.region")), path
+    ids = f.metadata.row_group(0).column(0).statistics
+    assert (ids.min, ids.max, ids.null_count) == (0, 23_999, 0)
+    assert f.metadata.row_group(0).column(0).has_offset_index and f.metadata.row_group(0).column(0).has_column_index
+    filtered = pq.read_table(pa.BufferReader(raw), filters=[("id", ">=", 10_000), ("id", "<", 10_005)])
+    assert filtered.column("id").to_pylist() == list(range(10_000, 10_005))
