@@ -5,6 +5,7 @@ index directories and blocks by path), so a cache never needs invalidating, only
 Each cache has its own budget, set by an environment variable and shown by ``caches()``:
 
     LAMINA_MANIFEST_CACHE_BYTES   decoded manifests              (default  64 MiB)
+    LAMINA_SEGMENT_CACHE_BYTES    decoded manifest segments      (default 256 MiB)
     LAMINA_DELETION_CACHE_BYTES   decoded deletion files         (default  64 MiB)
     LAMINA_INDEX_CACHE_BYTES      index directories and blocks   (default 256 MiB)
 

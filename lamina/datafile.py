@@ -95,6 +95,7 @@ def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.Recor
         row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
         file_version=str(meta["file_version"]),
         checksum=meta.get("checksum"),
+        zones=prune.zones_of(batches, schema),
         schema=schema,
         written_at=started,
     )

@@ -26,6 +26,14 @@ reads row ranges within a row group. Float columns of files the native writer wr
 pruned by value either: it marks their column order IEEE 754 total order (parquet-rs 60), which
 pyarrow does not know, so pyarrow reports no min/max for them (null counts still prune).
 
+Zone maps (``Fragment.zones``, in the manifest) answer the same question for a whole fragment
+without opening its file: the writer takes min, max, null and NaN counts of every top-level column
+of those types from the batches it writes (``zones_of``), compaction merges its sources' zones into
+its output's (``merge_zones``: bounds of a superset of the rows, so still bounds), and a filtered
+read skips fragments whose zones rule the filter out (``prune_fragments``) before any task starts.
+A zone map is only bounds: a missing one, or one of another key domain (the column's type changed),
+is "unknown".
+
 Decoded footers are cached per data file (paths are never reused), in the ``footers`` cache of
 ``lamina.cache``, bounded by ``LAMINA_FOOTER_CACHE_BYTES`` (default 128 MiB).
 """
@@ -43,12 +51,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lamina import filter as _filter
 from lamina.cache import MiB, cache
 from lamina.filter import Filter
-from lamina.manifest import Fragment
+from lamina.manifest import Fragment, Zone
 from lamina.store import ObjectStore
 
 # -- possible outcomes of a predicate on the rows of a row group (a bit set) ------------------
@@ -553,6 +562,108 @@ def footer(store: ObjectStore, fragment: Fragment, load: Callable[[], pq.FileMet
     """A data file's Parquet metadata: cached (paths are never reused), else ``load()``."""
     return _footers().get_or_load(("parquet", store.uri, fragment.path), load,
                                   lambda md: FOOTER_MEMORY_FACTOR * md.serialized_size + 4096)
+
+
+# -- zone maps: a fragment's bounds per column, in the manifest --------------------------------
+#: Strings and binaries longer than this keep a prefix as their lower bound and the successor of
+#: the maximum's prefix as an exclusive upper bound (the manifest stays small).
+ZONE_BYTES = 64
+
+
+def _bound_key(kind: str, t: pa.DataType, s: pa.Scalar) -> Any:
+    if not s.is_valid:
+        return None
+    key = _scalar_key(kind, t, s)
+    return None if isinstance(key, float) and math.isnan(key) else key
+
+
+def zones_of(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> tuple[Zone, ...]:
+    """Zone maps of every top-level column of a prunable type, from the batches being written
+    (one vectorised pass per column; no I/O)."""
+    zones = []
+    for i, fld in enumerate(schema):
+        kind = _kind(fld.type)
+        if kind is None:
+            continue
+        col = pa.chunked_array([b.column(i) for b in batches], type=fld.type)
+        nulls = col.null_count
+        nans = int(pc.sum(pc.is_nan(col)).as_py() or 0) if kind == "float" else 0
+        lo = hi = None
+        inclusive = True
+        if nulls + nans < len(col):
+            mm = pc.min_max(col)
+            lo, hi = _bound_key(kind, fld.type, mm["min"]), _bound_key(kind, fld.type, mm["max"])
+            if lo is None or hi is None:
+                lo = hi = None
+                nans = max(nans, 1)  # cannot tell: treat like a NaN, which matches nothing and keeps "values"
+            elif kind == "bytes" and (len(lo) > ZONE_BYTES or len(hi) > ZONE_BYTES):
+                lo = lo[:ZONE_BYTES]
+                if len(hi) > ZONE_BYTES:
+                    hi, inclusive = _successor(hi[:ZONE_BYTES]), False
+        zones.append(Zone(fld.name, kind, lo, hi, inclusive, nulls, nans))
+    return tuple(zones)
+
+
+def merge_zones(fragments: Sequence[Fragment]) -> tuple[Zone, ...] | None:
+    """Zones bounding every row of ``fragments`` (a compaction output's, from its sources'); a column
+    some source has no zone for is left out."""
+    if not fragments or any(f.zones is None for f in fragments):
+        return None
+    per = [{z.column: z for z in f.zones} for f in fragments]  # type: ignore[union-attr]
+    out = []
+    for name, first in per[0].items():
+        zs = [p.get(name) for p in per]
+        if any(z is None or z.kind != first.kind for z in zs):
+            continue
+        lo = hi = None
+        inclusive = True
+        unbounded = False
+        for z in zs:
+            assert z is not None
+            if z.lo is None:
+                continue
+            lo = z.lo if lo is None or z.lo < lo else lo
+            if z.hi is None:
+                unbounded = True
+            elif hi is None or z.hi > hi or (z.hi == hi and z.hi_inclusive):
+                hi, inclusive = z.hi, z.hi_inclusive
+        if unbounded:
+            hi, inclusive = None, False
+        out.append(Zone(name, first.kind, lo, hi, inclusive, sum(z.nulls for z in zs), sum(z.nans for z in zs)))  # type: ignore[union-attr]
+    return tuple(out)
+
+
+def _zone_chunk(z: Zone, schema: pa.Schema) -> Chunk:
+    idx = schema.get_field_index(z.column)
+    if idx < 0 or _kind(schema.field(idx).type) != z.kind:
+        return UNKNOWN
+    return Chunk(z.lo, z.hi, z.hi_inclusive, z.lo is not None, z.nulls > 0, z.lo is not None or z.nans > 0, z.nans > 0)
+
+
+def prune_fragments(fragments: Sequence[Fragment], schema: pa.Schema, flt: Filter) -> tuple[list[Fragment], int]:
+    """The fragments whose zone maps allow a row matching ``flt``, and how many were ruled out
+    (without opening any file)."""
+    pruner = compile_filter(flt, schema)
+    if not pruner.useful:
+        return list(fragments), 0
+    kept = []
+    for frag in fragments:
+        zones = frag.zones
+        if zones is None:
+            kept.append(frag)
+            continue
+        seen: dict[str, Chunk] = {}
+
+        def chunk(column: str) -> Chunk:
+            c = seen.get(column)
+            if c is None:
+                z = next((z for z in zones if z.column == column), None)
+                c = seen[column] = UNKNOWN if z is None else _zone_chunk(z, schema)
+            return c
+
+        if frag.rows and _eval(pruner.tree, chunk) & T:
+            kept.append(frag)
+    return kept, len(fragments) - len(kept)
 
 
 @dataclass

@@ -201,9 +201,13 @@ class Transaction(abc.ABC):
         """The fields every record of this transaction starts with (docs/FORMAT.md §6)."""
         return {"uuid": self.uuid, "read_version": self.read_version, "timestamp_ms": now_ms()}
 
-    def _next(self, base: Manifest, record: TransactionRecord, **changes: Any) -> Manifest:
-        """The next version, produced by ``record``; index segments that no longer serve a live fragment are dropped."""
+    def _next(self, base: Manifest, record: TransactionRecord, *, removes: bool = True, **changes: Any) -> Manifest:
+        """The next version, produced by ``record``; index segments that no longer serve a live fragment
+        are dropped (not looked for when the transaction ``removes`` no fragment: that costs a pass over
+        every fragment, the largest cost of a small append to a large table)."""
         nxt = base.replace(version=base.version + 1, timestamp_ms=now_ms(), transaction=record.to_json(), **changes)
+        if not removes or not nxt.indices:
+            return nxt
         live = {f.id for f in nxt.fragments}
         return nxt.replace(indices=tuple(ix.prune(live) for ix in nxt.indices))
 
@@ -285,7 +289,7 @@ class Append(Transaction):
         new, next_id, next_row = assign_ids(base, self.fragments)
         return self._next(
             base, AppendRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new)),
-            fragments=base.fragments + tuple(new), next_fragment_id=next_id, next_row_id=next_row,
+            removes=False, fragments=base.fragments + tuple(new), next_fragment_id=next_id, next_row_id=next_row,
         )
 
 

@@ -231,6 +231,8 @@ class Selection:
     index_fragments: int = 0
     scanned_fragments: int = 0
     candidate_rows: int = 0
+    #: Fragments their zone maps ruled out: no file opened.
+    zone_pruned_fragments: int = 0
 
 
 def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequence[str] | None, *,
@@ -266,6 +268,8 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
                     taken.append((frag, np.sort(offs), final_all and answered[frag.id] == len(plan.parts)))
                 continue
         scanned.append(frag)
+    scanned, sel.zone_pruned_fragments = prune.prune_fragments(scanned, schema, flt)
+    scanning = {f.id for f in scanned}
 
     empty = output_schema(schema, columns, with_row_address, with_row_id, with_offsets).empty_table()
     results: dict[int, tuple[pa.Table, bool, int]] = {}
@@ -278,12 +282,13 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
         for frag, table in zip(scanned, tables):
             results[frag.id] = (table, False, 0)
     for frag in plan.fragments:
-        if frag.id not in results:  # the indices found nothing there: no I/O
-            results[frag.id] = (empty, True, 0)
-    for table, by_index, n in (results[f.id] for f in plan.fragments):
+        if frag.id not in results:  # the indices or the zone maps rule it out: no I/O
+            results[frag.id] = (empty, frag.id in served, 0)
+    for frag in plan.fragments:
+        table, by_index, n = results[frag.id]
         sel.tables.append(table)
         sel.index_fragments += by_index
-        sel.scanned_fragments += not by_index
+        sel.scanned_fragments += frag.id in scanning
         sel.candidate_rows += n
     return sel
 
@@ -313,8 +318,13 @@ def explain(manifest: Manifest, flt: Filter, where: str, store: ObjectStore | No
         how = ("the filter is exactly these index terms: on fragments every index covers, candidates are the answer"
                if plan.exact else "the whole filter is re-applied to candidate rows")
         lines.append(f"{how}; fragments where candidates exceed {TAKE_FRACTION:.0%} of the rows are scanned instead")
+    unserved = [f for f in plan.fragments if f.id not in served]
+    kept, zoned = prune.prune_fragments(unserved, manifest.schema, flt)
+    if unserved:
+        lines.append(f"zone maps: {zoned} of the {len(unserved)} fragment(s) to scan pruned without opening their files"
+                     + ("" if any(f.zones is not None for f in unserved) else " (no fragment has zone maps: written before them)"))
     if store is not None:
-        lines.append(_pruning(store, manifest, flt, [f for f in plan.fragments if f.id not in served], map_fn))
+        lines.append(_pruning(store, manifest, flt, kept, map_fn))
     return "\n".join(lines)
 
 
