@@ -335,13 +335,18 @@ def _zone_value_from_json(v: Any, what: str) -> Any:
     raise CorruptFile(f"{what}: malformed zone bound {str(v)[:80]}")
 
 
-def _zones_from_json(raw: Any, what: str) -> tuple[Zone, ...]:
+def _zones_from_json(raw: Any, what: Callable[[], str]) -> tuple[Zone, ...]:
     zones = []
     for column, kind, lo, hi, hi_inclusive, nulls, nans in raw:
         if type(column) is not str or type(kind) is not str or type(hi_inclusive) is not bool:
-            raise CorruptFile(f"{what}: malformed zone map of column {str(column)[:80]}")
-        zones.append(Zone(column, kind, _zone_value_from_json(lo, what), _zone_value_from_json(hi, what), hi_inclusive,
-                          int(nulls), int(nans)))
+            raise CorruptFile(f"{what()}: malformed zone map of column {str(column)[:80]}")
+        if type(lo) not in _PLAIN_BOUND:
+            lo = _zone_value_from_json(lo, what())
+        if type(hi) not in _PLAIN_BOUND:
+            hi = _zone_value_from_json(hi, what())
+        if type(nulls) is not int or type(nans) is not int:
+            nulls, nans = int(nulls), int(nans)
+        zones.append(Zone(column, kind, lo, hi, hi_inclusive, nulls, nans))
     return tuple(zones)
 
 
@@ -666,7 +671,7 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
         deletion=deletion,
         row_ids=None if f["row_ids"] is None else tuple([(int(s), int(e)) for s, e in f["row_ids"]]),
         checksum=None if crc is None else _checksum(crc, what()),
-        zones=None if zones is None else _zones_from_json(zones, what()),
+        zones=None if zones is None else _zones_from_json(zones, what),
     )
     if not 0 <= frag.deleted_rows <= frag.rows or sum(g.rows for g in frag.row_groups) != frag.rows:
         raise CorruptFile(f"{what()}: row counts are inconsistent (rows={frag.rows}, deleted={frag.deleted_rows})")
