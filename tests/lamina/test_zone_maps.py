@@ -228,3 +228,27 @@ def test_narrow_fragments_are_pruned_where_nothing_can_match(tmp_path):
     assert ruled_out == 4  # kept: +inf, and the fragment of only NaN and null (its bounds are unknown)
     _, ruled_out = prune.prune_fragments(list(t.manifest.fragments), schema, parse_filter("NOT (x < 5)", schema))
     assert ruled_out == 3  # kept: the two with NaN (NOT (NaN < 5) is TRUE) and +inf
+
+
+@pytest.mark.parametrize("bad", [[["v", "int", {"x": 1}, 2, True, 0, 0]], [["v", "int", 1, 2, True, 0]], [["v", "int", 1, 2, "yes", 0, 0]],
+                                 [["v", "float", float("nan"), 2.0, True, 0, 0]], "zones"])
+def test_a_malformed_zone_map_is_corrupt_file_naming_the_manifest(tmp_path, bad):
+    import hashlib
+    import json
+
+    from lamina.cache import clear_caches
+    from lamina.errors import CorruptFile
+    from lamina.manifest import _canonical, manifest_path
+
+    schema = pa.schema([("v", pa.int64())])
+    t = lamina.create_table(str(tmp_path / "t"), schema)
+    t.append(pa.table({"v": [1, 2]}, schema=schema))
+    body = json.loads(t.store.get(manifest_path(t.version)))
+    body.pop("checksum")
+    assert body["fragments"][-1]["zones"]
+    body["fragments"][-1]["zones"] = bad
+    body["checksum"] = "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
+    t.store.put(manifest_path(t.version), json.dumps(body).encode())
+    clear_caches()
+    with pytest.raises(CorruptFile, match=rf"manifest .*{manifest_path(t.version)}"):
+        lamina.open_table(t.uri)
