@@ -174,7 +174,11 @@ fn decode_piece(src: &Opened, source: &Source, piece: &Piece, schema: &SchemaRef
         let (first, rows) = src.span(row_group);
         // A positional reader of its own: other pieces of this file may be decoded or copied meanwhile.
         let batch_rows = usize::try_from(piece.take).unwrap_or(usize::MAX).clamp(1, 65_536);
-        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(src.file.clone(), src.reader_meta.clone())
+        let meta = match (leaves, &src.dict_meta) {
+            (Some(leaves), Some(dict)) if all_dictionary_encoded(src.meta(), row_group, leaves) => dict.clone(),
+            _ => src.reader_meta.clone(),
+        };
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(src.file.clone(), meta)
             .with_row_groups(vec![row_group])
             .with_batch_size(batch_rows);
         if let Some(sel) = piece_selection(&source.deleted, first, rows, piece.skip, piece.take) {
@@ -230,6 +234,9 @@ struct Opened {
     /// Read positionally only: decode and copy read one source from two threads at once.
     file: PosFile,
     reader_meta: ArrowReaderMetadata,
+    /// The same footer read with string leaves (top level or in structs) as dictionary arrays, if
+    /// it has any: their dictionary-encoded chunks then decode to keys, not to every string.
+    dict_meta: Option<ArrowReaderMetadata>,
     /// First row of each row group, and the total row count last (checked, from the footer).
     starts: Vec<u64>,
 }
@@ -247,6 +254,56 @@ impl Opened {
     fn corrupt(&self, reason: impl Into<String>) -> Error {
         Error::Corrupt { object: self.path.clone(), reason: reason.into() }
     }
+}
+
+/// `meta` read with its string and binary leaves (at the top or in structs) as `Dictionary(Int32, _)`
+/// arrays; None when it has none, or the reader does not take the hint.
+fn dictionary_reading(meta: &ArrowReaderMetadata) -> Option<ArrowReaderMetadata> {
+    use arrow::datatypes::{DataType, Field, Schema};
+    fn hint(dt: &DataType) -> Option<DataType> {
+        match dt {
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary | DataType::LargeBinary => {
+                Some(DataType::Dictionary(Box::new(DataType::Int32), Box::new(dt.clone())))
+            }
+            DataType::Struct(fields) => {
+                let mapped: Vec<Option<DataType>> = fields.iter().map(|f| hint(f.data_type())).collect();
+                mapped.iter().any(Option::is_some).then(|| {
+                    DataType::Struct(
+                        fields
+                            .iter()
+                            .zip(mapped)
+                            .map(|(f, m)| Arc::new(Field::clone(f).with_data_type(m.unwrap_or_else(|| f.data_type().clone()))))
+                            .collect(),
+                    )
+                })
+            }
+            _ => None,
+        }
+    }
+    let schema = meta.schema();
+    let mapped: Vec<Option<DataType>> = schema.fields().iter().map(|f| hint(f.data_type())).collect();
+    if mapped.iter().all(Option::is_none) {
+        return None;
+    }
+    let fields: Vec<Field> =
+        schema.fields().iter().zip(mapped).map(|(f, m)| Field::clone(f).with_data_type(m.unwrap_or_else(|| f.data_type().clone()))).collect();
+    let hinted = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    let options = ArrowReaderOptions::new().with_schema(hinted).with_page_index_policy(PageIndexPolicy::Optional);
+    ArrowReaderMetadata::try_new(Arc::clone(meta.metadata()), options).ok()
+}
+
+/// Whether every chunk of `leaves` in `row_group` that holds strings or binary is dictionary-encoded
+/// throughout (then reading them as dictionary arrays decodes keys only; a chunk that fell back to
+/// plain pages would be re-hashed into a dictionary instead).
+fn all_dictionary_encoded(meta: &ParquetMetaData, row_group: usize, leaves: &[usize]) -> bool {
+    use parquet::basic::Encoding;
+    let rg = meta.row_group(row_group);
+    leaves.iter().all(|&leaf| {
+        let Some(c) = rg.columns().get(leaf) else { return false };
+        c.column_type() != parquet::basic::Type::BYTE_ARRAY
+            || (c.dictionary_page_offset().is_some()
+                && c.page_encoding_stats_mask().is_some_and(|m| m.is_only(Encoding::RLE_DICTIONARY) || m.is_only(Encoding::PLAIN_DICTIONARY)))
+    })
 }
 
 fn open(source: &Source) -> Result<Opened> {
@@ -282,7 +339,8 @@ fn open(source: &Source) -> Result<Opened> {
             return Err(Error::InvalidArgument(format!("deleted offset {last} is beyond the {rows} rows of {path}")));
         }
     }
-    Ok(Opened { path, file, reader_meta, starts })
+    let dict_meta = dictionary_reading(&reader_meta);
+    Ok(Opened { path, file, reader_meta, dict_meta, starts })
 }
 
 /// One column chunk of an encoded row group: freshly encoded, or spliced from source pages.

@@ -488,3 +488,24 @@ fn small_pages_are_re_encoded_not_spliced() {
     assert_eq!(written.row_groups.len(), 1);
     assert_eq!(read_all(&out, None), rich_batch(0, 4000));
 }
+
+/// Strings of chunks that fell back from dictionary to plain pages are decoded as plain strings
+/// (a dictionary read would re-hash them), next to a spliced id column; every value survives.
+#[test]
+fn strings_of_plain_fallback_chunks_next_to_spliced_pages_keep_every_value() {
+    let dir = tempfile::tempdir().unwrap();
+    // ~55-byte distinct strings: 3,000 of them overflow the 128 KiB dictionary page, so pages fall back to plain.
+    let paths: Vec<PathBuf> = (0..4).map(|i| write_noisy(dir.path(), &format!("{i}.parquet"), i * 3000, 3000, 3000)).collect();
+    let reader = SerializedFileReader::new(File::open(&paths[0]).unwrap()).unwrap();
+    let mask = reader.metadata().row_group(0).column(1).page_encoding_stats_mask().cloned().unwrap();
+    assert!(mask.is_set(parquet::basic::Encoding::PLAIN), "the source must hold plain fallback pages");
+    let sources: Vec<Source> = paths.iter().map(|p| src(p, vec![])).collect();
+    let actions: Vec<Action> = (0..4).map(|s| Action::Encode { source: s, row_group: 0 }).collect();
+    let out = dir.path().join("out.parquet");
+    let (written, stats) = rewrite(&sources, &actions, schema(), &out, &WriteOptions::default()).unwrap();
+    assert_eq!(written.rows, 12_000);
+    assert_eq!(stats.chunks_spliced, 1, "the id column of the one output row group");
+    let (ids, strings) = values(&out);
+    assert_eq!(ids, (0..12_000).collect::<Vec<_>>());
+    assert_eq!(strings, (0..12_000).map(noisy).collect::<Vec<_>>());
+}
