@@ -85,6 +85,8 @@ pub(super) fn splice(descr: ColumnDescPtr, parts: &[Part<'_>], leaf: usize) -> R
     let mut stats: Option<Statistics> = None;
     let mut stats_known = true;
     let mut encodings = Vec::new();
+    // Unsigned integers (UINT_32, UINT_64 …) are stored as INT32/INT64 but ordered as unsigned.
+    let unsigned = descr.sort_order() == parquet::basic::SortOrder::UNSIGNED;
     for part in parts {
         let meta = part.src.meta();
         let rg = meta.row_group(part.row_group);
@@ -120,7 +122,7 @@ pub(super) fn splice(descr: ColumnDescPtr, parts: &[Part<'_>], leaf: usize) -> R
             }
         }
         match chunk.statistics() {
-            Some(s) if stats_known => stats = merge(stats, s),
+            Some(s) if stats_known => stats = merge(stats, s, unsigned),
             _ => stats_known = false,
         }
         if stats.is_none() {
@@ -188,7 +190,7 @@ fn append_pages(builder: &mut ColumnIndexBuilder, index: &ColumnIndexMetaData, p
 
 /// Statistics of two chunks together (min of mins, max of maxes, sum of null counts); None when
 /// either lacks what the sum needs (then the spliced chunk carries none: "may hold anything").
-fn merge(acc: Option<Statistics>, next: &Statistics) -> Option<Statistics> {
+fn merge(acc: Option<Statistics>, next: &Statistics, unsigned: bool) -> Option<Statistics> {
     fn both<T: Copy>(a: Option<&T>, b: Option<&T>, pick: impl Fn(T, T) -> T) -> Option<Option<T>> {
         match (a, b) {
             (Some(a), Some(b)) => Some(Some(pick(*a, *b))),
@@ -210,11 +212,43 @@ fn merge(acc: Option<Statistics>, next: &Statistics) -> Option<Statistics> {
         }};
     }
     match (&acc, next) {
+        (Statistics::Int32(a), Statistics::Int32(b)) if unsigned => {
+            merged!(a, b, i32, |x: i32, y: i32| if (y as u32) < (x as u32) { y } else { x }, |x: i32, y: i32| if (y as u32) > (x as u32) { y } else { x })
+        }
+        (Statistics::Int64(a), Statistics::Int64(b)) if unsigned => {
+            merged!(a, b, i64, |x: i64, y: i64| if (y as u64) < (x as u64) { y } else { x }, |x: i64, y: i64| if (y as u64) > (x as u64) { y } else { x })
+        }
         (Statistics::Int32(a), Statistics::Int32(b)) => merged!(a, b, i32, |x: i32, y| x.min(y), |x: i32, y| x.max(y)),
         (Statistics::Int64(a), Statistics::Int64(b)) => merged!(a, b, i64, |x: i64, y| x.min(y), |x: i64, y| x.max(y)),
         // total_cmp: -0.0 below +0.0, so the Parquet rule for zero bounds survives the merge (NaN never is a bound).
         (Statistics::Float(a), Statistics::Float(b)) => merged!(a, b, f32, |x: f32, y: f32| if y.total_cmp(&x).is_lt() { y } else { x }, |x: f32, y: f32| if y.total_cmp(&x).is_gt() { y } else { x }),
         (Statistics::Double(a), Statistics::Double(b)) => merged!(a, b, f64, |x: f64, y: f64| if y.total_cmp(&x).is_lt() { y } else { x }, |x: f64, y: f64| if y.total_cmp(&x).is_gt() { y } else { x }),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int32(min: i32, max: i32, nulls: u64) -> Statistics {
+        Statistics::new::<i32>(Some(min), Some(max), None, Some(nulls), false)
+    }
+
+    #[test]
+    fn merged_statistics_follow_the_column_sort_order() {
+        // 0xFFFF_FFFE as a UINT_32 is the largest value, as a signed INT32 it is -2.
+        let (a, b) = (int32(1, -2, 0), int32(5, 10, 3));
+        let unsigned = merge(Some(a.clone()), &b, true).unwrap();
+        assert_eq!(unsigned, int32(1, -2, 3));
+        let signed = merge(Some(int32(-2, 1, 0)), &b, false).unwrap();
+        assert_eq!(signed, int32(-2, 10, 3));
+        assert_eq!(merge(Some(a), &b, false).unwrap(), int32(1, 10, 3), "the same bits ordered as signed");
+        // A chunk without a null count makes the merged statistics unknown.
+        let no_nulls = Statistics::new::<i32>(Some(0), Some(1), None, None, false);
+        assert!(merge(Some(int32(1, 2, 0)), &no_nulls, false).is_none());
+        // Float bounds: -0.0 stays the minimum next to +0.0.
+        let f = |lo: f32, hi: f32| Statistics::new::<f32>(Some(lo), Some(hi), None, Some(0), false);
+        assert_eq!(merge(Some(f(0.0, 1.0)), &f(-0.0, 0.5), false).unwrap(), f(-0.0, 1.0));
     }
 }
