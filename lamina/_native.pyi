@@ -52,7 +52,9 @@ def take_rows_many(files: list[tuple[str, str | os.PathLike[str] | None, bytes |
 
 def native_cache_stats() -> dict[str, tuple[int, int, int, int, int]]:
     """``{"footers": ..., "chunks": ...}``: (entries, bytes, budget, hits, misses) of the parsed-footer cache
-    (``LAMINA_POINT_FOOTER_CACHE_BYTES``) and the decoded column-chunk cache (``LAMINA_CHUNK_CACHE_BYTES``)."""
+    (``LAMINA_POINT_FOOTER_CACHE_BYTES``) and the decoded column-chunk cache (``LAMINA_CHUNK_CACHE_BYTES``;
+    it keeps chunks of at most ``LAMINA_CHUNK_CACHE_MAX_CHUNK_BYTES`` decoded, default 32 MiB, and never
+    more than a quarter of its budget)."""
 
 def clear_native_caches(footer_budget: int | None = None, chunk_budget: int | None = None) -> None:
     """Empties the native read caches; a budget given (bytes) replaces that cache's budget."""

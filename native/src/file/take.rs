@@ -9,9 +9,10 @@
 //! keep what was decoded, keyed by the object's full location and size: data
 //! files are immutable and their paths are never reused (docs/FORMAT.md), so an
 //! entry never goes stale. Parsed footers + offset indexes
-//! (`LAMINA_POINT_FOOTER_CACHE_BYTES`, default 64 MiB), and small column chunks
-//! (at most [`CACHEABLE_CHUNK_BYTES`] uncompressed) decoded whole
-//! (`LAMINA_CHUNK_CACHE_BYTES`, default 256 MiB): the second lookup in a small
+//! (`LAMINA_POINT_FOOTER_CACHE_BYTES`, default 64 MiB), and column chunks of at
+//! most [`cacheable_chunk_bytes`] uncompressed (`LAMINA_CHUNK_CACHE_MAX_CHUNK_BYTES`,
+//! default 32 MiB, never more than a quarter of the cache) decoded whole
+//! (`LAMINA_CHUNK_CACHE_BYTES`, default 256 MiB): the second lookup in a
 //! fragment decodes nothing. Larger chunks are read page by page, uncached.
 
 use std::path::{Path, PathBuf};
@@ -60,9 +61,20 @@ type ChunkKey = (String, u64, usize, usize);
 
 /// Default byte budget of the decoded column-chunk cache (`LAMINA_CHUNK_CACHE_BYTES` overrides it).
 pub const DEFAULT_CHUNK_CACHE_BYTES: usize = 256 * 1024 * 1024;
+/// Default of the largest column chunk (uncompressed bytes) decoded whole and kept
+/// (`LAMINA_CHUNK_CACHE_MAX_CHUNK_BYTES` overrides it). 32 MiB admits a row group's long-string column
+/// (a 131,072-row group of ~80-byte documents is ~10 MB), so hits of a search or lookup in a hot
+/// fragment decode nothing, instead of decompressing a whole data page per row.
+pub const DEFAULT_CACHEABLE_CHUNK_BYTES: usize = 32 * 1024 * 1024;
+
 /// Column chunks up to this many uncompressed bytes are decoded whole and kept; larger ones are read
-/// page by page (only the pages holding the rows) and not kept.
-pub const CACHEABLE_CHUNK_BYTES: i64 = 8 * 1024 * 1024;
+/// page by page (only the pages holding the rows) and not kept. At most a quarter of the cache's
+/// `budget`, so one chunk never pushes out most of what the cache holds.
+pub fn cacheable_chunk_bytes(budget: usize) -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    let max = *MAX.get_or_init(|| self::budget("LAMINA_CHUNK_CACHE_MAX_CHUNK_BYTES", DEFAULT_CACHEABLE_CHUNK_BYTES));
+    max.min(budget / 4)
+}
 
 fn budget(var: &str, default: usize) -> usize {
     std::env::var(var).ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(default)
@@ -277,7 +289,8 @@ fn read_rows<R: ChunkReader + Clone + 'static>(object: &str, file: &Opener<'_, R
     sorted.sort_unstable();
     sorted.dedup();
     let order: Vec<usize> = roots.iter().map(|r| sorted.binary_search(r).unwrap_or(0)).collect();
-    if small_chunks(md, &groups, &sorted) && chunks().budget() > 0 {
+    let limit = cacheable_chunk_bytes(chunks().budget());
+    if limit > 0 && small_chunks(md, &groups, &sorted, limit) {
         let starts: Vec<u64> = groups.iter().map(|&g| if g == 0 { 0 } else { ends[g - 1] }).collect();
         let out = read_by_chunks(object, file, size, &meta, &groups, &starts, &ends, &sorted, offsets)?;
         return out.project(&order).map_err(|e| corrupt(object, e));
@@ -299,8 +312,10 @@ fn read_rows<R: ChunkReader + Clone + 'static>(object: &str, file: &Opener<'_, R
     out.project(&order).map_err(|e| corrupt(object, e))
 }
 
-/// Whether every chunk of the `roots` in `groups` is small enough to decode whole and keep.
-fn small_chunks(md: &parquet::file::metadata::ParquetMetaData, groups: &[usize], roots: &[usize]) -> bool {
+/// Whether every chunk of the `roots` in `groups` is at most `limit` uncompressed bytes: small enough
+/// to decode whole and keep.
+fn small_chunks(md: &parquet::file::metadata::ParquetMetaData, groups: &[usize], roots: &[usize], limit: usize) -> bool {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let descr = md.file_metadata().schema_descr();
     groups.iter().all(|&g| {
         let mut per_root = vec![0i64; descr.root_schema().get_fields().len()];
@@ -310,7 +325,7 @@ fn small_chunks(md: &parquet::file::metadata::ParquetMetaData, groups: &[usize],
                 *total = total.saturating_add(column.uncompressed_size().max(0));
             }
         }
-        roots.iter().all(|&r| per_root.get(r).is_some_and(|&n| n <= CACHEABLE_CHUNK_BYTES))
+        roots.iter().all(|&r| per_root.get(r).is_some_and(|&n| n <= limit))
     })
 }
 
