@@ -15,6 +15,7 @@ version-1 manifests (every fragment in the root) are still read.
 from __future__ import annotations
 
 import base64
+import collections.abc
 import contextlib
 import dataclasses
 import functools
@@ -26,10 +27,11 @@ import logging
 import math
 import os
 import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -213,13 +215,118 @@ class ManifestSegment:
     count: int
     bytes: int
     checksum: str
-    #: What it holds (fragments, or for a list its segments' entries), decoded or about to be written;
-    #: not part of its entry (equal entries name the same object).
-    items: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    #: Live rows of the fragments it holds (a list: of every segment it names), so a version's row
+    #: count needs no segment read.
+    rows: int = 0
+    #: What it holds (fragments, or for a list its segments' entries), or an ``_Unread`` that reads
+    #: them on first use (``items``); not part of its entry (equal entries name the same object).
+    held: Any = field(default=(), compare=False, repr=False)
+
+    @property
+    def items(self) -> tuple[Any, ...]:
+        if isinstance(self.held, _Unread):
+            self.held.reader.read([self], self.held.table_uuid)
+        return self.held
 
     @property
     def fragments(self) -> "tuple[Fragment, ...]":
         return self.items
+
+    @property
+    def read(self) -> bool:
+        return not isinstance(self.held, _Unread)
+
+    def _fill(self, items: tuple[Any, ...]) -> None:
+        # The one mutation of this value: its items, read once from the immutable object it names.
+        object.__setattr__(self, "held", items)
+
+    def __getstate__(self) -> dict[str, Any]:  # pickled (e.g. to Ray tasks) with its items, never its reader
+        return {**self.__dict__, "held": self.items}
+
+
+class _Unread:
+    """The items of a segment not read yet: the reader that reads them, and the table they belong to."""
+
+    __slots__ = ("reader", "table_uuid")
+
+    def __init__(self, reader: "_SegmentReader", table_uuid: str):
+        self.reader, self.table_uuid = reader, table_uuid
+
+
+class FragmentList(collections.abc.Sequence):
+    """A version's fragments while its segments may not be read yet: its length and live rows are
+    known from the root; the first look at a fragment reads every segment not read yet (in
+    parallel) and checks the whole (ids unique and in range). It behaves as a tuple of fragments
+    (``+`` gives a tuple; pickles as one)."""
+
+    def __init__(self, segments: "tuple[ManifestSegment, ...]", inline: "tuple[Fragment, ...]", where: str,
+                 next_fragment_id: int, next_row_id: int):
+        self._segments, self._inline, self._where = segments, inline, where
+        self._next_ids = (next_fragment_id, next_row_id)
+        self._count = sum(seg.count for seg in segments) + len(inline)
+        self._all: "tuple[Fragment, ...] | None" = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> "tuple[Fragment, ...]":
+        if self._all is None:
+            with self._lock:
+                if self._all is None:
+                    unread = [seg for seg in self._segments if not seg.read]
+                    if unread:
+                        held = unread[0].held
+                        held.reader.read(unread, held.table_uuid)
+                    frags = tuple(itertools.chain.from_iterable(seg.items for seg in self._segments)) + self._inline
+                    _check_fragments(frags, self._where, *self._next_ids)
+                    self._all = frags
+        return self._all
+
+    @property
+    def live_rows(self) -> int:
+        if self._all is not None:
+            return sum(f.live_rows for f in self._all)
+        return sum(seg.rows for seg in self._segments) + sum(f.live_rows for f in self._inline)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._get()[i]
+
+    def __iter__(self) -> Iterator[Fragment]:
+        return iter(self._get())
+
+    def __contains__(self, f: object) -> bool:
+        return f in self._get()
+
+    def __add__(self, other: Any) -> "tuple[Fragment, ...]":
+        return self._get() + tuple(other)
+
+    def __radd__(self, other: Any) -> "tuple[Fragment, ...]":
+        return tuple(other) + self._get()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FragmentList):
+            other = other._get()
+        return isinstance(other, tuple) and self._get() == other
+
+    def __hash__(self) -> int:
+        return hash(self._get())
+
+    def __reduce__(self) -> Any:
+        return (tuple, (self._get(),))
+
+    def __repr__(self) -> str:
+        return f"FragmentList({self._count} fragments, {'read' if self._all is not None else 'not read yet'})"
+
+
+def _check_fragments(fragments: "Sequence[Fragment]", where: str, next_fragment_id: int, next_row_id: int) -> None:
+    ids = [f.id for f in fragments]
+    if len(set(ids)) != len(ids) or any(i < 0 or i >= next_fragment_id for i in ids):
+        raise CorruptFile(f"manifest {where} is corrupt: fragment ids are duplicated or out of range. Open an earlier "
+                          f"version with open_table(uri, version=N), or restore this object")
+    if any(e > next_row_id for f in fragments if f.row_ids for _, e in f.row_ids):
+        raise CorruptFile(f"manifest {where} is corrupt: stable row ids reach beyond next_row_id {next_row_id}. Open an "
+                          f"earlier version with open_table(uri, version=N), or restore this object")
 
 
 @dataclass(frozen=True)
@@ -227,7 +334,8 @@ class Manifest:
     version: int
     timestamp_ms: int
     schema: pa.Schema
-    fragments: tuple[Fragment, ...]
+    #: In table order: a tuple, or as read from storage a ``FragmentList`` reading its segments on first use.
+    fragments: "tuple[Fragment, ...] | FragmentList"
     next_fragment_id: int
     next_row_id: int
     primary_key: tuple[str, ...] = ()
@@ -248,9 +356,11 @@ class Manifest:
     #: The segment lists naming ``segments`` (all but the newest few, which the root names itself).
     segment_lists: tuple[ManifestSegment, ...] = field(default=(), compare=False, repr=False)
 
-    @property
+    @functools.cached_property
     def rows(self) -> int:
-        return sum(f.live_rows for f in self.fragments)
+        """Live rows (from the segment entries while the segments are not read)."""
+        f = self.fragments
+        return f.live_rows if isinstance(f, FragmentList) else sum(x.live_rows for x in f)
 
     @functools.cached_property
     def record(self) -> TransactionRecord:
@@ -351,7 +461,7 @@ def _zones_from_json(raw: Any, what: Callable[[], str]) -> tuple[Zone, ...]:
 
 
 def _entry_json(seg: ManifestSegment) -> dict[str, Any]:
-    return {"path": seg.path, "count": seg.count, "bytes": seg.bytes, "checksum": seg.checksum}
+    return {"path": seg.path, "count": seg.count, "bytes": seg.bytes, "checksum": seg.checksum, "rows": seg.rows}
 
 
 def _body(m: Manifest, inline_segments: tuple[ManifestSegment, ...], inline: tuple[Fragment, ...]) -> dict[str, Any]:
@@ -453,8 +563,8 @@ def _settle(units: list[_Unit], per_node: int) -> list[_Unit]:
     return stack
 
 
-def _lay(items: "tuple[Any, ...]", known: "tuple[ManifestSegment, ...]", limits: tuple[int, int],
-         key: Callable[[Any], Any], encode: Callable[["tuple[Any, ...]"], bytes],
+def _lay(items: "Sequence[Any]", known: "tuple[ManifestSegment, ...]", limits: tuple[int, int],
+         key: Callable[[Any], Any], rows: Callable[[Any], int], encode: Callable[["tuple[Any, ...]"], bytes],
          writes: list[tuple[str, bytes]]) -> tuple[ManifestSegment, ...]:
     """The objects holding ``items`` but the inline tail; new ones are appended to ``writes``."""
     inline, per_node = limits
@@ -469,7 +579,7 @@ def _lay(items: "tuple[Any, ...]", known: "tuple[ManifestSegment, ...]", limits:
         held = tuple(u.items)
         data = encode(held)
         path = f"{SEGMENTS_DIR}{uuid.uuid4().hex}.json"
-        nodes.append(ManifestSegment(path, len(held), len(data), checksum.of_bytes(data), held))
+        nodes.append(ManifestSegment(path, len(held), len(data), checksum.of_bytes(data), sum(rows(x) for x in held), held))
         writes.append((path, data))
     return tuple(nodes)
 
@@ -488,10 +598,10 @@ def lay_out(m: Manifest) -> tuple[Manifest, list[tuple[str, bytes]]]:
     """
     fragment_limits, segment_limits = _layout_limits()
     writes: list[tuple[str, bytes]] = []
-    segments = _lay(m.fragments, m.segments, fragment_limits, lambda f: f.id,
+    segments = _lay(tuple(m.fragments), m.segments, fragment_limits, lambda f: f.id, lambda f: f.live_rows,
                     lambda frags: _encode_object(SEGMENT_FORMAT, m.table_uuid, "fragments", [_fragment_to_json(f) for f in frags]),
                     writes)
-    lists = _lay(segments, m.segment_lists, segment_limits, lambda seg: seg.path,
+    lists = _lay(segments, m.segment_lists, segment_limits, lambda seg: seg.path, lambda seg: seg.rows,
                  lambda segs: _encode_object(SEGMENT_LIST_FORMAT, m.table_uuid, "segments", [_entry_json(seg) for seg in segs]),
                  writes)
     if not writes and segments == m.segments and lists == m.segment_lists:
@@ -522,27 +632,24 @@ def encode_manifest(m: Manifest, *, laid_out: bool = False) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ": ")).encode()
 
 
-#: ``(entries of a root or list, the root's table uuid, whether they are segment lists) -> the
-#: objects, with their items``.
-SegmentLoader = Callable[["list[ManifestSegment]", str, bool], "list[ManifestSegment]"]
-
-
 def _entries(raw: Any, what: str) -> list[ManifestSegment]:
     out = []
     for e in raw:
         path = _stored_path(e["path"], what)
         if not path.startswith(SEGMENTS_DIR):
             raise CorruptFile(f"{what}: manifest segment {path!r} is not under {SEGMENTS_DIR}")
-        count, size, crc = int(e["count"]), int(e["bytes"]), _checksum(e["checksum"], f"{what} segment {path}")
-        if crc is None or count < 1 or size < 0:
+        count, size, rows = int(e["count"]), int(e["bytes"]), int(e["rows"])
+        crc = _checksum(e["checksum"], f"{what} segment {path}")
+        if crc is None or count < 1 or size < 0 or rows < 0:
             raise CorruptFile(f"{what}: manifest segment {path!r} has no checksum or a bad count")
-        out.append(ManifestSegment(path, count, size, crc))
+        out.append(ManifestSegment(path, count, size, crc, rows))
     return out
 
 
-def decode_manifest(data: bytes, where: str, load_segments: SegmentLoader | None = None) -> Manifest:
+def decode_manifest(data: bytes, where: str, reader: "_SegmentReader | None" = None) -> Manifest:
     """Parses and validates a manifest root; ``where`` names it in errors. A root with segments needs
-    ``load_segments`` (``load_manifest`` passes one reading them from the table's store)."""
+    a ``reader`` of the table's store (``load_manifest`` passes one): its segment lists are read at
+    once, its segments when a fragment is first looked at (``FragmentList``)."""
     def corrupt(reason: str) -> CorruptFile:
         return CorruptFile(f"manifest {where} is corrupt: {reason}. Open an earlier version with open_table(uri, version=N), or restore this object")
 
@@ -563,24 +670,28 @@ def decode_manifest(data: bytes, where: str, load_segments: SegmentLoader | None
         table_uuid = str(body.get("table_uuid", ""))
         list_entries = _entries(body.get("segment_lists", ()), f"manifest {where}")
         inline_entries = _entries(body.get("segments", ()), f"manifest {where}")
-        if (list_entries or inline_entries) and load_segments is None:
+        if (list_entries or inline_entries) and reader is None:
             raise LaminaError(f"manifest {where} keeps its fragments in manifest segments: read it with load_manifest")
-        lists = tuple(load_segments(list_entries, table_uuid, True)) if list_entries else ()
+        lists = tuple(reader.read_now(list_entries, table_uuid)) if list_entries and reader else ()
         entries = [e for lst in lists for e in lst.items] + inline_entries
-        segments = tuple(load_segments(entries, table_uuid, False)) if entries else ()
+        segments = tuple(reader.unread(e, table_uuid) for e in entries) if reader else ()
         inline = tuple(_fragment_from_json(f, where) for f in body["fragments"])
-        fragments = tuple(itertools.chain.from_iterable(seg.items for seg in segments)) + inline if segments else inline
+        next_fragment_id, next_row_id = int(body["next_fragment_id"]), int(body["next_row_id"])
+        fragments: "tuple[Fragment, ...] | FragmentList" = (
+            FragmentList(segments, inline, where, next_fragment_id, next_row_id) if segments else inline)
         if int(body.get("fragment_count", len(fragments))) != len(fragments) or int(body.get("segment_count", len(segments))) != len(segments):
             raise corrupt(f"it counts {body.get('fragment_count')} fragments in {body.get('segment_count')} segments, "
                           f"its segments and root hold {len(fragments)} in {len(segments)}")
+        if sum(lst.count for lst in lists) != len(entries) - len(inline_entries):
+            raise corrupt("its segment lists do not hold the segments they count")
         indices = tuple(_index_from_json(i, where) for i in body["indices"])
         m = Manifest(
             version=int(body["version"]),
             timestamp_ms=int(body["timestamp_ms"]),
             schema=schema,
             fragments=fragments,
-            next_fragment_id=int(body["next_fragment_id"]),
-            next_row_id=int(body["next_row_id"]),
+            next_fragment_id=next_fragment_id,
+            next_row_id=next_row_id,
             primary_key=tuple(body["primary_key"]),
             stable_row_ids=bool(body["stable_row_ids"]),
             config=dict(body["config"]),
@@ -597,11 +708,8 @@ def decode_manifest(data: bytes, where: str, load_segments: SegmentLoader | None
         # AttributeError: a list where an object belongs; OverflowError: Infinity where an int
         # belongs; OSError: pyarrow's error for an undecodable schema message.
         raise corrupt(f"missing or malformed field ({type(e).__name__}: {str(e)[:200]})") from None
-    ids = [f.id for f in m.fragments]
-    if len(set(ids)) != len(ids) or any(i < 0 or i >= m.next_fragment_id for i in ids):
-        raise corrupt("fragment ids are duplicated or out of range")
-    if any(e > m.next_row_id for f in m.fragments if f.row_ids for _, e in f.row_ids):
-        raise corrupt(f"stable row ids reach beyond next_row_id {m.next_row_id}")
+    if not isinstance(m.fragments, FragmentList):  # else checked when its segments are read
+        _check_fragments(m.fragments, where, m.next_fragment_id, m.next_row_id)
     return m
 
 
@@ -624,7 +732,7 @@ def decode_segment(data: bytes, entry: ManifestSegment, table_uuid: str, where: 
         raise CorruptFile(f"{what} is corrupt: missing or malformed field ({type(e).__name__}: {str(e)[:200]})") from None
     if len(items) != entry.count:
         raise CorruptFile(f"{what} holds {len(items)} entries, the manifest naming it says {entry.count}")
-    return ManifestSegment(entry.path, entry.count, len(data), entry.checksum, items)
+    return ManifestSegment(entry.path, entry.count, len(data), entry.checksum, entry.rows, items)
 
 
 #: Every path Lamina records is made of these (hex uuids, ids, fixed names): anything else (percent
@@ -754,36 +862,45 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _segment_loader(store: ObjectStore) -> SegmentLoader:
-    """Reads segments (or lists) from the cache, the others from ``store`` in parallel."""
-    def load(entries: list[ManifestSegment], table_uuid: str, is_list: bool) -> list[ManifestSegment]:
-        found: dict[str, ManifestSegment] = {}
-        missing = []
-        for entry in entries:
-            seg = _SEGMENTS.get((store.uri, entry.path))
-            if seg is not None and seg == entry:
-                found[entry.path] = seg
-            else:
-                missing.append(entry)
+class _SegmentReader:
+    """Reads a table's segments and segment lists: from the cache, the others from the store in parallel."""
 
-        def fetch(entry: ManifestSegment) -> bytes:
+    def __init__(self, store: ObjectStore):
+        self.store = store
+
+    def unread(self, entry: ManifestSegment, table_uuid: str) -> ManifestSegment:
+        """The segment ``entry`` names: the cached one, or one read on first use."""
+        seg = _SEGMENTS.get((self.store.uri, entry.path))
+        if seg is not None and seg == entry:
+            return seg
+        return dataclasses.replace(entry, held=_Unread(self, table_uuid))
+
+    def read_now(self, entries: "list[ManifestSegment]", table_uuid: str) -> "list[ManifestSegment]":
+        """Segment lists, read now."""
+        out = [self.unread(e, table_uuid) for e in entries]
+        self.read([seg for seg in out if not seg.read], table_uuid, is_list=True)
+        return out
+
+    def read(self, segments: "list[ManifestSegment]", table_uuid: str, *, is_list: bool = False) -> None:
+        """Reads ``segments`` (all at once) and gives each its items."""
+        store = self.store
+
+        def fetch(seg: ManifestSegment) -> bytes:
             try:
-                return store.get(entry.path)
+                return store.get(seg.path)
             except ObjectNotFound:
                 raise CorruptFile(
-                    f"manifest segment {store.describe(entry.path)} is missing: the version naming it cannot be read. "
+                    f"manifest segment {store.describe(seg.path)} is missing: the version naming it cannot be read. "
                     f"Open an earlier or later version with open_table(uri, version=N), or restore the object"
                 ) from None
 
         # Fetched in parallel, decoded here: decoding is Python, threads would only contend for the GIL.
-        datas = map_fragments(fetch, missing)
+        datas = map_fragments(fetch, segments)
         with _collector_paused():
-            for entry, data in zip(missing, datas):
-                seg = decode_segment(data, entry, table_uuid, store.describe(entry.path), is_list=is_list)
+            for seg, data in zip(segments, datas):
+                done = decode_segment(data, seg, table_uuid, store.describe(seg.path), is_list=is_list)
+                seg._fill(done.items)
                 _SEGMENTS.put((store.uri, seg.path), seg, _segment_held_bytes(seg))
-                found[seg.path] = seg
-        return [found[entry.path] for entry in entries]
-    return load
 
 
 def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = None) -> Manifest:
@@ -804,7 +921,7 @@ def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = Non
     except ObjectNotFound:
         raise VersionNotFound(f"table {store.uri} has no version {version} (never committed, or removed by cleanup)") from None
     where = store.describe(path)
-    m = decode_manifest(data, where, _segment_loader(store))
+    m = decode_manifest(data, where, _SegmentReader(store))
     if m.version != version:
         raise CorruptFile(f"manifest {where} says it is version {m.version}")
     _CACHE.put((store.uri, m.table_uuid, m.version), m, _held_bytes(m))

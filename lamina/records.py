@@ -117,10 +117,21 @@ class _NewFragments(TransactionRecord):
 
     @classmethod
     def _fields_from(cls, f: "_Fields") -> dict[str, Any]:
-        return {"fragment_ids": f.numbers("fragment_ids"), "rows": f.number("rows")}
+        return {"fragment_ids": f.id_run("fragment_ids"), "rows": f.number("rows")}
 
     def _details(self) -> dict[str, Any]:
-        return {"fragment_ids": list(self.fragment_ids), "rows": self.rows}
+        return {"fragment_ids": _id_run(self.fragment_ids), "rows": self.rows}
+
+
+#: A run of new ids longer than this is stored as ``{"first": a, "count": n}`` (a bulk append of
+#: 100,000 files would otherwise list 100,000 ids in the root of its version).
+ID_RUN_LIST_MAX = 16
+
+
+def _id_run(ids: tuple[int, ...]) -> Any:
+    if len(ids) > ID_RUN_LIST_MAX and ids[-1] - ids[0] == len(ids) - 1 and all(b == a + 1 for a, b in zip(ids, ids[1:])):
+        return {"first": ids[0], "count": len(ids)}
+    return list(ids)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,6 +316,16 @@ class _Fields:
         if not isinstance(v, (list, tuple)) or not all(_is_int(x) for x in v):
             raise _Malformed(f"{self.where}{name} is not a list of integers")
         return tuple(v)
+
+    def id_run(self, name: str) -> tuple[int, ...]:
+        """A list of integers, or a run ``{"first": a, "count": n}`` of consecutive ones."""
+        v = self._get(name, _MISSING)
+        if isinstance(v, dict):
+            first, count = v.get("first"), v.get("count")
+            if set(v) != {"first", "count"} or not _is_int(first) or not _is_int(count) or not 0 <= count <= 1 << 32:
+                raise _Malformed(f"{self.where}{name} is not a run of integers")
+            return tuple(range(first, first + count))
+        return self.numbers(name)
 
     def texts(self, name: str, default: Any = _MISSING) -> tuple[str, ...]:
         v = self._get(name, default)

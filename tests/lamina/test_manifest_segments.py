@@ -160,12 +160,14 @@ def test_a_missing_or_altered_segment_is_corrupt_file_naming_it(local_table_uri)
     data = t.store.get(seg)
     t.store.put(seg, data.replace(b'"rows":3', b'"rows":4', 1))
     clear_caches()
+    opened = lamina.open_table(local_table_uri)  # the root is fine: segments are read on first use
+    assert len(opened.manifest.fragments) == 12 and opened.count_rows() == 36
     with pytest.raises(CorruptFile, match=rf"manifest segment .*{seg}.* is corrupt: its checksum"):
-        lamina.open_table(local_table_uri)
+        opened.to_arrow()
     t.store.delete([seg])
     clear_caches()
     with pytest.raises(CorruptFile, match=rf"manifest segment .*{seg} is missing"):
-        lamina.open_table(local_table_uri)
+        lamina.open_table(local_table_uri).append(_rows(100, 101))
 
 
 def test_a_segment_of_another_table_is_refused():
@@ -272,6 +274,34 @@ def test_layouts_hold_exactly_the_fragments_and_rewrite_only_what_changed(seed):
         relisted = [e for lst in m.segment_lists for e in decode_segment(stored[lst.path], lst, "u", lst.path, is_list=True).items]
         assert relisted == listed
     assert len(m.segments) <= len(m.fragments)  # and never empty segments
+
+
+def test_opening_reads_no_segment_until_a_fragment_is_looked_at(local_table_uri, monkeypatch):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    _grow(t, 30)
+    t.delete("id = 7")
+    expected = _all_rows(t)
+    clear_caches()
+    gets: list[str] = []
+    real_get = type(t.store).get
+    monkeypatch.setattr(type(t.store), "get", lambda self, path, *a, **k: gets.append(path) or real_get(self, path, *a, **k))
+    opened = lamina.open_table(local_table_uri)
+    assert opened.count_rows() == len(expected) and len(opened.manifest.fragments) == 30
+    assert not [p for p in gets if p.startswith(SEGMENTS_DIR) and p not in {lst.path for lst in opened.manifest.segment_lists}], \
+        "opening and counting read segments"
+    assert _all_rows(opened) == expected  # the first read reads them all
+    assert all(seg.read for seg in opened.manifest.segments)
+
+
+def test_a_manifest_pickles_with_its_fragments(local_table_uri):
+    import pickle
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    _grow(t, 12)
+    clear_caches()
+    m = lamina.open_table(local_table_uri).manifest
+    back = pickle.loads(pickle.dumps(m))
+    assert back == m and isinstance(back.fragments, tuple) and back.rows == 36
+    assert all(seg.read for seg in back.segments)
 
 
 def test_segments_survive_a_moto_s3_table(s3_table_uri, s3_options):

@@ -118,3 +118,20 @@ def test_a_malformed_record_stops_a_commit_that_must_replay_over_it(local_table_
 def test_malformed_records_name_the_field_and_the_version(record, reason):
     with pytest.raises(CorruptFile, match=rf"the transaction record of version 7 is malformed \({reason}\)"):
         decode_record(record, "version 7")
+
+
+def test_a_bulk_append_records_its_ids_as_a_run_and_small_ones_as_a_list(tmp_path):
+    import pyarrow as pa
+
+    from lamina.manifest import manifest_path
+
+    schema = pa.schema([("id", pa.int64())])
+    t = lamina.create_table(str(tmp_path / "t"), schema)
+    t.append(pa.table({"id": list(range(40))}, schema=schema), max_rows_per_file=2)
+    assert t.manifest.transaction["fragment_ids"] == {"first": 0, "count": 20}
+    assert t.manifest.record.fragment_ids == tuple(range(20))
+    assert json.loads(t.store.get(manifest_path(t.version)))["transaction"]["fragment_ids"] == {"first": 0, "count": 20}
+    t.append(pa.table({"id": [1, 2]}, schema=schema))
+    assert t.manifest.transaction["fragment_ids"] == [20]
+    reopened = lamina.open_table(t.uri, version=2)
+    assert reopened.manifest.record.fragment_ids == tuple(range(20))

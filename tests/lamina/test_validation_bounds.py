@@ -32,10 +32,11 @@ def _table(uri):
 def test_fragment_id_equal_to_next_fragment_id_is_corrupt(local_table_uri):
     t = _table(local_table_uri)
     version = put_next_version(t, next_fragment_id=2)  # fragment 2 claims an id not handed out yet
+    # Found by the open, or (fragments in manifest segments are read on first use) by the first read.
     with pytest.raises(CorruptFile, match="fragment ids are duplicated or out of range"):
-        lamina.open_table(local_table_uri)
+        lamina.open_table(local_table_uri).to_arrow()
     with pytest.raises(CorruptFile):
-        load_manifest(t.store, version)
+        list(load_manifest(t.store, version).fragments)
     assert lamina.open_table(local_table_uri, version=version - 1).count_rows() == 300  # history still readable
 
 
