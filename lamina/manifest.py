@@ -827,7 +827,9 @@ def _held_bytes(m: Manifest, encoded: int | None = None) -> int:
 
 
 def _segment_held_bytes(seg: ManifestSegment) -> int:
-    return 2 * seg.bytes + 64 * seg.count
+    """Memory a decoded segment holds: measured 1.2 KB per fragment for ~200 bytes of JSON (two
+    columns' zone maps), so six times its size, plus the tuple."""
+    return 6 * seg.bytes + 64 * seg.count
 
 
 def forget_manifest(store: ObjectStore, version: int) -> None:
