@@ -33,8 +33,10 @@ def write_data_file(
     row_group_bytes: int | None = None,
     zstd_level: int = 3,
     metadata: list[tuple[str, str]] = [],
+    sync: bool = True,
 ) -> dict:
-    """Writes one Parquet data file (never replacing one), fsynced.
+    """Writes one Parquet data file (never replacing one), fsynced (``sync=False``: not; the caller
+    makes it durable before committing it, as ``write_fragments`` does for a batch of files).
 
     Returns ``{"rows", "file_bytes", "row_groups": [(rows, bytes)], "file_version", "checksum"}``;
     ``checksum`` is ``"crc32c:%08x"`` of the whole file, computed while writing (no second pass).

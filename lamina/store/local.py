@@ -8,7 +8,9 @@ an input is the object's own file, an output a temp file beside its target, rena
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import os
 import shutil
 import uuid
@@ -21,12 +23,19 @@ from lamina.store.scheduler import count
 #: The ``lamina.io_stats()`` key of every local directory.
 LOCAL = "local"
 
+#: From this many files on, ``LocalStore.sync_objects`` makes them durable with one ``syncfs(2)`` (and an
+#: fsync of their directories) instead of an fsync each.
+SYNCFS_MIN_FILES = 16
+
 
 class LocalStore(ObjectStore):
     """Objects are files below ``root``."""
 
     is_local = True
     io_domain = LOCAL
+    #: Whether ``write_fragment`` fsyncs each data file it writes here; off only in the view
+    #: ``deferring_sync`` returns, whose user calls ``sync_objects`` before committing the files.
+    sync_each_write = True
 
     def __init__(self, root: str):
         self.root = os.path.abspath(os.path.expanduser(root))
@@ -194,6 +203,67 @@ class LocalStore(ObjectStore):
         if not os.path.exists(full):
             raise ObjectNotFound(f"{self.describe(path)} does not exist")
         return full
+
+    def deferring_sync(self) -> "LocalStore":
+        """This store, for a writer that makes its files durable together (``sync_objects``) instead of
+        one by one: ``write_fragment`` through it does not fsync each file. A separate object, so other
+        writers sharing this store keep syncing their own files (and a pickled copy syncs again)."""
+        view = LocalStore(self.root)
+        view.sync_each_write = False
+        return view
+
+    def sync_objects(self, paths: Sequence[str]) -> None:
+        """Makes objects written without their own fsync (``write_data_file(sync=False)`` inside
+        ``staged_output``) durable, before anything refers to them. A few files: an fsync each, as a
+        synced write would have done. Many (``SYNCFS_MIN_FILES``): one ``syncfs(2)`` of the table's
+        filesystem and an fsync of each directory holding them (an fsync costs ~0.3 ms on a local
+        disk, so 10,000 small files spent ~3 s on them); an fsync each where syncfs is unavailable
+        or fails. ``StorageError`` naming the file if one cannot be synced; a file already gone (a
+        cleanup raced a long write) has nothing to sync: the commit's check of old files reports it."""
+        full = [self._full(p) for p in paths]
+        if len(full) < SYNCFS_MIN_FILES or not _syncfs(self.root):
+            for f, p in zip(full, paths):
+                _fsync_file(f, self.describe(p))
+        if len(full) >= SYNCFS_MIN_FILES:
+            for directory in sorted({os.path.dirname(f) for f in full}):
+                _fsync_dir(directory)
+
+
+@functools.lru_cache(maxsize=1)
+def _libc_syncfs():
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs  # Linux (glibc, musl)
+    except (OSError, AttributeError):
+        return None
+
+
+def _syncfs(directory: str) -> bool:
+    """``syncfs(2)`` of the filesystem holding ``directory`` (the GIL released while it runs): whether
+    it ran and succeeded (since Linux 5.8 it reports write-back errors)."""
+    syncfs = _libc_syncfs()
+    if syncfs is None:
+        return False
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return syncfs(fd) == 0
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: str, where: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise StorageError(f"making {where} durable failed: {e}") from e
 
 
 def _fsync_dir(directory: str) -> None:

@@ -37,11 +37,15 @@ pub struct WriteOptions {
     pub zstd_level: i32,
     /// Extra key-value metadata; keys starting with `lamina.` are reserved.
     pub extra_metadata: Vec<(String, String)>,
+    /// Fsync the file before returning (the default). Off only for a caller that makes a whole
+    /// batch of files durable at once before anything refers to them (`write_fragments` on a local
+    /// disk: one sync for thousands of small files instead of one each).
+    pub sync: bool,
 }
 
 impl Default for WriteOptions {
     fn default() -> Self {
-        Self { row_group_rows: 131_072, row_group_bytes: None, zstd_level: 3, extra_metadata: vec![] }
+        Self { row_group_rows: 131_072, row_group_bytes: None, zstd_level: 3, extra_metadata: vec![], sync: true }
     }
 }
 
@@ -123,7 +127,8 @@ impl WriteOptions {
     }
 }
 
-/// Writes `batches` (all of `schema`) to a new Parquet file at `path` and syncs it.
+/// Writes `batches` (all of `schema`) to a new Parquet file at `path` and syncs it (unless
+/// `options.sync` is off: then the caller must make it durable before it is committed).
 ///
 /// On any error the partial file is removed, so a failed write leaves nothing behind.
 pub fn write_file(path: &Path, schema: SchemaRef, batches: &[RecordBatch], options: &WriteOptions) -> Result<WrittenFile> {
@@ -138,14 +143,14 @@ pub fn write_file(path: &Path, schema: SchemaRef, batches: &[RecordBatch], optio
     let display = path.display().to_string();
     // Never replaces a file; only a file created here is removed on failure.
     let file = File::create_new(path).map_err(|e| Error::io(&display, e))?;
-    let result = write_into(file, &display, schema, batches, properties);
+    let result = write_into(file, &display, schema, batches, properties, options.sync);
     if result.is_err() {
         let _ = std::fs::remove_file(path);
     }
     result
 }
 
-fn write_into(file: File, display: &str, schema: SchemaRef, batches: &[RecordBatch], properties: WriterProperties) -> Result<WrittenFile> {
+fn write_into(file: File, display: &str, schema: SchemaRef, batches: &[RecordBatch], properties: WriterProperties, sync: bool) -> Result<WrittenFile> {
     let parquet_err = |source| Error::Parquet { path: display.to_string(), source };
     let mut writer = ArrowWriter::try_new(OutputFile::new_file(file), schema, Some(properties)).map_err(parquet_err)?;
     for batch in batches {
@@ -153,14 +158,24 @@ fn write_into(file: File, display: &str, schema: SchemaRef, batches: &[RecordBat
     }
     // finish() writes the footer and flushes every byte through the hashing writer.
     let metadata = writer.finish().map_err(parquet_err)?;
-    WrittenFile::synced(writer.inner(), display, &metadata)
+    if sync {
+        WrittenFile::synced(writer.inner(), display, &metadata)
+    } else {
+        WrittenFile::unsynced(writer.inner(), display, &metadata)
+    }
 }
 
 impl WrittenFile {
     /// Fsyncs a just-finished file and describes it from the footer the writer returned.
     pub(crate) fn synced(out: &OutputFile, display: &str, metadata: &parquet::file::metadata::ParquetMetaData) -> Result<Self> {
+        out.file().sync_all().map_err(|e| Error::io(display, e))?;
+        Self::unsynced(out, display, metadata)
+    }
+
+    /// Describes a just-finished file without syncing it: its bytes may still be only in the OS's
+    /// page cache, so the caller syncs it before anything refers to it.
+    pub(crate) fn unsynced(out: &OutputFile, display: &str, metadata: &parquet::file::metadata::ParquetMetaData) -> Result<Self> {
         let file = out.file();
-        file.sync_all().map_err(|e| Error::io(display, e))?;
         let file_bytes = file.metadata().map_err(|e| Error::io(display, e))?.len();
         if file_bytes != out.len() {
             return Err(Error::Corrupt {
@@ -201,6 +216,17 @@ mod tests {
         let ids = Int64Array::from_iter_values(start..start + n as i64);
         let names = StringArray::from_iter((0..n).map(|i| if i % 3 == 0 { None } else { Some(format!("n{i}")) }));
         RecordBatch::try_new(schema, vec![Arc::new(ids), Arc::new(names)]).unwrap()
+    }
+
+    #[test]
+    fn an_unsynced_write_gives_the_same_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let batches = vec![batch(0, 3000)];
+        let synced = write_file(&dir.path().join("a.parquet"), batches[0].schema(), &batches, &WriteOptions::default()).unwrap();
+        let opts = WriteOptions { sync: false, ..Default::default() };
+        let unsynced = write_file(&dir.path().join("b.parquet"), batches[0].schema(), &batches, &opts).unwrap();
+        assert_eq!((unsynced.rows, unsynced.file_bytes, &unsynced.checksum), (synced.rows, synced.file_bytes, &synced.checksum));
+        assert_eq!(std::fs::read(dir.path().join("a.parquet")).unwrap(), std::fs::read(dir.path().join("b.parquet")).unwrap());
     }
 
     #[test]

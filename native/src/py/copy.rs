@@ -44,7 +44,7 @@ pub(crate) fn rewrite_data_file<'py>(
         .into_iter()
         .map(|(kind, source, row_group)| Action::parse(&kind, source, row_group))
         .collect::<Result<Vec<_>, _>>()?;
-    let options = WriteOptions { row_group_rows, row_group_bytes, zstd_level, extra_metadata: vec![] };
+    let options = WriteOptions { row_group_rows, row_group_bytes, zstd_level, extra_metadata: vec![], sync: true };
     let schema = Arc::new(schema.0);
     let names: Vec<String> = srcs.iter().map(|s| s.path.display().to_string()).collect();
     let object = format!("a source of {} ({})", output.display(), names.join(", "));

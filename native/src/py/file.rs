@@ -16,9 +16,10 @@ use crate::error::Work;
 use crate::file::writer::{write_file, WriteOptions, WrittenFile};
 
 /// Writes one Parquet data file; returns {rows, file_bytes, row_groups: [(rows, bytes)], file_version,
-/// checksum} (checksum: "crc32c:%08x" of the whole file, computed while writing).
+/// checksum} (checksum: "crc32c:%08x" of the whole file, computed while writing). `sync=False` skips the
+/// file's fsync: the caller makes it durable before committing it.
 #[pyfunction]
-#[pyo3(signature = (path, schema, batches, *, row_group_rows, row_group_bytes=None, zstd_level=3, metadata=vec![]))]
+#[pyo3(signature = (path, schema, batches, *, row_group_rows, row_group_bytes=None, zstd_level=3, metadata=vec![], sync=true))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_data_file<'py>(
     py: Python<'py>,
@@ -29,8 +30,9 @@ pub(crate) fn write_data_file<'py>(
     row_group_bytes: Option<usize>,
     zstd_level: i32,
     metadata: Vec<(String, String)>,
+    sync: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let options = WriteOptions { row_group_rows, row_group_bytes, zstd_level, extra_metadata: metadata };
+    let options = WriteOptions { row_group_rows, row_group_bytes, zstd_level, extra_metadata: metadata, sync };
     let schema = Arc::new(schema.0);
     let batches = batches.0;
     let shown = path.display().to_string();
