@@ -262,7 +262,9 @@ class Catalog:
             return _Version(t, _snapshot(t))
         held = t.manifest
         early = None
-        if _ROWS.get(_key(t.uri, held)) is None and _small(held):
+        # On object storage the rows are read while the next version is looked for (one round trip);
+        # locally both are a few file reads, and starting a thread would cost more than it saves.
+        if _ROWS.get(_key(t.uri, held)) is None and _small(held) and not t.store.is_local:
             early = _pool().submit(_snapshot, t.checkout(held.version))
         t = self._fresh()
         if early is not None and t.manifest.version == held.version:
