@@ -319,20 +319,29 @@ def test_fixed_filters_equal_pyarrow_compute_over_every_row(wide_table):
     assert pruned_somewhere > len(FIXED) // 2
 
 
-@pytest.mark.parametrize("seed", _seeds())
-def test_random_filters_equal_brute_force(wide_table, seed):
-    everything = wide_table.to_arrow(with_row_address=True)
+def assert_random_filters_equal_brute_force(table: lamina.Table, gen_seed: int, count: int) -> list[str]:
+    """``count`` random filters read through ``table`` (pruning included) against brute force over its
+    rows and against pyarrow compute; returns the filters' texts."""
+    everything = table.to_arrow(with_row_address=True)
     rows = everything.to_pylist()
-    gen = Gen(2000 + seed)
-    for n in range(80):
+    gen = Gen(gen_seed)
+    texts = []
+    for n in range(count):
         node = gen.filter()
         text = node.render()
-        got = wide_table.to_arrow(filter=text, with_row_address=True)
+        got = table.to_arrow(filter=text, with_row_address=True)
         want = [r for r in rows if evaluate(node, r) is True]
         assert _canon(got) == _canon(pa.Table.from_pylist(want, schema=everything.schema)), \
-            f"seed {seed} #{n} {text!r}: {got.num_rows} rows read, brute force {len(want)}"
+            f"seed {gen_seed} #{n} {text!r}: {got.num_rows} rows read, brute force {len(want)}"
         assert got.num_rows == everything.filter(parse_filter(text, WIDE).expression).num_rows
-        assert wide_table.count_rows(text) == len(want), f"seed {seed} #{n} {text!r}"
+        assert table.count_rows(text) == len(want), f"seed {gen_seed} #{n} {text!r}"
+        texts.append(text)
+    return texts
+
+
+@pytest.mark.parametrize("seed", _seeds())
+def test_random_filters_equal_brute_force(wide_table, seed):
+    assert_random_filters_equal_brute_force(wide_table, 2000 + seed, 80)
 
 
 @pytest.mark.parametrize("seed", _seeds()[:2])

@@ -18,8 +18,8 @@ from lamina.compaction import CompactionSummary, commit_results
 from lamina.filter import parse_filter
 from lamina.manifest import Zone
 from planner import CompactionOptions, plan_compaction
-from tests.lamina.test_filter_property import Gen, _seeds, evaluate
-from tests.lamina.test_prune import WIDE, _canon, _lamina_rows
+from tests.lamina.test_filter_property import _seeds
+from tests.lamina.test_prune import WIDE, _canon, _lamina_rows, assert_random_filters_equal_brute_force
 from workers.compaction import GroupCompactor, tasks_for
 
 FRAGMENTS = 24
@@ -121,20 +121,9 @@ def test_a_delete_of_one_key_opens_one_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("seed", _seeds())
 def test_random_filters_equal_brute_force(zoned, seed):
-    everything = zoned.to_arrow(with_row_address=True)
-    rows = everything.to_pylist()
-    gen = Gen(7000 + seed)
-    pruned = 0
-    for n in range(60):
-        node = gen.filter()
-        text = node.render()
-        got = zoned.to_arrow(filter=text, with_row_address=True)
-        want = [r for r in rows if evaluate(node, r) is True]
-        assert _canon(got) == _canon(pa.Table.from_pylist(want, schema=everything.schema)), \
-            f"seed {seed} #{n} {text!r}: {got.num_rows} rows read, brute force {len(want)}"
-        assert zoned.count_rows(text) == len(want), f"seed {seed} #{n} {text!r}"
-        kept, ruled_out = prune.prune_fragments(list(zoned.manifest.fragments), WIDE, parse_filter(text, WIDE))
-        pruned += ruled_out
+    texts = assert_random_filters_equal_brute_force(zoned, 7000 + seed, 60)
+    fragments = list(zoned.manifest.fragments)
+    pruned = sum(prune.prune_fragments(fragments, WIDE, parse_filter(text, WIDE))[1] for text in texts)
     assert pruned > 0, "no random filter pruned a single fragment: the test would not notice a broken zone map"
 
 
@@ -171,14 +160,7 @@ def test_compaction_merges_zones_and_pruning_stays_exact(tmp_path):
     assert len(after.manifest.fragments) < FRAGMENTS
     assert all(f.zones is not None for f in after.manifest.fragments)
     assert _canon(after.to_arrow()) == _canon(before)
-    everything = after.to_arrow(with_row_address=True)
-    rows = everything.to_pylist()
-    gen = Gen(9100)
-    for n in range(60):
-        node = gen.filter()
-        text = node.render()
-        want = [r for r in rows if evaluate(node, r) is True]
-        assert after.count_rows(text) == len(want), f"#{n} {text!r}"
+    assert_random_filters_equal_brute_force(after, 9100, 60)
     key = 15 * ROWS + 2
     kept, ruled_out = prune.prune_fragments(list(after.manifest.fragments), WIDE, parse_filter(f"id = {key}", WIDE))
     assert ruled_out >= 1 and len(kept) >= 1
