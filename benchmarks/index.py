@@ -1,6 +1,6 @@
 """Secondary indices (btree, bitmap, full text) against pylance on the same data: build time and query latency.
 
-    .venv/bin/python -m benchmarks.index [--quick] [--repeat N] [--no-profile] [--ray] [--fts-queries]
+    .venv/bin/python -m benchmarks.index [--quick] [--repeat N] [--no-profile] [--ray] [--fts-queries | --fts-build]
 
 Data, written once per library (write times printed, not part of the build times):
   keyed: 10,000,000 rows (--quick: 1,000,000) of ``id`` int64 uniform in [0, 2**40) and ``cat``, a
@@ -24,6 +24,8 @@ Profile (Lamina only, no commit): reading the column, native build, native merge
 the functions of lamina.index.segments, next to the threaded build that create_index runs.
 --fts-queries runs the full-text queries only: the docs data, each library's fts index built once (untimed, in
 this process), the queries and their checks (about a minute).
+--fts-build runs the timed full-text builds only (docs data, best of --repeat, each in a fresh process), then the
+full-text queries and their checks over the indices the last builds left.
 pylance is an optional peer: without ``import lance`` its side is reported as skipped.
 """
 
@@ -328,8 +330,13 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir under /tmp)")
     ap.add_argument("--fts-queries", action="store_true",
                     help="only the full-text queries (docs data, fts indices built once untimed, no other builds or lookups)")
+    ap.add_argument("--fts-build", action="store_true",
+                    help="only the timed full-text builds (docs data), then the full-text queries and their checks")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.fts_build and args.fts_queries:
+        ap.error("--fts-build and --fts-queries are exclusive")
+    fts_only = args.fts_queries or args.fts_build
     if args.child:
         spec = json.loads(args.child)
         out = profile(spec["path"], spec["column"], spec["kind"]) if spec.get("op") == "profile" else child_build(spec)
@@ -349,7 +356,7 @@ def main() -> None:
     results: dict[str, dict] = {}
     try:
         t0 = time.perf_counter()
-        keyed = keyed_rows(n_keyed if not args.fts_queries else 0)
+        keyed = keyed_rows(n_keyed if not fts_only else 0)
         vocab = vocabulary()
         docs = doc_rows(n_docs, vocab)
         tokens = pc.sum(pc.list_value_length(pc.split_pattern(docs.column("doc"), " "))).as_py()
@@ -361,11 +368,11 @@ def main() -> None:
 
         paths = {k: os.path.join(root, k) for k in ("lamina-keyed", "lamina-docs", "lance-keyed", "lance-docs")}
         w = {}
-        if not args.fts_queries:
+        if not fts_only:
             w["lamina_keyed_s"], _ = write_lamina(paths["lamina-keyed"], keyed, per_file)
         w["lamina_docs_s"], _ = write_lamina(paths["lamina-docs"], docs, per_file)
         if lance:
-            if not args.fts_queries:
+            if not fts_only:
                 w["lance_keyed_s"], _ = write_lance(lance, paths["lance-keyed"], keyed, per_file)
             w["lance_docs_s"], _ = write_lance(lance, paths["lance-docs"], docs, per_file)
         emit("write (not part of build times)", **w)
@@ -376,6 +383,20 @@ def main() -> None:
             if lance:
                 dd = lance.dataset(paths["lance-docs"])
                 dd.create_scalar_index("doc", index_type="INVERTED", replace=True, **LANCE_FTS)
+            print(f"lamina indices: {json.dumps({i.name: {'segments': i.segments, 'bytes': i.bytes} for i in td.list_indices()})}")
+        elif args.fts_build:
+            checks = {}
+            specs = {"lamina": dict(lib="lamina", path=paths["lamina-docs"], column="doc", kind="fts")}
+            if lance:
+                specs["lance"] = dict(lib="lance", path=paths["lance-docs"], column="doc", kind="INVERTED")
+            b = builds(specs, repeat)
+            r = {"lamina_s": b["lamina"]["wall_s"], "lamina_cpu_s": b["lamina"]["cpu_s"]}
+            if lance:
+                r.update(lance_s=b["lance"]["wall_s"], lance_cpu_s=b["lance"]["cpu_s"], ratio=b["lance"]["wall_s"] / r["lamina_s"])
+            results["build fts"] = r
+            emit(f"build fts (doc, {n_docs:,} rows)", **r)
+            td = lamina.open_table(paths["lamina-docs"])
+            dd = lance.dataset(paths["lance-docs"]) if lance else None
             print(f"lamina indices: {json.dumps({i.name: {'segments': i.segments, 'bytes': i.bytes} for i in td.list_indices()})}")
         else:
             checks = builds_and_lookups(args, lance, paths, keyed, repeat, n_keyed, n_docs, n_lookups, results)
@@ -411,11 +432,11 @@ def main() -> None:
             emit(f"{key}, {n_fts} queries top-10", **{f"{k}_{f}": v for k, d in results[key].items() for f, v in d.items()}, **extra)
         emit("correctness", **checks)
 
-        if not args.no_profile and not args.fts_queries:
+        if not args.no_profile and not fts_only:
             for column, kind, data in (("id", "btree", "keyed"), ("cat", "bitmap", "keyed"), ("doc", "fts", "docs")):
                 emit(f"profile {kind} (lamina, serial phases, no commit)",
                      **in_child(dict(op="profile", path=paths[f"lamina-{data}"], column=column, kind=kind)))
-        if args.ray and not args.fts_queries:
+        if args.ray and not fts_only:
             emit("ray job btree (jobs.index.run)", **ray_job(lamina.open_table(paths["lamina-keyed"]).uri))
 
         # summary

@@ -17,7 +17,8 @@ type Postings = HashMap<String, Vec<(u64, u32)>>;
 struct Analyzed {
     ordinal: u32,
     lengths: Vec<u32>,
-    postings: HashMap<String, Vec<(u64, u32)>>,
+    /// Runs of postings by term, in ascending addresses run after run.
+    postings: HashMap<String, Vec<Vec<(u64, u32)>>>,
 }
 
 /// Smallest unit of parallel analysis; a fragment is cut into about 4 chunks per thread, since
@@ -34,41 +35,45 @@ fn analyze(ordinal: u32, col: &KeyColumn, analyzer: &Analyzer) -> Analyzed {
             || analyzer.stemmer(),
             |stemmer, chunk| {
                 let mut lens = Vec::with_capacity(chunk.len());
-                let mut map: HashMap<String, Vec<(u64, u32)>> = HashMap::new();
+                let mut map: Postings = HashMap::new();
                 for (off, raw) in chunk {
-                    let text = String::from_utf8_lossy(raw);
-                    let mut tokens = analyzer.tokenize_with(&text, stemmer.as_ref());
-                    lens.push((*off, tokens.len() as u32));
-                    tokens.sort_unstable();
                     let addr = local_address(ordinal, *off);
-                    let mut i = 0;
-                    while i < tokens.len() {
-                        let mut j = i + 1;
-                        while j < tokens.len() && tokens[j] == tokens[i] {
-                            j += 1;
-                        }
-                        let tf = (j - i) as u32;
-                        match map.get_mut(&tokens[i]) {
-                            Some(v) => v.push((addr, tf)),
+                    let mut n = 0u32;
+                    // a term is copied only the first time the chunk sees it; a repeat in the same
+                    // document is the last posting of its list
+                    analyzer.each_term(raw, stemmer.as_ref(), |t| {
+                        n += 1;
+                        match map.get_mut(t) {
+                            Some(v) => match v.last_mut() {
+                                Some(last) if last.0 == addr => last.1 += 1,
+                                _ => v.push((addr, 1)),
+                            },
                             None => {
-                                map.insert(std::mem::take(&mut tokens[i]), vec![(addr, tf)]);
+                                map.insert(t.to_owned(), vec![(addr, 1)]);
                             }
                         }
-                        i = j;
-                    }
+                    });
+                    lens.push((*off, n));
                 }
                 (lens, map)
             },
         )
         .collect();
     let mut lengths = vec![NO_DOC; col.len()];
-    let mut postings: HashMap<String, Vec<(u64, u32)>> = HashMap::new();
+    // each term's lists stay as they are, one run per chunk in chunk order (ascending addresses):
+    // `write` encodes them one after the other, so they are never copied into one list
+    let mut postings: HashMap<String, Vec<Vec<(u64, u32)>>> = HashMap::new();
     for (lens, map) in chunks {
         for (off, n) in lens {
             lengths[off as usize] = n;
         }
         for (term, list) in map {
-            postings.entry(term).or_default().extend(list);
+            match postings.get_mut(&term) {
+                Some(runs) => runs.push(list),
+                None => {
+                    postings.insert(term, vec![list]);
+                }
+            }
         }
     }
     Analyzed { ordinal, lengths, postings }
@@ -81,12 +86,17 @@ pub fn build(mut inputs: Vec<(u32, KeyColumn)>, ordinals: u32, options: &BuildOp
     }
     inputs.sort_by_key(|(o, _)| *o);
     let mut fragments = Vec::with_capacity(inputs.len());
-    let mut postings: BTreeMap<String, Vec<(u64, u32)>> = BTreeMap::new();
+    let mut postings: BTreeMap<String, Vec<Vec<(u64, u32)>>> = BTreeMap::new();
     for (ordinal, col) in &inputs {
         let a = analyze(*ordinal, col, &options.analyzer);
         fragments.push((a.ordinal, a.lengths));
         for (term, list) in a.postings {
-            postings.entry(term).or_default().extend(list);
+            match postings.get_mut(&term) {
+                Some(v) => v.extend(list),
+                None => {
+                    postings.insert(term, list);
+                }
+            }
         }
     }
     write(fragments, postings, &options.analyzer, ordinals)
@@ -95,7 +105,7 @@ pub fn build(mut inputs: Vec<(u32, KeyColumn)>, ordinals: u32, options: &BuildOp
 /// One segment of several covering disjoint ordinals, built with `options.analyzer`.
 pub(crate) fn merge(inputs: &[(SegmentReader, &[u8])], options: &BuildOptions) -> Result<Built> {
     let mut fragments = Vec::new();
-    let mut postings: BTreeMap<String, Vec<(u64, u32)>> = BTreeMap::new();
+    let mut postings: BTreeMap<String, Vec<Vec<(u64, u32)>>> = BTreeMap::new();
     let mut ordinals = 0;
     for (reader, bytes) in inputs {
         let dir = reader.fts()?;
@@ -109,8 +119,66 @@ pub(crate) fn merge(inputs: &[(SegmentReader, &[u8])], options: &BuildOptions) -
         for (i, t) in dir.terms.iter().enumerate() {
             let id = (dir.fragments.len() + i) as u32;
             let (addrs, tfs) = decode_postings(reader.stored_block(bytes, id)?, &reader.object)?;
-            postings.entry(t.term.clone()).or_default().extend(addrs.into_iter().zip(tfs));
+            postings.entry(t.term.clone()).or_default().push(addrs.into_iter().zip(tfs).collect());
         }
     }
     write(fragments, postings, &options.analyzer, ordinals)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::StringArray;
+
+    use super::*;
+
+    /// Postings and lengths of `analyze` (several chunks, repeats in a document, non-ASCII and
+    /// invalid-free UTF-8 text) equal those counted from `Analyzer::tokenize` document by document.
+    #[test]
+    fn analyze_counts_what_tokenize_gives() {
+        let words = ["cat", "Cat", "dog's", "e.g.", "3.14", "_x", "caf\u{e9}", "\u{c9}T\u{c9}", "a:b", "__", "run", "RUNS"];
+        let mut rng = crate::testkit::Rng::new(5);
+        let docs: Vec<Option<String>> = (0..9000)
+            .map(|i| {
+                (i % 97 != 3).then(|| (0..rng.below(9)).map(|_| words[rng.below(words.len())]).collect::<Vec<_>>().join(" "))
+            })
+            .collect();
+        let col = KeyColumn::new(Arc::new(StringArray::from(docs.clone()))).unwrap();
+        for analyzer in [Analyzer::default(), Analyzer { stem: true, max_token_len: 4 }] {
+            let got = analyze(3, &col, &analyzer);
+            let mut want: Postings = HashMap::new();
+            let mut lengths = vec![NO_DOC; docs.len()];
+            for (off, d) in docs.iter().enumerate() {
+                let Some(d) = d else { continue };
+                let terms = analyzer.tokenize(d);
+                lengths[off] = terms.len() as u32;
+                let mut tf: BTreeMap<String, u32> = BTreeMap::new();
+                terms.into_iter().for_each(|t| *tf.entry(t).or_default() += 1);
+                for (t, n) in tf {
+                    want.entry(t).or_default().push((local_address(3, off as u32), n));
+                }
+            }
+            assert_eq!(got.lengths, lengths);
+            assert!(got.postings.values().any(|runs| runs.len() > 1), "several chunks, one run each");
+            let got: Postings = got.postings.into_iter().map(|(t, runs)| (t, runs.concat())).collect();
+            assert_eq!(got, want);
+        }
+    }
+
+    /// Segments merged out of ordinal order: each term's runs are put back in address order.
+    #[test]
+    fn merge_in_any_order_equals_one_build() {
+        use crate::index::{build as build_any, merge as merge_any, BuildOptions, Kind};
+        let docs = |o: u32| {
+            let v = vec![Some("the cat sat"), None, Some(if o % 2 == 0 { "Cats and dogs" } else { "the the dog" })];
+            KeyColumn::new(Arc::new(StringArray::from(v))).unwrap()
+        };
+        let options = BuildOptions::default();
+        let whole = build_any(Kind::Fts, (0..4).map(|o| (o, docs(o))).collect(), &options).unwrap();
+        let a = build_any(Kind::Fts, (0..2).map(|o| (o, docs(o))).collect(), &options).unwrap();
+        let b = build_any(Kind::Fts, (2..4).map(|o| (o, docs(o))).collect(), &options).unwrap();
+        let merged = merge_any(Kind::Fts, &[(b.bytes.as_slice(), "b".into()), (a.bytes.as_slice(), "a".into())], &options).unwrap();
+        assert_eq!(merged.bytes, whole.bytes);
+    }
 }

@@ -155,7 +155,7 @@ impl<B: AsRef<[u8]>> PostingBlock<B> {
 /// postings of every term; two fragments with one ordinal are refused.
 pub(super) fn write(
     mut fragments: Vec<(u32, Vec<u32>)>,
-    mut postings: BTreeMap<String, Vec<(u64, u32)>>,
+    mut postings: BTreeMap<String, Vec<Vec<(u64, u32)>>>,
     analyzer: &Analyzer,
     ordinals: u32,
 ) -> Result<Built> {
@@ -182,15 +182,26 @@ pub(super) fn write(
         frag_stats.push(stats);
     }
     let mut terms = Vec::with_capacity(postings.len());
-    for (term, list) in postings.iter_mut() {
-        if !list.is_sorted_by_key(|p| p.0) {
-            list.sort_unstable_by_key(|p| p.0);
+    for (term, runs) in postings.iter_mut() {
+        // a term's postings come in runs (one per analyzed chunk or merged segment), usually in
+        // ascending order already; otherwise they are put together and sorted
+        let mut prev = None;
+        let ascending = runs.iter().filter(|r| !r.is_empty()).all(|r| {
+            let ok = r.is_sorted_by_key(|p| p.0) && prev.is_none_or(|p| p <= r[0].0);
+            prev = r.last().map(|p| p.0);
+            ok
+        });
+        if !ascending {
+            let mut all: Vec<(u64, u32)> = runs.drain(..).flatten().collect();
+            all.sort_unstable_by_key(|p| p.0);
+            runs.push(all);
         }
-        let mut e = Enc::with_capacity(4 + list.len() * 12);
-        e.u32(list.len() as u32);
-        list.iter().for_each(|(a, _)| e.u64(*a));
-        list.iter().for_each(|(_, tf)| e.u32(*tf));
-        terms.push((term.as_str(), list.len() as u32, w.block(&e.into_bytes())));
+        let n: usize = runs.iter().map(Vec::len).sum();
+        let mut e = Enc::with_capacity(4 + n * 12);
+        e.u32(n as u32);
+        runs.iter().flatten().for_each(|(a, _)| e.u64(*a));
+        runs.iter().flatten().for_each(|(_, tf)| e.u32(*tf));
+        terms.push((term.as_str(), n as u32, w.block(&e.into_bytes())));
     }
     let mut dir = directory_header(Kind::Fts, docs, ordinals);
     dir.u64(docs);
