@@ -6,6 +6,7 @@ written, so memory is bounded by that setting, not by the input's size.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 import uuid
@@ -116,12 +117,46 @@ def write_threads() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
+#: Small files are written a group at a time: one task writes up to this many consecutive files of
+#: together at most ``GROUP_ROWS`` rows, so that a file of ten rows does not pay its own future, wake-up
+#: of the submitting thread and GIL hand-off (issue 18: ~10,000 such files in one append).
+GROUP_FILES = 64
+GROUP_ROWS = 4096
+
+
+def _write_group(store: ObjectStore, schema: pa.Schema, chunks: list[list[pa.RecordBatch]],
+                 options: WriteOptions) -> list[Fragment]:
+    """Writes consecutive files, in order; on error removes the ones it wrote and raises."""
+    out: list[Fragment] = []
+    try:
+        for chunk in chunks:
+            out.append(write_fragment(store, schema, chunk, options))
+    except BaseException:
+        store.delete([f.path for f in out])
+        raise
+    return out
+
+
+def _grouped(chunks: Iterator[list[pa.RecordBatch]], rows_per_file: int) -> Iterator[list[list[pa.RecordBatch]]]:
+    """The files' chunks in groups of consecutive files (``GROUP_FILES``, ``GROUP_ROWS``); groups grow
+    1, 2, 4, ... files first, so that a write of a few dozen small files still spreads over the threads."""
+    most = max(1, min(GROUP_FILES, GROUP_ROWS // max(1, rows_per_file)))
+    size = 1
+    while True:
+        group = list(itertools.islice(chunks, size))
+        if not group:
+            return
+        yield group
+        size = min(most, size * 2)
+
+
 def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.RecordBatch], options: WriteOptions) -> list[Fragment]:
     """Writes the stream into files of at most ``max_rows_per_file`` rows, in order.
 
-    Up to ``write_threads()`` files are encoded at once (the native writer releases the
-    GIL), so at most that many chunks plus one are held: memory is bounded by
-    ``(write_threads() + 1) * max_rows_per_file`` rows. On error, removes what it wrote.
+    Up to ``write_threads()`` groups of files are encoded at once (the native writer releases the
+    GIL); a group is one file, or consecutive small files of together at most ``GROUP_ROWS`` rows
+    (``_grouped``). So at most that many groups plus one are held: memory is bounded by
+    ``(write_threads() + 1) * max(max_rows_per_file, GROUP_ROWS)`` rows. On error, removes what it wrote.
 
     Every file is durable when it returns. On a local disk the files are written without their own
     fsync and made durable together at the end (``LocalStore.sync_objects``: one ``syncfs`` for many
@@ -130,23 +165,23 @@ def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.
     batched = isinstance(store, LocalStore)
     target = store.deferring_sync() if batched else store
     threads = write_threads()
-    futures: list[Future[Fragment]] = []
-    in_flight: set[Future[Fragment]] = set()  # at most ``threads``: O(1) per file, whatever the count
+    futures: list[Future[list[Fragment]]] = []
+    in_flight: set[Future[list[Fragment]]] = set()  # at most ``threads``: O(1) per group, whatever the count
     with ThreadPoolExecutor(threads, thread_name_prefix="lamina-write") as pool:
         try:
-            for chunk in chunk_batches(batches, options.max_rows_per_file):
+            for group in _grouped(chunk_batches(batches, options.max_rows_per_file), options.max_rows_per_file):
                 if len(in_flight) >= threads:
                     _, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
-                future = pool.submit(write_fragment, target, schema, chunk, options)
+                future = pool.submit(_write_group, target, schema, group, options)
                 futures.append(future)
                 in_flight.add(future)
-            fragments = [f.result() for f in futures]
+            fragments = [fragment for f in futures for fragment in f.result()]
             if batched:
                 target.sync_objects([f.path for f in fragments])
             return fragments
         except BaseException:
             wait(futures)
-            store.delete([f.result().path for f in futures if not f.cancelled() and f.exception() is None])
+            store.delete([frag.path for f in futures if not f.cancelled() and f.exception() is None for frag in f.result()])
             raise
 
 

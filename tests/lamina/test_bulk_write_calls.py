@@ -1,0 +1,92 @@
+"""What a bulk write of many small files costs per file besides the file itself (issue 18: 10,000 files of
+ten rows in one append): no directory creation, stat or unlink per file, and not one task per file."""
+
+import os
+
+import pyarrow as pa
+import pytest
+
+import lamina
+from lamina import _native, datafile
+from lamina.errors import StorageError
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+
+def rows(start: int, n: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "name": [f"n{i}" for i in range(start, start + n)]},
+                    schema=SCHEMA)
+
+
+def test_a_bulk_write_makes_its_directory_once_and_checks_or_unlinks_no_published_file(tmp_path, monkeypatch):
+    uri = str(tmp_path / "t")
+    t = lamina.create_table(uri, SCHEMA)
+    data_dir = os.path.join(uri, "data")
+    calls: dict[str, list[str]] = {"makedirs": [], "remove": [], "isfile": []}
+    for module, name in ((os, "makedirs"), (os, "remove"), (os.path, "isfile")):
+        real = getattr(module, name)
+
+        def spy(path, *args, _real=real, _name=name, **kwargs):
+            if str(path).startswith(data_dir):
+                calls[_name].append(str(path))
+            return _real(path, *args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+    t.append(rows(0, 400), max_rows_per_file=10)
+    monkeypatch.undo()
+    assert len(t.manifest.fragments) == 40
+    assert calls["makedirs"] == [data_dir]  # once for the whole write, not once per file
+    assert calls["remove"] == [] and calls["isfile"] == []  # a renamed temp file is neither stat'ed nor unlinked
+    assert sorted(os.listdir(data_dir)) == sorted(f.path.split("/")[-1] for f in t.manifest.fragments)
+    assert lamina.open_table(uri).to_arrow().sort_by("id").equals(rows(0, 400))
+
+
+def test_small_files_are_written_many_per_task_in_order_and_a_failure_removes_them_all(tmp_path, monkeypatch):
+    uri = str(tmp_path / "t")
+    t = lamina.create_table(uri, SCHEMA)
+    submitted: list[int] = []
+    real_submit = datafile.ThreadPoolExecutor.submit
+
+    def counting_submit(self, fn, *args, **kwargs):
+        if getattr(fn, "__module__", None) == "lamina.datafile":  # the write's tasks, not other pools'
+            submitted.append(1)
+        return real_submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(datafile.ThreadPoolExecutor, "submit", counting_submit)
+    t.append(rows(0, 10_000), max_rows_per_file=10)
+    fragments = t.manifest.fragments
+    assert len(fragments) == 1000
+    assert len(submitted) <= 25  # groups of up to 64 files (growing 1, 2, 4, ...), not 1,000 tasks
+    assert [f.zones[0].lo for f in fragments] == list(range(0, 10_000, 10))  # ids assigned in stream order
+    assert lamina.open_table(uri).to_arrow().sort_by("id").equals(rows(0, 10_000))
+
+    data_dir = os.path.join(uri, "data")
+    kept = set(os.listdir(data_dir))
+    seen = []
+    real_write = _native.write_data_file
+
+    def failing_write(*args, **kwargs):
+        seen.append(1)
+        if len(seen) == 300:  # in the middle of a group, with other groups written and in flight
+            raise StorageError("disk full")
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(_native, "write_data_file", failing_write)
+    with pytest.raises(StorageError, match="disk full"):
+        t.append(rows(10_000, 10_000), max_rows_per_file=10)
+    assert set(os.listdir(data_dir)) == kept  # neither data files nor temp files are left
+    assert lamina.open_table(uri).count_rows() == 10_000
+
+
+@pytest.mark.parametrize("files, rows_per_file, expected", [
+    (1, 10, [1]),
+    (10, 10, [1, 2, 4, 3]),
+    (200, 10, [1, 2, 4, 8, 16, 32, 64, 64, 9]),
+    (20, 1000, [1, 2, 4, 4, 4, 4, 1]),  # 4 files of 1,000 rows make GROUP_ROWS
+    (5, 10_000, [1, 1, 1, 1, 1]),  # large files: one per task, as before
+])
+def test_groups_grow_to_a_bound_of_files_and_rows(files, rows_per_file, expected):
+    chunks = iter([[pa.record_batch([pa.array([i])], names=["x"])] for i in range(files)])
+    groups = list(datafile._grouped(chunks, rows_per_file))
+    assert [len(g) for g in groups] == expected
+    assert [c[0].column(0)[0].as_py() for g in groups for c in g] == list(range(files))
