@@ -13,9 +13,9 @@
 """
 
 from lamina import errors
-from lamina.table import FragmentInfo, IndexInfo, Table, TableStats, VersionInfo, create_table, open_table
+from lamina.table import FragmentInfo, IndexInfo, Table, TableStats, VersionInfo, create_table, open_table, upgrade_table
 from lamina.catalog import Catalog, connect
 from lamina.store.scheduler import io_stats
 
 __version__ = "0.1.0"
-__all__ = ["errors", "io_stats", "connect", "Catalog", "create_table", "open_table", "Table", "FragmentInfo", "IndexInfo", "TableStats", "VersionInfo", "__version__"]
+__all__ = ["errors", "io_stats", "connect", "Catalog", "create_table", "open_table", "upgrade_table", "Table", "FragmentInfo", "IndexInfo", "TableStats", "VersionInfo", "__version__"]

@@ -106,7 +106,7 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
         except StorageError as e:
             won = _resolve_unknown(store, txn, new.version, _incarnation(base), e)
         if won:
-            remember_manifest(store, new)
+            remember_manifest(store, new, [p for p, _ in segments])
             write_latest_hint(store, new.version)
             if attempt:
                 log.debug("%s committed version %d of %s after %d lost races", txn.operation, new.version, store.uri, attempt)

@@ -561,7 +561,7 @@ class ShardApplier:
     def _older_versions(self, base, keys: pa.Array) -> dict[int, np.ndarray]:
         """Offsets of the live rows in the table holding any of ``keys`` (merge-on-write)."""
         sel = select(self.store, base, self._keys_filter(keys), [], with_offsets=True)
-        return {f.id: t.column("_offset").to_numpy() for f, t in zip(base.fragments, sel.tables) if t.num_rows}
+        return {f.id: t.column("_offset").to_numpy() for f, t in zip(sel.fragments, sel.tables) if t.num_rows}
 
     def _keys_filter(self, keys: pa.Array) -> Filter:
         """``pk IN keys`` as a parsed filter an index on the key answers exactly (no string to parse)."""

@@ -253,38 +253,101 @@ class _Unread:
         self.reader, self.table_uuid = reader, table_uuid
 
 
-class FragmentList(collections.abc.Sequence):
-    """A version's fragments while its segments may not be read yet: its length and live rows are
-    known from the root; the first look at a fragment reads every segment not read yet (in
-    parallel) and checks the whole (ids unique and in range). It behaves as a tuple of fragments
-    (``+`` gives a tuple; pickles as one)."""
+#: A run of a ``FragmentList``: a segment's entry (its fragments, read when needed) or fragments held.
+Part = "ManifestSegment | tuple[Fragment, ...]"
 
-    def __init__(self, segments: "tuple[ManifestSegment, ...]", inline: "tuple[Fragment, ...]", where: str,
-                 next_fragment_id: int, next_row_id: int):
-        self._segments, self._inline, self._where = segments, inline, where
+
+class FragmentList(collections.abc.Sequence):
+    """A version's fragments as runs (*parts*): manifest segments, read only when needed, and
+    fragments held (a version's inline tail, or what a commit changed). Its length and live rows
+    come from the segment entries. Iterating streams: segments are read a window at a time (in
+    parallel, through the segment cache) and their fragments yielded without the list keeping them,
+    so a million-fragment version costs a window of segments plus the cache's bound, and the checks
+    (ids unique and in range, row ids in range) run as they pass. A commit edits a version part by
+    part (``appended``, ``edited``): a segment none of whose fragments changed stays a segment, so
+    ``lay_out`` keeps it without reading it. Looking a fragment up by position, or using the list as
+    a tuple (``+``, ``==``, ``in``, pickling), reads every segment not read yet, checks the whole and
+    keeps it."""
+
+    #: Segments read at once while streaming (fetched in parallel, then decoded one by one).
+    WINDOW = 16
+
+    def __init__(self, parts: "Sequence[Part]", where: str, next_fragment_id: int, next_row_id: int):
+        merged: list[Any] = []
+        for part in parts:  # adjacent held runs joined, empty ones dropped
+            if isinstance(part, ManifestSegment):
+                merged.append(part)
+            elif part:
+                if merged and not isinstance(merged[-1], ManifestSegment):
+                    merged[-1] = merged[-1] + tuple(part)
+                else:
+                    merged.append(tuple(part))
+        self._parts: "tuple[Part, ...]" = tuple(merged)
+        self._where = where
         self._next_ids = (next_fragment_id, next_row_id)
-        self._count = sum(seg.count for seg in segments) + len(inline)
+        self._count = sum(p.count if isinstance(p, ManifestSegment) else len(p) for p in self._parts)
         self._all: "tuple[Fragment, ...] | None" = None
         self._lock = threading.Lock()
+
+    @property
+    def _segments(self) -> "tuple[ManifestSegment, ...]":
+        return tuple(p for p in self._parts if isinstance(p, ManifestSegment))
+
+    @property
+    def _inline(self) -> "tuple[Fragment, ...]":
+        """The held run at the end (a version's inline tail once laid out), or ()."""
+        return self._parts[-1] if self._parts and not isinstance(self._parts[-1], ManifestSegment) else ()
 
     def _get(self) -> "tuple[Fragment, ...]":
         if self._all is None:
             with self._lock:
                 if self._all is None:
-                    unread = [seg for seg in self._segments if not seg.read]
+                    unread = [p for p in self._parts if isinstance(p, ManifestSegment) and not p.read]
                     if unread:
                         held = unread[0].held
                         held.reader.read(unread, held.table_uuid)
-                    frags = tuple(itertools.chain.from_iterable(seg.items for seg in self._segments)) + self._inline
+                    frags = tuple(itertools.chain.from_iterable(
+                        p.items if isinstance(p, ManifestSegment) else p for p in self._parts))
                     _check_fragments(frags, self._where, *self._next_ids)
                     self._all = frags
         return self._all
+
+    def runs(self) -> "Iterator[tuple[Part, tuple[Fragment, ...]]]":
+        """Each part with its fragments, in order, segments read a window at a time (not kept)."""
+        check = _StreamCheck(self._where, *self._next_ids)
+        parts = self._parts
+        for start in range(0, len(parts), self.WINDOW):
+            window = parts[start:start + self.WINDOW]
+            unread = [p for p in window if isinstance(p, ManifestSegment) and not p.read]
+            got = dict(zip((seg.path for seg in unread),
+                           unread[0].held.reader.read(unread, unread[0].held.table_uuid, fill=False))) if unread else {}
+            for part in window:
+                items = (part.held if part.read else got[part.path]) if isinstance(part, ManifestSegment) else part
+                check.add(items)
+                yield part, items
+
+    def _stream(self) -> Iterator[Fragment]:
+        for _, items in self.runs():
+            yield from items
+
+    def extended(self, new: "Sequence[Fragment]", next_fragment_id: int, next_row_id: int) -> "FragmentList":
+        """These fragments and ``new`` after them, without reading a segment (``lay_out`` then writes
+        only what the tail outgrows)."""
+        out = FragmentList(self._parts + (tuple(new),), self._where, next_fragment_id, next_row_id)
+        if self._all is not None:
+            out._all = self._all + tuple(new)
+        return out
+
+    def _laid_on(self, segments: "tuple[ManifestSegment, ...]") -> bool:
+        """Whether these are ``segments``' fragments (the very entries, in order) plus an inline tail."""
+        parts = self._parts[:-1] if self._inline else self._parts
+        return len(segments) == len(parts) and all(a is b for a, b in zip(segments, parts))
 
     @property
     def live_rows(self) -> int:
         if self._all is not None:
             return sum(f.live_rows for f in self._all)
-        return sum(seg.rows for seg in self._segments) + sum(f.live_rows for f in self._inline)
+        return sum(p.rows if isinstance(p, ManifestSegment) else sum(f.live_rows for f in p) for p in self._parts)
 
     def __len__(self) -> int:
         return self._count
@@ -293,7 +356,7 @@ class FragmentList(collections.abc.Sequence):
         return self._get()[i]
 
     def __iter__(self) -> Iterator[Fragment]:
-        return iter(self._get())
+        return iter(self._all) if self._all is not None else self._stream()
 
     def __contains__(self, f: object) -> bool:
         return f in self._get()
@@ -319,14 +382,90 @@ class FragmentList(collections.abc.Sequence):
         return f"FragmentList({self._count} fragments, {'read' if self._all is not None else 'not read yet'})"
 
 
+class _StreamCheck:
+    """``_check_fragments`` over a version's fragments as they stream by, holding none of them: a
+    bitmap of the ids seen (one bit per id below ``next_fragment_id``: 128 KB for a million; a set
+    of the ids past 2^27)."""
+
+    def __init__(self, where: str, next_fragment_id: int, next_row_id: int):
+        self.where, self.next_fragment_id, self.next_row_id = where, next_fragment_id, next_row_id
+        self.seen = bytearray((max(next_fragment_id, 0) + 7) // 8) if next_fragment_id <= 1 << 27 else None
+        self.seen_set: set[int] = set()
+
+    def add(self, fragments: "Sequence[Fragment]") -> None:
+        seen, end = self.seen, self.next_fragment_id
+        for f in fragments:
+            i = f.id
+            if not 0 <= i < end:
+                raise _bad_ids(self.where)
+            if seen is None:
+                if i in self.seen_set:
+                    raise _bad_ids(self.where)
+                self.seen_set.add(i)
+            elif seen[i >> 3] & (1 << (i & 7)):
+                raise _bad_ids(self.where)
+            else:
+                seen[i >> 3] |= 1 << (i & 7)
+            if f.row_ids and any(e > self.next_row_id for _, e in f.row_ids):
+                raise _bad_row_ids(self.where, self.next_row_id)
+
+
+def _bad_ids(where: str) -> CorruptFile:
+    return CorruptFile(f"manifest {where} is corrupt: fragment ids are duplicated or out of range. Open an earlier "
+                       f"version with open_table(uri, version=N), or restore this object")
+
+
+def _bad_row_ids(where: str, next_row_id: int) -> CorruptFile:
+    return CorruptFile(f"manifest {where} is corrupt: stable row ids reach beyond next_row_id {next_row_id}. Open an "
+                       f"earlier version with open_table(uri, version=N), or restore this object")
+
+
 def _check_fragments(fragments: "Sequence[Fragment]", where: str, next_fragment_id: int, next_row_id: int) -> None:
     ids = [f.id for f in fragments]
     if len(set(ids)) != len(ids) or any(i < 0 or i >= next_fragment_id for i in ids):
-        raise CorruptFile(f"manifest {where} is corrupt: fragment ids are duplicated or out of range. Open an earlier "
-                          f"version with open_table(uri, version=N), or restore this object")
+        raise _bad_ids(where)
     if any(e > next_row_id for f in fragments if f.row_ids for _, e in f.row_ids):
-        raise CorruptFile(f"manifest {where} is corrupt: stable row ids reach beyond next_row_id {next_row_id}. Open an "
-                          f"earlier version with open_table(uri, version=N), or restore this object")
+        raise _bad_row_ids(where, next_row_id)
+
+
+def appended(fragments: "tuple[Fragment, ...] | FragmentList", new: "Sequence[Fragment]", next_fragment_id: int,
+             next_row_id: int) -> "tuple[Fragment, ...] | FragmentList":
+    """``fragments`` and ``new`` after them. A version's ``FragmentList`` stays one, its segments unread:
+    an append to a table of a million fragments does not look at them."""
+    if isinstance(fragments, FragmentList):
+        return fragments.extended(new, next_fragment_id, next_row_id)
+    return fragments + tuple(new)
+
+
+def edited(fragments: "tuple[Fragment, ...] | FragmentList",
+           edit: "Callable[[Fragment], Fragment | tuple[Fragment, ...] | None]", next_fragment_id: int,
+           next_row_id: int) -> "tuple[Fragment, ...] | FragmentList":
+    """``fragments`` with each ``f`` replaced by ``edit(f)``: ``f`` itself (unchanged), another
+    fragment, a tuple of fragments (in its place), or None (removed). One streaming pass: a segment
+    none of whose fragments changed stays that segment, unread by ``lay_out``, so a commit that
+    changes a few fragments of a large table holds only the segments it changed."""
+    def run(items: "Sequence[Fragment]") -> "tuple[list[Fragment], bool]":
+        out: list[Fragment] = []
+        changed = False
+        for f in items:
+            got = edit(f)
+            if got is f:
+                out.append(f)
+                continue
+            changed = True
+            if isinstance(got, tuple):
+                out.extend(got)
+            elif got is not None:
+                out.append(got)
+        return out, changed
+
+    if not isinstance(fragments, FragmentList):
+        return tuple(run(fragments)[0])
+    parts: list[Any] = []
+    for part, items in fragments.runs():
+        out, changed = run(items)
+        parts.append(part if isinstance(part, ManifestSegment) and not changed else tuple(out))
+    return FragmentList(parts, fragments._where, next_fragment_id, next_row_id)
 
 
 @dataclass(frozen=True)
@@ -502,14 +641,18 @@ def _canonical(body: dict[str, Any]) -> bytes:
 class _Unit:
     """A run while laying out: an existing object kept as it is, or items to write into new ones."""
 
-    __slots__ = ("node", "items")
+    __slots__ = ("node", "_items")
 
     def __init__(self, items: "list[Any]", node: ManifestSegment | None = None):
-        self.node = node
-        self.items = items if node is None else node.items
+        self.node, self._items = node, items
+
+    @property
+    def items(self) -> "Sequence[Any]":
+        """What it holds: a kept object's items are read only if it merges with a run being written."""
+        return self._items if self.node is None else self.node.items
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self._items) if self.node is None else self.node.count
 
 
 def _same_run(items: "tuple[Any, ...]", at: int, node: ManifestSegment) -> bool:
@@ -567,10 +710,17 @@ def _lay(items: "Sequence[Any]", known: "tuple[ManifestSegment, ...]", limits: t
          key: Callable[[Any], Any], rows: Callable[[Any], int], encode: Callable[["tuple[Any, ...]"], bytes],
          writes: list[tuple[str, bytes]]) -> tuple[ManifestSegment, ...]:
     """The objects holding ``items`` but the inline tail; new ones are appended to ``writes``."""
+    return _lay_units(_units(items, known, key), limits, rows, encode, writes)[0]
+
+
+def _lay_units(units: list[_Unit], limits: tuple[int, int], rows: Callable[[Any], int],
+               encode: Callable[["tuple[Any, ...]"], bytes], writes: list[tuple[str, bytes]]
+               ) -> "tuple[tuple[ManifestSegment, ...], tuple[Any, ...]]":
+    """The objects holding ``units`` but the inline tail, and that tail."""
     inline, per_node = limits
-    units = _units(items, known, key)
+    tail: tuple[Any, ...] = ()
     if units and units[-1].node is None and len(units[-1]) <= inline:
-        units.pop()  # the inline tail
+        tail = tuple(units.pop().items)  # the inline tail
     nodes: list[ManifestSegment] = []
     for u in _settle(units, per_node):
         if u.node is not None:
@@ -581,7 +731,7 @@ def _lay(items: "Sequence[Any]", known: "tuple[ManifestSegment, ...]", limits: t
         path = f"{SEGMENTS_DIR}{uuid.uuid4().hex}.json"
         nodes.append(ManifestSegment(path, len(held), len(data), checksum.of_bytes(data), sum(rows(x) for x in held), held))
         writes.append((path, data))
-    return tuple(nodes)
+    return tuple(nodes), tail
 
 
 def _encode_object(kind: str, table_uuid: str, field_name: str, items: list[Any]) -> bytes:
@@ -598,15 +748,26 @@ def lay_out(m: Manifest) -> tuple[Manifest, list[tuple[str, bytes]]]:
     """
     fragment_limits, segment_limits = _layout_limits()
     writes: list[tuple[str, bytes]] = []
-    segments = _lay(tuple(m.fragments), m.segments, fragment_limits, lambda f: f.id, lambda f: f.live_rows,
-                    lambda frags: _encode_object(SEGMENT_FORMAT, m.table_uuid, "fragments", [_fragment_to_json(f) for f in frags]),
-                    writes)
+    frags = m.fragments
+
+    def encode(held: "tuple[Fragment, ...]") -> bytes:
+        return _encode_object(SEGMENT_FORMAT, m.table_uuid, "fragments", [_fragment_to_json(f) for f in held])
+
+    if isinstance(frags, FragmentList):
+        # Parts: segments no fragment of which changed are kept without being read (only those a
+        # run being written merges with are); the held runs between them are written.
+        units = [_Unit([], p) if isinstance(p, ManifestSegment) else _Unit(list(p)) for p in frags._parts]
+        segments, tail = _lay_units(units, fragment_limits, lambda f: f.live_rows, encode, writes)
+        if not frags._laid_on(segments) or tail != frags._inline:
+            frags = FragmentList(segments + (tail,), frags._where, m.next_fragment_id, m.next_row_id)
+    else:
+        segments = _lay(tuple(frags), m.segments, fragment_limits, lambda f: f.id, lambda f: f.live_rows, encode, writes)
     lists = _lay(segments, m.segment_lists, segment_limits, lambda seg: seg.path, lambda seg: seg.rows,
                  lambda segs: _encode_object(SEGMENT_LIST_FORMAT, m.table_uuid, "segments", [_entry_json(seg) for seg in segs]),
                  writes)
     if not writes and segments == m.segments and lists == m.segment_lists:
         return m, writes  # every object matched its run in place: the layout holds
-    return m.replace(segments=segments, segment_lists=lists), writes
+    return m.replace(segments=segments, segment_lists=lists, fragments=frags), writes
 
 
 def _starts(nodes: "tuple[ManifestSegment, ...]") -> "Iterator[int]":
@@ -626,7 +787,9 @@ def encode_manifest(m: Manifest, *, laid_out: bool = False) -> bytes:
         m, writes = lay_out(m)
         if writes:
             raise ValueError(f"version {m.version} needs {len(writes)} manifest segments written first: use lay_out()")
-    body = _body(m, m.segments[sum(lst.count for lst in m.segment_lists):], m.fragments[sum(seg.count for seg in m.segments):])
+    frags = m.fragments
+    inline = frags._inline if isinstance(frags, FragmentList) and frags._laid_on(m.segments) else frags[sum(seg.count for seg in m.segments):]
+    body = _body(m, m.segments[sum(lst.count for lst in m.segment_lists):], tuple(inline))
     body["checksum"] = "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
     # One line, with ": " after keys as version 1 wrote them (``belongs_to`` looks for the table uuid).
     return json.dumps(body, sort_keys=True, separators=(",", ": ")).encode()
@@ -678,7 +841,7 @@ def decode_manifest(data: bytes, where: str, reader: "_SegmentReader | None" = N
         inline = tuple(_fragment_from_json(f, where) for f in body["fragments"])
         next_fragment_id, next_row_id = int(body["next_fragment_id"]), int(body["next_row_id"])
         fragments: "tuple[Fragment, ...] | FragmentList" = (
-            FragmentList(segments, inline, where, next_fragment_id, next_row_id) if segments else inline)
+            FragmentList(segments + (inline,), where, next_fragment_id, next_row_id) if segments else inline)
         if int(body.get("fragment_count", len(fragments))) != len(fragments) or int(body.get("segment_count", len(segments))) != len(segments):
             raise corrupt(f"it counts {body.get('fragment_count')} fragments in {body.get('segment_count')} segments, "
                           f"its segments and root hold {len(fragments)} in {len(segments)}")
@@ -835,11 +998,14 @@ def forget_manifest(store: ObjectStore, version: int) -> None:
     _CACHE.discard(lambda key: key[0] == store.uri and key[2] == version)
 
 
-def remember_manifest(store: ObjectStore, m: Manifest) -> None:
-    """Caches a manifest this process just wrote, and its segments."""
+def remember_manifest(store: ObjectStore, m: Manifest, written: "Sequence[str] | None" = None) -> None:
+    """Caches a manifest this process just wrote, and the segments it wrote (``written``; None: every
+    segment it holds read). The others are its base's, cached when they were read."""
     _CACHE.put((store.uri, m.table_uuid, m.version), m, _held_bytes(m))
+    new = None if written is None else set(written)
     for seg in m.segments + m.segment_lists:
-        _SEGMENTS.put((store.uri, seg.path), seg, _segment_held_bytes(seg))
+        if seg.read and (new is None or seg.path in new):
+            _SEGMENTS.put((store.uri, seg.path), seg, _segment_held_bytes(seg))
 
 
 def write_segments(store: ObjectStore, writes: list[tuple[str, bytes]]) -> None:
@@ -881,9 +1047,17 @@ class _SegmentReader:
         self.read([seg for seg in out if not seg.read], table_uuid, is_list=True)
         return out
 
-    def read(self, segments: "list[ManifestSegment]", table_uuid: str, *, is_list: bool = False) -> None:
-        """Reads ``segments`` (all at once) and gives each its items."""
+    def read(self, segments: "list[ManifestSegment]", table_uuid: str, *, is_list: bool = False,
+             fill: bool = True) -> "list[tuple[Any, ...]]":
+        """The items of ``segments``: from the cache, the others read from the store (all at once)
+        and cached. ``fill``: each segment keeps its items (else they live only in the cache, and a
+        streaming reader holds them while it needs them)."""
         store = self.store
+        found: "list[tuple[Any, ...] | None]" = []
+        for seg in segments:
+            cached = _SEGMENTS.get((store.uri, seg.path))
+            found.append(cached.held if cached is not None and cached == seg and cached.read else None)
+        missing = [seg for seg, items in zip(segments, found) if items is None]
 
         def fetch(seg: ManifestSegment) -> bytes:
             try:
@@ -895,12 +1069,18 @@ class _SegmentReader:
                 ) from None
 
         # Fetched in parallel, decoded here: decoding is Python, threads would only contend for the GIL.
-        datas = map_fragments(fetch, segments)
+        datas = iter(map_fragments(fetch, missing))
+        out: "list[tuple[Any, ...]]" = []
         with _collector_paused():
-            for seg, data in zip(segments, datas):
-                done = decode_segment(data, seg, table_uuid, store.describe(seg.path), is_list=is_list)
-                seg._fill(done.items)
-                _SEGMENTS.put((store.uri, seg.path), seg, _segment_held_bytes(seg))
+            for seg, items in zip(segments, found):
+                if items is None:
+                    done = decode_segment(next(datas), seg, table_uuid, store.describe(seg.path), is_list=is_list)
+                    _SEGMENTS.put((store.uri, seg.path), done, _segment_held_bytes(done))
+                    items = done.items
+                if fill:
+                    seg._fill(items)
+                out.append(items)
+        return out
 
 
 def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = None) -> Manifest:
@@ -931,6 +1111,19 @@ def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = Non
             f"not to table {table_uuid or '(unnamed)'} read before. Nothing was changed; open the table again with open_table"
         )
     return m
+
+
+def stored_format_version(store: ObjectStore, version: int) -> int:
+    """The format version the root of ``version`` was written in (1: every fragment in the root)."""
+    path = manifest_path(version)
+    try:
+        body = json.loads(store.get(path))
+        return int(body["format_version"])
+    except ObjectNotFound:
+        raise VersionNotFound(f"table {store.uri} has no version {version}") from None
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
+        raise CorruptFile(f"manifest {store.describe(path)} is corrupt: no format version ({type(e).__name__}). Open an "
+                          f"earlier version with open_table(uri, version=N), or restore this object") from None
 
 
 def belongs_to(store: ObjectStore, version: int, table_uuid: str) -> bool:

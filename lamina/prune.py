@@ -47,7 +47,7 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -640,14 +640,16 @@ def _zone_chunk(z: Zone, schema: pa.Schema) -> Chunk:
     return Chunk(z.lo, z.hi, z.hi_inclusive, z.lo is not None, z.nulls > 0, z.lo is not None or z.nans > 0, z.nans > 0)
 
 
-def prune_fragments(fragments: Sequence[Fragment], schema: pa.Schema, flt: Filter) -> tuple[list[Fragment], int]:
+def prune_fragments(fragments: Iterable[Fragment], schema: pa.Schema, flt: Filter) -> tuple[list[Fragment], int]:
     """The fragments whose zone maps allow a row matching ``flt``, and how many were ruled out
-    (without opening any file)."""
+    (without opening any file). One pass: ``fragments`` may stream."""
     pruner = compile_filter(flt, schema)
     if not pruner.useful:
         return list(fragments), 0
     kept = []
+    seen_count = 0
     for frag in fragments:
+        seen_count += 1
         zones = frag.zones
         if zones is None:
             kept.append(frag)
@@ -663,7 +665,7 @@ def prune_fragments(fragments: Sequence[Fragment], schema: pa.Schema, flt: Filte
 
         if frag.rows and _eval(pruner.tree, chunk) & T:
             kept.append(frag)
-    return kept, len(fragments) - len(kept)
+    return kept, seen_count - len(kept)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -182,7 +182,7 @@ class Table:
         base = self._manifest
 
         sel = select(self._store, base, flt, [], with_offsets=True, map_fn=map_fragments)
-        deltas = {f.id: t.column("_offset").to_numpy() for f, t in zip(base.fragments, sel.tables) if t.num_rows}
+        deltas = {f.id: t.column("_offset").to_numpy() for f, t in zip(sel.fragments, sel.tables) if t.num_rows}
         if not deltas:
             return 0
         record = self._commit(Delete(base.version, deltas, predicate=flt.text)).record
@@ -350,22 +350,30 @@ class Table:
 
     # -- inspection ---------------------------------------------------------
     def fragments(self) -> list[FragmentInfo]:
-        return [
-            FragmentInfo(f.id, f.path, f.rows, f.deleted_rows, f.live_rows, f.file_bytes,
-                         tuple((g.rows, g.bytes) for g in f.row_groups), f.file_version,
-                         f.deletion.path if f.deletion else None)
-            for f in self._manifest.fragments
-        ]
+        """Every fragment of this version, in table order (a list: ``iter_fragments`` streams them)."""
+        return list(self.iter_fragments())
+
+    def iter_fragments(self) -> Iterator[FragmentInfo]:
+        """The fragments of this version one by one, reading its manifest segments a few at a time:
+        a table of a million fragments is walked without holding a million objects."""
+        for f in self._manifest.fragments:
+            yield FragmentInfo(f.id, f.path, f.rows, f.deleted_rows, f.live_rows, f.file_bytes,
+                               tuple((g.rows, g.bytes) for g in f.row_groups), f.file_version,
+                               f.deletion.path if f.deletion else None)
 
     def stats(self) -> TableStats:
         m = self._manifest
         n = len(m.fragments)
+        deleted = data_bytes = row_groups = with_deletions = 0
+        for f in m.fragments:  # one pass: the fragments stream from the manifest segments
+            deleted += f.deleted_rows
+            data_bytes += f.file_bytes
+            row_groups += len(f.row_groups)
+            with_deletions += f.deletion is not None
         return TableStats(
             uri=self.uri, version=m.version, rows=m.rows,
-            deleted_rows=sum(f.deleted_rows for f in m.fragments), fragments=n,
-            data_bytes=sum(f.file_bytes for f in m.fragments),
-            row_groups=sum(len(f.row_groups) for f in m.fragments),
-            fragments_with_deletions=sum(1 for f in m.fragments if f.deletion),
+            deleted_rows=deleted, fragments=n, data_bytes=data_bytes, row_groups=row_groups,
+            fragments_with_deletions=with_deletions,
             mean_rows_per_fragment=(m.rows / n) if n else 0.0,
             versions=len(list_versions(self._store)), indices=len(m.indices),
         )
@@ -422,9 +430,38 @@ def open_table(uri: str, *, version: int | None = None, storage_options: dict[st
     return Table(store, load_manifest(store, int(version)), storage_options)
 
 
+@dataclasses.dataclass(frozen=True)
+class Upgrade:
+    """What ``upgrade_table`` did: the format the latest version was in, and the version now latest."""
+
+    uri: str
+    from_format: int
+    to_format: int
+    version: int
+    upgraded: bool
+
+
+def upgrade_table(uri: str, *, storage_options: dict[str, Any] | None = None, dry_run: bool = False) -> Upgrade:
+    """Converts the latest version of the table at ``uri`` to the current manifest format: a table
+    whose latest version is in manifest format 1 (every fragment in the root) gets a new version
+    that changes no row, laid out in manifest segments (docs/FORMAT.md §2.3; recorded as an append
+    of no fragments, so it conflicts with no concurrent writer). Any commit converts a table as
+    well; this does it now. A table already in the current format is left as it is."""
+    from lamina.commit import commit
+    from lamina.manifest import FORMAT_VERSION, stored_format_version
+    from lamina.transaction import Append
+
+    table = open_table(uri, storage_options=storage_options)
+    found = stored_format_version(table.store, table.version)
+    if found >= FORMAT_VERSION or dry_run:
+        return Upgrade(table.uri, found, FORMAT_VERSION, table.version, False)
+    done = commit(table.store, Append(table.version, []), table.manifest)
+    return Upgrade(table.uri, found, FORMAT_VERSION, done.version, True)
+
+
 def _reopen(uri: str, version: int, storage_options: dict[str, Any] | None, table_uuid: str | None = None) -> Table:
     store = open_store(uri, storage_options)
     return Table(store, load_manifest(store, int(version), table_uuid), storage_options)
 
 
-__all__ = ["Table", "create_table", "open_table", "FragmentInfo", "VersionInfo", "TableStats", "IndexInfo"]
+__all__ = ["Table", "create_table", "open_table", "upgrade_table", "Upgrade", "FragmentInfo", "VersionInfo", "TableStats", "IndexInfo"]

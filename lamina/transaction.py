@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Iterable, Protocol, TypeVar
 import numpy as np
 
 from lamina.errors import CommitConflict, SchemaMismatch, TableExists
-from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, now_ms
+from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, appended, edited, now_ms
 from lamina.records import (
     INDEX_ACTIONS,
     AddressMapping,
@@ -289,7 +289,7 @@ class Append(Transaction):
         new, next_id, next_row = assign_ids(base, self.fragments)
         return self._next(
             base, AppendRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new)),
-            removes=False, fragments=base.fragments + tuple(new), next_fragment_id=next_id, next_row_id=next_row,
+            removes=False, fragments=appended(base.fragments, new, next_id, next_row), next_fragment_id=next_id, next_row_id=next_row,
         )
 
 
@@ -329,11 +329,11 @@ class Delete(Transaction):
                 merged = np.concatenate([deltas.get(fid, np.zeros(0, np.uint32))] + parts)
                 deltas[fid] = np.unique(merged.astype(np.uint32))
         # Fragments gone from theirs (fully deleted) need nothing more from me.
-        live = {f.id for f in theirs.fragments}
+        live = {f.id for f in theirs.fragments if f.id in deltas}
         return self._replace(deltas={fid: d for fid, d in deltas.items() if fid in live})
 
     def prepare(self, base: Manifest, files: DeletionFiles) -> "Delete":
-        frags = base.fragment_map()
+        frags = {f.id: f for f in base.fragments if f.id in self.deltas}
         prepared = dict(self._files)
         rows_deleted = 0
         for fid, delta in self.deltas.items():
@@ -356,26 +356,29 @@ class Delete(Transaction):
             prepared[fid] = (current, files.write(fid, merged))
         return self._replace(_files=prepared, _rows_deleted=rows_deleted)
 
-    def _deleted(self, base: Manifest) -> tuple[list[Fragment], list[int], list[int]]:
+    def _deleted(self, base: Manifest, next_fragment_id: int, next_row_id: int) -> "tuple[Any, list[int], list[int]]":
         """(fragments with my deletion files, ids removed entirely, ids touched)."""
-        fragments, removed, touched = [], [], []
-        for f in base.fragments:
+        removed: list[int] = []
+        touched: list[int] = []
+
+        def edit(f: Fragment) -> Fragment | None:
             entry = self._files.get(f.id)
             if entry is None or f.id not in self.deltas:
-                fragments.append(f)
-            elif entry[1].path == "":
+                return f
+            if entry[1].path == "":
                 removed.append(f.id)
-            else:
-                fragments.append(dataclasses.replace(f, deletion=entry[1]))
-                touched.append(f.id)
-        return fragments, removed, touched
+                return None
+            touched.append(f.id)
+            return dataclasses.replace(f, deletion=entry[1])
+
+        return edited(base.fragments, edit, next_fragment_id, next_row_id), removed, touched
 
     def apply(self, base: Manifest) -> Manifest:
-        fragments, removed, touched = self._deleted(base)
+        fragments, removed, touched = self._deleted(base, base.next_fragment_id, base.next_row_id)
         return self._next(
             base, DeleteRecord(**self._header(), predicate=self.predicate, fragment_ids=tuple(touched),
                                removed_fragment_ids=tuple(removed), rows=self._rows_deleted),
-            fragments=tuple(fragments),
+            fragments=fragments,
         )
 
 
@@ -413,13 +416,13 @@ class WalFlush(Delete):
         behind = sorted(k for k in self.watermarks if base.wal_watermarks.get(k, 0) != self.starts.get(k, 0))
         if behind:
             raise CommitConflict(f"WAL segments {behind} moved since this flush read them; nothing was committed")
-        fragments, removed, touched = self._deleted(base)
         new, next_id, next_row = assign_ids(base, self.fragments)
+        fragments, removed, touched = self._deleted(base, next_id, next_row)
         record = WalFlushRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new),
                                 deleted_fragment_ids=tuple(touched), removed_fragment_ids=tuple(removed),
                                 rows_deleted=self._rows_deleted, watermarks=dict(self.watermarks))
         return self._next(
-            base, record, fragments=tuple(fragments) + tuple(new), next_fragment_id=next_id, next_row_id=next_row,
+            base, record, fragments=appended(fragments, new, next_id, next_row), next_fragment_id=next_id, next_row_id=next_row,
             wal_watermarks={**base.wal_watermarks, **self.watermarks},
         )
 
@@ -443,7 +446,7 @@ class RewriteGroup:
     def carry(self, theirs: Manifest, files: DeletionFiles) -> "RewriteGroup":
         """This group with the deletions committed on its sources since it read them (by ``theirs``)
         mapped onto its outputs."""
-        frags = theirs.fragment_map()
+        frags = {f.id: f for f in theirs.fragments if f.id in self.source_deletions or f.id in self.old_fragment_ids}
         sources, carried = dict(self.source_deletions), dict(self.carried)
         for old in self.old_fragment_ids:
             now = frags.get(old)
@@ -506,20 +509,11 @@ class Rewrite(Transaction):
         return self._replace(_carried_files=prepared)
 
     def apply(self, base: Manifest) -> Manifest:
-        order = {f.id: i for i, f in enumerate(base.fragments)}
-        for group in self.groups:
-            missing = [i for i in group.old_fragment_ids if i not in order]
-            # A source may only vanish because a delete removed all its rows (rebase carried them).
-            unexplained = [i for i in missing if group.source_deletions.get(i) != REMOVED]
-            if unexplained:
-                raise CommitConflict(f"rewrite of fragments {list(group.old_fragment_ids)} cannot commit on version "
-                                     f"{base.version}: fragments {unexplained} no longer exist")
         next_id, next_row = base.next_fragment_id, base.next_row_id
-        replaced: dict[int, list[Fragment]] = {}
+        outputs: list[list[Fragment]] = []
         groups_record: list[RewrittenGroup] = []
         segments: dict[str, list[IndexSegment]] = {}
         for gi, group in enumerate(self.groups):
-            present = [i for i in group.old_fragment_ids if i in order]
             new_frags, new_ids = [], []
             for out, f in enumerate(group.new_fragments):
                 check_schema(f, base.schema, base.version)
@@ -531,24 +525,40 @@ class Rewrite(Transaction):
                                                      row_ids=f.row_ids if base.stable_row_ids else None))
                 new_ids.append(next_id)
                 next_id += 1
-            if present:
-                replaced[min(present, key=order.__getitem__)] = new_frags
+            outputs.append(new_frags)
             for name, (index_uuid, seg) in group.index_segments.items():
                 if any(ix.name == name and ix.uuid == index_uuid for ix in base.indices):
                     segments.setdefault(name, []).append(dataclasses.replace(seg, fragment_ids=tuple(new_ids)))
             groups_record.append(RewrittenGroup(tuple(group.old_fragment_ids), tuple(new_ids), group.mapping))
-        old = self.old_ids
-        fragments: list[Fragment] = []
-        for f in base.fragments:
-            if f.id in replaced:
-                fragments.extend(replaced[f.id])
-            if f.id not in old:
-                fragments.append(f)
+
+        # One pass: a group's outputs take the place of its first source still there, its other
+        # sources are dropped.
+        group_of = {i: gi for gi, group in enumerate(self.groups) for i in group.old_fragment_ids}
+        seen: set[int] = set()
+        placed: set[int] = set()
+
+        def edit(f: Fragment) -> "Fragment | tuple[Fragment, ...] | None":
+            gi = group_of.get(f.id)
+            if gi is None:
+                return f
+            seen.add(f.id)
+            if gi in placed:
+                return None
+            placed.add(gi)
+            return tuple(outputs[gi])
+
+        fragments = edited(base.fragments, edit, next_id, next_row)
+        for group in self.groups:
+            # A source may only vanish because a delete removed all its rows (rebase carried them).
+            unexplained = [i for i in group.old_fragment_ids if i not in seen and group.source_deletions.get(i) != REMOVED]
+            if unexplained:
+                raise CommitConflict(f"rewrite of fragments {list(group.old_fragment_ids)} cannot commit on version "
+                                     f"{base.version}: fragments {unexplained} no longer exist")
         indices = tuple(dataclasses.replace(ix, segments=ix.segments + tuple(segments.get(ix.name, ())))
                         for ix in base.indices)
         return self._next(
             base, RewriteRecord(**self._header(), groups=tuple(groups_record)),
-            fragments=tuple(fragments), next_fragment_id=next_id, next_row_id=next_row, indices=indices,
+            fragments=fragments, next_fragment_id=next_id, next_row_id=next_row, indices=indices,
         )
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from lamina.manifest import Fragment, Manifest
 from planner.bin_packing import pack_adjacent
@@ -171,47 +171,53 @@ def _weights(f: Fragment) -> tuple[float, float]:
     return float(f.live_rows), f.file_bytes * live_share
 
 
-def _binpack(frags: list[Fragment], reasons: list[str | None], options: CompactionOptions) -> tuple[list[list[int]], list[tuple[int, str]]]:
-    """Groups (positions) and skipped lone candidates under the binpack policy."""
+def _binpack(fragments: Iterable[Fragment], options: CompactionOptions) -> tuple[list[list[tuple[Fragment, str]]], list[tuple[int, str]]]:
+    """Groups (each member with why it is a candidate) and skipped lone candidates under the binpack
+    policy, in one pass over ``fragments`` that keeps only the run of candidates it is in: a
+    version's fragments stream by (``FragmentList``), and those the plan does not take are not held."""
     targets = (float(options.target_rows_per_fragment), float(options.target_bytes_per_fragment))
-
-    # Runs of adjacent candidates, packed up to the targets.
-    packed: list[list[int]] = []  # positions in frags
-    run: list[int] = []
-    for pos, why in enumerate(reasons + [None]):
-        if why is not None:
-            run.append(pos)
-        elif run:
-            packed.extend(pack_adjacent(run, lambda p: _weights(frags[p]), targets))
-            run = []
-
-    # Greedy left-to-right packing only starts a new group when the next fragment does not fit,
-    # so a lone candidate could not have joined either neighbour's group: nothing is stranded
-    # that a neighbour could take. Alone and without deletions, rewriting it gains nothing.
-    groups: list[list[int]] = []
+    groups: list[list[tuple[Fragment, str]]] = []
     skipped: list[tuple[int, str]] = []
-    for g in packed:
-        if len(g) > 1 or frags[g[0]].deletion is not None:
-            groups.append(g)
-        else:
-            skipped.append((frags[g[0]].id, "alone: no adjacent fragment has room for it"))
+    run: list[tuple[Fragment, str]] = []
+
+    def close_run() -> None:
+        # Greedy left-to-right packing only starts a new group when the next fragment does not fit,
+        # so a lone candidate could not have joined either neighbour's group: nothing is stranded
+        # that a neighbour could take. Alone and without deletions, rewriting it gains nothing.
+        for g in pack_adjacent(run, lambda m: _weights(m[0]), targets):
+            if len(g) > 1 or g[0][0].deletion is not None:
+                groups.append(g)
+            else:
+                skipped.append((g[0][0].id, "alone: no adjacent fragment has room for it"))
+        run.clear()
+
+    for f in fragments:
+        why = candidate_reason(f, options)
+        if why is not None:
+            run.append((f, why))
+        elif run:
+            close_run()
+    close_run()
     return groups, skipped
 
 
 def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str = "") -> CompactionPlan:
-    """The plan for ``manifest`` under ``options`` (``options.policy`` chooses binpack or tiered)."""
-    frags = list(manifest.fragments)
-    reasons = [candidate_reason(f, options) for f in frags]
+    """The plan for ``manifest`` under ``options`` (``options.policy`` chooses binpack or tiered).
+    Binpack streams over the version's fragments, holding the candidates it groups; tiered weighs
+    every fragment against its neighbours, so it holds the version's fragments while it plans."""
     tiers: TierReport | None = None
     if options.policy == TIERED:
-        groups, tiers = plan_tiers(frags, options)
+        frags = list(manifest.fragments)
+        reasons = [candidate_reason(f, options) for f in frags]
+        positions, tiers = plan_tiers(frags, options)
+        groups = [[(frags[p], reasons[p] or "") for p in g] for g in positions]
         skipped: list[tuple[int, str]] = []
     else:
-        groups, skipped = _binpack(frags, reasons, options)
+        groups, skipped = _binpack(manifest.fragments, options)
 
     out = []
     for i, g in enumerate(groups):
-        members = [frags[p] for p in g]
+        members = [f for f, _ in g]
         mode, reason = choose_mode(members, options)
         out.append(CompactionGroup(
             index=i,
@@ -221,10 +227,10 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
             rows=sum(f.live_rows for f in members),
             bytes=sum(f.file_bytes for f in members),
             row_groups=sum(len(f.row_groups) for f in members),
-            candidates=tuple(reasons[p] or "" for p in g),
+            candidates=tuple(why for _, why in g),
             actions=tuple(actions(members, mode, options)),
         ))
     return CompactionPlan(
         table=table or "", read_version=manifest.version, options=options, groups=tuple(out),
-        fragments_before=len(frags), rows_before=manifest.rows, skipped=tuple(skipped), tiers=tiers,
+        fragments_before=len(manifest.fragments), rows_before=manifest.rows, skipped=tuple(skipped), tiers=tiers,
     )

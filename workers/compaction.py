@@ -77,7 +77,8 @@ class GroupTask:
 def tasks_for(plan: CompactionPlan, manifest: Manifest, uri: str, storage_options: dict[str, Any] | None,
               write: WriteOptions, read_batch_bytes: int) -> list[GroupTask]:
     """One task per group of ``plan`` (made from ``manifest``, the version it was planned on)."""
-    frags = manifest.fragment_map()
+    wanted = {i for g in plan.groups for i in g.fragment_ids}
+    frags = {f.id: f for f in manifest.fragments if f.id in wanted}  # one streaming pass, keeping the groups' own
     indices = tuple(IndexToExtend(ix.name, ix.uuid, ix.column, ix.kind, dict(ix.details)) for ix in manifest.indices)
     return [GroupTask(uri, storage_options, g, tuple(frags[i] for i in g.fragment_ids), manifest.schema, write,
                       read_batch_bytes, manifest.stable_row_ids, indices) for g in plan.groups]

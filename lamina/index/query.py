@@ -24,13 +24,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from lamina import prune
-from lamina.datafile import open_parquet, output_schema, read_fragment, read_rows_many
+from lamina.datafile import open_parquet, read_fragment, read_rows_many
 from lamina.deletion import among, read_deleted
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound
 from lamina.filter import Conjunct, Filter
@@ -62,7 +62,8 @@ class Part:
 @dataclass
 class Plan:
     parts: list[Part]
-    fragments: list[Fragment]
+    #: The version's fragments, in table order (a ``FragmentList`` streams them: iterate, don't index).
+    fragments: Sequence[Fragment]
     #: The filter is exactly the AND of what the parts answer: on fragments every part covers,
     #: the candidates are the answer and the filter need not be re-applied.
     exact: bool = False
@@ -166,7 +167,7 @@ def plan_filter(manifest: Manifest, flt: Filter) -> Plan:
     by_column: dict[str, list[Conjunct]] = {}
     for c in flt.conjuncts:
         by_column.setdefault(c.column, []).append(c)
-    live = manifest.fragment_map()
+    live: set[int] | None = None  # the version's fragment ids, collected only when an index serves
     parts = []
     exact = flt.pure
     for column, conjs in by_column.items():
@@ -177,8 +178,10 @@ def plan_filter(manifest: Manifest, flt: Filter) -> Plan:
             continue
         key_ranges, chosen = _column_ranges(conjs)
         exact = exact and len(chosen) == len(conjs)
+        if live is None:
+            live = {f.id for f in manifest.fragments}
         parts.append(Part(column, [c.text for c in chosen], key_ranges, index, index.coverage(live)))
-    return Plan(parts, list(manifest.fragments), exact and bool(parts))
+    return Plan(parts, manifest.fragments, exact and bool(parts))
 
 
 # -- lookups -------------------------------------------------------------------
@@ -225,9 +228,12 @@ def lookup_part(store: ObjectStore, part: Part) -> tuple[dict[int, np.ndarray], 
 
 @dataclass
 class Selection:
-    """What a filtered read did, fragment by fragment."""
+    """What a filtered read did: the rows of each fragment it read, in table order (fragments the
+    indices or the zone maps rule out are not in it), and counts."""
 
     tables: list[pa.Table]
+    #: The fragment each table of ``tables`` holds rows of.
+    fragments: list[Fragment] = field(default_factory=list)
     index_fragments: int = 0
     scanned_fragments: int = 0
     candidate_rows: int = 0
@@ -238,9 +244,10 @@ class Selection:
 def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequence[str] | None, *,
            with_row_address: bool = False, with_row_id: bool = False, with_offsets: bool = False,
            use_index: bool = True, map_fn=None) -> Selection:
-    """Live rows matching ``flt``, per fragment in table order, using indices where they serve."""
+    """Live rows matching ``flt``, per fragment in table order, using indices where they serve.
+    One streaming pass over the version's fragments: only those with rows to read are held."""
     schema = manifest.schema
-    plan = plan_filter(manifest, flt) if use_index else Plan([], list(manifest.fragments))
+    plan = plan_filter(manifest, flt) if use_index else Plan([], manifest.fragments)
     candidates: dict[int, np.ndarray] = {}
     answered: dict[int, int] = {}  # fragment -> parts that answered for it
     for part in plan.parts:
@@ -257,39 +264,38 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
     final_all = plan.exact and len(plan.parts) > 0
     # Fragments the indices answer with few candidates: their rows are fetched together, in one pass.
     taken: list[tuple[Fragment, np.ndarray, bool]] = []
-    scanned: list[Fragment] = []
-    for frag in plan.fragments:
-        if frag.id in served:
-            offs = candidates[frag.id]
-            if len(offs) and frag.deletion is not None:
-                offs = offs[~among(offs, read_deleted(store, frag))]
-            if len(offs) <= TAKE_FRACTION * frag.rows:
-                if len(offs):
-                    taken.append((frag, np.sort(offs), final_all and answered[frag.id] == len(plan.parts)))
-                continue
-        scanned.append(frag)
-    scanned, sel.zone_pruned_fragments = prune.prune_fragments(scanned, schema, flt)
-    scanning = {f.id for f in scanned}
+    position: dict[int, int] = {}  # fragment id -> its place in the table, for the fragments read
 
-    empty = output_schema(schema, columns, with_row_address, with_row_id, with_offsets).empty_table()
-    results: dict[int, tuple[pa.Table, bool, int]] = {}
+    def to_scan() -> Iterator[Fragment]:
+        for at, frag in enumerate(plan.fragments):
+            if frag.id in served:
+                sel.index_fragments += 1
+                offs = candidates[frag.id]
+                if len(offs) and frag.deletion is not None:
+                    offs = offs[~among(offs, read_deleted(store, frag))]
+                if len(offs) <= TAKE_FRACTION * frag.rows:
+                    if len(offs):
+                        taken.append((frag, np.sort(offs), final_all and answered[frag.id] == len(plan.parts)))
+                        position[frag.id] = at
+                        sel.candidate_rows += len(offs)
+                    continue
+                sel.index_fragments -= 1  # too many candidates: scanned instead
+            position[frag.id] = at
+            yield frag
+
+    scanned, sel.zone_pruned_fragments = prune.prune_fragments(to_scan(), schema, flt)
+    sel.scanned_fragments = len(scanned)
+    results: list[tuple[int, Fragment, pa.Table]] = []
     if taken:
         for (frag, offs, final), table in zip(taken, read_rows_many(store, schema, taken, columns, flt, **kwargs)):
-            results[frag.id] = (table, True, len(offs))
+            results.append((position[frag.id], frag, table))
     if scanned:
         tables = (map_fn or (lambda fn, xs: [fn(x) for x in xs]))(
             lambda frag: read_fragment(store, frag, schema, columns, flt, **kwargs), scanned)
-        for frag, table in zip(scanned, tables):
-            results[frag.id] = (table, False, 0)
-    for frag in plan.fragments:
-        if frag.id not in results:  # the indices or the zone maps rule it out: no I/O
-            results[frag.id] = (empty, frag.id in served, 0)
-    for frag in plan.fragments:
-        table, by_index, n = results[frag.id]
-        sel.tables.append(table)
-        sel.index_fragments += by_index
-        sel.scanned_fragments += frag.id in scanning
-        sel.candidate_rows += n
+        results.extend((position[frag.id], frag, table) for frag, table in zip(scanned, tables))
+    results.sort(key=lambda r: r[0])
+    sel.fragments = [frag for _, frag, _ in results]
+    sel.tables = [table for _, _, table in results]
     return sel
 
 
