@@ -24,7 +24,7 @@ from lamina.checksum import check, of_bytes
 from lamina.deletion import live_mask, read_deleted
 from lamina.errors import CorruptFile, InvalidConfig, LaminaError, ObjectNotFound
 from lamina.filter import Filter
-from lamina.manifest import ADDRESS_SHIFT, DATA_DIR, Fragment, RowGroup
+from lamina.manifest import ADDRESS_SHIFT, DATA_DIR, Fragment, RowGroup, Zone
 from lamina.io_pool import map_fragments, pool_size
 from lamina import prune
 from lamina.store import LocalStore, ObjectStore
@@ -81,11 +81,13 @@ def chunk_batches(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[list
         yield pending
 
 
-def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.RecordBatch], options: WriteOptions) -> Fragment:
+def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.RecordBatch], options: WriteOptions,
+                   zones: tuple[Zone, ...] | None = None) -> Fragment:
     """Writes one data file from ``batches``; returns its fragment (id -1 until committed).
 
     The file is fsynced, unless ``store`` is a local store's ``deferring_sync()`` view: then the caller
-    makes it durable (``sync_objects``) before committing it, as ``write_fragments`` does."""
+    makes it durable (``sync_objects``) before committing it, as ``write_fragments`` does. ``zones``:
+    ``prune.zones_of(batches, schema)`` when the caller computed it already (for many files at once)."""
     sync = getattr(store, "sync_each_write", True)
     started = time.time()
     path = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
@@ -101,7 +103,7 @@ def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.Recor
         row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
         file_version=str(meta["file_version"]),
         checksum=meta.get("checksum"),
-        zones=prune.zones_of(batches, schema),
+        zones=prune.zones_of(batches, schema) if zones is None else zones,
         schema=schema,
         written_at=started,
     )
@@ -129,8 +131,8 @@ def _write_group(store: ObjectStore, schema: pa.Schema, chunks: list[list[pa.Rec
     """Writes consecutive files, in order; on error removes the ones it wrote and raises."""
     out: list[Fragment] = []
     try:
-        for chunk in chunks:
-            out.append(write_fragment(store, schema, chunk, options))
+        for chunk, zones in zip(chunks, prune.zones_of_many(chunks, schema)):
+            out.append(write_fragment(store, schema, chunk, options, zones))
     except BaseException:
         store.delete([f.path for f in out])
         raise

@@ -3,6 +3,8 @@ ten rows in one append): no directory creation, stat or unlink per file, and not
 
 import os
 
+import numpy as np
+
 import pyarrow as pa
 import pytest
 
@@ -90,3 +92,49 @@ def test_groups_grow_to_a_bound_of_files_and_rows(files, rows_per_file, expected
     groups = list(datafile._grouped(chunks, rows_per_file))
     assert [len(g) for g in groups] == expected
     assert [c[0].column(0)[0].as_py() for g in groups for c in g] == list(range(files))
+
+
+ZONED_TYPES = [pa.int8(), pa.uint64(), pa.float32(), pa.float64(), pa.bool_(), pa.string(), pa.large_string(),
+               pa.binary(), pa.large_binary(), pa.timestamp("ms", tz="UTC"), pa.timestamp("s"), pa.date32(),
+               pa.date64(), pa.list_(pa.int32())]
+
+
+def _values(rng, t: pa.DataType, n: int) -> pa.Array:
+    """``n`` values of ``t`` with nulls, and for floats NaN, ±inf and -0.0; strings around the zone's prefix length."""
+    if pa.types.is_floating(t):
+        pool = [float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1.5, -2.25, None]
+        vals = [pool[i] for i in rng.integers(0, len(pool), n)]
+    elif pa.types.is_boolean(t):
+        vals = [[True, False, None][i] for i in rng.integers(0, 3, n)]
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        vals = [None if rng.random() < 0.2 else "ÿ" * int(rng.integers(0, 70)) + str(int(rng.integers(0, 9))) for _ in range(n)]
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        vals = [None if rng.random() < 0.2 else b"\xff" * int(rng.integers(60, 70)) + bytes([int(rng.integers(0, 256))]) for _ in range(n)]
+    elif pa.types.is_list(t):
+        vals = [[1, 2]] * n
+    elif pa.types.is_unsigned_integer(t):
+        vals = [None if rng.random() < 0.2 else int(rng.integers(0, 2**63)) * 2 for _ in range(n)]
+    else:
+        vals = [None if rng.random() < 0.2 else int(rng.integers(-100, 100)) for _ in range(n)]
+        if pa.types.is_timestamp(t) or pa.types.is_date(t):
+            return pa.array(vals, pa.int64() if t.bit_width == 64 else pa.int32()).cast(t)
+    return pa.array(vals, t)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_zones_of_many_files_equal_zones_of_each(seed):
+    from lamina import prune
+
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([(f"c{i}", t) for i, t in enumerate(ZONED_TYPES)])
+    chunks = []
+    for _ in range(int(rng.integers(2, 20))):
+        sizes = [int(rng.integers(1, 12)) for _ in range(int(rng.integers(1, 3)))]
+        if rng.random() < 0.1:
+            sizes = [1]
+        chunks.append([pa.record_batch([_values(rng, t, n) for t in ZONED_TYPES], schema=schema) for n in sizes])
+    expected = [prune.zones_of(c, schema) for c in chunks]
+    assert prune.zones_of_many(chunks, schema) == expected
+    assert prune.zones_of_many(chunks[:1], schema) == expected[:1]
+    empty = pa.record_batch([pa.array([], t) for t in ZONED_TYPES], schema=schema)
+    assert prune.zones_of_many(chunks[:2] + [[empty]], schema) == expected[:2] + [prune.zones_of([empty], schema)]
