@@ -132,7 +132,7 @@ def _write_group(store: ObjectStore, schema: pa.Schema, chunks: list[list[pa.Rec
     out: list[Fragment] = []
     try:
         for chunk, zones in zip(chunks, prune.zones_of_many(chunks, schema)):
-            out.append(write_fragment(store, schema, chunk, options, zones))
+            out.append(write_fragment(store, schema, chunk, options, zones=zones))
     except BaseException:
         store.delete([f.path for f in out])
         raise

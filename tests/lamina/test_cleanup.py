@@ -161,8 +161,8 @@ def test_long_write_whose_files_were_cleaned_up_does_not_commit(local_table_uri,
     import lamina.datafile
     real_write = lamina.datafile.write_fragment
 
-    def write_then_lose(store, schema, batches, options):
-        frag = real_write(store, schema, batches, options)
+    def write_then_lose(store, schema, batches, options, **kwargs):
+        frag = real_write(store, schema, batches, options, **kwargs)
         store.delete([frag.path])
         removed.append(frag.path)
         return frag

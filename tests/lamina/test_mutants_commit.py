@@ -61,8 +61,8 @@ def test_long_write_whose_files_are_gone_says_how_long_it_ran(local_table_uri, m
     monkeypatch.setattr(lamina.commit, "VERIFY_FILES_AFTER_SECONDS", -1)  # every write counts as long
     real_write = lamina.datafile.write_fragment
 
-    def write_then_lose(store, schema, batches, options):
-        frag = real_write(store, schema, batches, options)
+    def write_then_lose(store, schema, batches, options, **kwargs):
+        frag = real_write(store, schema, batches, options, **kwargs)
         store.delete([frag.path])
         return frag
 
