@@ -93,7 +93,7 @@ def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.Recor
     path = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
     kwargs = dict(row_group_rows=options.row_group_rows, row_group_bytes=options.row_group_bytes,
                   zstd_level=options.zstd_level, sync=sync)
-    with store.staged_output(path) as local:
+    with store.staged_new_output(path) as local:  # a fresh name: in place on a local disk
         meta = _native.write_data_file(local, schema, batches, **kwargs)
     return Fragment(
         id=-1,

@@ -212,6 +212,15 @@ class ObjectStore(abc.ABC):
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    @contextlib.contextmanager
+    def staged_new_output(self, path: str) -> Iterator[str]:
+        """``staged_output`` for a new object at a fresh, unique name that nothing refers to yet (a
+        data file before its commit): a store may have it written in place, since no reader looks at
+        such an object before a commit names it, and the commit comes after it is complete and durable
+        (docs/FORMAT.md §7). Here: ``staged_output``."""
+        with self.staged_output(path) as local:
+            yield local
+
     def describe(self, path: str) -> str:
         """A full location for messages: the URI joined with ``path``."""
         return f"{self.uri.rstrip('/')}/{path}"

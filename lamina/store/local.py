@@ -2,7 +2,8 @@
 
 put-if-absent is ``link(2)`` of a fully written, fsynced temp file: atomic and
 refuses to replace, on every POSIX filesystem Lamina supports. Staging costs nothing:
-an input is the object's own file, an output a temp file beside its target, renamed.
+an input is the object's own file, an output a temp file beside its target, renamed (a new
+data file, invisible until a commit names it: its own file, written in place).
 """
 
 from __future__ import annotations
@@ -101,6 +102,24 @@ class LocalStore(ObjectStore):
         finally:
             if not published:
                 remove_quietly(tmp)
+
+    @contextlib.contextmanager
+    def staged_new_output(self, path: str) -> Iterator[str]:
+        """The object's own file, written in place: no temp file, no rename (~15-20 µs of CPU and a
+        hold of the directory's lock less per file; issue 18). Only for a fresh, unique name nothing
+        refers to yet (``ObjectStore.staged_new_output``): the file is invisible until a commit names
+        it, the caller makes it durable first, and a partial file left by a crash is unreferenced, so
+        cleanup removes it like any other. Removed if the block raises."""
+        parent, name = self._split(path)
+        self._make_dir(parent)
+        full = os.path.join(parent, name)
+        done = False
+        try:
+            yield full
+            done = True
+        finally:
+            if not done:
+                remove_quietly(full)
 
     def _split(self, path: str) -> tuple[str, str]:
         """(local directory, file name) of an object."""

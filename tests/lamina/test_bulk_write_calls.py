@@ -43,6 +43,42 @@ def test_a_bulk_write_makes_its_directory_once_and_checks_or_unlinks_no_publishe
     assert lamina.open_table(uri).to_arrow().sort_by("id").equals(rows(0, 400))
 
 
+def test_local_data_files_are_written_in_place_without_a_rename(tmp_path, monkeypatch):
+    uri = str(tmp_path / "t")
+    t = lamina.create_table(uri, SCHEMA)
+    written: list[str] = []
+    renamed: list[str] = []
+    real_write, real_replace = _native.write_data_file, os.replace
+
+    def spy_write(path, *args, **kwargs):
+        written.append(str(path))
+        return real_write(path, *args, **kwargs)
+
+    def spy_replace(src, dst, *args, **kwargs):
+        if str(dst).startswith(os.path.join(uri, "data")):
+            renamed.append(str(dst))
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(_native, "write_data_file", spy_write)
+    monkeypatch.setattr(os, "replace", spy_replace)
+    t.append(rows(0, 200), max_rows_per_file=10)  # a bulk write: synced together
+    t.append(rows(200, 3))  # one file: synced on its own
+    assert renamed == []
+    assert sorted(written) == sorted(os.path.join(uri, *f.path.split("/")) for f in t.manifest.fragments)
+
+    def failing_write(path, *args, **kwargs):  # the writer fails after creating its file
+        open(path, "wb").close()
+        raise StorageError("disk full")
+
+    monkeypatch.setattr(_native, "write_data_file", failing_write)
+    before = set(os.listdir(os.path.join(uri, "data")))
+    with pytest.raises(StorageError, match="disk full"):
+        t.append(rows(203, 50), max_rows_per_file=10)
+    assert set(os.listdir(os.path.join(uri, "data"))) == before
+    monkeypatch.undo()
+    assert lamina.open_table(uri).to_arrow().sort_by("id").equals(rows(0, 203))
+
+
 def test_small_files_are_written_many_per_task_in_order_and_a_failure_removes_them_all(tmp_path, monkeypatch):
     uri = str(tmp_path / "t")
     t = lamina.create_table(uri, SCHEMA)
