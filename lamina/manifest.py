@@ -15,6 +15,7 @@ version-1 manifests (every fragment in the root) are still read.
 from __future__ import annotations
 
 import base64
+import bisect
 import collections.abc
 import contextlib
 import dataclasses
@@ -31,7 +32,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -218,9 +219,22 @@ class ManifestSegment:
     #: Live rows of the fragments it holds (a list: of every segment it names), so a version's row
     #: count needs no segment read.
     rows: int = 0
+    #: Least and greatest fragment id it holds (a list: in the segments it names), so a commit that
+    #: edits a few fragments reads only the segments that can hold them; None in older entries.
+    ids: "tuple[int, int] | None" = field(default=None, compare=False)
+    #: Zone maps bounding every fragment it holds (merged), so a filter can rule out a whole segment
+    #: without reading it; None when a fragment it holds has none (or in older entries).
+    zones: "tuple[Zone, ...] | None" = field(default=None, compare=False, repr=False)
     #: What it holds (fragments, or for a list its segments' entries), or an ``_Unread`` that reads
     #: them on first use (``items``); not part of its entry (equal entries name the same object).
     held: Any = field(default=(), compare=False, repr=False)
+
+    def holds_any(self, wanted: "Sequence[int]") -> bool:
+        """Whether it may hold a fragment whose id is in ``wanted`` (sorted)."""
+        if self.ids is None:
+            return True
+        at = bisect.bisect_left(wanted, self.ids[0])
+        return at < len(wanted) and wanted[at] <= self.ids[1]
 
     @property
     def items(self) -> tuple[Any, ...]:
@@ -312,17 +326,27 @@ class FragmentList(collections.abc.Sequence):
                     self._all = frags
         return self._all
 
-    def runs(self) -> "Iterator[tuple[Part, tuple[Fragment, ...]]]":
-        """Each part with its fragments, in order, segments read a window at a time (not kept)."""
+    def runs(self, skip: "Callable[[ManifestSegment], bool] | None" = None
+             ) -> "Iterator[tuple[Part, tuple[Fragment, ...] | None]]":
+        """Each part with its fragments, in order, segments read a window at a time (not kept); a
+        segment ``skip`` says is of no interest comes with None, unread."""
         check = _StreamCheck(self._where, *self._next_ids)
         parts = self._parts
         for start in range(0, len(parts), self.WINDOW):
             window = parts[start:start + self.WINDOW]
-            unread = [p for p in window if isinstance(p, ManifestSegment) and not p.read]
+            wanted = [not (skip is not None and isinstance(p, ManifestSegment) and skip(p)) for p in window]
+            unread = [p for p, w in zip(window, wanted) if w and isinstance(p, ManifestSegment) and not p.read]
             got = dict(zip((seg.path for seg in unread),
                            unread[0].held.reader.read(unread, unread[0].held.table_uuid, fill=False))) if unread else {}
-            for part in window:
-                items = (part.held if part.read else got[part.path]) if isinstance(part, ManifestSegment) else part
+            for part, w in zip(window, wanted):
+                if not w:
+                    yield part, None
+                    continue
+                if isinstance(part, ManifestSegment):
+                    items = part.held if part.read else got[part.path]
+                    check.within(items, part)
+                else:
+                    items = part
                 check.add(items)
                 yield part, items
 
@@ -392,6 +416,12 @@ class _StreamCheck:
         self.seen = bytearray((max(next_fragment_id, 0) + 7) // 8) if next_fragment_id <= 1 << 27 else None
         self.seen_set: set[int] = set()
 
+    def within(self, fragments: "Sequence[Fragment]", seg: "ManifestSegment") -> None:
+        """A segment's fragments hold the ids its entry says (what ``holds_any`` relies on)."""
+        if seg.ids is not None and fragments and (min(f.id for f in fragments) < seg.ids[0]
+                                                  or max(f.id for f in fragments) > seg.ids[1]):
+            raise _bad_summary(self.where, seg)
+
     def add(self, fragments: "Sequence[Fragment]") -> None:
         seen, end = self.seen, self.next_fragment_id
         for f in fragments:
@@ -408,6 +438,12 @@ class _StreamCheck:
                 seen[i >> 3] |= 1 << (i & 7)
             if f.row_ids and any(e > self.next_row_id for _, e in f.row_ids):
                 raise _bad_row_ids(self.where, self.next_row_id)
+
+
+def _bad_summary(where: str, seg: "ManifestSegment") -> CorruptFile:
+    return CorruptFile(f"manifest {where} is corrupt: manifest segment {seg.path} holds fragment ids outside the range "
+                       f"{list(seg.ids or ())} its entry records. Open an earlier version with open_table(uri, version=N), "
+                       f"or restore this object")
 
 
 def _bad_ids(where: str) -> CorruptFile:
@@ -437,13 +473,32 @@ def appended(fragments: "tuple[Fragment, ...] | FragmentList", new: "Sequence[Fr
     return fragments + tuple(new)
 
 
+def find_fragments(fragments: "Sequence[Fragment]", ids: "Iterable[int]") -> dict[int, Fragment]:
+    """The fragments of ``fragments`` whose ids are in ``ids``, by id; reads only the segments whose
+    id range can hold one of them."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    want = set(wanted)
+    if not isinstance(fragments, FragmentList):
+        return {f.id: f for f in fragments if f.id in want}
+    out: dict[int, Fragment] = {}
+    for _, items in fragments.runs(skip=lambda seg: not seg.holds_any(wanted)):
+        for f in items or ():
+            if f.id in want:
+                out[f.id] = f
+    return out
+
+
 def edited(fragments: "tuple[Fragment, ...] | FragmentList",
            edit: "Callable[[Fragment], Fragment | tuple[Fragment, ...] | None]", next_fragment_id: int,
-           next_row_id: int) -> "tuple[Fragment, ...] | FragmentList":
+           next_row_id: int, touches: "Iterable[int] | None" = None) -> "tuple[Fragment, ...] | FragmentList":
     """``fragments`` with each ``f`` replaced by ``edit(f)``: ``f`` itself (unchanged), another
     fragment, a tuple of fragments (in its place), or None (removed). One streaming pass: a segment
     none of whose fragments changed stays that segment, unread by ``lay_out``, so a commit that
-    changes a few fragments of a large table holds only the segments it changed."""
+    changes a few fragments of a large table holds only the segments it changed. ``touches``: the
+    ids ``edit`` may change (any other it returns as it is), so segments whose id range holds none
+    of them are not even read."""
     def run(items: "Sequence[Fragment]") -> "tuple[list[Fragment], bool]":
         out: list[Fragment] = []
         changed = False
@@ -461,8 +516,13 @@ def edited(fragments: "tuple[Fragment, ...] | FragmentList",
 
     if not isinstance(fragments, FragmentList):
         return tuple(run(fragments)[0])
+    wanted = None if touches is None else sorted(set(touches))
+    skip = None if wanted is None else (lambda seg: not seg.holds_any(wanted))
     parts: list[Any] = []
-    for part, items in fragments.runs():
+    for part, items in fragments.runs(skip):
+        if items is None:
+            parts.append(part)
+            continue
         out, changed = run(items)
         parts.append(part if isinstance(part, ManifestSegment) and not changed else tuple(out))
     return FragmentList(parts, fragments._where, next_fragment_id, next_row_id)
@@ -508,10 +568,7 @@ class Manifest:
         return decode_record(self.transaction, f"version {self.version}")
 
     def fragment(self, fragment_id: int) -> Fragment | None:
-        for f in self.fragments:
-            if f.id == fragment_id:
-                return f
-        return None
+        return find_fragments(self.fragments, (fragment_id,)).get(fragment_id)
 
     def fragment_map(self) -> dict[int, Fragment]:
         return {f.id: f for f in self.fragments}
@@ -553,8 +610,7 @@ def _fragment_to_json(f: Fragment) -> dict[str, Any]:
                                                      "checksum": f.deletion.checksum},
         "row_ids": None if f.row_ids is None else [list(r) for r in f.row_ids],
         "checksum": f.checksum,
-        **({} if f.zones is None else {"zones": [[z.column, z.kind, _zone_value(z.lo), _zone_value(z.hi), z.hi_inclusive, z.nulls, z.nans]
-                                                 for z in f.zones]}),
+        **({} if f.zones is None else {"zones": _zones_json(f.zones)}),
     }
 
 
@@ -599,8 +655,14 @@ def _zones_from_json(raw: Any, what: Callable[[], str]) -> tuple[Zone, ...]:
     return tuple(zones)
 
 
+def _zones_json(zones: "tuple[Zone, ...]") -> list[list[Any]]:
+    return [[z.column, z.kind, _zone_value(z.lo), _zone_value(z.hi), z.hi_inclusive, z.nulls, z.nans] for z in zones]
+
+
 def _entry_json(seg: ManifestSegment) -> dict[str, Any]:
-    return {"path": seg.path, "count": seg.count, "bytes": seg.bytes, "checksum": seg.checksum, "rows": seg.rows}
+    return {"path": seg.path, "count": seg.count, "bytes": seg.bytes, "checksum": seg.checksum, "rows": seg.rows,
+            **({} if seg.ids is None else {"ids": list(seg.ids)}),
+            **({} if seg.zones is None else {"zones": _zones_json(seg.zones)})}
 
 
 def _body(m: Manifest, inline_segments: tuple[ManifestSegment, ...], inline: tuple[Fragment, ...]) -> dict[str, Any]:
@@ -729,9 +791,48 @@ def _lay_units(units: list[_Unit], limits: tuple[int, int], rows: Callable[[Any]
         held = tuple(u.items)
         data = encode(held)
         path = f"{SEGMENTS_DIR}{uuid.uuid4().hex}.json"
-        nodes.append(ManifestSegment(path, len(held), len(data), checksum.of_bytes(data), sum(rows(x) for x in held), held))
+        nodes.append(ManifestSegment(path, len(held), len(data), checksum.of_bytes(data), sum(rows(x) for x in held),
+                                     ids=_id_range(held), zones=merge_zones(held), held=held))
         writes.append((path, data))
     return tuple(nodes), tail
+
+
+def _id_range(held: "Sequence[Any]") -> "tuple[int, int] | None":
+    """The least and greatest fragment id of a segment's fragments or a list's segments."""
+    if isinstance(held[0], Fragment):
+        return min(f.id for f in held), max(f.id for f in held)
+    if any(seg.ids is None for seg in held):
+        return None
+    return min(seg.ids[0] for seg in held), max(seg.ids[1] for seg in held)
+
+
+def merge_zones(items: "Sequence[Any]") -> "tuple[Zone, ...] | None":
+    """Zones bounding every row of ``items`` (fragments, or segment entries; e.g. a compaction
+    output's, from its sources'); a column some item has no zone for is left out."""
+    if not items or any(x.zones is None for x in items):
+        return None
+    per = [{z.column: z for z in x.zones} for x in items]
+    out = []
+    for name, first in per[0].items():
+        zs = [p.get(name) for p in per]
+        if any(z is None or z.kind != first.kind for z in zs):
+            continue
+        lo = hi = None
+        inclusive = True
+        unbounded = False
+        for z in zs:
+            assert z is not None
+            if z.lo is None:
+                continue
+            lo = z.lo if lo is None or z.lo < lo else lo
+            if z.hi is None:
+                unbounded = True
+            elif hi is None or z.hi > hi or (z.hi == hi and z.hi_inclusive):
+                hi, inclusive = z.hi, z.hi_inclusive
+        if unbounded:
+            hi, inclusive = None, False
+        out.append(Zone(name, first.kind, lo, hi, inclusive, sum(z.nulls for z in zs), sum(z.nans for z in zs)))  # type: ignore[union-attr]
+    return tuple(out)
 
 
 def _encode_object(kind: str, table_uuid: str, field_name: str, items: list[Any]) -> bytes:
@@ -761,7 +862,11 @@ def lay_out(m: Manifest) -> tuple[Manifest, list[tuple[str, bytes]]]:
         if not frags._laid_on(segments) or tail != frags._inline:
             frags = FragmentList(segments + (tail,), frags._where, m.next_fragment_id, m.next_row_id)
     else:
-        segments = _lay(tuple(frags), m.segments, fragment_limits, lambda f: f.id, lambda f: f.live_rows, encode, writes)
+        held = tuple(frags)
+        segments = _lay(held, m.segments, fragment_limits, lambda f: f.id, lambda f: f.live_rows, encode, writes)
+        if segments:  # from now on edited part by part, as a version read from storage is
+            frags = FragmentList(segments + (held[sum(seg.count for seg in segments):],), f"version {m.version}",
+                                 m.next_fragment_id, m.next_row_id)
     lists = _lay(segments, m.segment_lists, segment_limits, lambda seg: seg.path, lambda seg: seg.rows,
                  lambda segs: _encode_object(SEGMENT_LIST_FORMAT, m.table_uuid, "segments", [_entry_json(seg) for seg in segs]),
                  writes)
@@ -805,7 +910,15 @@ def _entries(raw: Any, what: str) -> list[ManifestSegment]:
         crc = _checksum(e["checksum"], f"{what} segment {path}")
         if crc is None or count < 1 or size < 0 or rows < 0:
             raise CorruptFile(f"{what}: manifest segment {path!r} has no checksum or a bad count")
-        out.append(ManifestSegment(path, count, size, crc, rows))
+        ids = e.get("ids")
+        if ids is not None:
+            lo, hi = ids
+            if type(lo) is not int or type(hi) is not int or not 0 <= lo <= hi:
+                raise CorruptFile(f"{what}: manifest segment {path!r} has a malformed id range {str(ids)[:80]}")
+            ids = (lo, hi)
+        zones = e.get("zones")
+        out.append(ManifestSegment(path, count, size, crc, rows, ids=ids,
+                                   zones=None if zones is None else _zones_from_json(zones, lambda: f"{what} segment {path}")))
     return out
 
 
@@ -893,7 +1006,7 @@ def decode_segment(data: bytes, entry: ManifestSegment, table_uuid: str, where: 
         raise CorruptFile(f"{what} is corrupt: missing or malformed field ({type(e).__name__}: {str(e)[:200]})") from None
     if len(items) != entry.count:
         raise CorruptFile(f"{what} holds {len(items)} entries, the manifest naming it says {entry.count}")
-    return ManifestSegment(entry.path, entry.count, len(data), entry.checksum, entry.rows, items)
+    return dataclasses.replace(entry, bytes=len(data), held=items)
 
 
 #: Every path Lamina records is made of these (hex uuids, ids, fixed names): anything else (percent

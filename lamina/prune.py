@@ -676,6 +676,20 @@ def _zone_chunk(z: Zone, schema: pa.Schema) -> Chunk:
     return Chunk(z.lo, z.hi, z.hi_inclusive, z.lo is not None, z.nulls > 0, z.lo is not None or z.nans > 0, z.nans > 0)
 
 
+def _zones_allow(pruner: Any, zones: "tuple[Zone, ...]", schema: pa.Schema) -> bool:
+    """Whether rows bounded by ``zones`` may match the compiled filter."""
+    seen: dict[str, Chunk] = {}
+
+    def chunk(column: str) -> Chunk:
+        c = seen.get(column)
+        if c is None:
+            z = next((z for z in zones if z.column == column), None)
+            c = seen[column] = UNKNOWN if z is None else _zone_chunk(z, schema)
+        return c
+
+    return bool(_eval(pruner.tree, chunk) & T)
+
+
 def prune_fragments(fragments: Iterable[Fragment], schema: pa.Schema, flt: Filter) -> tuple[list[Fragment], int]:
     """The fragments whose zone maps allow a row matching ``flt``, and how many were ruled out
     (without opening any file). One pass: ``fragments`` may stream."""
@@ -686,22 +700,19 @@ def prune_fragments(fragments: Iterable[Fragment], schema: pa.Schema, flt: Filte
     seen_count = 0
     for frag in fragments:
         seen_count += 1
-        zones = frag.zones
-        if zones is None:
-            kept.append(frag)
-            continue
-        seen: dict[str, Chunk] = {}
-
-        def chunk(column: str) -> Chunk:
-            c = seen.get(column)
-            if c is None:
-                z = next((z for z in zones if z.column == column), None)
-                c = seen[column] = UNKNOWN if z is None else _zone_chunk(z, schema)
-            return c
-
-        if frag.rows and _eval(pruner.tree, chunk) & T:
+        if frag.zones is None or (frag.rows and _zones_allow(pruner, frag.zones, schema)):
             kept.append(frag)
     return kept, seen_count - len(kept)
+
+
+def segments_ruled_out(schema: pa.Schema, flt: Filter) -> "Callable[[Any], bool] | None":
+    """A test of a manifest segment entry: True when its merged zone maps rule out every row
+    matching ``flt`` (none of its fragments can match, so it is not even read); None when the filter
+    can prune nothing."""
+    pruner = compile_filter(flt, schema)
+    if not pruner.useful:
+        return None
+    return lambda seg: seg.zones is not None and not _zones_allow(pruner, seg.zones, schema)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import pyarrow as pa
 from lamina.datafile import WriteOptions, read_fragment, write_fragment
 from lamina.deletion import read_deleted
 from lamina.errors import InvalidArgument
-from lamina.manifest import Fragment, Manifest
+from lamina.manifest import Fragment, Manifest, find_fragments
 from lamina.store import ObjectStore
 from lamina.transaction import AddressMapping, RewriteGroup
 
@@ -58,7 +58,7 @@ def mapping_runs(fragment_id: int, offsets: np.ndarray, first_new: int, rows_per
 
 def full_rewrite(store: ObjectStore, manifest: Manifest, fragment_ids: list[int], options: WriteOptions) -> RewriteGroup:
     """Reads the live rows of ``fragment_ids`` (in order) and writes them as new fragments."""
-    frags = manifest.fragment_map()
+    frags = find_fragments(manifest.fragments, fragment_ids)
     missing = [i for i in fragment_ids if i not in frags]
     if missing:
         raise InvalidArgument(f"fragments {missing} are not in version {manifest.version} of {store.uri}")

@@ -32,6 +32,7 @@ from lamina.io_pool import map_fragments
 from lamina.manifest import (
     ADDRESS_SHIFT,
     Manifest,
+    find_fragments,
     belongs_to,
     latest_version,
     list_versions,
@@ -249,7 +250,7 @@ class Table:
         offs = (uniq & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         starts = np.flatnonzero(np.concatenate([[True], fids[1:] != fids[:-1]]))
         counts = np.diff(np.concatenate([starts, [len(uniq)]]))
-        frags = self._manifest.fragment_map()
+        frags = find_fragments(self._manifest.fragments, fids[starts].tolist())
         chosen = []
         for fid, at, n in zip(fids[starts].tolist(), starts.tolist(), counts.tolist()):
             frag = frags.get(fid)

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Iterable, Protocol, TypeVar
 import numpy as np
 
 from lamina.errors import CommitConflict, SchemaMismatch, TableExists
-from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, appended, edited, now_ms
+from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, appended, edited, find_fragments, now_ms
 from lamina.records import (
     INDEX_ACTIONS,
     AddressMapping,
@@ -329,11 +329,11 @@ class Delete(Transaction):
                 merged = np.concatenate([deltas.get(fid, np.zeros(0, np.uint32))] + parts)
                 deltas[fid] = np.unique(merged.astype(np.uint32))
         # Fragments gone from theirs (fully deleted) need nothing more from me.
-        live = {f.id for f in theirs.fragments if f.id in deltas}
+        live = find_fragments(theirs.fragments, deltas)
         return self._replace(deltas={fid: d for fid, d in deltas.items() if fid in live})
 
     def prepare(self, base: Manifest, files: DeletionFiles) -> "Delete":
-        frags = {f.id: f for f in base.fragments if f.id in self.deltas}
+        frags = find_fragments(base.fragments, self.deltas)
         prepared = dict(self._files)
         rows_deleted = 0
         for fid, delta in self.deltas.items():
@@ -371,7 +371,7 @@ class Delete(Transaction):
             touched.append(f.id)
             return dataclasses.replace(f, deletion=entry[1])
 
-        return edited(base.fragments, edit, next_fragment_id, next_row_id), removed, touched
+        return edited(base.fragments, edit, next_fragment_id, next_row_id, touches=self._files), removed, touched
 
     def apply(self, base: Manifest) -> Manifest:
         fragments, removed, touched = self._deleted(base, base.next_fragment_id, base.next_row_id)
@@ -446,7 +446,7 @@ class RewriteGroup:
     def carry(self, theirs: Manifest, files: DeletionFiles) -> "RewriteGroup":
         """This group with the deletions committed on its sources since it read them (by ``theirs``)
         mapped onto its outputs."""
-        frags = {f.id: f for f in theirs.fragments if f.id in self.source_deletions or f.id in self.old_fragment_ids}
+        frags = find_fragments(theirs.fragments, set(self.source_deletions) | set(self.old_fragment_ids))
         sources, carried = dict(self.source_deletions), dict(self.carried)
         for old in self.old_fragment_ids:
             now = frags.get(old)
@@ -547,7 +547,7 @@ class Rewrite(Transaction):
             placed.add(gi)
             return tuple(outputs[gi])
 
-        fragments = edited(base.fragments, edit, next_id, next_row)
+        fragments = edited(base.fragments, edit, next_id, next_row, touches=group_of)
         for group in self.groups:
             # A source may only vanish because a delete removed all its rows (rebase carried them).
             unexplained = [i for i in group.old_fragment_ids if i not in seen and group.source_deletions.get(i) != REMOVED]

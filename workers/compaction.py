@@ -41,8 +41,7 @@ from lamina.faults import maybe_die
 from lamina.index.options import IndexOptions
 from lamina.io_pool import io_pool
 from lamina.index.segments import segment_for_outputs
-from lamina.manifest import DATA_DIR, Fragment, Manifest, RowGroup
-from lamina.prune import merge_zones
+from lamina.manifest import DATA_DIR, Fragment, Manifest, RowGroup, find_fragments, merge_zones
 from lamina.rewrite import id_ranges, live_offsets, mapping_runs
 from lamina.store import ObjectStore, open_store
 from planner.eligibility import COPY_IF_CLEAN, FULL_REWRITE
@@ -77,8 +76,7 @@ class GroupTask:
 def tasks_for(plan: CompactionPlan, manifest: Manifest, uri: str, storage_options: dict[str, Any] | None,
               write: WriteOptions, read_batch_bytes: int) -> list[GroupTask]:
     """One task per group of ``plan`` (made from ``manifest``, the version it was planned on)."""
-    wanted = {i for g in plan.groups for i in g.fragment_ids}
-    frags = {f.id: f for f in manifest.fragments if f.id in wanted}  # one streaming pass, keeping the groups' own
+    frags = find_fragments(manifest.fragments, (i for g in plan.groups for i in g.fragment_ids))
     indices = tuple(IndexToExtend(ix.name, ix.uuid, ix.column, ix.kind, dict(ix.details)) for ix in manifest.indices)
     return [GroupTask(uri, storage_options, g, tuple(frags[i] for i in g.fragment_ids), manifest.schema, write,
                       read_batch_bytes, manifest.stable_row_ids, indices) for g in plan.groups]

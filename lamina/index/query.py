@@ -36,7 +36,7 @@ from lamina.errors import CorruptFile, LaminaError, ObjectNotFound
 from lamina.filter import Conjunct, Filter
 from lamina.index.segments import fetch_blocks, on_broken, open_segment
 from lamina.keys import key_array, key_value
-from lamina.manifest import ADDRESS_SHIFT, Fragment, IndexEntry, Manifest
+from lamina.manifest import ADDRESS_SHIFT, Fragment, FragmentList, IndexEntry, Manifest
 from lamina.store import ObjectStore
 
 log = logging.getLogger("lamina.index")
@@ -266,24 +266,46 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
     taken: list[tuple[Fragment, np.ndarray, bool]] = []
     position: dict[int, int] = {}  # fragment id -> its place in the table, for the fragments read
 
-    def to_scan() -> Iterator[Fragment]:
-        for at, frag in enumerate(plan.fragments):
-            if frag.id in served:
-                sel.index_fragments += 1
-                offs = candidates[frag.id]
-                if len(offs) and frag.deletion is not None:
-                    offs = offs[~among(offs, read_deleted(store, frag))]
-                if len(offs) <= TAKE_FRACTION * frag.rows:
-                    if len(offs):
-                        taken.append((frag, np.sort(offs), final_all and answered[frag.id] == len(plan.parts)))
-                        position[frag.id] = at
-                        sel.candidate_rows += len(offs)
-                    continue
-                sel.index_fragments -= 1  # too many candidates: scanned instead
-            position[frag.id] = at
-            yield frag
+    segment_pruned = 0
 
-    scanned, sel.zone_pruned_fragments = prune.prune_fragments(to_scan(), schema, flt)
+    def runs() -> "Iterator[tuple[int, Sequence[Fragment]]]":
+        """(position of the first fragment, fragments) runs in table order; a manifest segment whose
+        zone maps rule the filter out is skipped unread."""
+        nonlocal segment_pruned
+        frags = plan.fragments
+        skip = prune.segments_ruled_out(schema, flt) if isinstance(frags, FragmentList) else None
+        if skip is None:
+            yield 0, frags
+            return
+        at = 0
+        for part, items in frags.runs(skip):
+            if items is None:
+                segment_pruned += part.count
+                at += part.count
+                continue
+            yield at, items
+            at += len(items)
+
+    def to_scan() -> Iterator[Fragment]:
+        for first, items in runs():
+            for at, frag in enumerate(items, first):
+                if frag.id in served:
+                    sel.index_fragments += 1
+                    offs = candidates[frag.id]
+                    if len(offs) and frag.deletion is not None:
+                        offs = offs[~among(offs, read_deleted(store, frag))]
+                    if len(offs) <= TAKE_FRACTION * frag.rows:
+                        if len(offs):
+                            taken.append((frag, np.sort(offs), final_all and answered[frag.id] == len(plan.parts)))
+                            position[frag.id] = at
+                            sel.candidate_rows += len(offs)
+                        continue
+                    sel.index_fragments -= 1  # too many candidates: scanned instead
+                position[frag.id] = at
+                yield frag
+
+    scanned, pruned = prune.prune_fragments(to_scan(), schema, flt)
+    sel.zone_pruned_fragments = pruned + segment_pruned
     sel.scanned_fragments = len(scanned)
     results: list[tuple[int, Fragment, pa.Table]] = []
     if taken:

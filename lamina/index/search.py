@@ -24,7 +24,7 @@ from lamina.index.options import IndexOptions, check_indexable
 from lamina.index.segments import CACHE, fetch_blocks, on_broken, open_segment
 from lamina.keys import key_array
 from lamina.io_pool import pool_size
-from lamina.manifest import ADDRESS_SHIFT, Fragment, Manifest
+from lamina.manifest import ADDRESS_SHIFT, Fragment, Manifest, find_fragments
 from lamina.store import ObjectStore
 
 log = logging.getLogger("lamina.index")
@@ -178,7 +178,7 @@ def hit_rows(store: ObjectStore, manifest: Manifest, schema: pa.Schema, addrs: n
     ordered = np.asarray(addrs, dtype=np.uint64)[order]
     fids = (ordered >> np.uint64(ADDRESS_SHIFT)).astype(np.int64)
     offsets = (ordered & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    frags = manifest.fragment_map()
+    frags = find_fragments(manifest.fragments, np.unique(fids).tolist())
     cuts = np.flatnonzero(fids[1:] != fids[:-1]) + 1
     runs = list(zip([0] + cuts.tolist(), cuts.tolist() + [n]))  # one per fragment
     workers = pool_size(min(n, _idle_cores()))

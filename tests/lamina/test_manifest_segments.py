@@ -123,7 +123,7 @@ def _as_v1(m: Manifest) -> bytes:
     """``m`` as a version-1 manifest (every fragment in the root), as Lamina wrote before segments."""
     os.environ["LAMINA_MANIFEST_INLINE_FRAGMENTS"] = str(1 << 30)
     try:
-        body = json.loads(encode_manifest(m.replace(segments=())))
+        body = json.loads(encode_manifest(m.replace(segments=(), segment_lists=(), fragments=tuple(m.fragments))))
     finally:
         os.environ["LAMINA_MANIFEST_INLINE_FRAGMENTS"] = "2"
     body.pop("checksum")
@@ -158,6 +158,7 @@ def test_a_missing_or_altered_segment_is_corrupt_file_naming_it(local_table_uri)
     t = lamina.create_table(local_table_uri, SCHEMA)
     _grow(t, 12)
     seg = t.manifest.segments[1].path
+    key = next(z.lo for z in t.manifest.segments[1].fragments[0].zones if z.column == "id")  # a row it holds
     data = t.store.get(seg)
     t.store.put(seg, data.replace(b'"rows":3', b'"rows":4', 1))
     clear_caches()
@@ -177,7 +178,7 @@ def test_a_missing_or_altered_segment_is_corrupt_file_naming_it(local_table_uri)
     with pytest.raises(CorruptFile, match=rf"manifest segment .*{seg} is missing"):
         lamina.open_table(local_table_uri).to_arrow()
     with pytest.raises(CorruptFile, match=rf"manifest segment .*{seg} is missing"):
-        lamina.open_table(local_table_uri).delete("id = 1")
+        lamina.open_table(local_table_uri).delete(f"id = {key}")
 
 
 def test_a_segment_of_another_table_is_refused():
@@ -414,3 +415,57 @@ def test_lamina_upgrade_converts_a_version_1_table_once(local_table_uri, capsys)
     assert lamina_cli(["upgrade", local_table_uri]) == 0
     assert "already in manifest format 2" in capsys.readouterr().out and lamina.open_table(local_table_uri).version == v1 + 1
     assert lamina_cli(["upgrade", local_table_uri + "/missing"]) == 1
+
+
+def _segment_gets(monkeypatch, store) -> list[str]:
+    gets: list[str] = []
+    real_get = type(store).get
+    monkeypatch.setattr(type(store), "get", lambda self, path, *a, **k: gets.append(path) or real_get(self, path, *a, **k))
+    return gets
+
+
+def test_segment_entries_bound_their_fragments_ids_and_zones(local_table_uri):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    _grow(t, 40)
+    t.delete("id = 4")
+    clear_caches()
+    m = lamina.open_table(local_table_uri).manifest
+    assert len(m.segments) >= 8 and m.segment_lists
+    by_path = {seg.path: seg for seg in m.segments}
+    for seg in m.segments + m.segment_lists:
+        named = [seg] if seg.path in by_path else [by_path[e.path] for e in seg.items]
+        frags = [f for s in named for f in s.fragments]
+        assert seg.ids == (min(f.id for f in frags), max(f.id for f in frags))
+        (zone,) = [z for z in seg.zones if z.column == "id"]
+        ids = [z.lo for f in frags for z in f.zones if z.column == "id"] + [z.hi for f in frags for z in f.zones if z.column == "id"]
+        assert (zone.lo, zone.hi) == (min(ids), max(ids))
+
+
+def test_a_selective_delete_reads_only_the_segments_that_can_hold_the_key(local_table_uri, monkeypatch):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    end = _grow(t, 60)
+    expected = {(i, f"v{i}") for i in range(end)} - {(100, "v100")}
+    clear_caches()
+    writer = lamina.open_table(local_table_uri)
+    lists = {lst.path for lst in writer.manifest.segment_lists}
+    assert len(writer.manifest.segments) >= 12
+    gets = _segment_gets(monkeypatch, writer.store)
+    assert writer.to_arrow(filter="id = 100").num_rows == 1
+    assert writer.count_rows("id >= 100 AND id <= 102") == 3
+    assert writer.delete("id = 100") == 1
+    read = {p for p in gets if p.startswith(SEGMENTS_DIR) and p not in lists}
+    assert 1 <= len(read) <= 2, f"{len(read)} of {len(writer.manifest.segments)} segments read"
+    assert sum(seg.read for seg in writer.manifest.segments) <= 2  # the new version holds only what it changed
+    clear_caches()
+    assert set(_all_rows(lamina.open_table(local_table_uri))) == expected
+
+
+def test_a_segment_holding_ids_outside_its_entry_is_corrupt():
+    from lamina.manifest import FragmentList
+    frags = tuple(Fragment(i, f"data/{i:032x}.parquet", 1, 10, (RowGroup(1, 10),), "2.6") for i in range(4))
+    ok = ManifestSegment("_segments/a.json", 2, 1, "crc32c:0", 2, ids=(0, 1), held=frags[:2])
+    lying = ManifestSegment("_segments/b.json", 2, 1, "crc32c:0", 2, ids=(2, 2), held=frags[2:])
+    assert [f.id for f in FragmentList((ok, ManifestSegment("_segments/c.json", 2, 1, "crc32c:0", 2, ids=(2, 3), held=frags[2:])),
+                                       "v", 4, 0)] == [0, 1, 2, 3]
+    with pytest.raises(CorruptFile, match="outside the range"):
+        list(FragmentList((ok, lying), "v", 4, 0))

@@ -91,11 +91,11 @@ def test_merged_zones_bound_every_source():
     b = Zone("v", "bytes", b"a", b"d", True, 3, 0)
     c = Zone("v", "bytes", None, None, True, 5, 0)  # all null
     frag = lambda z: lamina.manifest.Fragment(0, "data/x.parquet", 5, 1, (), "2.6", zones=(z,))  # noqa: E731
-    (m,) = prune.merge_zones([frag(a), frag(b), frag(c)])
+    (m,) = lamina.manifest.merge_zones([frag(a), frag(b), frag(c)])
     assert (m.lo, m.hi, m.hi_inclusive, m.nulls) == (b"a", b"d", True, 8)
-    assert prune.merge_zones([frag(a), lamina.manifest.Fragment(1, "data/y.parquet", 5, 1, (), "2.6")]) is None
+    assert lamina.manifest.merge_zones([frag(a), lamina.manifest.Fragment(1, "data/y.parquet", 5, 1, (), "2.6")]) is None
     other_kind = Zone("v", "int", 1, 2, True, 0, 0)
-    assert prune.merge_zones([frag(a), frag(other_kind)]) == ()
+    assert lamina.manifest.merge_zones([frag(a), frag(other_kind)]) == ()
 
 
 def test_a_selective_filter_opens_only_the_fragments_that_can_match(zoned, monkeypatch):
