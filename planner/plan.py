@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-from lamina.manifest import Fragment, Manifest
+from lamina.manifest import Fragment, Manifest, find_fragments
 from planner.bin_packing import pack_adjacent
 from planner.eligibility import (
     COPY, COPY_IF_CLEAN, ENCODE, FULL_REWRITE, RowGroupAction, actions, candidate_reason, choose_mode, encode_all, resolve,
@@ -204,13 +204,13 @@ def _binpack(fragments: Iterable[Fragment], options: CompactionOptions) -> tuple
 def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str = "") -> CompactionPlan:
     """The plan for ``manifest`` under ``options`` (``options.policy`` chooses binpack or tiered).
     Binpack streams over the version's fragments, holding the candidates it groups; tiered weighs
-    every fragment against its neighbours, so it holds the version's fragments while it plans."""
+    every fragment against its neighbours, so it keeps a small unit per fragment (not the fragment)
+    and then reads the fragments of its groups."""
     tiers: TierReport | None = None
     if options.policy == TIERED:
-        frags = list(manifest.fragments)
-        reasons = [candidate_reason(f, options) for f in frags]
-        positions, tiers = plan_tiers(frags, options)
-        groups = [[(frags[p], reasons[p] or "") for p in g] for g in positions]
+        id_groups, tiers = plan_tiers(manifest.fragments, options)
+        found = find_fragments(manifest.fragments, (i for g in id_groups for i in g))
+        groups = [[(found[i], candidate_reason(found[i], options) or "") for i in g] for g in id_groups]
         skipped: list[tuple[int, str]] = []
     else:
         groups, skipped = _binpack(manifest.fragments, options)

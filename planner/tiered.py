@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable
 
 from lamina.manifest import Fragment
 from planner.bin_packing import pack_adjacent
@@ -118,7 +118,7 @@ class TierReport:
         return lines
 
 
-@dataclass
+@dataclass(slots=True)
 class _Unit:
     """A run of adjacent fragments that ends this pass as one fragment (itself, or a group's output)."""
 
@@ -172,9 +172,19 @@ def _merge(units: list[_Unit], trigger: str, text: str) -> _Unit:
 
 
 class _Planner:
-    def __init__(self, fragments: Sequence[Fragment], options: CompactionOptions):
-        self.frags, self.o, self.sz = list(fragments), options, _Sizes(options)
-        self.units = [_Unit(p, p, f.live_rows, _live_bytes(f), not _small(f, options)) for p, f in enumerate(self.frags)]
+    def __init__(self, fragments: Iterable[Fragment], options: CompactionOptions):
+        self.o, self.sz = options, _Sizes(options)
+        # One pass over the fragments (they may stream from the manifest segments): what the policy
+        # needs of each is its id, its unit and, at the deletion threshold, its deleted share.
+        self.ids: list[int] = []
+        self.units: list[_Unit] = []
+        #: Position -> deleted share, for the fragments at the deletion threshold.
+        self.deleted_share: dict[int, float] = {}
+        for p, f in enumerate(fragments):
+            self.ids.append(f.id)
+            self.units.append(_Unit(p, p, f.live_rows, _live_bytes(f), not _small(f, options)))
+            if candidate_reason(f, options) == DELETIONS:
+                self.deleted_share[p] = f.deleted_rows / f.rows
         #: Per position: the first trigger text that pulled the fragment into a merge.
         self.first_text: dict[int, tuple[str, str]] = {}
 
@@ -282,9 +292,9 @@ class _Planner:
         whatever their tier; size merges may then take them along."""
         t = self.o.materialize_deletions_threshold
         for i, u in enumerate(self.units):
-            f = self.frags[u.first]
-            if candidate_reason(f, self.o) == DELETIONS:
-                text = f"{f.deleted_rows / f.rows:.0%} of its rows deleted (materialize_deletions_threshold {t:g})"
+            share = self.deleted_share.get(u.first)
+            if share is not None:
+                text = f"{share:.0%} of its rows deleted (materialize_deletions_threshold {t:g})"
                 self.units[i] = _Unit(u.first, u.last, u.rows, u.bytes, u.rows >= self.sz.rows or u.bytes >= self.sz.bytes,
                                       DELETIONS, [text])
                 self.first_text[u.first] = (DELETIONS, text)
@@ -363,7 +373,7 @@ class _Planner:
         # What a waiting fragment waits with: its run after this pass's merges.
         after_peers, after_held = self._original_runs(self.units)
         self.waiting = {u.first: (after_peers[i], after_held[i]) for i, u in enumerate(self.units) if u.trigger is None}
-        decisions = tuple(self._decision(p, original, group_of) for p in range(len(self.frags)))
+        decisions = tuple(self._decision(p, original, group_of) for p in range(len(self.ids)))
         report = TierReport(self.o.tier_ratio, self.o.min_merge_width, self.o.max_fragments, decisions, tuple(triggers),
                             before, self.after)
         return groups, report
@@ -394,16 +404,16 @@ class _Planner:
         return peers, held
 
     def _decision(self, p: int, original: list[_Unit], group_of: dict[int, int]) -> Decision:
-        f, u = self.frags[p], original[p]
+        fid, u = self.ids[p], original[p]
         tier, share, peers = self.sz.tier(u), self.sz.share(u), self.peers[p]
         w = self.o.min_merge_width
         if p in group_of:
             trigger, text = self.first_text[p]
-            return Decision(f.id, tier, share, peers, MERGE, group_of[p], trigger, f"merges in group {group_of[p]}: {text}")
+            return Decision(fid, tier, share, peers, MERGE, group_of[p], trigger, f"merges in group {group_of[p]}: {text}")
         if u.at_target:
-            return Decision(f.id, 0, share, 0, AT_TARGET, None, None, "at the target: moves only to drop deleted rows")
+            return Decision(fid, 0, share, 0, AT_TARGET, None, None, "at the target: moves only to drop deleted rows")
         if self.sz.settled(u):
-            return Decision(f.id, tier, share, 0, SETTLED, None, None,
+            return Decision(fid, tier, share, 0, SETTLED, None, None,
                             "settled (at least half the target): moves only to drop deleted rows")
         peers, held = self.waiting[p]
         if tier >= 2:
@@ -414,17 +424,20 @@ class _Planner:
                    f"(more tier-1 fragments next to it)")
         if self.after > self.o.max_fragments:
             why += "; more than max_fragments are unsettled, but no neighbour fits the target with it"
-        return Decision(f.id, tier, share, peers, WAIT, None, None, why)
+        return Decision(fid, tier, share, peers, WAIT, None, None, why)
 
 
 def _small(f: Fragment, options: CompactionOptions) -> bool:
     return f.live_rows < options.target_rows_per_fragment and f.file_bytes < options.target_bytes_per_fragment
 
 
-def plan_tiers(fragments: Sequence[Fragment], options: CompactionOptions) -> tuple[list[list[int]], TierReport]:
-    """The groups (positions of adjacent fragments, table order) the tiered policy merges this pass,
-    and its reasons fragment by fragment."""
-    return _Planner(fragments, options).plan()
+def plan_tiers(fragments: Iterable[Fragment], options: CompactionOptions) -> tuple[list[list[int]], TierReport]:
+    """The groups (ids of adjacent fragments, table order) the tiered policy merges this pass, and its
+    reasons fragment by fragment. One pass over ``fragments``: it keeps a unit per fragment, not the
+    fragments."""
+    planner = _Planner(fragments, options)
+    groups, report = planner.plan()
+    return [[planner.ids[p] for p in g] for g in groups], report
 
 
 __all__ = ["plan_tiers", "Decision", "TierReport", "SIZE", "TOP", "MAX_FRAGMENTS", "MERGE", "WAIT", "SETTLED",
