@@ -357,10 +357,29 @@ class FragmentList(collections.abc.Sequence):
     def extended(self, new: "Sequence[Fragment]", next_fragment_id: int, next_row_id: int) -> "FragmentList":
         """These fragments and ``new`` after them, without reading a segment (``lay_out`` then writes
         only what the tail outgrows)."""
-        out = FragmentList(self._parts + (tuple(new),), self._where, next_fragment_id, next_row_id)
+        parts = self._parts
+        if new:
+            parts = parts[:-1] + (parts[-1] + tuple(new),) if self._inline else parts + (tuple(new),)
+        out = FragmentList._of(parts, self._count + len(new), self._where, next_fragment_id, next_row_id)
         if self._all is not None:
             out._all = self._all + tuple(new)
         return out
+
+    @classmethod
+    def _of(cls, parts: "tuple[Part, ...]", count: int, where: str, next_fragment_id: int, next_row_id: int) -> "FragmentList":
+        """A list of ``parts`` already joined (no two held runs adjacent, none empty) holding ``count``."""
+        out = cls.__new__(cls)
+        out._parts, out._count = parts, count
+        out._where, out._next_ids = where, (next_fragment_id, next_row_id)
+        out._all, out._lock = None, threading.Lock()
+        return out
+
+    @classmethod
+    def _laid(cls, segments: "tuple[ManifestSegment, ...]", tail: "tuple[Fragment, ...]", where: str,
+              next_fragment_id: int, next_row_id: int) -> "FragmentList":
+        """A version's fragments as ``lay_out`` leaves them: its segments, then its inline tail."""
+        return cls._of(segments + ((tail,) if tail else ()), sum(seg.count for seg in segments) + len(tail), where,
+                       next_fragment_id, next_row_id)
 
     def _laid_on(self, segments: "tuple[ManifestSegment, ...]") -> bool:
         """Whether these are ``segments``' fragments (the very entries, in order) plus an inline tail."""
@@ -835,6 +854,29 @@ def merge_zones(items: "Sequence[Any]") -> "tuple[Zone, ...] | None":
     return tuple(out)
 
 
+def _same_nodes(a: "tuple[ManifestSegment, ...]", b: "tuple[ManifestSegment, ...]") -> bool:
+    return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b))
+
+
+def _lay_parts(parts: "tuple[Part, ...]", limits: tuple[int, int], encode: Callable[["tuple[Any, ...]"], bytes],
+               writes: list[tuple[str, bytes]]) -> "tuple[tuple[ManifestSegment, ...], tuple[Fragment, ...]]":
+    """``_lay_units`` over a ``FragmentList``'s parts, looking only at the parts from a little before
+    the first held run: the segments before it are kept as they are unless a run being written
+    merges that far back (a binary counter reaches back a few segments at most), which is checked:
+    the first segment looked at must come out untouched, else the look starts further back."""
+    first_held = next((i for i, p in enumerate(parts) if not isinstance(p, ManifestSegment)), len(parts))
+    back = 16
+    while True:
+        start = max(0, first_held - back)
+        units = [_Unit([], p) if isinstance(p, ManifestSegment) else _Unit(list(p)) for p in parts[start:]]
+        mine: list[tuple[str, bytes]] = []
+        segments, tail = _lay_units(units, limits, lambda f: f.live_rows, encode, mine)
+        if start == 0 or (segments and segments[0] is parts[start]):
+            writes.extend(mine)
+            return tuple(parts[:start]) + segments, tail
+        back *= 4
+
+
 def _encode_object(kind: str, table_uuid: str, field_name: str, items: list[Any]) -> bytes:
     return json.dumps({"format": kind, "table_uuid": table_uuid, field_name: items}, sort_keys=True, separators=(",", ":")).encode()
 
@@ -857,10 +899,9 @@ def lay_out(m: Manifest) -> tuple[Manifest, list[tuple[str, bytes]]]:
     if isinstance(frags, FragmentList):
         # Parts: segments no fragment of which changed are kept without being read (only those a
         # run being written merges with are); the held runs between them are written.
-        units = [_Unit([], p) if isinstance(p, ManifestSegment) else _Unit(list(p)) for p in frags._parts]
-        segments, tail = _lay_units(units, fragment_limits, lambda f: f.live_rows, encode, writes)
+        segments, tail = _lay_parts(frags._parts, fragment_limits, encode, writes)
         if not frags._laid_on(segments) or tail != frags._inline:
-            frags = FragmentList(segments + (tail,), frags._where, m.next_fragment_id, m.next_row_id)
+            frags = FragmentList._laid(segments, tail, frags._where, m.next_fragment_id, m.next_row_id)
     else:
         held = tuple(frags)
         segments = _lay(held, m.segments, fragment_limits, lambda f: f.id, lambda f: f.live_rows, encode, writes)
@@ -870,7 +911,7 @@ def lay_out(m: Manifest) -> tuple[Manifest, list[tuple[str, bytes]]]:
     lists = _lay(segments, m.segment_lists, segment_limits, lambda seg: seg.path, lambda seg: seg.rows,
                  lambda segs: _encode_object(SEGMENT_LIST_FORMAT, m.table_uuid, "segments", [_entry_json(seg) for seg in segs]),
                  writes)
-    if not writes and segments == m.segments and lists == m.segment_lists:
+    if not writes and _same_nodes(segments, m.segments) and _same_nodes(lists, m.segment_lists):
         return m, writes  # every object matched its run in place: the layout holds
     return m.replace(segments=segments, segment_lists=lists, fragments=frags), writes
 
@@ -1116,8 +1157,10 @@ def remember_manifest(store: ObjectStore, m: Manifest, written: "Sequence[str] |
     segment it holds read). The others are its base's, cached when they were read."""
     _CACHE.put((store.uri, m.table_uuid, m.version), m, _held_bytes(m))
     new = None if written is None else set(written)
-    for seg in m.segments + m.segment_lists:
-        if seg.read and (new is None or seg.path in new):
+    if new == set():
+        return
+    for seg in itertools.chain(m.segments, m.segment_lists):
+        if (new is None or seg.path in new) and seg.read:
             _SEGMENTS.put((store.uri, seg.path), seg, _segment_held_bytes(seg))
 
 

@@ -469,3 +469,33 @@ def test_a_segment_holding_ids_outside_its_entry_is_corrupt():
                                        "v", 4, 0)] == [0, 1, 2, 3]
     with pytest.raises(CorruptFile, match="outside the range"):
         list(FragmentList((ok, lying), "v", 4, 0))
+
+
+def test_laying_out_from_the_first_changed_part_equals_laying_out_every_part():
+    from lamina.manifest import _lay_parts, _lay_units, _Unit
+    rng = random.Random(7)
+    frags = [Fragment(i, f"data/{i:032x}.parquet", 1, 10, (RowGroup(1, 10),), "2.6") for i in range(4000)]
+    for trial in range(120):
+        parts, at = [], 0
+        while at < 1200:
+            n = rng.choice([1, 2, 3, 4, 4, 4, 8, 16])
+            run = tuple(frags[at:at + n])
+            at += n
+            if rng.random() < 0.8:
+                parts.append(ManifestSegment(f"_segments/{at}.json", len(run), 1, "crc32c:0", len(run), held=run))
+            else:
+                parts.append(run)
+        if rng.random() < 0.5:  # mostly segments, changed near the end (appends) or anywhere (edits)
+            parts = [p if isinstance(p, ManifestSegment) else ManifestSegment(f"_segments/k{i}.json", len(p), 1, "crc32c:0",
+                                                                               len(p), held=p) for i, p in enumerate(parts)]
+            parts.append(tuple(frags[at:at + rng.randint(1, 40)]))
+        limits = (rng.choice([2, 4, 8]), rng.choice([4, 8, 16]))
+        encode = lambda held: b"x" * len(held)  # noqa: E731
+        got_writes, want_writes = [], []
+        got = _lay_parts(tuple(parts), limits, encode, got_writes)
+        units = [_Unit([], p) if isinstance(p, ManifestSegment) else _Unit(list(p)) for p in parts]
+        want = _lay_units(units, limits, lambda f: f.live_rows, encode, want_writes)
+        assert [s.items if s.path.startswith("_segments/") and s not in parts else s for s in got[0]] == \
+            [s.items if s.path.startswith("_segments/") and s not in parts else s for s in want[0]], trial
+        assert all((a is b) == (b in parts) for a, b in zip(got[0], want[0])) and got[1] == want[1]
+        assert len(got_writes) == len(want_writes)
