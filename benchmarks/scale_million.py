@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.compaction import _status_kib
 from benchmarks.scale import LAMINA_META, SCHEMA, p, rows, snapshot, written
 
 CHUNK = 100_000
@@ -68,14 +69,6 @@ def build(uri: str, n: int) -> float:
         base = commit(t.store, Append(base.version, frags), base)
         del frags
     return time.perf_counter() - t0
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def _reset_peak_rss() -> int:
@@ -131,6 +124,7 @@ OPS = ("open", "iterate", "append", "delete", "plan")
 def run_size(n: int, where: str, appends: int) -> dict[str, Any]:
     uri = os.path.join(where, f"t{n}")
     took = build(uri, n)
+    os.sync()  # the build's writes reach the disk now, not during the fsyncs of the commits measured
     size: dict[str, Any] = {"fragments": n, "build_s": took}
     ctx = mp.get_context("spawn")
     for op in OPS:

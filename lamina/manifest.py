@@ -229,6 +229,16 @@ class ManifestSegment:
     #: them on first use (``items``); not part of its entry (equal entries name the same object).
     held: Any = field(default=(), compare=False, repr=False)
 
+    def __eq__(self, other: object) -> bool:
+        # Entries name immutable objects by random, never reused paths: the same path (and
+        # checksum) is the same entry. Cheaper than comparing every field, as laying out compares
+        # runs of entries element by element.
+        return self is other or (isinstance(other, ManifestSegment) and self.path == other.path
+                                 and self.checksum == other.checksum and self.count == other.count)
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
     def holds_any(self, wanted: "Sequence[int]") -> bool:
         """Whether it may hold a fragment whose id is in ``wanted`` (sorted)."""
         if self.ids is None:
