@@ -1,7 +1,8 @@
 """Reading and writing fragments' data files (Parquet, through the native writer).
 
-Writes stream: at most ``max_rows_per_file`` rows are held before a file is
-written, so memory is bounded by that setting, not by the input's size.
+Writes stream: at most ``max_rows_per_file`` rows (for smaller files, one task's group of them: at most
+``GROUP_ROWS``) are held per writer thread before they are written, so memory is bounded by that setting,
+not by the input's size.
 """
 
 from __future__ import annotations

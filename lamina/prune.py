@@ -652,7 +652,10 @@ def zones_of_many(chunks: Sequence[Sequence[pa.RecordBatch]], schema: pa.Schema)
         wanted.append((fld, kind, name))
     if not wanted:
         return [() for _ in chunks]
-    out = pa.table(columns).group_by("_g", use_threads=False).aggregate(aggregations)
+    try:
+        out = pa.table(columns).group_by("_g", use_threads=False).aggregate(aggregations)
+    except pa.ArrowNotImplementedError:  # a type the grouped kernels lack in this pyarrow: one file at a time
+        return [zones_of(c, schema) for c in chunks]
     at = {g: j for j, g in enumerate(out.column("_g").to_pylist())}
     per_column = []
     for fld, kind, name in wanted:

@@ -174,3 +174,16 @@ def test_zones_of_many_files_equal_zones_of_each(seed):
     assert prune.zones_of_many(chunks[:1], schema) == expected[:1]
     empty = pa.record_batch([pa.array([], t) for t in ZONED_TYPES], schema=schema)
     assert prune.zones_of_many(chunks[:2] + [[empty]], schema) == expected[:2] + [prune.zones_of([empty], schema)]
+
+
+def test_zones_of_many_falls_back_to_one_file_at_a_time_where_grouped_kernels_are_missing(monkeypatch):
+    from lamina import prune
+
+    schema = pa.schema([("id", pa.int64()), ("x", pa.float64())])
+    chunks = [[pa.record_batch([pa.array([i, i + 1]), pa.array([float("nan"), i / 2])], schema=schema)] for i in range(5)]
+
+    def missing(self, aggregations):
+        raise pa.ArrowNotImplementedError("no grouped kernel")
+
+    monkeypatch.setattr(pa.TableGroupBy, "aggregate", missing)
+    assert prune.zones_of_many(chunks, schema) == [prune.zones_of(c, schema) for c in chunks]
