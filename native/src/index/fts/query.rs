@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
-use super::format::{PostingBlock, NO_DOC};
+use super::format::{PostingBlock, NO_DOC, RUN};
 use crate::error::{Error, Result};
 use crate::index::{corrupt, local_address, partition_point, SegmentReader};
 
@@ -173,19 +173,17 @@ impl DocLengths {
 
     /// Calls `f(document - lo, tf, length)` for every posting of `block` on a live
     /// document in `lo..hi`, in posting order. Postings of fragments not served
-    /// are skipped without being read (each served fragment's postings are found
-    /// by binary search, the block being sorted by address).
+    /// are skipped without being decoded (each served fragment's first run is found
+    /// by binary search over the runs' first addresses, the block being sorted by address).
     #[inline(always)]
     fn for_each_live<B: AsRef<[u8]>>(&self, block: &PostingBlock<B>, lo: usize, hi: usize, mut f: impl FnMut(usize, u32, u32)) -> Result<()> {
         if lo >= hi {
             return Ok(());
         }
-        let (addrs, tfs) = block.columns();
-        let addr_at = |i: usize| {
-            let a = &addrs[8 * i..8 * i + 8];
-            u64::from_le_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]])
-        };
-        let mut from = 0;
+        let runs = block.runs();
+        let (mut addrs, mut tfs) = ([0u64; RUN], [0u32; RUN]);
+        // the next run to decode; the decoded run before it, `held` postings, read up to `at`
+        let (mut next, mut held, mut at) = (0usize, 0usize, 0usize);
         let first_span = self.spans.partition_point(|s| (s.start + s.rows) as usize <= lo);
         for span in &self.spans[first_span..] {
             let start = span.start as usize;
@@ -196,21 +194,35 @@ impl DocLengths {
             let (o_lo, o_hi) = (lo.saturating_sub(start), (span.rows as usize).min(hi - start));
             let a_lo = local_address(span.ordinal, o_lo as u32);
             let a_hi = a_lo + (o_hi - o_lo) as u64;
-            let first = from + partition_point(block.n - from, |i| addr_at(from + i) < a_lo);
-            let end = first + partition_point(block.n - first, |i| addr_at(first + i) < a_hi);
-            from = end;
+            // runs starting at or below a_lo: the last of them is the first that can hold a_lo
+            let k = next + partition_point(runs - next, |i| block.first(next + i) <= a_lo);
+            if k > next {
+                (next, held, at) = (k - 1, 0, 0);
+            }
             let lengths = &self.lengths[start + o_lo..start + o_hi];
-            for (a, t) in addrs[8 * first..8 * end].chunks_exact(8).zip(tfs[4 * first..4 * end].chunks_exact(4)) {
-                let addr = u64::from_le_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]);
-                // in range unless the block is not sorted
-                let i = addr.wrapping_sub(a_lo) as usize;
-                let Some(&dl) = lengths.get(i) else {
-                    return Err(corrupt(&self.object, "posting addresses are not ascending"));
-                };
-                if dl != NO_DOC {
-                    f(start + o_lo + i - lo, u32::from_le_bytes([t[0], t[1], t[2], t[3]]), dl);
-                } else if self.complete {
-                    return Err(corrupt(&self.object, format!("a posting names row {} of ordinal {}, a null", o_lo + i, span.ordinal)));
+            'span: loop {
+                if at == held {
+                    if next == runs {
+                        break;
+                    }
+                    held = block.decode(next, &mut addrs, &mut tfs, &self.object)?;
+                    (next, at) = (next + 1, 0);
+                }
+                for (&addr, &tf) in addrs[at..held].iter().zip(&tfs[at..held]) {
+                    if addr >= a_hi {
+                        break 'span;
+                    }
+                    at += 1;
+                    // addresses are strictly ascending (checked by decode): below a_lo is before the range
+                    let i = addr.wrapping_sub(a_lo) as usize;
+                    let Some(&dl) = lengths.get(i) else {
+                        continue;
+                    };
+                    if dl != NO_DOC {
+                        f(start + o_lo + i - lo, tf, dl);
+                    } else if self.complete {
+                        return Err(corrupt(&self.object, format!("a posting names row {} of ordinal {}, a null", o_lo + i, span.ordinal)));
+                    }
                 }
             }
         }
