@@ -114,3 +114,29 @@ def test_s3_and_single_file_writes_sync_each_file(s3_table_uri, s3_options, tmp_
     native_writes.clear()
     write_fragment(LocalStore(str(tmp_path)), SCHEMA, rows(0, 3).to_batches(), WriteOptions())
     assert native_writes == [True]
+
+
+def test_every_new_local_file_has_its_directory_entry_synced_before_a_commit_names_it(tmp_path, monkeypatch):
+    """A file fsynced in a directory that is not can vanish at a power loss while the version naming it
+    survives: whatever writes a local file (a one-file append, a bulk write of a few or many files, a
+    compaction output or index segment renamed into place), its directory is fsynced before it returns."""
+    dirs: list[str] = []
+    real = local_store._fsync_dir
+    monkeypatch.setattr(local_store, "_fsync_dir", lambda d: (dirs.append(os.path.relpath(d, tmp_path)), real(d)))
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    for n in (1, 3, local_store.SYNCFS_MIN_FILES + 2):  # one file, a few, many
+        dirs.clear()
+        t.append(rows(0, n), max_rows_per_file=1)
+        data_syncs = dirs.count(os.path.join("t", "data"))
+        assert data_syncs >= 1 and dirs.index(os.path.join("t", "data")) < dirs.index(os.path.join("t", "_versions")), dirs
+    store = LocalStore(str(tmp_path / "t"))
+    dirs.clear()
+    with store.staged_output("data/renamed.parquet") as local:
+        with open(local, "wb") as f:
+            f.write(b"x")
+    assert dirs == [os.path.join("t", "data")]
+    dirs.clear()
+    with store.deferring_sync().staged_new_output("data/deferred.parquet") as local:
+        with open(local, "wb") as f:
+            f.write(b"x")
+    assert dirs == []  # its writer syncs the files and their directories together (sync_objects)
