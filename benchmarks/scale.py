@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.scale [--sizes 1000,10000,100000] [--quick] [--appends 20] [--json]
                                          [--profile append,delete,...] [--no-lance]
+    .venv/bin/python -m benchmarks.scale --synthetic 1000,1000000      (= python -m benchmarks.scale_million)
 
 For each size N (default 1,000, 10,000 and 100,000 fragments; --quick: 1,000 and 10,000), a local table of
 N fragments of 10 rows each (``id`` int64 clustered by insertion order: fragment i holds ids [10i, 10i+10),
@@ -434,7 +435,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--profile", default="", help=f"Lamina operations to profile once more: {','.join(PROFILE_OPS)}")
     ap.add_argument("--no-lance", action="store_true", help="Lamina only")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON line at the end")
+    ap.add_argument("--synthetic", metavar="SIZES", help="instead: tables of a million fragments whose manifests are "
+                    "written without data files (benchmarks.scale_million), e.g. 1000,1000000")
     args = ap.parse_args(argv)
+    if args.synthetic:
+        from benchmarks import scale_million
+
+        return scale_million.main(["--sizes", args.synthetic, "--appends", str(args.appends)] + (["--json"] if args.json else []))
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",")] if args.sizes else (
         [1000, 10_000] if args.quick else [1000, 10_000, 100_000])
     args.profile = [op for op in args.profile.split(",") if op]
@@ -460,14 +467,19 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             report(size)
     finally:
         shutil.rmtree(where, ignore_errors=True)
+    finish("scale", targets(out), out, args.json, pylance=lv)
+    return out
+
+
+def finish(benchmark: str, lines: list[str], sizes: list[dict[str, Any]], as_json: bool, **extra: Any) -> None:
+    """The targets met or missed, the load at the end and (``--json``) every figure as one line."""
     print("\ntargets (issue 18):")
-    for line in targets(out):
+    for line in lines:
         print("  " + line)
     load = os.getloadavg()
     print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
-    if args.json:
-        print(json.dumps({"benchmark": "scale", "pylance": lv, "load_end": load, "sizes": out}))
-    return out
+    if as_json:
+        print(json.dumps({"benchmark": benchmark, **extra, "load_end": load, "sizes": sizes}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """A table of a million fragments, its manifest written without its data files (issue 18, items 4 and 5: the 1M size).
 
     .venv/bin/python -m benchmarks.scale_million [--sizes 1000,1000000] [--appends 20] [--json]
+    (or: .venv/bin/python -m benchmarks.scale --synthetic 1000,1000000)
 
 Writing a million real files takes this host tens of minutes (``benchmarks.scale`` writes 1k-100k), so each
 size here is a local table with one real fragment (10 rows, ids 0-9) followed by N - 1 fragments whose data
@@ -31,7 +32,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import dataclasses
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.compaction import _status_kib
-from benchmarks.scale import LAMINA_META, SCHEMA, p, rows, snapshot, written
+from benchmarks.scale import LAMINA_META, SCHEMA, finish, p, rows, snapshot, written
 
 CHUNK = 100_000
 
@@ -188,13 +188,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             report(out[-1])
     finally:
         shutil.rmtree(where, ignore_errors=True)
-    print("\ntargets (issue 18):")
-    for line in targets(out):
-        print("  " + line)
-    load = os.getloadavg()
-    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
-    if args.json:
-        print(json.dumps({"benchmark": "scale_million", "load_end": load, "sizes": out}))
+    finish("scale_million", targets(out), out, args.json)
     return out
 
 
