@@ -198,21 +198,30 @@ fn pack(values: impl Iterator<Item = u32>, bits: u8, out: &mut Vec<u8>) {
     }
 }
 
-/// Unpacks `count` values of `bits` bits (≤ 32) from `src` (exactly their packed bytes) into `out`.
+/// Unpacks `count` values of `bits` bits (≤ 32) packed at `b[at..]` (their bytes are there) into `out`.
 #[inline]
-fn unpack(src: &[u8], count: usize, bits: u8, out: &mut [u32; RUN]) {
+fn unpack(b: &[u8], at: usize, count: usize, bits: u8, out: &mut [u32; RUN]) {
     if bits == 0 {
         out[..count].fill(0);
         return;
     }
-    // a copy with 8 bytes of slack, so every value is one unaligned 8-byte load
-    let mut buf = [0u8; RUN * 4 + 8];
-    buf[..src.len()].copy_from_slice(src);
+    let len = packed_len(count, bits);
     let mask = (1u64 << bits) - 1;
-    let bits = bits as usize;
-    for (i, o) in out[..count].iter_mut().enumerate() {
-        let bit = i * bits;
-        *o = ((le_u64(&buf, bit >> 3) >> (bit & 7)) & mask) as u32;
+    let width = bits as usize;
+    let mut get = |src: &[u8]| {
+        for (i, o) in out[..count].iter_mut().enumerate() {
+            let bit = i * width;
+            *o = ((le_u64(src, bit >> 3) >> (bit & 7)) & mask) as u32;
+        }
+    };
+    if at + len + 8 <= b.len() {
+        // every value is one unaligned 8-byte load inside the block
+        get(&b[at..]);
+    } else {
+        // near the block's end: a copy with 8 bytes of slack
+        let mut buf = [0u8; RUN * 4 + 8];
+        buf[..len].copy_from_slice(&b[at..at + len]);
+        get(&buf);
     }
 }
 
@@ -358,12 +367,11 @@ impl<B: AsRef<[u8]>> PostingBlock<B> {
             Some(runs) => {
                 let data = PACKED_HEAD + runs * SKIP;
                 let start = if j == 0 { 0 } else { le_u32(b, PACKED_HEAD + (j - 1) * SKIP + 8) as usize };
-                let run = &b[data + start..];
-                let (count, delta_bits, tf_bits) = (run[0] as usize + 1, run[1], run[2]);
-                let deltas_len = packed_len(count - 1, delta_bits);
+                let at = data + start;
+                let (count, delta_bits, tf_bits) = (b[at] as usize + 1, b[at + 1], b[at + 2]);
                 let mut deltas = [0u32; RUN];
-                unpack(&run[RUN_HEAD..RUN_HEAD + deltas_len], count - 1, delta_bits, &mut deltas);
-                unpack(&run[RUN_HEAD + deltas_len..RUN_HEAD + deltas_len + packed_len(count, tf_bits)], count, tf_bits, tfs);
+                unpack(b, at + RUN_HEAD, count - 1, delta_bits, &mut deltas);
+                unpack(b, at + RUN_HEAD + packed_len(count - 1, delta_bits), count, tf_bits, tfs);
                 let mut a = self.first(j);
                 addrs[0] = a;
                 let mut overflow = false;
