@@ -45,6 +45,9 @@ class CompactionOptions:
     min_merge_width: int = 4
     #: tiered: when more fragments than this are below half the target, the smallest merge with a neighbour until not.
     max_fragments: int = 64
+    #: A plan takes groups (in table order) until they hold this many fragments; the rest wait for the
+    #: next run. Bounds a plan's memory (~1.2 KB a fragment) and a run's length on huge tables.
+    max_plan_fragments: int = 100_000
 
     BOUNDS = {
         "target_rows_per_fragment": (1, 2**31 - 1),
@@ -58,6 +61,7 @@ class CompactionOptions:
         "tier_ratio": (2, 64),
         "min_merge_width": (2, 1024),
         "max_fragments": (1, 1_000_000),
+        "max_plan_fragments": (2, 100_000_000),
     }
 
     def __post_init__(self) -> None:

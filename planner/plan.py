@@ -121,6 +121,8 @@ class CompactionPlan:
     skipped: tuple[tuple[int, str], ...] = field(default_factory=tuple)
     #: The tiered policy's reasons, fragment by fragment (None under binpack).
     tiers: TierReport | None = None
+    #: The groups reached ``options.max_plan_fragments``: more candidates wait for the next run.
+    limited: bool = False
 
     @property
     def fragments_after(self) -> int:
@@ -136,6 +138,7 @@ class CompactionPlan:
             "rows_before": self.rows_before,
             "groups": [g.to_dict() for g in self.groups],
             "skipped": [list(s) for s in self.skipped],
+            "limited": self.limited,
             **({"tiers": self.tiers.to_dict()} if self.tiers is not None else {}),
         }
 
@@ -161,6 +164,9 @@ class CompactionPlan:
                 lines.append(f"{'':14s}trigger: {self.tiers.group_triggers[g.index]}")
         for fid, why in self.skipped:
             lines.append(f"  skipped fragment {fid}: {why}")
+        if self.limited:
+            lines.append(f"  plan limited to {self.options.max_plan_fragments:,} fragments (max_plan_fragments): "
+                         f"the fragments after group {len(self.groups) - 1} wait for the next run")
         if self.tiers is not None:
             lines.extend(self.tiers.describe_lines())
         return "\n".join(lines)
@@ -171,22 +177,27 @@ def _weights(f: Fragment) -> tuple[float, float]:
     return float(f.live_rows), f.file_bytes * live_share
 
 
-def _binpack(fragments: Iterable[Fragment], options: CompactionOptions) -> tuple[list[list[tuple[Fragment, str]]], list[tuple[int, str]]]:
-    """Groups (each member with why it is a candidate) and skipped lone candidates under the binpack
-    policy, in one pass over ``fragments`` that keeps only the run of candidates it is in: a
-    version's fragments stream by (``FragmentList``), and those the plan does not take are not held."""
+def _binpack(fragments: Iterable[Fragment], options: CompactionOptions
+             ) -> tuple[list[list[tuple[Fragment, str]]], list[tuple[int, str]], bool]:
+    """Groups (each member with why it is a candidate), skipped lone candidates, and whether the
+    groups reached ``max_plan_fragments``, under the binpack policy: one pass over ``fragments``
+    keeping only the run of candidates it is in (a version's fragments stream by, and those the plan
+    does not take are not held), stopping once the groups hold ``max_plan_fragments``."""
     targets = (float(options.target_rows_per_fragment), float(options.target_bytes_per_fragment))
     groups: list[list[tuple[Fragment, str]]] = []
     skipped: list[tuple[int, str]] = []
     run: list[tuple[Fragment, str]] = []
+    taken = 0
 
     def close_run() -> None:
         # Greedy left-to-right packing only starts a new group when the next fragment does not fit,
         # so a lone candidate could not have joined either neighbour's group: nothing is stranded
         # that a neighbour could take. Alone and without deletions, rewriting it gains nothing.
+        nonlocal taken
         for g in pack_adjacent(run, lambda m: _weights(m[0]), targets):
             if len(g) > 1 or g[0][0].deletion is not None:
                 groups.append(g)
+                taken += len(g)
             else:
                 skipped.append((g[0][0].id, "alone: no adjacent fragment has room for it"))
         run.clear()
@@ -195,10 +206,27 @@ def _binpack(fragments: Iterable[Fragment], options: CompactionOptions) -> tuple
         why = candidate_reason(f, options)
         if why is not None:
             run.append((f, why))
-        elif run:
+            if len(run) < options.max_plan_fragments - taken:
+                continue
+        if run:
             close_run()
+        if taken >= options.max_plan_fragments:
+            kept, _ = _within(groups, options.max_plan_fragments)
+            return kept, skipped, True
     close_run()
-    return groups, skipped
+    kept, limited = _within(groups, options.max_plan_fragments)
+    return kept, skipped, limited
+
+
+def _within(groups: "list[list[Any]]", limit: int) -> "tuple[list[list[Any]], bool]":
+    """The first groups holding at most ``limit`` fragments (at least the first), and whether any was left out."""
+    kept, held = [], 0
+    for g in groups:
+        if kept and held + len(g) > limit:
+            return kept, True
+        kept.append(g)
+        held += len(g)
+    return kept, False
 
 
 def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str = "") -> CompactionPlan:
@@ -208,12 +236,15 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
     and then reads the fragments of its groups."""
     tiers: TierReport | None = None
     if options.policy == TIERED:
-        id_groups, tiers = plan_tiers(manifest.fragments, options)
+        all_groups, tiers = plan_tiers(manifest.fragments, options)
+        id_groups, limited = _within(all_groups, options.max_plan_fragments)
+        if limited:
+            tiers = tiers.limited_to(len(id_groups), options.max_plan_fragments)
         found = find_fragments(manifest.fragments, (i for g in id_groups for i in g))
         groups = [[(found[i], candidate_reason(found[i], options) or "") for i in g] for g in id_groups]
         skipped: list[tuple[int, str]] = []
     else:
-        groups, skipped = _binpack(manifest.fragments, options)
+        groups, skipped, limited = _binpack(manifest.fragments, options)
 
     out = []
     for i, g in enumerate(groups):
@@ -233,4 +264,5 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
     return CompactionPlan(
         table=table or "", read_version=manifest.version, options=options, groups=tuple(out),
         fragments_before=len(manifest.fragments), rows_before=manifest.rows, skipped=tuple(skipped), tiers=tiers,
+        limited=limited,
     )

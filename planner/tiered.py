@@ -36,6 +36,7 @@ Guarantees (docs/ARCHITECTURE.md, "Compaction policies"):
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -99,6 +100,14 @@ class TierReport:
                 "max_fragments": self.max_fragments, "unsettled_before": self.unsettled_before,
                 "unsettled_after": self.unsettled_after, "group_triggers": list(self.group_triggers),
                 "fragments": [d.to_dict() for d in self.decisions]}
+
+    def limited_to(self, groups: int, limit: int) -> "TierReport":
+        """This report for a plan that keeps its first ``groups`` groups (``max_plan_fragments``): the
+        fragments of the others wait for the next run."""
+        why = f"waits: the plan reached max_plan_fragments ({limit:,}); merges in a later run"
+        decisions = tuple(dataclasses.replace(d, decision=WAIT, group=None, trigger=None, why=why)
+                          if d.group is not None and d.group >= groups else d for d in self.decisions)
+        return dataclasses.replace(self, decisions=decisions, group_triggers=self.group_triggers[:groups])
 
     def describe_lines(self) -> list[str]:
         """Fragment by fragment (runs with the same reason shown once): what ``--dry-run`` adds."""

@@ -170,3 +170,21 @@ def test_stable_row_ids_and_deletions_through_compaction(ray_cluster, local_tabl
     after = lamina.open_table(local_table_uri).to_arrow(columns=["id"], with_row_id=True, with_row_address=True)
     assert after.column("id").equals(before.column("id")) and after.column("_rowid").equals(before.column("_rowid"))
     assert not after.column("_rowaddr").equals(before.column("_rowaddr")), "addresses move, ids do not"
+
+
+def test_runs_limited_by_max_plan_fragments_compact_a_table_in_turns(ray_cluster, local_table_uri, capsys):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    for k in range(12):
+        t.append(rows(k * 10, 10))
+    before = t.to_arrow()
+    argv = [local_table_uri, "--set", "target_rows_per_fragment=40", "--set", "max_plan_fragments=4"]
+    assert main(argv + ["--dry-run"]) == 0
+    assert "plan limited to 4 fragments (max_plan_fragments)" in capsys.readouterr().out
+    counts = [len(lamina.open_table(local_table_uri).fragments())]
+    for _ in range(6):
+        assert main(argv) == 0
+        counts.append(len(lamina.open_table(local_table_uri).fragments()))
+        if counts[-1] == counts[-2]:
+            break
+    assert counts[:4] == [12, 9, 6, 3] and counts[-1] == 3, counts  # 4 fragments into 1 per run, then nothing to do
+    assert lamina.open_table(local_table_uri).to_arrow().equals(before)

@@ -185,6 +185,7 @@ def test_plan_summary_json_has_every_field():
              "row_group_plan": ["fragment 14: rg 0 encode: deleted (at least 1,000 of the fragment's 1,000 deleted rows)"]},
         ],
         "skipped": [[12, "alone: no adjacent fragment has room for it"]],
+        "limited": False,
     }
 
 
