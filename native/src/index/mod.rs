@@ -38,7 +38,19 @@ use codec::{Dec, Enc};
 
 pub const MAGIC: &[u8; 8] = b"LMNIDX01";
 pub const FOOTER_LEN: usize = 32;
+/// The oldest segment format version this build reads.
 pub const FORMAT_VERSION: u8 = 1;
+
+/// The version a segment of `kind` is written in: full-text segments with packed postings (runs of
+/// bit-packed address gaps, docs/FORMAT.md §10.3) are version 2, so a build that reads only version 1
+/// refuses them as "a newer format: upgrade Lamina" rather than as corrupt blocks; this build reads
+/// version-1 full-text segments too. B-tree and bitmap segments are unchanged: version 1.
+pub fn written_version(kind: Kind) -> u8 {
+    match kind {
+        Kind::Fts => 2,
+        Kind::BTree | Kind::Bitmap => FORMAT_VERSION,
+    }
+}
 
 /// Local address of a row inside a segment.
 pub fn local_address(ordinal: u32, offset: u32) -> u64 {
@@ -125,7 +137,7 @@ impl SegmentWriter {
         footer.u64(dir.len() as u64);
         footer.u32(crc32fast::hash(&dir));
         footer.u8(kind as u8);
-        footer.u8(FORMAT_VERSION);
+        footer.u8(written_version(kind));
         footer.u16(0);
         footer.raw(MAGIC);
         self.buf.extend_from_slice(&footer.into_bytes());
@@ -156,8 +168,10 @@ pub fn parse_footer(tail: &[u8], file_len: u64, object: &str) -> Result<Footer> 
     let dir_crc = d.u32()?;
     let kind = Kind::from_u8(d.u8()?, object)?;
     let version = d.u8()?;
-    if version != FORMAT_VERSION {
-        return Err(corrupt(object, format!("index format version {version}; this build reads version {FORMAT_VERSION}: upgrade Lamina")));
+    if !(FORMAT_VERSION..=written_version(kind)).contains(&version) {
+        return Err(corrupt(object, format!(
+            "{} index format version {version}; this build reads versions {FORMAT_VERSION} to {}: upgrade Lamina",
+            kind.name(), written_version(kind))));
     }
     if dir_offset.checked_add(dir_len).and_then(|end| end.checked_add(FOOTER_LEN as u64)) != Some(file_len) {
         return Err(corrupt(object, format!("directory at {dir_offset}+{dir_len} does not end at the footer of a {file_len}-byte file")));

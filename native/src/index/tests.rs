@@ -373,7 +373,7 @@ fn stored_segment_bytes_are_pinned() {
         "bitmap float64: crc32c:d5a3fe64",
         "btree string: crc32c:c452c0b6",
         "bitmap string: crc32c:4cd1b5eb",
-        "fts: crc32c:0b94c41a",
+        "fts: crc32c:b7eaaaa8",
     ];
     assert_eq!(got, want);
 }
@@ -388,4 +388,37 @@ fn ranges_from_scalars_encode_their_bounds_and_nan_matches_nothing() {
     assert!(KeyRange::between(Some((Scalar::F64(f64::NAN), true)), None).is_none());
     assert!(KeyRange::between(None, Some((Scalar::F64(f64::NAN), false))).is_none());
     assert_eq!(Scalar::U64(7).key(), Some(Key::Num(7)));
+}
+
+/// Full-text segments with packed postings are written as version 2 (a build reading only version 1
+/// says "upgrade Lamina" instead of failing on their blocks); this build reads both full-text
+/// versions, and version 1 only for the kinds whose layout did not change.
+#[test]
+fn segment_versions_are_read_per_kind() {
+    use crate::index::{parse_footer, written_version, FOOTER_LEN, FORMAT_VERSION};
+    assert_eq!((written_version(Kind::Fts), written_version(Kind::BTree), written_version(Kind::Bitmap)), (2, 1, 1));
+    let text = strings(vec![Some("a cat"), Some("dog")]);
+    let fts = build(Kind::Fts, vec![(0, text)], &BuildOptions::default()).unwrap().bytes;
+    let a: ArrayRef = Arc::new(Int64Array::from(vec![Some(1), Some(2)]));
+    let btree = build(Kind::BTree, vec![(0, col(a))], &BuildOptions::default()).unwrap().bytes;
+    let at = |bytes: &[u8], version: u8| {
+        let mut b = bytes.to_vec();
+        let n = b.len();
+        b[n - FOOTER_LEN + 21] = version; // dir_offset u64, dir_len u64, dir_crc u32, kind u8, then the version
+        b
+    };
+    for (bytes, kind, readable) in [(&fts, Kind::Fts, vec![1u8, 2]), (&btree, Kind::BTree, vec![1u8])] {
+        assert_eq!(bytes[bytes.len() - FOOTER_LEN + 21], written_version(kind));
+        for v in 0u8..=3 {
+            let b = at(bytes, v);
+            let got = parse_footer(&b, b.len() as u64, "seg");
+            if readable.contains(&v) {
+                assert!(got.is_ok(), "{kind:?} version {v}");
+            } else {
+                let e = got.unwrap_err().to_string();
+                assert!(e.contains(&format!("index format version {v}")) && e.contains("upgrade Lamina"), "{e}");
+            }
+        }
+    }
+    assert_eq!(FORMAT_VERSION, 1);
 }
