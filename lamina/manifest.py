@@ -655,18 +655,21 @@ def _zone_value(v: Any) -> Any:
 _PLAIN_BOUND = (int, bool, type(None))
 
 
-def _zone_value_from_json(v: Any, what: str) -> Any:
+def _zone_value_from_json(v: Any, what: Callable[[], str]) -> Any:
     if type(v) in _PLAIN_BOUND:
         return v
     if isinstance(v, dict):
-        if set(v) == {"b"} and isinstance(v["b"], str):
-            return bytes.fromhex(v["b"])
-        if v == {"f": "inf"} or v == {"f": "-inf"}:
+        if len(v) == 1 and type(v.get("b")) is str:
+            try:
+                return bytes.fromhex(v["b"])
+            except ValueError:
+                pass
+        elif v == {"f": "inf"} or v == {"f": "-inf"}:
             return float(v["f"])
-        raise CorruptFile(f"{what}: malformed zone bound {str(v)[:80]}")
+        raise CorruptFile(f"{what()}: malformed zone bound {str(v)[:80]}")
     if isinstance(v, float) and math.isfinite(v):
         return v
-    raise CorruptFile(f"{what}: malformed zone bound {str(v)[:80]}")
+    raise CorruptFile(f"{what()}: malformed zone bound {str(v)[:80]}")
 
 
 def _zones_from_json(raw: Any, what: Callable[[], str]) -> tuple[Zone, ...]:
@@ -675,9 +678,9 @@ def _zones_from_json(raw: Any, what: Callable[[], str]) -> tuple[Zone, ...]:
         if type(column) is not str or type(kind) is not str or type(hi_inclusive) is not bool:
             raise CorruptFile(f"{what()}: malformed zone map of column {str(column)[:80]}")
         if type(lo) not in _PLAIN_BOUND:
-            lo = _zone_value_from_json(lo, what())
+            lo = _zone_value_from_json(lo, what)
         if type(hi) not in _PLAIN_BOUND:
-            hi = _zone_value_from_json(hi, what())
+            hi = _zone_value_from_json(hi, what)
         if type(nulls) is not int or type(nans) is not int:
             nulls, nans = int(nulls), int(nans)
         zones.append(Zone(column, kind, lo, hi, hi_inclusive, nulls, nans))
@@ -1103,7 +1106,8 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
         file_version=str(f["file_version"]),
         deletion=deletion,
         row_ids=None if f["row_ids"] is None else tuple([(int(s), int(e)) for s, e in f["row_ids"]]),
-        checksum=None if crc is None else _checksum(crc, what()),
+        checksum=None if crc is None else (crc if type(crc) is str and len(crc) == _CHECKSUM_LEN
+                                           and crc.startswith(CHECKSUM_PREFIX) else _checksum(crc, what())),
         zones=None if zones is None else _zones_from_json(zones, what),
     )
     if not 0 <= frag.deleted_rows <= frag.rows or sum(g.rows for g in frag.row_groups) != frag.rows:
@@ -1113,6 +1117,9 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
     ):
         raise CorruptFile(f"{what()}: stable row ids {list(frag.row_ids)[:4]}... do not cover its {frag.rows} rows")
     return frag
+
+
+_CHECKSUM_LEN = len(CHECKSUM_PREFIX) + 8
 
 
 def _checksum(value: Any, what: str) -> str | None:

@@ -234,3 +234,15 @@ def test_a_malformed_zone_map_is_corrupt_file_naming_the_manifest(tmp_path, bad)
     clear_caches()
     with pytest.raises(CorruptFile, match=rf"manifest .*{manifest_path(t.version)}"):
         lamina.open_table(t.uri)
+
+
+def test_a_malformed_zone_bound_is_corrupt_naming_the_manifest():
+    from lamina.errors import CorruptFile
+    from lamina.manifest import Fragment, RowGroup, Zone, _fragment_from_json, _fragment_to_json
+    good = _fragment_to_json(Fragment(3, "data/" + "a" * 32 + ".parquet", 10, 100, (RowGroup(10, 100),), "2.6",
+                                      zones=(Zone("s", "bytes", b"ab", b"cd", True, 0, 0),)))
+    assert _fragment_from_json(good, "v1").zones[0].lo == b"ab"
+    for bad in ({"b": "zz"}, {"b": 3}, {"x": "00"}, {"b": "00", "f": "inf"}, {"f": "nan"}, "text", [1]):
+        raw = dict(good, zones=[["s", "bytes", bad, {"b": "cd"}, True, 0, 0]])
+        with pytest.raises(CorruptFile, match=r"manifest v1 fragment 3: malformed zone bound"):
+            _fragment_from_json(raw, "v1")
