@@ -11,6 +11,8 @@
     runs of small fragments): hybrid with the clean row groups copied vs full rewrite of the same rows.
 (s3) (a)'s table on a moto S3 server in this process: binary copy, its GET count, against GETting
     every file and PUTting their concatenation (reported, no target).
+(f) read after compaction: benchmarks.read_after_compaction on local disk, one round (its own command
+    adds moto S3 and three rounds); --no-read-after skips it.
 Every ratio is against a baseline measured in the same run.
 """
 
@@ -288,6 +290,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a smaller run for a smoke test")
     ap.add_argument("--no-s3", action="store_true", help="skip the moto S3 variant of (a)")
     ap.add_argument("--only", choices=["a", "e"], help="run (a) [with s3] or (e) only")
+    ap.add_argument("--no-read-after", action="store_true",
+                    help="skip (f), how the outputs read (benchmarks.read_after_compaction on local disk, one round)")
     ap.add_argument("--rss-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rss_child:
@@ -345,6 +349,12 @@ def main() -> None:
                   f"{d['job_2_workers_s']:.2f} s = {d['job_1_workers_s'] / d['job_2_workers_s']:.2f}x")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    if not args.only and not args.no_read_after:
+        from benchmarks import read_after_compaction
+
+        print("\n(f) read after compaction: the same rows uncompacted, binary-copied, hybrid and fully rewritten, read back "
+              "(benchmarks.read_after_compaction --only local --rounds 1; its own command adds S3 and rounds)", flush=True)
+        read_after_compaction.main(["--only", "local", "--rounds", "1"] + (["--quick"] if args.quick else []))
 
 
 if __name__ == "__main__":

@@ -197,7 +197,7 @@ def profile(path: str, column: str, kind: str) -> dict[str, float]:
     """Serial per-phase times of an index build (no commit), and the threaded build_segments wall time."""
     t = lamina.open_table(path)
     store, opts = t.store, IndexOptions()
-    plan = plan_index(t.manifest, column, kind, options=opts, table=t.uri)
+    plan = plan_index(t.manifest, column, kind, name=f"{column}_{kind}_profiled", options=opts, table=t.uri)  # not committed
     read_s = build_s = merge_s = 0.0
     written = []
     for seg in plan.segments:
@@ -214,7 +214,7 @@ def profile(path: str, column: str, kind: str) -> dict[str, float]:
         s, done = timed(lambda: merge_parts(store, seg.uuid, seg.fragment_ids, kind, opts, parts))
         merge_s += s
         written.append(done.path)
-    plan = plan_index(t.manifest, column, kind, options=opts, table=t.uri)
+    plan = plan_index(t.manifest, column, kind, name=f"{column}_{kind}_profiled", options=opts, table=t.uri)  # not committed
     threaded_s, segs = timed(lambda: merge_segments(store, plan, run_local(build_part, tasks_for(plan, t.uri, None))))
     written += [s.path for s in segs]
     store.delete(written)

@@ -387,14 +387,14 @@ def report(row: dict[str, Any]) -> None:
     print(f"[{row['store']:5s}] {row['op']:6s} {row['table']:13s} " + "  |  ".join(parts), flush=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="100 fragments, 1 round")
     ap.add_argument("--only", choices=("local", "s3"))
     ap.add_argument("--fragments", type=int)
     ap.add_argument("--rounds", type=int, help="fresh processes per (store, table, operation); medians (default 3)")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     fragments = args.fragments or (100 if args.quick else 400)
     rounds = args.rounds or (1 if args.quick else 3)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
