@@ -696,16 +696,25 @@ def _zones_allow(pruner: Any, zones: "tuple[Zone, ...]", schema: pa.Schema) -> b
 def prune_fragments(fragments: Iterable[Fragment], schema: pa.Schema, flt: Filter) -> tuple[list[Fragment], int]:
     """The fragments whose zone maps allow a row matching ``flt``, and how many were ruled out
     (without opening any file). One pass: ``fragments`` may stream."""
-    pruner = compile_filter(flt, schema)
-    if not pruner.useful:
+    ruled_out = fragments_ruled_out(schema, flt)
+    if ruled_out is None:
         return list(fragments), 0
     kept = []
     seen_count = 0
     for frag in fragments:
         seen_count += 1
-        if frag.zones is None or (frag.rows and _zones_allow(pruner, frag.zones, schema)):
+        if not ruled_out(frag):
             kept.append(frag)
     return kept, seen_count - len(kept)
+
+
+def fragments_ruled_out(schema: pa.Schema, flt: Filter) -> "Callable[[Fragment], bool] | None":
+    """A test of a fragment: True when its zone maps rule out every row matching ``flt`` (its file
+    need not be opened); None when the filter can prune nothing."""
+    pruner = compile_filter(flt, schema)
+    if not pruner.useful:
+        return None
+    return lambda frag: frag.zones is not None and not (frag.rows and _zones_allow(pruner, frag.zones, schema))
 
 
 def segments_ruled_out(schema: pa.Schema, flt: Filter) -> "Callable[[Any], bool] | None":

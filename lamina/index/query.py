@@ -286,25 +286,28 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
             yield at, items
             at += len(items)
 
-    def to_scan() -> Iterator[Fragment]:
-        for first, items in runs():
-            for at, frag in enumerate(items, first):
-                if frag.id in served:
-                    sel.index_fragments += 1
-                    offs = candidates[frag.id]
-                    if len(offs) and frag.deletion is not None:
-                        offs = offs[~among(offs, read_deleted(store, frag))]
-                    if len(offs) <= TAKE_FRACTION * frag.rows:
-                        if len(offs):
-                            taken.append((frag, np.sort(offs), final_all and answered[frag.id] == len(plan.parts)))
-                            position[frag.id] = at
-                            sel.candidate_rows += len(offs)
-                        continue
-                    sel.index_fragments -= 1  # too many candidates: scanned instead
-                position[frag.id] = at
-                yield frag
-
-    scanned, pruned = prune.prune_fragments(to_scan(), schema, flt)
+    ruled_out = prune.fragments_ruled_out(schema, flt)
+    scanned: list[Fragment] = []
+    pruned = 0
+    for first, items in runs():
+        for at, frag in enumerate(items, first):
+            if frag.id in served:
+                sel.index_fragments += 1
+                offs = candidates[frag.id]
+                if len(offs) and frag.deletion is not None:
+                    offs = offs[~among(offs, read_deleted(store, frag))]
+                if len(offs) <= TAKE_FRACTION * frag.rows:
+                    if len(offs):
+                        taken.append((frag, np.sort(offs), final_all and answered[frag.id] == len(plan.parts)))
+                        position[frag.id] = at
+                        sel.candidate_rows += len(offs)
+                    continue
+                sel.index_fragments -= 1  # too many candidates: scanned instead
+            if ruled_out is not None and ruled_out(frag):
+                pruned += 1  # its zone maps rule it out: no file opened
+                continue
+            position[frag.id] = at
+            scanned.append(frag)
     sel.zone_pruned_fragments = pruned + segment_pruned
     sel.scanned_fragments = len(scanned)
     results: list[tuple[int, Fragment, pa.Table]] = []
