@@ -42,6 +42,19 @@ def write_data_file(
     ``checksum`` is ``"crc32c:%08x"`` of the whole file, computed while writing (no second pass).
     """
 
+def write_data_files(
+    files: list[tuple[str | os.PathLike[str], list[pa.RecordBatch]]],
+    schema: pa.Schema,
+    *,
+    row_group_rows: int,
+    row_group_bytes: int | None = None,
+    zstd_level: int = 3,
+    sync: bool = True,
+) -> list[dict]:
+    """``write_data_file`` for each ``(path, batches)``, in one call (the GIL released once, one set of
+    writer properties): a bulk write of many small files. Returns their dicts in order; on an error the
+    files it wrote are removed and the error names the file that failed."""
+
 def take_rows_many(files: list[tuple[str, str | os.PathLike[str] | None, bytes | None, int, int]], offsets: pa.UInt32Array,
                    columns: list[str], threads: int) -> pa.RecordBatch:
     """Rows of many data files in one call, decoded on up to ``threads`` threads (GIL released).

@@ -92,10 +92,17 @@ def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.Recor
     sync = getattr(store, "sync_each_write", True)
     started = time.time()
     path = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
-    kwargs = dict(row_group_rows=options.row_group_rows, row_group_bytes=options.row_group_bytes,
-                  zstd_level=options.zstd_level, sync=sync)
     with store.staged_new_output(path) as local:  # a fresh name: in place on a local disk
-        meta = _native.write_data_file(local, schema, batches, **kwargs)
+        meta = _native.write_data_file(local, schema, batches, **_native_options(options), sync=sync)
+    return _written(path, meta, prune.zones_of(batches, schema) if zones is None else zones, schema, started)
+
+
+def _native_options(options: WriteOptions) -> dict[str, Any]:
+    return dict(row_group_rows=options.row_group_rows, row_group_bytes=options.row_group_bytes, zstd_level=options.zstd_level)
+
+
+def _written(path: str, meta: dict[str, Any], zones: tuple[Zone, ...], schema: pa.Schema, started: float) -> Fragment:
+    """The fragment (id -1 until committed) of a data file the native writer wrote at ``path``."""
     return Fragment(
         id=-1,
         path=path,
@@ -104,7 +111,7 @@ def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.Recor
         row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
         file_version=str(meta["file_version"]),
         checksum=meta.get("checksum"),
-        zones=prune.zones_of(batches, schema) if zones is None else zones,
+        zones=zones,
         schema=schema,
         written_at=started,
     )
@@ -129,11 +136,23 @@ GROUP_ROWS = 4096
 
 def _write_group(store: ObjectStore, schema: pa.Schema, chunks: list[list[pa.RecordBatch]],
                  options: WriteOptions) -> list[Fragment]:
-    """Writes consecutive files, in order; on error removes the ones it wrote and raises."""
+    """Writes consecutive files, in order; on error removes the ones it wrote and raises. Into a local
+    store that syncs them together later (``deferring_sync``), several files are one native call."""
+    zones = prune.zones_of_many(chunks, schema)
+    if len(chunks) > 1 and isinstance(store, LocalStore) and not store.sync_each_write:
+        started = time.time()
+        paths = [f"{DATA_DIR}{uuid.uuid4().hex}.parquet" for _ in chunks]
+        try:
+            metas = _native.write_data_files(list(zip(store.new_files(paths), chunks)), schema, **_native_options(options),
+                                             sync=False)
+        except BaseException:
+            store.delete(paths)  # the native call removes what it wrote; this is for anything it could not
+            raise
+        return [_written(path, meta, z, schema, started) for path, meta, z in zip(paths, metas, zones)]
     out: list[Fragment] = []
     try:
-        for chunk, zones in zip(chunks, prune.zones_of_many(chunks, schema)):
-            out.append(write_fragment(store, schema, chunk, options, zones=zones))
+        for chunk, z in zip(chunks, zones):
+            out.append(write_fragment(store, schema, chunk, options, zones=z))
     except BaseException:
         store.delete([f.path for f in out])
         raise

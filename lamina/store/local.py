@@ -125,6 +125,17 @@ class LocalStore(ObjectStore):
             if not done:
                 remove_quietly(full)
 
+    def new_files(self, paths: Sequence[str]) -> list[str]:
+        """The local paths of new objects a writer creates in place itself (fresh, unique names, as
+        ``staged_new_output`` gives one at a time), their directories made (once per ``deferring_sync``
+        view). The writer removes what it wrote if it fails; nothing refers to them until a commit."""
+        out = []
+        for path in paths:
+            parent, name = self._split(path)
+            self._make_dir(parent)
+            out.append(os.path.join(parent, name))
+        return out
+
     def _split(self, path: str) -> tuple[str, str]:
         """(local directory, file name) of an object."""
         parent, _, name = path.rpartition("/")

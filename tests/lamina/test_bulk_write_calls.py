@@ -48,11 +48,15 @@ def test_local_data_files_are_written_in_place_without_a_rename(tmp_path, monkey
     t = lamina.create_table(uri, SCHEMA)
     written: list[str] = []
     renamed: list[str] = []
-    real_write, real_replace = _native.write_data_file, os.replace
+    real_write, real_write_many, real_replace = _native.write_data_file, _native.write_data_files, os.replace
 
     def spy_write(path, *args, **kwargs):
         written.append(str(path))
         return real_write(path, *args, **kwargs)
+
+    def spy_write_many(files, *args, **kwargs):
+        written.extend(str(path) for path, _ in files)
+        return real_write_many(files, *args, **kwargs)
 
     def spy_replace(src, dst, *args, **kwargs):
         if str(dst).startswith(os.path.join(uri, "data")):
@@ -60,6 +64,7 @@ def test_local_data_files_are_written_in_place_without_a_rename(tmp_path, monkey
         return real_replace(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(_native, "write_data_file", spy_write)
+    monkeypatch.setattr(_native, "write_data_files", spy_write_many)
     monkeypatch.setattr(os, "replace", spy_replace)
     t.append(rows(0, 200), max_rows_per_file=10)  # a bulk write: synced together
     t.append(rows(200, 3))  # one file: synced on its own
@@ -70,7 +75,13 @@ def test_local_data_files_are_written_in_place_without_a_rename(tmp_path, monkey
         open(path, "wb").close()
         raise StorageError("disk full")
 
+    def failing_write_many(files, *args, **kwargs):  # fails after creating its files, leaving them
+        for path, _ in files:
+            open(path, "wb").close()
+        raise StorageError("disk full")
+
     monkeypatch.setattr(_native, "write_data_file", failing_write)
+    monkeypatch.setattr(_native, "write_data_files", failing_write_many)
     before = set(os.listdir(os.path.join(uri, "data")))
     with pytest.raises(StorageError, match="disk full"):
         t.append(rows(203, 50), max_rows_per_file=10)
@@ -101,7 +112,7 @@ def test_small_files_are_written_many_per_task_in_order_and_a_failure_removes_th
     data_dir = os.path.join(uri, "data")
     kept = set(os.listdir(data_dir))
     seen = []
-    real_write = _native.write_data_file
+    real_write, real_write_many = _native.write_data_file, _native.write_data_files
 
     def failing_write(*args, **kwargs):
         seen.append(1)
@@ -109,7 +120,16 @@ def test_small_files_are_written_many_per_task_in_order_and_a_failure_removes_th
             raise StorageError("disk full")
         return real_write(*args, **kwargs)
 
+    def failing_write_many(files, *args, **kwargs):
+        if len(seen) < 300 <= len(seen) + len(files):  # the group holding the 300th file: its first ones written
+            real_write_many(files[:300 - len(seen) - 1], *args, **kwargs)
+            seen.extend([1] * len(files))
+            raise StorageError("disk full")
+        seen.extend([1] * len(files))
+        return real_write_many(files, *args, **kwargs)
+
     monkeypatch.setattr(_native, "write_data_file", failing_write)
+    monkeypatch.setattr(_native, "write_data_files", failing_write_many)
     with pytest.raises(StorageError, match="disk full"):
         t.append(rows(10_000, 10_000), max_rows_per_file=10)
     assert set(os.listdir(data_dir)) == kept  # neither data files nor temp files are left
@@ -187,3 +207,14 @@ def test_zones_of_many_falls_back_to_one_file_at_a_time_where_grouped_kernels_ar
 
     monkeypatch.setattr(pa.TableGroupBy, "aggregate", missing)
     assert prune.zones_of_many(chunks, schema) == [prune.zones_of(c, schema) for c in chunks]
+
+
+def test_a_group_of_small_local_files_is_one_native_call(tmp_path, monkeypatch):
+    calls: list[int] = []
+    real_one, real_many = _native.write_data_file, _native.write_data_files
+    monkeypatch.setattr(_native, "write_data_file", lambda *a, **k: (calls.append(1), real_one(*a, **k))[1])
+    monkeypatch.setattr(_native, "write_data_files", lambda files, *a, **k: (calls.append(len(files)), real_many(files, *a, **k))[1])
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    t.append(rows(0, 2000), max_rows_per_file=10)
+    assert sum(calls) == 200 and len(calls) <= 12, calls  # groups of up to 64 files (1, 2, 4, ... first)
+    assert lamina.open_table(str(tmp_path / "t")).to_arrow().sort_by("id").equals(rows(0, 2000))

@@ -22,15 +22,20 @@ def rows(start: int, n: int) -> pa.Table:
 
 @pytest.fixture
 def native_writes(monkeypatch):
-    """The ``sync`` argument of every native data-file write."""
+    """The ``sync`` argument of every native data-file write (one per file, several files in one call too)."""
     seen: list[bool] = []
-    real = _native.write_data_file
+    real, real_many = _native.write_data_file, _native.write_data_files
 
     def spy(*args, **kwargs):
         seen.append(kwargs.get("sync", True))
         return real(*args, **kwargs)
 
+    def spy_many(files, *args, **kwargs):
+        seen.extend([kwargs.get("sync", True)] * len(files))
+        return real_many(files, *args, **kwargs)
+
     monkeypatch.setattr(_native, "write_data_file", spy)
+    monkeypatch.setattr(_native, "write_data_files", spy_many)
     return seen
 
 

@@ -7,7 +7,7 @@
 //! next to the `ARROW:schema` entry arrow-rs writes.
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -132,6 +132,31 @@ impl WriteOptions {
 ///
 /// On any error the partial file is removed, so a failed write leaves nothing behind.
 pub fn write_file(path: &Path, schema: SchemaRef, batches: &[RecordBatch], options: &WriteOptions) -> Result<WrittenFile> {
+    let properties = options.properties(&schema)?;
+    write_with(path, schema, batches, properties, options)
+}
+
+/// Writes one file per `(path, batches)`, in order, with one set of writer properties: what a bulk
+/// write of many small files does in one call (the per-file cost that is left is the file's own). On
+/// an error, the files this call wrote are removed too, and the error names the file that failed.
+pub fn write_files(files: &[(PathBuf, Vec<RecordBatch>)], schema: SchemaRef, options: &WriteOptions) -> Result<Vec<WrittenFile>> {
+    let properties = options.properties(&schema)?;
+    let mut written = Vec::with_capacity(files.len());
+    for (path, batches) in files {
+        match write_with(path, schema.clone(), batches, properties.clone(), options) {
+            Ok(w) => written.push(w),
+            Err(e) => {
+                for (done, _) in &files[..written.len()] {
+                    let _ = std::fs::remove_file(done);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(written)
+}
+
+fn write_with(path: &Path, schema: SchemaRef, batches: &[RecordBatch], properties: WriterProperties, options: &WriteOptions) -> Result<WrittenFile> {
     if let Some(bad) = batches.iter().find(|b| b.schema().fields() != schema.fields()) {
         return Err(Error::InvalidArgument(format!(
             "batch schema {:?} differs from the file schema {:?}",
@@ -139,7 +164,6 @@ pub fn write_file(path: &Path, schema: SchemaRef, batches: &[RecordBatch], optio
             schema
         )));
     }
-    let properties = options.properties(&schema)?;
     let display = path.display().to_string();
     // Never replaces a file; only a file created here is removed on failure.
     let file = File::create_new(path).map_err(|e| Error::io(&display, e))?;
@@ -216,6 +240,31 @@ mod tests {
         let ids = Int64Array::from_iter_values(start..start + n as i64);
         let names = StringArray::from_iter((0..n).map(|i| if i % 3 == 0 { None } else { Some(format!("n{i}")) }));
         RecordBatch::try_new(schema, vec![Arc::new(ids), Arc::new(names)]).unwrap()
+    }
+
+    #[test]
+    fn many_files_in_one_call_are_the_files_one_call_each_writes_and_a_failure_leaves_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = batch(0, 1).schema();
+        let files: Vec<(PathBuf, Vec<RecordBatch>)> =
+            (0..5).map(|i| (dir.path().join(format!("m{i}.parquet")), vec![batch(10 * i, 10)])).collect();
+        let opts = WriteOptions { sync: false, ..Default::default() };
+        let many = write_files(&files, schema.clone(), &opts).unwrap();
+        for (i, ((path, batches), w)) in files.iter().zip(&many).enumerate() {
+            let one = dir.path().join(format!("one{i}.parquet"));
+            let single = write_file(&one, schema.clone(), batches, &opts).unwrap();
+            assert_eq!((w.rows, w.file_bytes, &w.checksum), (single.rows, single.file_bytes, &single.checksum));
+            assert_eq!(std::fs::read(path).unwrap(), std::fs::read(&one).unwrap());
+        }
+        // the fourth file's directory does not exist: the call fails naming it, and removes the three it wrote
+        let mut bad: Vec<(PathBuf, Vec<RecordBatch>)> =
+            (0..5).map(|i| (dir.path().join(format!("f{i}.parquet")), vec![batch(0, 10)])).collect();
+        bad[3].0 = dir.path().join("missing").join("f3.parquet");
+        let err = write_files(&bad, schema, &opts).unwrap_err().to_string();
+        assert!(err.contains("f3.parquet"), "{err}");
+        for (path, _) in &bad {
+            assert!(!path.exists(), "{} left behind", path.display());
+        }
     }
 
     #[test]

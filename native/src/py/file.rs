@@ -13,7 +13,7 @@ use pyo3::types::PyDict;
 
 use super::run;
 use crate::error::Work;
-use crate::file::writer::{write_file, WriteOptions, WrittenFile};
+use crate::file::writer::{write_file, write_files, WriteOptions, WrittenFile};
 
 /// Writes one Parquet data file; returns {rows, file_bytes, row_groups: [(rows, bytes)], file_version,
 /// checksum} (checksum: "crc32c:%08x" of the whole file, computed while writing). `sync=False` skips the
@@ -38,6 +38,32 @@ pub(crate) fn write_data_file<'py>(
     let shown = path.display().to_string();
     let written = run(py, Work::Makes(&shown), || write_file(&path, schema, &batches, &options))?;
     written_dict(py, &written)
+}
+
+/// Writes one Parquet data file per `(path, batches)` in one call (the GIL released once, one set of
+/// writer properties), as `write_data_file` would each; returns their dicts in order. On an error the
+/// files written by this call are removed and the error names the file that failed.
+#[pyfunction]
+#[pyo3(signature = (files, schema, *, row_group_rows, row_group_bytes=None, zstd_level=3, sync=true))]
+pub(crate) fn write_data_files<'py>(
+    py: Python<'py>,
+    files: Vec<(PathBuf, PyArrowType<Vec<RecordBatch>>)>,
+    schema: PyArrowType<Schema>,
+    row_group_rows: usize,
+    row_group_bytes: Option<usize>,
+    zstd_level: i32,
+    sync: bool,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let options = WriteOptions { row_group_rows, row_group_bytes, zstd_level, extra_metadata: vec![], sync };
+    let schema = Arc::new(schema.0);
+    let files: Vec<(PathBuf, Vec<RecordBatch>)> = files.into_iter().map(|(p, b)| (p, b.0)).collect();
+    let shown = match (files.first(), files.last()) {
+        (Some((a, _)), Some((b, _))) if files.len() > 1 => format!("{} .. {} ({} files)", a.display(), b.display(), files.len()),
+        (Some((a, _)), _) => a.display().to_string(),
+        _ => String::from("(no files)"),
+    };
+    let written = run(py, Work::Makes(&shown), || write_files(&files, schema, &options))?;
+    written.iter().map(|w| written_dict(py, w)).collect()
 }
 
 /// {rows, file_bytes, row_groups: [(rows, bytes)], file_version, checksum} of a written file.

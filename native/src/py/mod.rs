@@ -30,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("FILE_VERSION", crate::file::FILE_VERSION)?;
     m.add_function(wrap_pyfunction!(file::write_data_file, m)?)?;
+    m.add_function(wrap_pyfunction!(file::write_data_files, m)?)?;
     m.add_function(wrap_pyfunction!(file::take_rows_many, m)?)?;
     m.add_function(wrap_pyfunction!(file::native_cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(file::clear_native_caches, m)?)?;
