@@ -219,11 +219,11 @@ class ManifestSegment:
     #: Live rows of the fragments it holds (a list: of every segment it names), so a version's row
     #: count needs no segment read.
     rows: int = 0
-    #: Least and greatest fragment id it holds (a list: in the segments it names), so a commit that
-    #: edits a few fragments reads only the segments that can hold them; None in older entries.
+    #: Least and greatest fragment id a segment holds, so a commit that edits a few fragments reads
+    #: only the segments that can hold them; None in older entries and in segment lists.
     ids: "tuple[int, int] | None" = field(default=None, compare=False)
-    #: Zone maps bounding every fragment it holds (merged), so a filter can rule out a whole segment
-    #: without reading it; None when a fragment it holds has none (or in older entries).
+    #: Zone maps bounding every fragment a segment holds (merged), so a filter can rule out a whole
+    #: segment without reading it; None when a fragment it holds has none (or in older entries and lists).
     zones: "tuple[Zone, ...] | None" = field(default=None, compare=False, repr=False)
     #: What it holds (fragments, or for a list its segments' entries), or an ``_Unread`` that reads
     #: them on first use (``items``); not part of its entry (equal entries name the same object).
@@ -823,19 +823,18 @@ def _lay_units(units: list[_Unit], limits: tuple[int, int], rows: Callable[[Any]
         held = tuple(u.items)
         data = encode(held)
         path = f"{SEGMENTS_DIR}{uuid.uuid4().hex}.json"
+        # Summaries for segments only: what skips reading is a segment's entry; lists are read at open.
+        fragments = isinstance(held[0], Fragment)
         nodes.append(ManifestSegment(path, len(held), len(data), checksum.of_bytes(data), sum(rows(x) for x in held),
-                                     ids=_id_range(held), zones=merge_zones(held), held=held))
+                                     ids=_id_range(held) if fragments else None,
+                                     zones=merge_zones(held) if fragments else None, held=held))
         writes.append((path, data))
     return tuple(nodes), tail
 
 
-def _id_range(held: "Sequence[Any]") -> "tuple[int, int] | None":
-    """The least and greatest fragment id of a segment's fragments or a list's segments."""
-    if isinstance(held[0], Fragment):
-        return min(f.id for f in held), max(f.id for f in held)
-    if any(seg.ids is None for seg in held):
-        return None
-    return min(seg.ids[0] for seg in held), max(seg.ids[1] for seg in held)
+def _id_range(held: "Sequence[Fragment]") -> "tuple[int, int]":
+    """The least and greatest fragment id of a segment's fragments."""
+    return min(f.id for f in held), max(f.id for f in held)
 
 
 def merge_zones(items: "Sequence[Any]") -> "tuple[Zone, ...] | None":
