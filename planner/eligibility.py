@@ -71,15 +71,17 @@ class RowGroupAction(NamedTuple):
         return (self.action, self.source, self.row_group)
 
 
-def _row_group_actions(fragments: Sequence[Fragment], options: CompactionOptions) -> list[RowGroupAction]:
+def row_group_actions(fragments: Sequence[Fragment], options: CompactionOptions) -> list[RowGroupAction]:
     """Per row group, what it gets when chunks may be copied at all: small ones are re-encoded, so
     are ones that must hold a deleted row (the fragment has more deleted rows than rows outside
-    them); other row groups of a fragment with deletions are copied if clean."""
+    them); other row groups of a fragment with deletions are copied if clean. ``choose_mode`` and
+    ``actions`` take it, so a plan computes it once per group."""
     out = []
+    small = f"{WHY_SMALL} (< {options.min_row_group_bytes:,} bytes)"
     for si, f in enumerate(fragments):
         for ri, rg in enumerate(f.row_groups):
             if rg.bytes < options.min_row_group_bytes:
-                out.append(RowGroupAction(ENCODE, si, ri, f"{WHY_SMALL} (< {options.min_row_group_bytes:,} bytes)"))
+                out.append(RowGroupAction(ENCODE, si, ri, small))
             elif f.deleted_rows and f.deleted_rows > f.rows - rg.rows:
                 out.append(RowGroupAction(ENCODE, si, ri, f"{WHY_DELETED} (at least {f.deleted_rows - (f.rows - rg.rows):,} "
                                                           f"of the fragment's {f.deleted_rows:,} deleted rows)"))
@@ -91,13 +93,16 @@ def _row_group_actions(fragments: Sequence[Fragment], options: CompactionOptions
     return out
 
 
-def choose_mode(fragments: Sequence[Fragment], options: CompactionOptions) -> tuple[str, str]:
-    """(mode, reason) for rewriting ``fragments`` together."""
+def choose_mode(fragments: Sequence[Fragment], options: CompactionOptions,
+                planned: "Sequence[RowGroupAction] | None" = None) -> tuple[str, str]:
+    """(mode, reason) for rewriting ``fragments`` together (``planned``: their ``row_group_actions``
+    when the caller has them)."""
     if not options.enable_binary_copy:
         return FULL_REWRITE, BINARY_COPY_DISABLED
     if {f.file_version for f in fragments} != {_native.FILE_VERSION}:
         return FULL_REWRITE, FILE_VERSION_MISMATCH
-    planned = _row_group_actions(fragments, options)
+    if planned is None:
+        planned = row_group_actions(fragments, options)
     kinds = {a.why.split()[0] for a in planned}
     copies = WHY_LARGE in kinds or WHY_MAYBE_DELETED in kinds
     deleted = any(f.deletion is not None for f in fragments)
@@ -111,12 +116,16 @@ def choose_mode(fragments: Sequence[Fragment], options: CompactionOptions) -> tu
     return HYBRID, SOME_SMALL_ROW_GROUPS if small else SOME_ROW_GROUPS_DELETED
 
 
-def actions(fragments: Sequence[Fragment], mode: str, options: CompactionOptions) -> list[RowGroupAction]:
-    """Per source row group, in order: copy it, copy it if clean, or re-encode it, and why."""
+def actions(fragments: Sequence[Fragment], mode: str, options: CompactionOptions,
+            planned: "Sequence[RowGroupAction] | None" = None) -> list[RowGroupAction]:
+    """Per source row group, in order: copy it, copy it if clean, or re-encode it, and why
+    (``planned``: the fragments' ``row_group_actions`` when the caller has them)."""
+    if planned is None:
+        planned = row_group_actions(fragments, options)
     if mode == FULL_REWRITE:
-        return [RowGroupAction(ENCODE, a.source, a.row_group, a.why if a.action == ENCODE else "full_rewrite")
-                for a in _row_group_actions(fragments, options)]
-    return _row_group_actions(fragments, options)
+        return [a if a.action == ENCODE else RowGroupAction(ENCODE, a.source, a.row_group, "full_rewrite") for a in planned]
+    return list(planned)
+
 
 
 def resolve(actions: Sequence[RowGroupAction], fragments: Sequence[Fragment], deleted: Sequence[Sequence[int]]) -> tuple[RowGroupAction, ...]:

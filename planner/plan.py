@@ -27,6 +27,7 @@ from lamina.manifest import Fragment, Manifest, find_fragments
 from planner.bin_packing import pack_adjacent
 from planner.eligibility import (
     COPY, COPY_IF_CLEAN, ENCODE, FULL_REWRITE, RowGroupAction, actions, candidate_reason, choose_mode, encode_all, resolve,
+    row_group_actions,
     WHY_LARGE, WHY_SMALL,
 )
 from planner.options import TIERED, CompactionOptions
@@ -249,7 +250,8 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
     out = []
     for i, g in enumerate(groups):
         members = [f for f, _ in g]
-        mode, reason = choose_mode(members, options)
+        planned = row_group_actions(members, options)
+        mode, reason = choose_mode(members, options, planned)
         out.append(CompactionGroup(
             index=i,
             fragment_ids=tuple(f.id for f in members),
@@ -259,7 +261,7 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
             bytes=sum(f.file_bytes for f in members),
             row_groups=sum(len(f.row_groups) for f in members),
             candidates=tuple(why for _, why in g),
-            actions=tuple(actions(members, mode, options)),
+            actions=tuple(actions(members, mode, options, planned)),
         ))
     return CompactionPlan(
         table=table or "", read_version=manifest.version, options=options, groups=tuple(out),
