@@ -314,10 +314,6 @@ class FragmentList(collections.abc.Sequence):
         self._lock = threading.Lock()
 
     @property
-    def _segments(self) -> "tuple[ManifestSegment, ...]":
-        return tuple(p for p in self._parts if isinstance(p, ManifestSegment))
-
-    @property
     def _inline(self) -> "tuple[Fragment, ...]":
         """The held run at the end (a version's inline tail once laid out), or ()."""
         return self._parts[-1] if self._parts and not isinstance(self._parts[-1], ManifestSegment) else ()
@@ -918,8 +914,8 @@ def lay_out(m: Manifest) -> tuple[Manifest, list[tuple[str, bytes]]]:
         held = tuple(frags)
         segments = _lay(held, m.segments, fragment_limits, lambda f: f.id, lambda f: f.live_rows, encode, writes)
         if segments:  # from now on edited part by part, as a version read from storage is
-            frags = FragmentList(segments + (held[sum(seg.count for seg in segments):],), f"version {m.version}",
-                                 m.next_fragment_id, m.next_row_id)
+            frags = FragmentList._laid(segments, held[sum(seg.count for seg in segments):], f"version {m.version}",
+                                       m.next_fragment_id, m.next_row_id)
     lists = _lay(segments, m.segment_lists, segment_limits, lambda seg: seg.path, lambda seg: seg.rows,
                  lambda segs: _encode_object(SEGMENT_LIST_FORMAT, m.table_uuid, "segments", [_entry_json(seg) for seg in segs]),
                  writes)
@@ -1168,15 +1164,15 @@ def forget_manifest(store: ObjectStore, version: int) -> None:
     _CACHE.discard(lambda key: key[0] == store.uri and key[2] == version)
 
 
-def remember_manifest(store: ObjectStore, m: Manifest, written: "Sequence[str] | None" = None) -> None:
-    """Caches a manifest this process just wrote, and the segments it wrote (``written``; None: every
-    segment it holds read). The others are its base's, cached when they were read."""
+def remember_manifest(store: ObjectStore, m: Manifest, written: Sequence[str]) -> None:
+    """Caches a manifest this process just wrote, and the segments and lists it wrote (``written``);
+    the others are its base's, cached when they were read."""
     _CACHE.put((store.uri, m.table_uuid, m.version), m, _held_bytes(m))
-    new = None if written is None else set(written)
-    if new == set():
+    if not written:
         return
+    new = set(written)
     for seg in itertools.chain(m.segments, m.segment_lists):
-        if (new is None or seg.path in new) and seg.read:
+        if seg.path in new and seg.read:
             _SEGMENTS.put((store.uri, seg.path), seg, _segment_held_bytes(seg))
 
 
