@@ -6,7 +6,9 @@
                (listings), full text on metadata (search)
     mutations: copy-on-write: read every row of the latest version, transform them, write one new
                data file and the three index segments over it, commit a strict overwrite (put-if-absent
-               of the next version); a lost race redoes the whole rewrite on the new latest version
+               of the next version); a lost race redoes the whole rewrite on the new latest version.
+               Locally, writers of one host take turns, and the one whose turn it is applies the
+               requests the others queued meanwhile in the same rewrite (group commit, ``_Queue``)
 
 The catalog holds one row per namespace or table (docs/FORMAT.md §12). A table the catalog
 creates lives under the root at a path made from its name and a unique suffix, so a name dropped
@@ -17,7 +19,6 @@ first mutation.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -28,15 +29,17 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lamina.commit import commit
 from lamina.datafile import WriteOptions, write_fragment
+from lamina import errors as lamina_errors
 from lamina.errors import (
     CommitConflict,
+    CommitStateUnknown,
     IndexNotFound,
     InvalidArgument,
     NamespaceExists,
@@ -53,6 +56,7 @@ from lamina.keys import key_array
 from lamina.manifest import IndexEntry, IndexSegment, Manifest, manifest_path, try_load_manifest
 from lamina.retry import Backoff
 from lamina.store import ObjectStore, check_relative, open_store
+from lamina.store.base import remove_quietly
 from lamina.store.local import LocalStore
 from lamina.table import Table, create_table, open_table
 from lamina.transaction import Create, Overwrite
@@ -115,6 +119,12 @@ REWRITE_BACKOFF = Backoff(base_seconds=0.002, cap_seconds=0.5, max_attempts=200)
 #: in ``LOCK_WAIT_SECONDS`` goes ahead without it, and S3 never uses it.
 LOCK_FILE = "_writer.lock"
 LOCK_WAIT_SECONDS = 10.0
+#: Local catalogs only: where writers waiting for their turn queue their requests (``_Queue``), and how many
+#: queued requests one rewrite applies at most.
+QUEUE_DIR = "_queue"
+MAX_BATCH = 256
+#: Outcomes of queued requests whose writer never collected them (it stopped) are removed after this long.
+UNCOLLECTED_SECONDS = 3600.0
 
 #: A warm read checks for a newer catalog version with one existence check of the next version. That the
 #: version held is still on storage (not removed by cleanup after newer ones appeared) is checked again when
@@ -304,60 +314,118 @@ class Catalog:
         return f"{self.root.rstrip('/')}/{relative}"
 
     # -- mutations: copy-on-write rewrites ------------------------------------------------------
-    def _mutate(self, change: Callable[[pa.Table], pa.Table], before_commit: Callable[[], Any] | None = None) -> None:
-        """Rewrites the catalog with ``change`` applied to every row of the latest version; redoes
-        the whole rewrite over a version committed meanwhile. ``change`` raises to refuse (nothing
-        is written then); ``before_commit`` (if any) runs once the new files are written, before the
-        commit, and raises to abandon them.
+    def _mutate(self, request: dict[str, Any], before_commit: Callable[[], Any] | None = None) -> Any:
+        """Applies ``request`` (a mutation as data, see ``_apply``) in a copy-on-write rewrite of the latest
+        version and returns what it returns; raises what refuses it (nothing is written then). ``before_commit``
+        (if any) must have run before a rewrite applying the request commits; it raises to abandon it.
 
-        On a local catalog, the writers of one host take turns (``LOCK_FILE``), so a rewrite normally
-        starts on the version it will commit over; the lock only saves wasted rewrites."""
+        On a local catalog the writers of one host take turns (``LOCK_FILE``), and the writer whose turn it is
+        applies, in the same rewrite, the requests the writers waiting for it queued meanwhile (``_Queue``:
+        group commit). A writer that cannot have the turn within ``LOCK_WAIT_SECONDS`` withdraws its request and
+        goes ahead alone: put-if-absent of the next version decides every commit either way."""
         store = self._table.store
-        for attempt in range(REWRITE_BACKOFF.max_attempts):
-            started = time.monotonic()
-            with _host_turn(store):
+        fd, state = _try_turn(store)
+        if state != "busy":
+            try:
+                return self._commit_batch(_Queue(store) if fd is not None else None, request, before_commit)
+            finally:
+                if fd is not None:
+                    os.close(fd)  # releases the lock
+        # Another writer of this host is at work: queue the request for whoever has the turn next.
+        if before_commit is not None:
+            before_commit()  # e.g. the new table exists before any writer can commit its entry
+        queue = _Queue(store)
+        rid = queue.post(request)
+        if not _wait_turn(fd):
+            out = None if queue.withdraw(rid) else queue.await_outcome(rid, LOCK_WAIT_SECONDS, self.root)
+            if out is None:
+                return self._commit_batch(None, request, None)  # withdrawn: alone, without the turn
+            return _result(out)
+        try:
+            queue.recover(store, self._table.manifest.table_uuid)
+            out = queue.collect(rid)
+            if out is not None:
+                return _result(out)  # applied or refused by a writer that had the turn before us
+            return self._commit_batch(queue, None, None, own=rid)
+        finally:
+            os.close(fd)
+
+    def _commit_batch(self, queue: "_Queue | None", request: dict[str, Any] | None,
+                      before_commit: Callable[[], Any] | None, own: str | None = None) -> Any:
+        """One rewrite applying the queued requests (if ``queue``: this writer has the turn) and ``request``
+        (this writer's own, unless it is queued as ``own``); redone over a version committed meanwhile.
+        Returns, or raises, this writer's own outcome."""
+        queued: list[tuple[str, dict[str, Any]]] = []
+        claimed: dict[str, dict[str, Any]] = {}
+        if queue is not None:
+            queue.recover(self._table.store, self._table.manifest.table_uuid)
+            queued = queue.take(MAX_BATCH, include=own)
+        try:
+            for attempt in range(REWRITE_BACKOFF.max_attempts):
+                started = time.monotonic()
                 v = self._read()
                 t, base = v.table, v.table.manifest
-                rows = _sorted(change(v.snap.rows if v.snap is not None else _as_current(t.to_arrow())))
+                rows = v.snap.rows if v.snap is not None else _as_current(t.to_arrow())
+                outcomes: dict[str | None, dict[str, Any]] = {}
+                for rid, body in queued + ([(None, request)] if request is not None else []):
+                    try:
+                        rows, result = _apply(self.root, rows, body)
+                        outcomes[rid] = {"result": result}
+                    except Exception as e:  # a refusal, for its writer to raise; the other requests go on
+                        outcomes[rid] = {"error": [type(e).__name__, str(e)]}
+                mine = outcomes[own] if own is not None else outcomes.pop(None)
+                if queue is not None and not any("result" in o for o in outcomes.values()) and "error" in mine:
+                    queue.hand_out({rid: outcomes[rid] for rid, _ in queued})  # all refused: nothing to write
+                    queued = []
+                    if own is not None:
+                        queue.collect(own)
+                    return _result(mine)
+                if queue is None and "error" in mine:
+                    return _result(mine)
+                rows = _sorted(rows)
                 txn = _rewrite(t.store, base, rows)
-                if before_commit is not None:
+                if before_commit is not None and "result" in mine:
                     try:
                         before_commit()
                     except BaseException:
                         t.store.delete(txn.written)
                         raise
+                if queue is not None:
+                    claimed = {rid: {**outcomes[rid], "request": body} for rid, body in queued}
+                    queue.claim(claimed, txn.uuid, base.version + 1)  # (again, on a retry: the new transaction)
                 seen_at = time.monotonic()
                 try:
                     new = commit(t.store, txn, base, backoff=Backoff(0, 0, 1))  # removes its files on a conflict
-                    lost = False
                 except CommitConflict:
-                    lost = True
-            if lost:
-                took = max(REWRITE_BACKOFF.base_seconds, time.monotonic() - started)
-                time.sleep(random.uniform(0, min(REWRITE_BACKOFF.cap_seconds, took * 2 ** min(attempt, 8))))
-                continue
-            t._move_to(new)
-            self._seen_at = seen_at
-            if rows.num_rows and _small(new):
-                snap = _Snapshot(rows)
-                _ROWS.put(_key(t.uri, new), snap, snap.nbytes)
-            return
-        raise CommitConflict(f"catalog {self.root}: {REWRITE_BACKOFF.max_attempts} rewrites in a row lost the race to "
-                             f"other writers; nothing was changed, retry later")
+                    took = max(REWRITE_BACKOFF.base_seconds, time.monotonic() - started)
+                    time.sleep(random.uniform(0, min(REWRITE_BACKOFF.cap_seconds, took * 2 ** min(attempt, 8))))
+                    continue
+                if queue is not None:
+                    queue.hand_out(claimed, from_claims=True)
+                    queued, claimed = [], {}
+                    if own is not None:
+                        queue.collect(own)
+                t._move_to(new)
+                self._seen_at = seen_at
+                if rows.num_rows and _small(new):
+                    snap = _Snapshot(rows)
+                    _ROWS.put(_key(t.uri, new), snap, snap.nbytes)
+                return _result(mine)
+            if claimed:
+                queue.unclaim(claimed)  # none of those transactions committed
+                queued = []
+            raise CommitConflict(f"catalog {self.root}: {REWRITE_BACKOFF.max_attempts} rewrites in a row lost the race "
+                                 f"to other writers; nothing was changed, retry later")
+        finally:
+            if queued and not claimed:
+                queue.give_back([rid for rid, _ in queued])  # taken but never claimed: queued again
+            # Claims left behind (a commit whose outcome is unknown) are settled by the next writer with the turn.
 
     def create_namespace(self, name: str, properties: dict[str, Any] | None = None) -> None:
         """Creates namespace ``name`` (its parent must exist)."""
         check_name(name, "namespace name")
         metadata = _properties(properties, f"namespace {name!r}")
-
-        def change(rows: pa.Table) -> pa.Table:
-            self._check_free(rows, name)
-            self._check_parent(rows, name)
-            now = _now_ms()
-            return _append(rows, dict(object_id=name, object_type=NAMESPACE, parent=_parent(name), location=None,
-                                      registered=None, metadata=metadata, created_ms=now, updated_ms=now))
-
-        self._mutate(change)
+        self._mutate({"op": "create_namespace", "name": name, "row": {"metadata": metadata}})
 
     def list_namespaces(self, parent: str | None = None) -> list[str]:
         """The namespaces directly inside ``parent`` (None: the top level), sorted."""
@@ -380,22 +448,7 @@ class Catalog:
         """Drops namespace ``name``; one that is not empty only with ``cascade`` (which drops what it
         holds; ``purge`` also removes the data of the tables it drops)."""
         check_name(name, "namespace name")
-        dropped: list[dict[str, Any]] = []
-
-        def change(rows: pa.Table) -> pa.Table:
-            ids = rows.column("object_id").to_pylist()
-            types = rows.column("object_type").to_pylist()
-            if not any(i == name and t == NAMESPACE for i, t in zip(ids, types)):
-                raise NamespaceNotFound(f"catalog {self.root} has no namespace {name!r}")
-            inside = [i for i in ids if i.startswith(name + ".")]
-            if inside and not cascade:
-                raise NamespaceNotEmpty(f"namespace {name!r} of catalog {self.root} holds {len(inside)} entries "
-                                        f"(e.g. {sorted(inside)[0]!r}); drop them first or pass cascade=True")
-            gone = pc.or_(pc.equal(rows.column("object_id"), name), pc.starts_with(rows.column("object_id"), name + "."))
-            dropped[:] = [r for r in rows.filter(gone).to_pylist() if r["object_type"] == TABLE]
-            return rows.filter(pc.invert(gone))
-
-        self._mutate(change)
+        dropped = self._mutate({"op": "drop_namespace", "name": name, "cascade": bool(cascade)})
         if purge:
             for entry in dropped:
                 self._purge(entry)
@@ -412,16 +465,9 @@ class Catalog:
         creating = _pool().submit(create_table, f"{self.root.rstrip('/')}/{relative}", schema,
                                   storage_options=self.storage_options, **table_options)
 
-        def change(rows: pa.Table) -> pa.Table:
-            self._check_free(rows, name)
-            self._check_parent(rows, name)
-            now = _now_ms()
-            return _append(rows, dict(object_id=name, object_type=TABLE, parent=_parent(name), location=relative,
-                                      registered=False, metadata=metadata, created_ms=now, updated_ms=now,
-                                      table_version=1, table_rows=0, table_bytes=0))
-
+        row = dict(location=relative, registered=False, metadata=metadata, table_version=1, table_rows=0, table_bytes=0)
         try:
-            self._mutate(change, before_commit=creating.result)
+            self._mutate({"op": "create_table", "name": name, "row": row}, before_commit=creating.result)
         except BaseException:
             if creating.exception() is None:
                 _remove_table_files(creating.result().store)  # ours alone: a fresh, unique location
@@ -436,16 +482,9 @@ class Catalog:
         table = open_table(uri, storage_options=self.storage_options)
         m = table.manifest
 
-        def change(rows: pa.Table) -> pa.Table:
-            self._check_free(rows, name)
-            self._check_parent(rows, name)
-            now = _now_ms()
-            return _append(rows, dict(object_id=name, object_type=TABLE, parent=_parent(name), location=table.uri,
-                                      registered=True, metadata=metadata, created_ms=now, updated_ms=now,
-                                      table_version=m.version, table_rows=m.rows,
-                                      table_bytes=sum(f.file_bytes for f in m.fragments)))
-
-        self._mutate(change)
+        row = dict(location=table.uri, registered=True, metadata=metadata, table_version=m.version, table_rows=m.rows,
+                   table_bytes=sum(f.file_bytes for f in m.fragments))
+        self._mutate({"op": "register_table", "name": name, "row": row})
         return table
 
     def list_tables(self, namespace: str | None = None, *, recursive: bool = False) -> list[str]:
@@ -496,39 +535,12 @@ class Catalog:
         check_name(name, "table name")
         check_name(new_name, "new table name")
 
-        def change(rows: pa.Table) -> pa.Table:
-            ids = rows.column("object_id").to_pylist()
-            types = rows.column("object_type").to_pylist()
-            if not any(i == name and t == TABLE for i, t in zip(ids, types)):
-                raise TableNotFound(f"catalog {self.root} has no table {name!r}")
-            self._check_free(rows, new_name)
-            self._check_parent(rows, new_name)
-            pos = ids.index(name)
-            ids[pos] = new_name
-            parents = rows.column("parent").to_pylist()
-            parents[pos] = _parent(new_name)
-            updated = rows.column("updated_ms").to_pylist()
-            updated[pos] = _now_ms()
-            return (rows.set_column(0, "object_id", pa.array(ids, pa.string()))
-                    .set_column(2, "parent", pa.array(parents, pa.string()))
-                    .set_column(rows.schema.get_field_index("updated_ms"), "updated_ms", pa.array(updated, pa.int64())))
-
-        self._mutate(change)
+        self._mutate({"op": "rename_table", "name": name, "new_name": new_name})
 
     def drop_table(self, name: str, purge: bool = False) -> None:
         """Removes table ``name`` from the catalog; ``purge`` also removes its data (only its own files)."""
         check_name(name, "table name")
-        dropped: list[dict[str, Any]] = []
-
-        def change(rows: pa.Table) -> pa.Table:
-            hit = pc.and_(pc.equal(rows.column("object_id"), name), pc.equal(rows.column("object_type"), TABLE))
-            found = rows.filter(hit).to_pylist()
-            if not found:
-                raise TableNotFound(f"catalog {self.root} has no table {name!r}")
-            dropped[:] = found
-            return rows.filter(pc.invert(hit))
-
-        self._mutate(change)
+        dropped = self._mutate({"op": "drop_table", "name": name})
         if purge:
             self._purge(dropped[0])
 
@@ -572,48 +584,26 @@ class Catalog:
         names no longer in the catalog are skipped."""
         if not reports:
             return
-        encoded = {n: json.dumps(r, sort_keys=True, default=str) for n, r in reports.items()}
-
-        def change(rows: pa.Table) -> pa.Table:
-            ids = rows.column("object_id").to_pylist()
-            cols = {c: rows.column(c).to_pylist() for c in ("maintenance", "table_version", "table_rows", "table_bytes")}
-            for i, name in enumerate(ids):
-                if name in reports:
-                    cols["maintenance"][i] = encoded[name]
-                    for key, col in (("version", "table_version"), ("rows", "table_rows"), ("bytes", "table_bytes")):
-                        if isinstance(reports[name].get(key), int):
-                            cols[col][i] = reports[name][key]
-            for c, values in cols.items():
-                rows = rows.set_column(rows.schema.get_field_index(c), c, pa.array(values, SCHEMA.field(c).type))
-            return rows
-
-        self._mutate(change)
+        recorded = {n: {"report": json.dumps(r, sort_keys=True, default=str),
+                        **{k: r[k] for k in ("version", "rows", "bytes") if isinstance(r.get(k), int)}}
+                    for n, r in reports.items()}
+        self._mutate({"op": "record_maintenance", "name": "", "reports": recorded})
 
     # -- checks inside a rewrite ----------------------------------------------------------------
     def _check_before_create(self, name: str) -> None:
-        """The cheap checks before any file is written, on the version held (no request: the rewrite checks
-        again on the latest version, the one it changes)."""
-        v = self._read(fresh=False)
-        entry = self._entry(name, v)
+        """The cheap checks before any file is written, on the version held (no request; the rewrite checks
+        again on the latest version, the one it changes). A refusal is confirmed on the latest version first:
+        the version held may predate the parent's creation or the name's drop by another writer."""
+        for fresh in (False, True):
+            v = self._read(fresh=fresh)
+            entry = self._entry(name, v)
+            parent = self._entry(_parent(name), v) if _parent(name) else {"object_type": NAMESPACE}
+            if entry is None and parent is not None and parent["object_type"] == NAMESPACE:
+                return
         if entry is not None:
             raise (TableExists if entry["object_type"] == TABLE else NamespaceExists)(
                 f"catalog {self.root} already has a {entry['object_type']} named {name!r}")
-        if _parent(name):
-            self._namespace(_parent(name), v)
-
-    def _check_free(self, rows: pa.Table, name: str) -> None:
-        hit = rows.filter(pc.equal(rows.column("object_id"), name))
-        if hit.num_rows:
-            kind = hit.column("object_type")[0].as_py()
-            raise (TableExists if kind == TABLE else NamespaceExists)(f"catalog {self.root} already has a {kind} named {name!r}")
-
-    def _check_parent(self, rows: pa.Table, name: str) -> None:
-        parent = _parent(name)
-        if not parent:
-            return
-        hit = rows.filter(pc.and_(pc.equal(rows.column("object_id"), parent), pc.equal(rows.column("object_type"), NAMESPACE)))
-        if not hit.num_rows:
-            raise NamespaceNotFound(f"catalog {self.root} has no namespace {parent!r} to hold {name!r}; create it first")
+        raise NamespaceNotFound(f"catalog {self.root} has no namespace {_parent(name)!r} to hold {name!r}; create it first")
 
 
 def _key(uri: str, m: Manifest) -> tuple[str, str | None, int]:
@@ -744,35 +734,269 @@ def _rewrite(store: ObjectStore, base: Manifest, rows: pa.Table) -> Overwrite:
                      indices=tuple(f.result() for f in indices), strict=True, config={CONFIG_KEY: SCHEMA_VERSION})
 
 
-@contextlib.contextmanager
-def _host_turn(store: ObjectStore) -> Iterator[None]:
-    """On a local catalog, this host's writers one at a time (``LOCK_FILE``); elsewhere, or when the lock
-    cannot be had in ``LOCK_WAIT_SECONDS``, nothing: the commit's put-if-absent decides either way."""
-    fd = _take_turn(os.path.join(store.root, LOCK_FILE)) if isinstance(store, LocalStore) else None
-    try:
-        yield
-    finally:
-        if fd is not None:
-            os.close(fd)  # releases the lock
+# -- mutations as data: a writer's own, or one queued by a writer of this host waiting for its turn --
+def _apply(root: str, rows: pa.Table, req: dict[str, Any]) -> tuple[pa.Table, Any]:
+    """``rows`` (sorted by object id) with the mutation ``req`` applied, and what its caller gets back; raises
+    to refuse it. ``req`` is plain JSON data (``op``, ``name`` and the op's arguments), so that the writer
+    that has the turn can apply a request another process queued."""
+    op, name = req["op"], req["name"]
+    if op in ("create_namespace", "create_table", "register_table"):
+        _check_free(root, rows, name)
+        _check_parent(root, rows, name)
+        now = _now_ms()
+        kind = NAMESPACE if op == "create_namespace" else TABLE
+        row = dict(req["row"], object_id=name, object_type=kind, parent=_parent(name), created_ms=now, updated_ms=now)
+        return _append(rows, row), None
+    ids = rows.column("object_id")
+    types = rows.column("object_type")
+    if op == "drop_namespace":
+        if not pc.any(pc.and_(pc.equal(ids, name), pc.equal(types, NAMESPACE))).as_py():
+            raise NamespaceNotFound(f"catalog {root} has no namespace {name!r}")
+        inside = pc.starts_with(ids, name + ".")
+        if pc.any(inside).as_py() and not req["cascade"]:
+            first = rows.filter(inside).column("object_id")[0].as_py()
+            raise NamespaceNotEmpty(f"namespace {name!r} of catalog {root} holds {pc.sum(inside).as_py()} entries "
+                                    f"(e.g. {first!r}); drop them first or pass cascade=True")
+        gone = pc.or_(pc.equal(ids, name), inside)
+        return rows.filter(pc.invert(gone)), [r for r in rows.filter(gone).to_pylist() if r["object_type"] == TABLE]
+    if op == "drop_table":
+        hit = pc.and_(pc.equal(ids, name), pc.equal(types, TABLE))
+        found = rows.filter(hit).to_pylist()
+        if not found:
+            raise TableNotFound(f"catalog {root} has no table {name!r}")
+        return rows.filter(pc.invert(hit)), found
+    if op == "rename_table":
+        new_name = req["new_name"]
+        names, kinds = ids.to_pylist(), types.to_pylist()
+        if not any(i == name and k == TABLE for i, k in zip(names, kinds)):
+            raise TableNotFound(f"catalog {root} has no table {name!r}")
+        _check_free(root, rows, new_name)
+        _check_parent(root, rows, new_name)
+        pos = names.index(name)
+        names[pos] = new_name
+        parents = rows.column("parent").to_pylist()
+        parents[pos] = _parent(new_name)
+        updated = rows.column("updated_ms").to_pylist()
+        updated[pos] = _now_ms()
+        for column, values in (("object_id", names), ("parent", parents), ("updated_ms", updated)):
+            rows = rows.set_column(SCHEMA.get_field_index(column), SCHEMA.field(column), pa.array(values, SCHEMA.field(column).type))
+        return rows, None
+    if op == "record_maintenance":
+        reports = req["reports"]
+        cols = {c: rows.column(c).to_pylist() for c in ("maintenance", "table_version", "table_rows", "table_bytes")}
+        for i, n in enumerate(ids.to_pylist()):  # names no longer in the catalog are skipped
+            if n in reports:
+                cols["maintenance"][i] = reports[n]["report"]
+                for key, col in (("version", "table_version"), ("rows", "table_rows"), ("bytes", "table_bytes")):
+                    if key in reports[n]:
+                        cols[col][i] = reports[n][key]
+        for c, values in cols.items():
+            rows = rows.set_column(SCHEMA.get_field_index(c), SCHEMA.field(c), pa.array(values, SCHEMA.field(c).type))
+        return rows, None
+    raise InvalidArgument(f"catalog {root}: unknown request {op!r} (queued by a newer Lamina?)")
 
 
-def _take_turn(path: str) -> int | None:
-    """A descriptor holding an exclusive ``flock`` on ``path``, or None (not had in time, or no locking here)."""
+def _result(outcome: dict[str, Any]) -> Any:
+    """What a request's writer gets: its result, or the error that refused it raised again."""
+    if "error" in outcome:
+        kind, message = outcome["error"]
+        cls = getattr(lamina_errors, kind, None)
+        raise (cls if isinstance(cls, type) and issubclass(cls, lamina_errors.LaminaError) else lamina_errors.LaminaError)(message)
+    return outcome["result"]
+
+
+def _check_free(root: str, rows: pa.Table, name: str) -> None:
+    hit = rows.filter(pc.equal(rows.column("object_id"), name))
+    if hit.num_rows:
+        kind = hit.column("object_type")[0].as_py()
+        raise (TableExists if kind == TABLE else NamespaceExists)(f"catalog {root} already has a {kind} named {name!r}")
+
+
+def _check_parent(root: str, rows: pa.Table, name: str) -> None:
+    parent = _parent(name)
+    if not parent:
+        return
+    hit = rows.filter(pc.and_(pc.equal(rows.column("object_id"), parent), pc.equal(rows.column("object_type"), NAMESPACE)))
+    if not hit.num_rows:
+        raise NamespaceNotFound(f"catalog {root} has no namespace {parent!r} to hold {name!r}; create it first")
+
+
+class _Queue:
+    """Local catalogs: requests of this host's writers waiting for their turn, applied by the writer that has
+    it in its own rewrite (group commit: one rewrite and one commit for every writer waiting). Files under
+    ``<root>/_catalog/_queue/`` (docs/FORMAT.md §12), each written whole (temp file, rename):
+
+    ``<id>.req``      a request (``_apply``'s data), ``<id>`` = its time in ns and a random suffix (FIFO order)
+    ``<id>.taken``    taken (renamed) by the writer with the turn: its writer can no longer withdraw it
+    ``<id>.claimed``  taken into a rewrite: the request, its outcome, the rewrite's transaction uuid and version
+    ``<id>.out``      its outcome once that rewrite committed (or refused it), for its writer to collect
+
+    Only the writer holding the turn claims. A claim left by a writer that stopped before finishing is settled
+    by the next one (``recover``): handed out if that version carries the claim's transaction, else queued
+    again. Nothing here is fsynced: a request is not acknowledged before the version applying it is durable,
+    and after a crash of the host its writer is gone too."""
+
+    def __init__(self, store: ObjectStore):
+        self.dir = os.path.join(store.root, QUEUE_DIR)
+
+    def _path(self, rid: str, kind: str) -> str:
+        return os.path.join(self.dir, f"{rid}.{kind}")
+
+    def _write(self, rid: str, kind: str, doc: dict[str, Any]) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}")
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, self._path(rid, kind))
+
+    def _read(self, rid: str, kind: str) -> dict[str, Any] | None:
+        try:
+            with open(self._path(rid, kind)) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return None
+
+    def _names(self) -> list[str]:
+        try:
+            return sorted(os.listdir(self.dir))
+        except FileNotFoundError:
+            return []
+
+    def post(self, request: dict[str, Any]) -> str:
+        rid = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
+        self._write(rid, "req", request)
+        return rid
+
+    def withdraw(self, rid: str) -> bool:
+        """Takes a request back; False when a rewrite claimed it (or it was already handed out)."""
+        try:
+            os.unlink(self._path(rid, "req"))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def collect(self, rid: str) -> dict[str, Any] | None:
+        """The outcome of request ``rid``, once handed out (then removed), else None."""
+        out = self._read(rid, "out")
+        if out is not None:
+            remove_quietly(self._path(rid, "out"))
+        return out
+
+    def await_outcome(self, rid: str, seconds: float, root: str) -> dict[str, Any] | None:
+        """The outcome of a request claimed by the writer that has the turn, waited for up to ``seconds``;
+        None if the claim was given back (its rewrite lost a race) and the request withdrawn."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            out = self.collect(rid)
+            if out is not None:
+                return out
+            if self.withdraw(rid):
+                return None
+            time.sleep(0.005)
+        raise CommitStateUnknown(f"catalog {root}: request {rid} was taken into a rewrite by another writer of this "
+                                 f"host that has not finished within {seconds:.0f} s; whether it was applied is "
+                                 f"unknown: list or describe the catalog to find out")
+
+    def take(self, limit: int, include: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """Up to ``limit`` queued requests, oldest first (and ``include``'s, wherever it is), each taken by an
+        atomic rename to ``<id>.taken``: a request its writer withdrew meanwhile is not taken."""
+        rids = [n[:-4] for n in self._names() if n.endswith(".req")]
+        taken = []
+        for rid in rids[:limit] + ([include] if include is not None and include in rids[limit:] else []):
+            try:
+                os.rename(self._path(rid, "req"), self._path(rid, "taken"))
+            except FileNotFoundError:
+                continue
+            body = self._read(rid, "taken")
+            if body is not None:
+                taken.append((rid, body))
+        return taken
+
+    def give_back(self, rids: list[str]) -> None:
+        for rid in rids:
+            try:
+                os.rename(self._path(rid, "taken"), self._path(rid, "req"))
+            except FileNotFoundError:
+                pass
+
+    def claim(self, claims: dict[str, dict[str, Any]], txn_uuid: str, version: int) -> None:
+        """Records, before the commit, what committing ``txn_uuid`` as ``version`` does to each request."""
+        for rid, doc in claims.items():
+            self._write(rid, "claimed", {**doc, "txn": txn_uuid, "version": version})
+            remove_quietly(self._path(rid, "taken"))
+
+    def unclaim(self, claims: dict[str, dict[str, Any]]) -> None:
+        """Back to the queue: the rewrite that claimed them did not commit."""
+        for rid, doc in claims.items():
+            self._write(rid, "req", doc["request"])
+            remove_quietly(self._path(rid, "claimed"))
+
+    def hand_out(self, outcomes: dict[str, dict[str, Any]], from_claims: bool = False) -> None:
+        """Makes outcomes collectable: the claims of a committed rewrite, or refusals nothing was written for."""
+        for rid, doc in outcomes.items():
+            if from_claims:
+                os.replace(self._path(rid, "claimed"), self._path(rid, "out"))
+            else:
+                self._write(rid, "out", doc)
+                remove_quietly(self._path(rid, "taken"))
+
+    def recover(self, store: ObjectStore, table_uuid: str | None) -> None:
+        """Settles the claims of a writer that stopped between claiming and handing out (this writer has the
+        turn, so no other is at work), and removes outcomes nobody collected for ``UNCOLLECTED_SECONDS``."""
+        now = time.time()
+        names = self._names()
+        claims = {n[: -len(".claimed")] for n in names if n.endswith(".claimed")}
+        for name in names:
+            rid, _, kind = name.rpartition(".")
+            if kind == "claimed":
+                doc = self._read(rid, "claimed")
+                if doc is None:
+                    continue
+                m = try_load_manifest(store, int(doc["version"]), table_uuid)
+                if m is not None and m.record.uuid == doc["txn"]:
+                    os.replace(self._path(rid, "claimed"), self._path(rid, "out"))
+                else:
+                    self.unclaim({rid: doc})
+            elif kind == "taken":  # taken by a writer that stopped before claiming: queued again
+                if rid in claims:
+                    remove_quietly(self._path(rid, "taken"))
+                else:
+                    self.give_back([rid])
+            elif kind == "out" or name.startswith(".tmp-"):
+                try:
+                    if now - os.stat(os.path.join(self.dir, name)).st_mtime > UNCOLLECTED_SECONDS:
+                        remove_quietly(os.path.join(self.dir, name))
+                except FileNotFoundError:
+                    pass
+
+
+def _try_turn(store: ObjectStore) -> tuple[int | None, str]:
+    """This host's writer turn on a local catalog, if free now: (descriptor holding the ``flock``, "held"),
+    (an open descriptor to wait on, "busy"), or (None, "none": not local, or no locking here)."""
     import fcntl
 
+    if not isinstance(store, LocalStore):
+        return None, "none"
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(os.path.join(store.root, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
-        return None
+        return None, "none"
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
+        return fd, "held"
     except BlockingIOError:
-        pass
+        return fd, "busy"
     except OSError:  # no flock on this filesystem
         os.close(fd)
-        return None
-    # Busy: wait in a thread, so that a holder stuck for longer than LOCK_WAIT_SECONDS never holds us up.
+        return None, "none"
+
+
+def _wait_turn(fd: int) -> bool:
+    """Waits up to ``LOCK_WAIT_SECONDS`` for the ``flock`` on ``fd``: True once held. False: not had in time (or
+    lost), and ``fd`` is no longer the caller's: a waiting thread closes it once it gets the lock, so that a
+    holder stuck for longer never holds anyone up."""
+    import fcntl
+
     done, state = threading.Event(), {"abandoned": False, "held": False}
     guard = threading.Lock()
 
@@ -792,9 +1016,9 @@ def _take_turn(path: str) -> int | None:
     done.wait(LOCK_WAIT_SECONDS)
     with guard:
         if done.is_set():
-            return fd if state["held"] else None
-        state["abandoned"] = True  # the waiter closes the descriptor (and so the lock) once it gets it
-    return None
+            return state["held"]
+        state["abandoned"] = True
+    return False
 
 
 def _remove_table_files(store: ObjectStore) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -214,13 +215,64 @@ def test_eight_processes_mutating_one_catalog_lose_and_duplicate_nothing(root):
     ids = final.to_arrow(columns=["object_id"]).column("object_id").to_pylist()
     assert sorted(ids) == sorted(want), "no entry lost or duplicated"
     versions = list_versions(final.store)
-    # 1 create + 1 shared namespace + 8 workers x (1 + 8 + 2 + 1 + 1 + 1) mutations, one version each
-    assert versions == list(range(1, 2 + 8 * 14 + 1))
+    # 1 create + 1 shared namespace + 8 workers x (1 + 8 + 2 + 1 + 1 + 1) mutations: at most one version
+    # each, contiguous; fewer locally, where a writer with the turn applies the requests of those waiting
+    assert versions == list(range(1, versions[-1] + 1)) and versions[-1] <= 2 + 8 * 14
     for v in versions:
         assert_indices_exact(final.checkout(v))
     for name in ("p3.renamed", "p5.moved", "shared.w7_3"):
         assert cat.open_table(name).count_rows() == 0
     assert cat.list_tables("shared") == sorted(f"shared.w{i}_{j}" for i in range(8) for j in (1, 2, 3))
+
+
+KILLED_WORKER = """
+import sys, lamina
+cat = lamina.connect(sys.argv[1])
+for j in range(100000):
+    cat.create_namespace(f"k{sys.argv[2]}_{j:05d}")
+    print(j, flush=True)  # acknowledged
+"""
+
+
+@pytest.mark.timeout(300)
+def test_local_writers_killed_while_queued_or_holding_the_turn_lose_nothing_acknowledged(local_table_uri):
+    """Six local writers racing (so most calls queue for the turn), SIGKILLed one by one at random moments:
+    every acknowledged entry is there once, each writer has at most its in-flight call more, versions stay
+    contiguous with exact indices, and the next writer settles whatever the killed ones left in the queue."""
+    import random
+    import signal
+
+    cat = lamina.connect(local_table_uri)
+    procs = [subprocess.Popen([sys.executable, "-c", KILLED_WORKER, local_table_uri, str(i)], cwd=REPO,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
+             for i in range(6)]
+    rng = random.Random(11)
+    deadline = time.monotonic() + 120
+    while not os.path.isdir(os.path.join(cat.table.store.root, lamina.catalog.QUEUE_DIR)) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until writers contend
+    time.sleep(1.0)
+    for p in procs:
+        time.sleep(rng.uniform(0.05, 0.4))
+        p.send_signal(signal.SIGKILL)
+    acked = {}
+    for i, p in enumerate(procs):
+        out, _ = p.communicate(timeout=60)
+        acked[i] = [int(line) for line in out.split()]
+    assert sum(len(a) for a in acked.values()) > 20, "the writers got going before they were killed"
+    cat.create_namespace("after")  # has the turn: settles what the killed writers left (and applies their queued calls)
+    left = _queue_files(cat)
+    assert all(n.endswith(".out") for n in left), left  # outcomes of killed writers (removed after an hour)
+    ids = cat.table.to_arrow(columns=["object_id"], use_index=False).column("object_id").to_pylist()
+    assert len(ids) == len(set(ids)), "no entry twice"
+    for i, done in acked.items():
+        mine = sorted(n for n in ids if n.startswith(f"k{i}_"))
+        want = [f"k{i}_{j:05d}" for j in range(len(done))]
+        assert mine[: len(want)] == want, f"writer {i}: an acknowledged entry is missing"
+        assert mine in (want, want + [f"k{i}_{len(done):05d}"]), f"writer {i}: at most its in-flight call more"
+    versions = list_versions(cat.table.store)
+    assert versions == list(range(1, versions[-1] + 1))
+    assert "after" in cat.list_namespaces()
+    assert_indices_exact(cat.table)
 
 
 def _write_v1_catalog(uri: str, opts) -> None:
@@ -274,11 +326,13 @@ def test_a_location_leaving_the_root_is_refused(local_table_uri):
     cat = lamina.connect(local_table_uri)
     cat.create_table("t", SCHEMA_T)
 
-    def tamper(rows):
+    def tamper(root, rows, request):
         return rows.set_column(rows.schema.get_field_index("location"), pa.field("location", pa.string()),
-                               pa.array(["../elsewhere"], pa.string()))
+                               pa.array(["../elsewhere"], pa.string())), None
 
-    cat._mutate(tamper)  # what a hand-edited catalog could hold
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lamina.catalog, "_apply", tamper)
+        cat.create_namespace("ignored")  # what a hand-edited catalog could hold
     with pytest.raises(CorruptFile, match="outside the table root"):
         cat.open_table("t")
 
@@ -339,31 +393,44 @@ def test_a_failed_index_build_removes_the_rewrites_files(root, monkeypatch):
     assert_indices_exact(cat.table)
 
 
+def _hold_turn(cat):
+    """Takes the host's writer turn of a local catalog, as another writer at work would: the descriptor."""
+    import fcntl
+
+    fd = os.open(os.path.join(cat.table.store.root, lamina.catalog.LOCK_FILE), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _queue_files(cat):
+    d = os.path.join(cat.table.store.root, lamina.catalog.QUEUE_DIR)
+    return sorted(n for n in os.listdir(d) if not n.startswith(".tmp-")) if os.path.isdir(d) else []
+
+
 def test_local_writers_take_turns_but_never_need_the_lock(local_table_uri, monkeypatch):
-    """The host lock is an optimisation: held elsewhere past LOCK_WAIT_SECONDS, a write goes ahead
-    without it (put-if-absent decides); free, a write takes it and leaves it free."""
+    """The host lock is an optimisation: held elsewhere past LOCK_WAIT_SECONDS, a write withdraws the request
+    it queued and goes ahead without it (put-if-absent decides); free, a write takes it and leaves it free."""
     import fcntl
 
     cat = lamina.connect(local_table_uri)
-    turns = []
-    real = lamina.catalog._take_turn
-    monkeypatch.setattr(lamina.catalog, "_take_turn", lambda path: turns.append(real(path)) or turns[-1])
+    waits = []
+    real = lamina.catalog._wait_turn
+    monkeypatch.setattr(lamina.catalog, "_wait_turn", lambda fd: waits.append(real(fd)) or waits[-1])
     cat.create_namespace("free")
     lock_path = os.path.join(cat.table.store.root, lamina.catalog.LOCK_FILE)
-    assert turns[-1] is not None and os.path.exists(lock_path)
+    assert waits == [] and os.path.exists(lock_path), "a free turn is taken at once"
 
     monkeypatch.setattr(lamina.catalog, "LOCK_WAIT_SECONDS", 0.01)
-    fd = os.open(lock_path, os.O_RDWR)
+    fd = _hold_turn(cat)  # another writer holding it (and stuck)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # another writer holding it (and stuck)
         other = lamina.connect(local_table_uri)
         other.create_namespace("without_lock")
-        assert turns[-1] is None, "went ahead without the lock"
+        assert waits == [False], "waited, then went ahead without the lock"
+        assert _queue_files(cat) == [], "the request it queued was withdrawn"
         assert cat.list_namespaces() == ["free", "without_lock"]
     finally:
         os.close(fd)
     cat.create_namespace("after")
-    assert turns[-1] is not None
     for waiter in [t for t in threading.enumerate() if t.name == "lamina-catalog-lock"]:
         waiter.join(10)  # the abandoned waiter of "without_lock" takes the lock once free, then lets it go
     probe = os.open(lock_path, os.O_RDWR)
@@ -371,6 +438,91 @@ def test_local_writers_take_turns_but_never_need_the_lock(local_table_uri, monke
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it after a write
     finally:
         os.close(probe)
+    assert_indices_exact(cat.table)
+
+
+def test_the_writer_with_the_turn_applies_every_queued_request_in_one_rewrite(local_table_uri):
+    """Group commit: writers waiting for their turn queue their requests; the writer that has the turn applies
+    them with its own in one rewrite and hands each its outcome; a waiting writer then returns (or raises
+    its refusal) without a rewrite of its own."""
+    cat = lamina.connect(local_table_uri)
+    cat.create_namespace("a")
+    cat.create_table("a.old", SCHEMA_T)
+    before = cat.table.version
+    fd = _hold_turn(cat)  # the writer at work, for now
+    results = {}
+
+    def waiter(key, call):
+        try:
+            results[key] = ("ok", call(lamina.connect(local_table_uri)))
+        except Exception as e:
+            results[key] = ("error", e)
+
+    calls = {"ns": lambda c: c.create_namespace("b", {"team": "x"}),
+             "taken": lambda c: c.create_namespace("a"),  # refused: exists
+             "table": lambda c: c.create_table("a.t", SCHEMA_T),
+             "rename": lambda c: c.rename_table("a.old", "a.new")}
+    try:
+        for i, (key, call) in enumerate(list(calls.items())):  # one after the other: they queue in this order
+            calls[key] = threading.Thread(target=waiter, args=(key, call))
+            calls[key].start()
+            deadline = time.monotonic() + 30
+            while len([n for n in _queue_files(cat) if n.endswith(".req")]) <= i and time.monotonic() < deadline:
+                time.sleep(0.005)
+        assert len([n for n in _queue_files(cat) if n.endswith(".req")]) == 4
+        queue = lamina.catalog._Queue(cat.table.store)
+        # This writer has the turn (the descriptor above): its own request and the four queued, one rewrite.
+        cat._commit_batch(queue, {"op": "create_namespace", "name": "own", "row": {"metadata": "{}"}}, None)
+    finally:
+        os.close(fd)
+    for t in calls.values():
+        t.join(60)
+    assert cat.table.version == before + 1, "one version for five requests"
+    assert results["ns"] == ("ok", None) and results["rename"] == ("ok", None)
+    assert results["taken"][0] == "error" and isinstance(results["taken"][1], NamespaceExists)
+    assert results["table"][0] == "ok" and results["table"][1].count_rows() == 0
+    assert cat.list_namespaces() == ["a", "b", "own"] and cat.list_tables("a") == ["a.new", "a.t"]
+    assert cat.describe_namespace("b").properties == {"team": "x"}
+    assert _queue_files(cat) == [], "every outcome collected"
+    assert_indices_exact(cat.table)
+
+
+def test_a_claim_left_by_a_stopped_writer_is_settled_by_the_next(local_table_uri, monkeypatch):
+    """A writer stopping between claiming queued requests and handing out their outcomes: requests its
+    rewrite committed are handed out (never applied twice); those it did not commit are queued again and
+    applied by the next writer with the turn."""
+    cat = lamina.connect(local_table_uri)
+    cat.create_namespace("base")
+    queue = lamina.catalog._Queue(cat.table.store)
+    committed = queue.post({"op": "create_namespace", "name": "committed", "row": {"metadata": "{}"}})
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt("stopped after its commit")
+
+    monkeypatch.setattr(lamina.catalog._Queue, "hand_out", stop)
+    with pytest.raises(KeyboardInterrupt):
+        cat._commit_batch(queue, None, None, own=committed)  # a waiting writer that got the turn
+    monkeypatch.undo()
+    assert _queue_files(cat) == [f"{committed}.claimed"]
+    version = cat.table.version
+    assert "committed" in cat.list_namespaces()
+
+    # A claim of a rewrite that never committed (it names a version no writer has, and another transaction),
+    # and a request taken by a writer that stopped before claiming it.
+    uncommitted = queue.post({"op": "create_namespace", "name": "uncommitted", "row": {"metadata": "{}"}})
+    [(rid, body)] = queue.take(10)
+    queue.claim({rid: {"result": None, "request": body}}, "f" * 32, version + 1)
+    taken = queue.post({"op": "create_namespace", "name": "taken", "row": {"metadata": "{}"}})
+    assert [r for r, _ in queue.take(10)] == [taken]
+    assert _queue_files(cat) == sorted([f"{committed}.claimed", f"{uncommitted}.claimed", f"{taken}.taken"])
+
+    cat.create_namespace("next")  # has the turn: settles the claims and the taken request first
+    assert cat.list_namespaces() == ["base", "committed", "next", "taken", "uncommitted"]
+    assert cat.table.version == version + 1, "the requests never committed were applied with the next writer's own"
+    assert _queue_files(cat) == sorted(f"{r}.out" for r in (committed, uncommitted, taken)), "outcomes wait for their writers"
+    for r in (committed, uncommitted, taken):
+        assert lamina.catalog._result(queue.collect(r)) is None
+    assert _queue_files(cat) == []
     assert_indices_exact(cat.table)
 
 
