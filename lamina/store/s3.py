@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import threading
 import time
 import uuid
@@ -84,23 +85,23 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 #: service model), and clients are thread-safe. Keyed by everything that shapes the client,
 #: including the credential environment, so a changed environment gets a new client.
 _CLIENTS: dict[tuple, Any] = {}
+_SESSIONS: dict[tuple, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 _CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
                    "AWS_DEFAULT_REGION", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
 
 
-def _client_for(o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str) -> Any:
-    """The process's boto3 client for these options (MissingCredentials, naming ``uri``, if there are none)."""
-    key = (tuple(sorted((k, str(v)) for k, v in o.items())), endpoint_url, pool,
-           tuple(os.environ.get(k) for k in _CREDENTIAL_ENV))
-    client = _CLIENTS.get(key)
-    if client is not None:
-        return client
+def _session_for(o: dict[str, Any], uri: str) -> Any:
+    """The process's boto3 session for these options (MissingCredentials, naming ``uri``, if there are none):
+    credentials and region, without the S3 client (whose service model costs ~0.1 s to load)."""
+    key = (tuple(sorted((k, str(v)) for k, v in o.items())), tuple(os.environ.get(k) for k in _CREDENTIAL_ENV))
+    session = _SESSIONS.get(key)
+    if session is not None:
+        return session
     with _CLIENTS_LOCK:
-        client = _CLIENTS.get(key)
-        if client is None:
+        session = _SESSIONS.get(key)
+        if session is None:
             import boto3
-            from botocore.config import Config
 
             session = boto3.session.Session(
                 aws_access_key_id=o.get("aws_access_key_id"),
@@ -114,6 +115,23 @@ def _client_for(o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str
                     f"no AWS credentials found for {uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
                     "(or AWS_PROFILE), or pass storage_options={'aws_access_key_id': ..., 'aws_secret_access_key': ...}"
                 )
+            _SESSIONS[key] = session
+        return session
+
+
+def _client_for(o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str) -> Any:
+    """The process's boto3 client for these options (MissingCredentials, naming ``uri``, if there are none)."""
+    key = (tuple(sorted((k, str(v)) for k, v in o.items())), endpoint_url, pool,
+           tuple(os.environ.get(k) for k in _CREDENTIAL_ENV))
+    client = _CLIENTS.get(key)
+    if client is not None:
+        return client
+    session = _session_for(o, uri)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            from botocore.config import Config
+
             config = Config(
                 retries={"total_max_attempts": 1, "mode": "standard"},  # Lamina retries, with its own backoff
                 max_pool_connections=pool,
@@ -124,6 +142,19 @@ def _client_for(o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str
             client = _CLIENTS[key] = session.client("s3", endpoint_url=endpoint_url,
                                                     region_name=session.region_name or "us-east-1", config=config)
         return client
+
+
+def _static_endpoint(endpoint_url: str | None, region: str) -> str | None:
+    """The base URL of S3 requests sent directly, when it follows from the options alone: the endpoint given,
+    or AWS's regional endpoint in the standard partition. None: ask a client (FIPS, dual-stack, China,
+    GovCloud and other partitions, whose rules botocore knows)."""
+    if endpoint_url:
+        return endpoint_url.rstrip("/")
+    if any(os.environ.get(v, "").lower() == "true" for v in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")):
+        return None
+    if not re.fullmatch(r"(us|eu|ap|ca|sa|me|af|il|mx)-(north|south|east|west|central|northeast|northwest|southeast|southwest)-\d", region):
+        return None
+    return f"https://s3.{region}.amazonaws.com"
 
 
 #: One urllib3 pool manager per process for direct GETs (see ``S3Store._direct_get``).
@@ -147,6 +178,7 @@ def _pool_manager(size: int) -> Any:
 
 def _forget_clients() -> None:  # a forked child must not share its parent's connections
     _CLIENTS.clear()
+    _SESSIONS.clear()
     _POOLS.clear()
 
 
@@ -171,11 +203,14 @@ class S3Store(ObjectStore):
         self._pool = _int_option(options, "max_pool_connections", 32, 1, 1024)
         self.endpoint_url = options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         self._shared_client: Any = None
-        client = self._client()  # fail now, before any work, if credentials are missing
-        # What direct GETs need from the client, taken once: its endpoint, region and credentials.
-        self._base_url = client.meta.endpoint_url.rstrip("/")
-        self._region = client.meta.region_name
-        self._credentials = client._request_signer._credentials
+        # What direct requests need, taken once: credentials (MissingCredentials now, before any work), region
+        # and endpoint. The boto3 client is made on first use (writes, HEADs, deletes): a process that only
+        # reads never loads it.
+        session = _session_for(options, self.uri)
+        self._region = session.region_name or "us-east-1"
+        self._credentials = session.get_credentials()
+        base = _static_endpoint(self.endpoint_url, self._region)
+        self._base_url = base if base is not None else self._client().meta.endpoint_url.rstrip("/")
         self.direct_reads = str(options.get("direct_reads", "true")).lower() not in ("false", "0", "no", "off") \
             and not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"))
 
@@ -246,8 +281,9 @@ class S3Store(ObjectStore):
         return StorageError(f"{what} {self.describe(path)} failed: {code or status} ({e})")
 
     # -- operations ---------------------------------------------------------
-    def _object_url(self, key: str) -> str:
-        """The URL of ``key``: path style under an endpoint (moto, MinIO), virtual-hosted on AWS."""
+    def _object_url(self, key: str = "") -> str:
+        """The URL of ``key`` (of the bucket when empty): path style under an endpoint (moto, MinIO),
+        virtual-hosted on AWS."""
         from urllib.parse import quote
 
         base = self._base_url
@@ -256,18 +292,17 @@ class S3Store(ObjectStore):
         scheme, _, host = base.partition("://")
         return f"{scheme}://{self.bucket}.{host}/{quote(key, safe='/~')}"
 
-    def _direct_get(self, key: str, rng: str | None) -> bytes:
+    def _direct(self, operation: str, url: str, headers: dict[str, str] | None = None) -> Any:
         """One GET signed with SigV4 by botocore's signer and sent by urllib3, without botocore's request
         pipeline (its events, endpoint rules and response parsing cost ~2 ms of CPU per GET, which bounded
-        scattered reads; the seed of issue 12). Failures are raised as botocore's, so ``_call`` retries and
-        translates them exactly as for the client's own requests."""
+        scattered reads; the seed of issue 12) and without its client (~0.1 s to make). Failures are raised
+        as botocore's, so ``_call`` retries and translates them exactly as for the client's own requests."""
         import urllib3
         from botocore.auth import S3SigV4Auth
         from botocore.awsrequest import AWSRequest
         from botocore.exceptions import ClientError, EndpointConnectionError
 
-        url = self._object_url(key)
-        request = AWSRequest(method="GET", url=url, headers={"Range": rng} if rng else {})
+        request = AWSRequest(method="GET", url=url, headers=headers or {})
         if self._credentials is None:
             raise MissingCredentials(f"no AWS credentials for {self.uri}")
         S3SigV4Auth(self._credentials.get_frozen_credentials(), "s3", self._region).add_auth(request)
@@ -276,10 +311,29 @@ class S3Store(ObjectStore):
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise EndpointConnectionError(endpoint_url=f"{url} ({type(e).__name__}: {e})") from e
         if response.status in (200, 206):
-            return response.data
+            return response
         code, message = _xml_error(response.data)
         raise ClientError({"Error": {"Code": code or str(response.status), "Message": message},
-                           "ResponseMetadata": {"HTTPStatusCode": response.status}}, "GetObject")
+                           "ResponseMetadata": {"HTTPStatusCode": response.status}}, operation)
+
+    def _direct_get(self, key: str, rng: str | None) -> bytes:
+        return self._direct("GetObject", self._object_url(key), {"Range": rng} if rng else None).data
+
+    def _direct_list(self, params: dict[str, str]) -> dict[str, Any]:
+        """One ListObjectsV2 page sent directly, as the client's answer would have it (Contents with Key,
+        Size, LastModified; IsTruncated; NextContinuationToken)."""
+        import xml.etree.ElementTree as ET
+        from datetime import datetime
+        from urllib.parse import urlencode
+
+        url = self._object_url() + "?" + urlencode(sorted({"list-type": "2", **params}.items()))
+        root = ET.fromstring(self._direct("ListObjectsV2", url).data)
+        ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+        contents = [{"Key": c.findtext(f"{ns}Key", ""), "Size": int(c.findtext(f"{ns}Size", "0")),
+                     "LastModified": datetime.fromisoformat(c.findtext(f"{ns}LastModified", "").replace("Z", "+00:00"))}
+                    for c in root.iter(f"{ns}Contents")]
+        return {"Contents": contents, "IsTruncated": root.findtext(f"{ns}IsTruncated", "false").lower() == "true",
+                "NextContinuationToken": root.findtext(f"{ns}NextContinuationToken")}
 
     def _fetch(self, key: str, rng: str | None = None) -> bytes:
         if self.direct_reads:
@@ -459,7 +513,6 @@ class S3Store(ObjectStore):
         return self._call("completing upload of", path, complete, kind="PUT"), attempts
 
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
-        client = self._client()
         full_prefix = self._key(prefix)
         strip = len(self.prefix) + 1 if self.prefix else 0
         token: str | None = None
@@ -469,7 +522,12 @@ class S3Store(ObjectStore):
                 kwargs["StartAfter"] = self._key(start_after)
             if token:
                 kwargs["ContinuationToken"] = token
-            page = self._call("listing", prefix, lambda: client.list_objects_v2(**kwargs), kind="LIST")
+            if self.direct_reads:
+                params = {"prefix": full_prefix, **({"start-after": kwargs["StartAfter"]} if "StartAfter" in kwargs else {}),
+                          **({"continuation-token": token} if token else {})}
+                page = self._call("listing", prefix, lambda: self._direct_list(params), kind="LIST")
+            else:
+                page = self._call("listing", prefix, lambda: self._client().list_objects_v2(**kwargs), kind="LIST")
             for obj in page.get("Contents", []):
                 yield ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp())
             if not page.get("IsTruncated"):

@@ -343,3 +343,54 @@ def test_direct_and_boto3_reads_agree(s3_table_uri, s3_options):
         assert store.get_range("dir/a b+c%.bin", 1000, 77) == blob[1000:1077]
         with pytest.raises(ObjectNotFound):
             store.get("dir/missing")
+
+
+def test_direct_and_boto3_listings_agree_across_pages(s3_table_uri, s3_options):
+    """Listings sent directly (no boto3 client) give what the client's give: keys needing quoting and XML
+    escaping, sizes, times, StartAfter, and pages past S3's 1,000 keys."""
+    direct = S3Store(s3_table_uri, s3_options)
+    plain = S3Store(s3_table_uri, {**s3_options, "direct_reads": "false"})
+    client = plain._client()
+    names = [f"p/{i:04d}.bin" for i in range(1003)] + ["p/a b+c%&<x>é.bin", "q/other.bin"]
+    for n in names:
+        client.put_object(Bucket=plain.bucket, Key=plain._key(n), Body=n.encode())
+
+    def listing(store, *args):
+        return [(o.path, o.size, o.modified) for o in store.list(*args)]
+
+    full = listing(plain, "p/")
+    assert len(full) == 1004 and full[-1][0] == "p/a b+c%&<x>é.bin"
+    assert listing(direct, "p/") == full
+    assert listing(direct, "p/", "p/0999.bin") == listing(plain, "p/", "p/0999.bin") == full[1000:]
+    assert listing(direct, "") == listing(plain, "")
+    assert listing(direct, "nothing/") == []
+
+
+READ_ONLY = """
+import json, sys, lamina
+from lamina.store import s3
+t = lamina.open_table(sys.argv[1], storage_options=json.loads(sys.argv[2]))
+rows = t.to_arrow().num_rows
+names = lamina.connect(sys.argv[3], storage_options=json.loads(sys.argv[2])).list_namespaces()
+print(json.dumps({"rows": rows, "names": names, "clients": len(s3._CLIENTS)}))
+"""
+
+
+def test_a_process_that_only_reads_s3_never_makes_a_boto3_client(s3_bucket, s3_options):
+    """Making the client costs ~0.1 s (botocore's S3 service model): reads (GETs and listings) are sent
+    directly, so a cold read of a table or a catalog does without it."""
+    import json
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+
+    import lamina
+
+    uri, root = f"s3://{s3_bucket}/t", f"s3://{s3_bucket}/cat"
+    lamina.create_table(uri, pa.schema([("id", pa.int64())]), storage_options=s3_options).append(pa.table({"id": [1, 2]}))
+    lamina.connect(root, storage_options=s3_options).create_namespace("ns")
+    out = subprocess.run([sys.executable, "-X", "faulthandler", "-c", READ_ONLY, uri, json.dumps(s3_options), root],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == {"rows": 2, "names": ["ns"], "clients": 0}
