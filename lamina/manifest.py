@@ -1365,9 +1365,19 @@ def _hinted_version(store: ObjectStore) -> int | None:
 
 def latest_version(store: ObjectStore) -> int | None:
     """The newest version on storage, or None. Lists from the latest-version hint when there is one
-    (a few versions, whatever the length of the history), else every version."""
+    (a few versions, whatever the length of the history; locally, looks them up one by one), else every
+    version."""
     hint = _hinted_version(store)
-    if hint is not None:
+    if hint is not None and store.is_local:
+        # Versions are contiguous from any version still there (each is put only after the one before it,
+        # and cleanup removes the oldest first): a few stats from the hint instead of reading the whole
+        # directory's listing (~1.3 ms at 1,000 versions, paid by every cold open).
+        if store.exists(manifest_path(hint)):
+            version = hint
+            while store.exists(manifest_path(version + 1)):
+                version += 1
+            return version
+    elif hint is not None:
         after = versions_from(store, hint, 1 << 62)
         if after:
             return after[-1]

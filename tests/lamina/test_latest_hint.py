@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
-from lamina.manifest import HINT_EVERY, LATEST_HINT, latest_version, list_versions
+from lamina.manifest import HINT_EVERY, LATEST_HINT, latest_version, list_versions, manifest_path
 from lamina.store.scheduler import io_stats, stats_delta
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -37,6 +37,18 @@ def test_opening_lists_from_the_hint_not_the_whole_history(table_location):
         pytest.MonkeyPatch().undo()
     versions = [p for p in listed if p.endswith(".manifest")]
     assert len(versions) <= HINT_EVERY + 1, versions  # only from the hint on (local lists filter, S3 starts after)
+
+
+def test_a_local_open_looks_up_the_versions_after_the_hint_without_listing(local_table_uri):
+    """Locally the versions after the hint are looked up one by one (a stat each), never by reading the
+    `_versions/` directory, whose listing grows with the history."""
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    grow(t, 4 * HINT_EVERY + 3)
+    t.store.delete([manifest_path(v) for v in range(1, HINT_EVERY)])  # cleaned up: a suffix stays
+    before = io_stats()
+    assert latest_version(t.store) == t.version == 4 * HINT_EVERY + 4
+    used = stats_delta(before).get("local", {})
+    assert used.get("LIST", 0) == 0 and used.get("HEAD", 0) <= HINT_EVERY + 1, used
 
 
 def test_a_stale_or_missing_hint_still_finds_the_latest(table_location):
