@@ -19,6 +19,7 @@ first mutation.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import random
@@ -435,7 +436,7 @@ class Catalog:
         if parent is not None:
             self._namespace(parent, v)
         if v.snap is not None:
-            return list(v.snap.children.get((NAMESPACE, parent or ""), ()))
+            return list(v.snap.children(NAMESPACE, parent or ""))
         rows = v.select(f"object_type = 'namespace' AND parent = {_quote(parent or '')}")
         return sorted(rows.column("object_id").to_pylist())
 
@@ -496,7 +497,7 @@ class Catalog:
         if namespace is not None:
             self._namespace(namespace, v)
         if v.snap is not None and not recursive:
-            return list(v.snap.children.get((TABLE, namespace or ""), ()))
+            return list(v.snap.children(TABLE, namespace or ""))
         if recursive:
             rows = v.select("object_type = 'table'")
             ids = rows.column("object_id").to_pylist()
@@ -625,14 +626,17 @@ def _snapshot(t: Table) -> "_Snapshot | None":
 
 
 class _Snapshot:
-    """One catalog version decoded in memory: its rows sorted by object id, with lookups by name and
-    listings by (object type, parent) built once per version."""
+    """One catalog version decoded in memory: its rows (sorted by object id, as every rewrite writes them),
+    with lookups by name and listings by (object type, parent) built once per version."""
 
     def __init__(self, rows: pa.Table):
-        self.rows = _sorted(rows)
+        # No pyarrow.compute here: its first call in a process costs milliseconds (kernel registry set-up),
+        # which a cold read would pay for nothing. Rows are written sorted; listings sort anyway.
+        self.rows = rows if rows.schema.equals(SCHEMA) else pa.Table.from_arrays(rows.columns, schema=SCHEMA)
         if self.rows.column("object_id").num_chunks > 1:
             self.rows = self.rows.combine_chunks()
         self.nbytes = 3 * self.rows.get_total_buffer_size() + 1024  # the rows and the Python lookups built over them
+        self._children: dict[tuple[str, str], tuple[str, ...]] = {}
 
     @cached_property
     def _ids(self) -> list[str]:
@@ -643,13 +647,36 @@ class _Snapshot:
         return {name: i for i, name in enumerate(self._ids)}
 
     @cached_property
-    def children(self) -> dict[tuple[str, str], tuple[str, ...]]:
-        """(object type, parent) -> the object ids, sorted."""
-        out: dict[tuple[str, str], list[str]] = {}
-        for name, kind, parent in zip(self._ids, self.rows.column("object_type").to_pylist(),
-                                      self.rows.column("parent").to_pylist()):
-            out.setdefault((kind, parent), []).append(name)
-        return {k: tuple(v) for k, v in out.items()}
+    def _types(self) -> list[str]:
+        return self.rows.column("object_type").to_pylist()
+
+    @cached_property
+    def _ids_sorted(self) -> bool:
+        ids = self._ids
+        return all(a < b for a, b in zip(ids, ids[1:]))
+
+    def children(self, kind: str, parent: str) -> tuple[str, ...]:
+        """The object ids of type ``kind`` directly inside ``parent``, sorted; computed once per key. A parent
+        is its children's id prefix, so they are one range of the sorted ids (the top level: the ids without a
+        dot), and only their types are looked at: a cold call costs no pass over every row."""
+        key = (kind, parent)
+        found = self._children.get(key)
+        if found is None:
+            ids = self._ids
+            if parent:
+                prefix = parent + "."
+                lo, hi = (bisect.bisect_left(ids, prefix), bisect.bisect_left(ids, parent + "/")) if self._ids_sorted else (0, len(ids))
+                inside = [i for i in range(lo, hi) if ids[i].startswith(prefix) and "." not in ids[i][len(prefix):]]
+            else:
+                inside = [i for i, name in enumerate(ids) if "." not in name]
+            if len(inside) > 64:  # many: every type at once
+                types = self._types
+                found = tuple(sorted(ids[i] for i in inside if types[i] == kind))
+            else:
+                column = self.rows.column("object_type")
+                found = tuple(sorted(ids[i] for i in inside if column[i].as_py() == kind))
+            self._children[key] = found
+        return found
 
     def entry(self, name: str) -> dict[str, Any] | None:
         i = self._position.get(name)

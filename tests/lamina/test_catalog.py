@@ -571,3 +571,19 @@ def test_reads_started_on_the_version_held_follow_a_newer_one(root):
     b.create_namespace("y")
     assert a.list_namespaces() == ["x", "y"]
     assert a.list_tables("x") == ["x.moved"]
+
+
+@pytest.mark.parametrize("order", ["sorted", "unsorted"])
+def test_listings_from_a_snapshot_are_exact_whatever_the_row_order(order):
+    """Listings look only at the range of ids under the parent (ids are sorted as every rewrite writes them);
+    rows an older writer left unsorted are listed right too, sorted. Many children take the bulk path."""
+    names = ["a", "a-b", "a.t1", "a.ns", "a.ns.deep", "a.t0", "ab", "b", "b.x"] + [f"top{i:03d}" for i in range(70)]
+    kinds = {"a.t1": "table", "a.t0": "table", "a.ns.deep": "table", "b.x": "table", "top005": "table"}
+    rows = [dict(object_id=n, object_type=kinds.get(n, "namespace"), parent=n.rpartition(".")[0], metadata="{}",
+                 created_ms=0, updated_ms=0) for n in (sorted(names) if order == "sorted" else names[::-1])]
+    snap = lamina.catalog._Snapshot(pa.Table.from_pylist(rows, schema=SCHEMA))
+    assert snap.children("table", "a") == ("a.t0", "a.t1")
+    assert snap.children("namespace", "a") == ("a.ns",)
+    assert snap.children("table", "a.ns") == ("a.ns.deep",) and snap.children("table", "ab") == ()
+    tops = sorted(n for n in names if "." not in n and n != "top005")
+    assert snap.children("namespace", "") == tuple(tops) and snap.children("table", "") == ("top005",)
