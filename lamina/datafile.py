@@ -312,6 +312,16 @@ def as_table_types(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.cast(pa.schema(fields, metadata=table.schema.metadata))
 
 
+#: A data file at most this big is decoded on the calling thread: handing its few column chunks to
+#: pyarrow's thread pool costs more than decoding them (and a process's first read would start the pool).
+#: Reads of many fragments run side by side anyway (``io_pool.map_fragments``).
+INLINE_DECODE_BYTES = 1 << 20
+
+
+def _decode_threads(fragment: Fragment) -> bool:
+    return fragment.file_bytes > INLINE_DECODE_BYTES
+
+
 def read_fragment(
     store: ObjectStore,
     fragment: Fragment,
@@ -331,7 +341,7 @@ def read_fragment(
     if plan is None or plan.everything:
         pf = open_parquet(store, fragment, whole=len(needed) == len(schema))
         with reading(store, fragment, "cannot be decoded"):
-            table = pf.read(columns=needed, use_threads=True)
+            table = pf.read(columns=needed, use_threads=_decode_threads(fragment))
         offsets = np.arange(fragment.rows, dtype=np.uint32)
     else:  # only some row groups: ranged reads of those, not the whole object
         offsets = plan.offsets()
@@ -339,7 +349,7 @@ def read_fragment(
         if plan.groups:
             pf = plan.file or open_parquet(store, fragment)
             with reading(store, fragment, "cannot be decoded"):
-                table = pf.read_row_groups(plan.groups, columns=needed, use_threads=True)
+                table = pf.read_row_groups(plan.groups, columns=needed, use_threads=_decode_threads(fragment))
     if table.num_rows != len(offsets):
         raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} decoded {table.num_rows} rows, "
                           f"the manifest and footer say {len(offsets)}")
