@@ -334,7 +334,11 @@ class Catalog:
                     os.close(fd)  # releases the lock
         # Another writer of this host is at work: queue the request for whoever has the turn next.
         if before_commit is not None:
-            before_commit()  # e.g. the new table exists before any writer can commit its entry
+            try:
+                before_commit()  # e.g. the new table exists before any writer can commit its entry
+            except BaseException:
+                os.close(fd)
+                raise
         queue = _Queue(store)
         rid = queue.post(request)
         if not _wait_turn(fd):
@@ -374,7 +378,10 @@ class Catalog:
                         outcomes[rid] = {"result": result}
                     except Exception as e:  # a refusal, for its writer to raise; the other requests go on
                         outcomes[rid] = {"error": [type(e).__name__, str(e)]}
-                mine = outcomes[own] if own is not None else outcomes.pop(None)
+                mine = outcomes.get(own) if own is not None else outcomes.pop(None)
+                if mine is None:  # this writer's queued request vanished: nothing here can say what became of it
+                    raise CommitStateUnknown(f"catalog {self.root}: request {own} left the queue without an outcome; "
+                                             f"list or describe the catalog to find out whether it was applied")
                 if queue is not None and not any("result" in o for o in outcomes.values()) and "error" in mine:
                     queue.hand_out({rid: outcomes[rid] for rid, _ in queued})  # all refused: nothing to write
                     queued = []
@@ -962,7 +969,10 @@ class _Queue:
         """Makes outcomes collectable: the claims of a committed rewrite, or refusals nothing was written for."""
         for rid, doc in outcomes.items():
             if from_claims:
-                os.replace(self._path(rid, "claimed"), self._path(rid, "out"))
+                try:
+                    os.replace(self._path(rid, "claimed"), self._path(rid, "out"))
+                except FileNotFoundError:  # never expected; the commit stands either way
+                    self._write(rid, "out", doc)
             else:
                 self._write(rid, "out", doc)
                 remove_quietly(self._path(rid, "taken"))
