@@ -324,9 +324,12 @@ class S3Store(ObjectStore):
         Size, LastModified; IsTruncated; NextContinuationToken)."""
         import xml.etree.ElementTree as ET
         from datetime import datetime
-        from urllib.parse import urlencode
+        from urllib.parse import quote
 
-        url = self._object_url() + "?" + urlencode(sorted({"list-type": "2", **params}.items()))
+        # Every value percent-encoded as SigV4 canonicalizes it (a space as %20, never "+"), so the query sent is
+        # the one signed.
+        url = self._object_url() + "?" + "&".join(
+            f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted({"list-type": "2", **params}.items()))
         root = ET.fromstring(self._direct("ListObjectsV2", url).data)
         ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
         contents = [{"Key": c.findtext(f"{ns}Key", ""), "Size": int(c.findtext(f"{ns}Size", "0")),

@@ -394,3 +394,24 @@ def test_a_process_that_only_reads_s3_never_makes_a_boto3_client(s3_bucket, s3_o
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout) == {"rows": 2, "names": ["ns"], "clients": 0}
+
+
+def test_a_direct_listing_sends_the_query_it_signs(s3_table_uri, s3_options, monkeypatch):
+    """SigV4 signs the canonical form of the query (a space is %20, never "+"); real S3 (not moto) rejects a
+    request whose query differs from what was signed, so the query sent must already be canonical."""
+    from urllib.parse import urlsplit
+
+    from botocore.auth import S3SigV4Auth
+
+    store = S3Store(s3_table_uri, s3_options)
+    sent = []
+
+    class Reply:
+        data = b"<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>"
+
+    monkeypatch.setattr(store, "_direct", lambda operation, url, headers=None: sent.append(url) or Reply())
+    assert store._direct_list({"prefix": "p/a b+c%&=é", "start-after": "p/a b"}) == {
+        "Contents": [], "IsTruncated": False, "NextContinuationToken": None}
+    query = urlsplit(sent[0]).query
+    signer = S3SigV4Auth(store._credentials.get_frozen_credentials(), "s3", store._region)
+    assert "+" not in query and query == signer._canonical_query_string_url(urlsplit(sent[0]))
