@@ -48,6 +48,7 @@ from lamina.errors import (
     NamespaceNotFound,
     TableExists,
     TableNotFound,
+    TableReplaced,
 )
 from lamina.cache import MiB, cache
 from lamina.index.options import IndexOptions
@@ -135,6 +136,8 @@ UNCOLLECTED_SECONDS = 3600.0
 CONFIRM_SECONDS = 60.0
 #: New versions read one by one before a listing finds the latest instead.
 FORWARD_READS = 16
+#: Handles of described tables a catalog handle keeps (their latest version is then checked with one request).
+DESCRIBED_HANDLES = 256
 
 
 def check_name(name: Any, what: str = "name") -> tuple[str, ...]:
@@ -225,6 +228,8 @@ class Catalog:
         self._table = table
         #: When (time.monotonic) the version held was last known to be the latest; None: not known.
         self._seen_at = seen_at
+        #: Tables described before: location -> (handle, when its version was last known to be the latest).
+        self._described: dict[str, tuple[Table, float]] = {}
 
     def __repr__(self) -> str:
         return f"Catalog({self.root!r}, version={self._table.version})"
@@ -521,17 +526,44 @@ class Catalog:
         e = self._entry(name, self._read(fresh=False))
         early = None
         if e is not None and e["object_type"] == TABLE:
-            early = _pool().submit(lambda: open_table(self._location(e), storage_options=self.storage_options))
+            early = _pool().submit(self._latest_of, self._location(e))
         latest = self._read()
         if early is not None and latest.table.version == held_version:
             t = early.result()
         else:
             e = self._table_entry(name, latest)
-            t = open_table(self._location(e), storage_options=self.storage_options)
+            t = self._latest_of(self._location(e))
         m = t.manifest
         return TableDescription(name, t.uri, bool(e["registered"]), json.loads(e["metadata"]), e["created_ms"],
                                 e["updated_ms"], m.version, m.rows, len(m.fragments), [ix.name for ix in m.indices],
                                 json.loads(e["maintenance"]) if e["maintenance"] else None)
+
+    def _latest_of(self, location: str) -> Table:
+        """The table at ``location`` at its latest version. A handle kept from an earlier ``describe_table`` is
+        checked as the catalog itself is (``_fresh``): when its version was the latest less than
+        ``CONFIRM_SECONDS`` ago, reading the next versions until one is missing (one request when nothing
+        changed) proves it; otherwise, or if the table there was replaced, it is opened again."""
+        kept = self._described.get(location)
+        now = time.monotonic()
+        if kept is not None and now - kept[1] <= CONFIRM_SECONDS:
+            t = kept[0]
+            m = t.manifest
+            try:
+                for _ in range(FORWARD_READS):
+                    nxt = try_load_manifest(t.store, m.version + 1, m.table_uuid)
+                    if nxt is None:
+                        if m is not t.manifest:
+                            t._move_to(m)
+                        self._described[location] = (t, now)
+                        return t
+                    m = nxt
+            except TableReplaced:
+                pass
+        t = open_table(location, storage_options=self.storage_options)
+        if len(self._described) >= DESCRIBED_HANDLES and location not in self._described:
+            self._described.pop(next(iter(self._described)))  # the oldest kept
+        self._described[location] = (t, now)
+        return t
 
     def open_table(self, name: str, *, version: int | None = None) -> Table:
         """Table ``name`` (its latest version, or ``version``)."""

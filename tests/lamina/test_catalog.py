@@ -587,3 +587,31 @@ def test_listings_from_a_snapshot_are_exact_whatever_the_row_order(order):
     assert snap.children("table", "a.ns") == ("a.ns.deep",) and snap.children("table", "ab") == ()
     tops = sorted(n for n in names if "." not in n and n != "top005")
     assert snap.children("namespace", "") == tuple(tops) and snap.children("table", "") == ("top005",)
+
+
+def test_a_warm_describe_checks_the_table_it_described_with_one_request(root, monkeypatch):
+    """describe_table keeps the handle of a table it described: the next call checks the catalog and that table
+    with one request each (the next version of each), and still sees every version another process commits."""
+    from lamina.store.scheduler import io_stats, stats_delta
+
+    uri, opts = root
+    cat = lamina.connect(uri, storage_options=opts)
+    other = lamina.connect(uri, storage_options=opts)
+    cat.create_namespace("n")
+    cat.create_table("n.t", SCHEMA_T)
+    assert cat.describe_table("n.t").version == 1
+    before = io_stats()
+    d = cat.describe_table("n.t")
+    used = {k: v for e in stats_delta(before).values() for k, v in e.items() if v}
+    assert (d.version, d.rows) == (1, 0)
+    assert used.get("LIST", 0) == 0 and used.get("GET", 0) + used.get("HEAD", 0) <= 2, used
+    other.open_table("n.t").append(pa.table({"id": [1, 2], "name": ["a", "b"]}))
+    assert (cat.describe_table("n.t").version, cat.describe_table("n.t").rows) == (2, 2)
+    t = other.open_table("n.t")
+    for i in range(lamina.catalog.FORWARD_READS + 2):  # more new versions than are read one by one
+        t.append(pa.table({"id": [i], "name": ["x"]}))
+    d = cat.describe_table("n.t")
+    assert (d.version, d.rows) == (t.version, t.count_rows())
+    monkeypatch.setattr(lamina.catalog, "CONFIRM_SECONDS", -1.0)  # kept too long: opened again
+    t.append(pa.table({"id": [99], "name": ["y"]}))
+    assert cat.describe_table("n.t").version == t.version
