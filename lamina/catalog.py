@@ -60,7 +60,7 @@ from lamina.retry import Backoff
 from lamina.store import ObjectStore, check_relative, open_store
 from lamina.store.base import remove_quietly
 from lamina.store.local import LocalStore
-from lamina.table import Table, create_table, open_table
+from lamina.table import Table, create_table, open_table, open_with_hint
 from lamina.transaction import Create, Overwrite
 
 #: Where the catalog table lives under the root (names cannot start with "_", so no entry can collide).
@@ -526,23 +526,24 @@ class Catalog:
         e = self._entry(name, self._read(fresh=False))
         early = None
         if e is not None and e["object_type"] == TABLE:
-            early = _pool().submit(self._latest_of, self._location(e))
+            early = _pool().submit(self._latest_of, self._location(e), e["table_version"])
         latest = self._read()
         if early is not None and latest.table.version == held_version:
             t = early.result()
         else:
             e = self._table_entry(name, latest)
-            t = self._latest_of(self._location(e))
+            t = self._latest_of(self._location(e), e["table_version"])
         m = t.manifest
         return TableDescription(name, t.uri, bool(e["registered"]), json.loads(e["metadata"]), e["created_ms"],
                                 e["updated_ms"], m.version, m.rows, len(m.fragments), [ix.name for ix in m.indices],
                                 json.loads(e["maintenance"]) if e["maintenance"] else None)
 
-    def _latest_of(self, location: str) -> Table:
+    def _latest_of(self, location: str, known: int | None) -> Table:
         """The table at ``location`` at its latest version. A handle kept from an earlier ``describe_table`` is
         checked as the catalog itself is (``_fresh``): when its version was the latest less than
         ``CONFIRM_SECONDS`` ago, reading the next versions until one is missing (one request when nothing
-        changed) proves it; otherwise, or if the table there was replaced, it is opened again."""
+        changed) proves it; otherwise, or if the table there was replaced, it is opened again, from ``known``
+        (the entry's last known version: one round trip when it is still the latest)."""
         kept = self._described.get(location)
         now = time.monotonic()
         if kept is not None and now - kept[1] <= CONFIRM_SECONDS:
@@ -559,7 +560,7 @@ class Catalog:
                     m = nxt
             except TableReplaced:
                 pass
-        t = open_table(location, storage_options=self.storage_options)
+        t = open_with_hint(location, None, self.storage_options, known)
         if len(self._described) >= DESCRIBED_HANDLES and location not in self._described:
             self._described.pop(next(iter(self._described)))  # the oldest kept
         self._described[location] = (t, now)
@@ -568,7 +569,7 @@ class Catalog:
     def open_table(self, name: str, *, version: int | None = None) -> Table:
         """Table ``name`` (its latest version, or ``version``)."""
         e = self._table_entry(name)
-        return open_table(self._location(e), version=version, storage_options=self.storage_options)
+        return open_with_hint(self._location(e), version, self.storage_options, e["table_version"])
 
     def rename_table(self, name: str, new_name: str) -> None:
         """Renames table ``name`` to ``new_name`` (its namespace must exist); its files stay where they are."""

@@ -1314,6 +1314,20 @@ def try_load_manifest(store: ObjectStore, version: int, table_uuid: str | None =
         return None
 
 
+def load_latest_from(store: ObjectStore, known: int) -> Manifest | None:
+    """The latest manifest, when ``known`` was once the latest version (a catalog's record of its tables):
+    versions are contiguous from any version still there, so ``known`` is still the latest if it is there
+    and the next is not — its manifest and the next one's existence, read together, instead of the hint, a
+    listing and the manifest. None when that does not hold (the caller finds the latest as usual)."""
+    if store.is_local:  # stats: cheaper than a thread hop
+        return None if store.exists(manifest_path(known + 1)) else try_load_manifest(store, known)
+    from lamina.io_pool import io_pool
+
+    following = io_pool().submit(store.exists, manifest_path(known + 1))
+    m = try_load_manifest(store, known)
+    return None if following.result() else m
+
+
 def list_versions(store: ObjectStore) -> list[int]:
     versions = []
     for obj in store.list(VERSIONS_DIR):

@@ -422,7 +422,19 @@ def create_table(uri: str, schema: pa.Schema, *, primary_key: str | Sequence[str
 
 def open_table(uri: str, *, version: int | None = None, storage_options: dict[str, Any] | None = None) -> Table:
     """Opens the table at ``uri``: its latest version, or ``version``."""
+    return open_with_hint(uri, version, storage_options)
+
+
+def open_with_hint(uri: str, version: int | None, storage_options: dict[str, Any] | None, known_latest: int | None = None) -> Table:
+    """``open_table``; ``known_latest``, a version that was once the latest (a catalog's record), is tried
+    first (``load_latest_from``: one round trip when it still is)."""
     store = open_store(uri, storage_options)
+    if version is None and known_latest is not None:
+        from lamina.manifest import load_latest_from
+
+        m = load_latest_from(store, known_latest)
+        if m is not None:
+            return Table(store, m, storage_options)
     if version is None:
         latest = latest_version(store)
         if latest is None:

@@ -615,3 +615,34 @@ def test_a_warm_describe_checks_the_table_it_described_with_one_request(root, mo
     monkeypatch.setattr(lamina.catalog, "CONFIRM_SECONDS", -1.0)  # kept too long: opened again
     t.append(pa.table({"id": [99], "name": ["y"]}))
     assert cat.describe_table("n.t").version == t.version
+
+
+def test_a_first_describe_opens_the_table_from_its_recorded_version(root, monkeypatch):
+    """A table's entry records its last known version: a handle describing it for the first time reads that
+    version and checks the next is absent (one round trip), with no latest-version hint and no listing; when the
+    table moved on past the record (versions committed outside the catalog, the recorded one removed by
+    cleanup), it is found as open_table finds it."""
+    import lamina.manifest as manifest
+
+    uri, opts = root
+    cat = lamina.connect(uri, storage_options=opts)
+    cat.create_namespace("n")
+    cat.create_table("n.t", SCHEMA_T)
+    cat.create_table("n.moved", SCHEMA_T)
+    moved = cat.open_table("n.moved")
+    for i in range(5):
+        moved.append(pa.table({"id": [i], "name": ["x"]}))
+    moved.cleanup(older_than=0, enforce_retention=False)  # version 1, the one the catalog records, is gone
+    assert 1 not in [v.version for v in moved.versions()]
+    fresh = lamina.connect(uri, storage_options=opts)
+    called = []
+    for name in ("_hinted_version", "versions_from", "list_versions"):
+        real = getattr(manifest, name)
+        monkeypatch.setattr(manifest, name, lambda *a, _real=real, _name=name: called.append(_name) or _real(*a))
+    d = fresh.describe_table("n.t")
+    assert (d.version, d.rows, d.fragments) == (1, 0, 0) and called == []
+    d = fresh.describe_table("n.moved")
+    assert (d.version, d.rows) == (moved.version, 5) and called  # found as open_table finds it
+    called.clear()
+    assert fresh.open_table("n.t").version == 1 and called == []
+    assert fresh.open_table("n.moved").to_arrow().num_rows == 5

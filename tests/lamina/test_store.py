@@ -372,12 +372,14 @@ from lamina.store import s3
 t = lamina.open_table(sys.argv[1], storage_options=json.loads(sys.argv[2]))
 rows = t.to_arrow().num_rows
 names = lamina.connect(sys.argv[3], storage_options=json.loads(sys.argv[2])).list_namespaces()
-print(json.dumps({"rows": rows, "names": names, "clients": len(s3._CLIENTS)}))
+store = s3.S3Store(sys.argv[1], json.loads(sys.argv[2]))
+heads = [store.exists("_versions/_latest"), store.exists("no/such/object"), store.size("_versions/_latest") > 0]
+print(json.dumps({"rows": rows, "names": names, "heads": heads, "clients": len(s3._CLIENTS)}))
 """
 
 
 def test_a_process_that_only_reads_s3_never_makes_a_boto3_client(s3_bucket, s3_options):
-    """Making the client costs ~0.1 s (botocore's S3 service model): reads (GETs and listings) are sent
+    """Making the client costs ~0.1 s (botocore's S3 service model): reads (GETs, HEADs and listings) are sent
     directly, so a cold read of a table or a catalog does without it."""
     import json
     import subprocess
@@ -393,7 +395,7 @@ def test_a_process_that_only_reads_s3_never_makes_a_boto3_client(s3_bucket, s3_o
     out = subprocess.run([sys.executable, "-X", "faulthandler", "-c", READ_ONLY, uri, json.dumps(s3_options), root],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout) == {"rows": 2, "names": ["ns"], "clients": 0}
+    assert json.loads(out.stdout) == {"rows": 2, "names": ["ns"], "heads": [True, False, True], "clients": 0}
 
 
 def test_a_direct_listing_sends_the_query_it_signs(s3_table_uri, s3_options, monkeypatch):
