@@ -253,15 +253,9 @@ class Catalog:
         t = self._table
         now = time.monotonic()
         if self._seen_at is not None and now - self._seen_at <= CONFIRM_SECONDS:
-            m = t.manifest
-            for _ in range(FORWARD_READS):
-                nxt = try_load_manifest(t.store, m.version + 1, m.table_uuid)
-                if nxt is None:
-                    if m is not t.manifest:
-                        t._move_to(m)
-                    self._seen_at = now
-                    return t
-                m = nxt
+            if _read_forward(t):
+                self._seen_at = now
+                return t
         elif not t.store.exists(manifest_path(t.version + 1)) and t.store.exists(manifest_path(t.version)):
             self._seen_at = now
             return t
@@ -548,16 +542,10 @@ class Catalog:
         now = time.monotonic()
         if kept is not None and now - kept[1] <= CONFIRM_SECONDS:
             t = kept[0]
-            m = t.manifest
             try:
-                for _ in range(FORWARD_READS):
-                    nxt = try_load_manifest(t.store, m.version + 1, m.table_uuid)
-                    if nxt is None:
-                        if m is not t.manifest:
-                            t._move_to(m)
-                        self._described[location] = (t, now)
-                        return t
-                    m = nxt
+                if _read_forward(t):
+                    self._described[location] = (t, now)
+                    return t
             except TableReplaced:
                 pass
         t = open_with_hint(location, None, self.storage_options, known)
@@ -758,6 +746,23 @@ def _append(rows: pa.Table, row: dict[str, Any]) -> pa.Table:
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 _POOL_LOCK = threading.Lock()
+
+
+def _read_forward(t: Table) -> bool:
+    """Moves ``t``, whose version was the latest recently, to the latest version by reading the versions after
+    it until one is absent (versions are written in order); False when more than ``FORWARD_READS`` are new
+    (the caller lists them). When nothing changed — the usual answer — that is one HEAD (a stat locally),
+    cheaper than a GET that misses."""
+    m = t.manifest
+    if not t.store.exists(manifest_path(m.version + 1)):
+        return True
+    for _ in range(FORWARD_READS):
+        nxt = try_load_manifest(t.store, m.version + 1, m.table_uuid)
+        if nxt is None:
+            t._move_to(m)
+            return True
+        m = nxt
+    return False
 
 
 def _pool() -> ThreadPoolExecutor:
