@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lamina import _native
+from lamina.arrays import from_numpy
 from lamina.checksum import check, of_bytes
 from lamina.deletion import live_mask, read_deleted
 from lamina.errors import CorruptFile, InvalidConfig, LaminaError, ObjectNotFound
@@ -48,7 +49,7 @@ class WriteOptions:
         "max_rows_per_file": (1, 2**31 - 1),  # offsets are 32-bit
         "row_group_rows": (1, 2**31 - 1),
         "row_group_bytes": (1024, 2**40),
-        "zstd_level": (1, 22),
+        "zstd_level": (0, 22),  # 0: uncompressed pages
     }
 
     @classmethod
@@ -290,11 +291,11 @@ def _finish(table: pa.Table, fragment: Fragment, offsets: np.ndarray, flt: Filte
     """Adds the requested special columns for the physical ``offsets`` of ``table``'s rows, filters, projects."""
     special: dict[str, pa.Array] = {}
     if with_row_address:
-        special[ROWADDR] = pa.array((np.uint64(fragment.id) << np.uint64(ADDRESS_SHIFT)) | offsets.astype(np.uint64))
+        special[ROWADDR] = from_numpy((np.uint64(fragment.id) << np.uint64(ADDRESS_SHIFT)) | offsets.astype(np.uint64), pa.uint64())
     if with_row_id:
-        special[ROWID] = pa.array(_row_ids(fragment)[offsets])
+        special[ROWID] = from_numpy(_row_ids(fragment)[offsets], pa.uint64())
     if with_offsets:
-        special["_offset"] = pa.array(offsets.astype(np.uint32))
+        special["_offset"] = from_numpy(offsets, pa.uint32())
     for name, arr in special.items():
         table = table.append_column(name, arr)
     if flt is not None:
@@ -357,7 +358,7 @@ def read_fragment(
     mask = live_mask(fragment, read_deleted(store, fragment)) if len(offsets) else None
     if mask is not None:
         mask = mask if len(offsets) == fragment.rows else mask[offsets]
-        table = table.filter(pa.array(mask))
+        table = table.filter(from_numpy(mask, pa.bool_()))
         offsets = offsets[mask]
     return _finish(table, fragment, offsets, flt, out_cols, with_row_address, with_row_id, with_offsets)
 
@@ -422,7 +423,7 @@ def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragmen
             files.append((store.describe(f.path), src if local else None, None if local else src, f.file_bytes, counts[i]))
         sel = offsets if len(whole) == len(fragments) else np.concatenate([offsets[starts[i]:starts[i + 1]] for i in whole])
         try:
-            batch = _native.take_rows_many(files, pa.array(sel, type=pa.uint32()), cols, pool_size(len(files)))
+            batch = _native.take_rows_many(files, from_numpy(sel, pa.uint32()), cols, pool_size(len(files)))
         except ObjectNotFound as e:
             raise ObjectNotFound(f"a data file is missing: the table is damaged; check out an earlier version or restore it ({e})") from None
         pieces.append((whole, as_table_types(pa.Table.from_batches([batch]), schema)))
@@ -436,7 +437,7 @@ def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragmen
     # back into the order of ``fragments``
     order = np.concatenate([np.arange(starts[i], starts[i + 1]) for idx, _ in pieces for i in idx])
     table = pa.concat_tables([t for _, t in pieces])
-    return table.take(pa.array(np.argsort(order, kind="stable"), type=pa.int64()))
+    return table.take(from_numpy(np.argsort(order, kind="stable"), pa.int64()))
 
 
 def _take_by_row_groups(store: ObjectStore, schema: pa.Schema, fragment: Fragment, offsets: np.ndarray,
@@ -453,4 +454,4 @@ def _take_by_row_groups(store: ObjectStore, schema: pa.Schema, fragment: Fragmen
     local_base = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     gi = np.searchsorted(starts, offsets, side="right") - 1
     local = local_base[gi] + (offsets - starts[gi])
-    return table.take(pa.array(local, type=pa.int64()))
+    return table.take(from_numpy(local, pa.int64()))

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import _native
+from lamina.arrays import from_numpy, to_numpy
 from lamina.cache import MiB, cache
 from lamina.checksum import check, of_bytes
 from lamina.manifest import DELETIONS_DIR, DeletionFile, Fragment
@@ -40,7 +41,7 @@ def read_offsets(store: ObjectStore, path: str | None, checksum: str | None = No
         return cached
     data = store.get(path)
     check(checksum, of_bytes(data), f"deletion file {store.describe(path)}")
-    offsets = _native.decode_deletions(data, store.describe(path), rows).to_numpy(zero_copy_only=False)
+    offsets = to_numpy(_native.decode_deletions(data, store.describe(path), rows))
     _remember(store, path, offsets)
     return offsets
 
@@ -72,7 +73,7 @@ def read_deleted(store: ObjectStore, fragment: Fragment) -> np.ndarray:
 def write_deleted(store: ObjectStore, fragment_id: int, offsets: np.ndarray) -> DeletionFile:
     """Writes a new deletion file holding ``offsets`` (sorted, unique uint32)."""
     path = f"{DELETIONS_DIR}{fragment_id}-{uuid.uuid4().hex}.bin"
-    data = _native.encode_deletions(pa.array(offsets, type=pa.uint32()))
+    data = _native.encode_deletions(from_numpy(offsets, pa.uint32()))
     store.put(path, data)
     _remember(store, path, offsets)
     return DeletionFile(path, int(len(offsets)), of_bytes(data))

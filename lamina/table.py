@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina.commit import commit
+from lamina.arrays import from_numpy
 from lamina.datafile import ROWADDR, ROWID, WriteOptions, read_fragment, take_many, write_fragments
 from lamina.deletion import among, read_deleted
 from lamina.errors import (
@@ -264,7 +265,7 @@ class Table:
                 raise RowNotFound(f"row address {(fid << ADDRESS_SHIFT) | int(bad[0])} (fragment {fid}, offset {int(bad[0])}) is deleted or out of range at version {self.version} of {self.uri}")
             chosen.append(frag)
         rows = take_many(self._store, self.schema, chosen, offs, counts, cols)
-        return rows.take(pa.array(inverse.ravel(), type=pa.int64()))
+        return rows.take(from_numpy(inverse.ravel(), pa.int64()))
 
     def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
         if columns is None:

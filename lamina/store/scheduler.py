@@ -5,7 +5,8 @@ fragment after fragment). Here the requests of one call are handed over together
 
 - **bounded concurrency per store**: one worker pool per object-store endpoint and bucket
   (``LAMINA_S3_CONCURRENCY``, default 32, the HTTP connection pool's size); a request made
-  from inside a worker runs inline, so nested reads never wait on themselves;
+  from inside a worker runs inline, so nested reads never wait on themselves, and a request
+  waited for runs on the caller's thread when nothing is queued and a slot is free;
 - **priorities**: ``POINT`` (lookups, ``take``) before ``SCAN`` before ``BACKGROUND``
   (compaction, cleanup), so a point lookup is not queued behind a scan's GETs;
 - **coalescing**: byte ranges of one object closer than ``LAMINA_COALESCE_GAP`` (64 KiB) are
@@ -120,6 +121,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._threads = 0
         self._idle = 0
+        self._running = 0  # requests being run, by the workers and inline
         self._local = threading.local()
 
     def submit(self, fn: Callable[[], T], priority: int = SCAN) -> "Future[T]":
@@ -138,19 +140,44 @@ class Scheduler:
         return future
 
     def run(self, fn: Callable[[], T], priority: int = SCAN) -> T:
-        return self.submit(fn, priority).result()
+        """``fn()`` through the scheduler, waiting for it. When nothing is queued and a request slot is free
+        it runs on the calling thread (a thread hop less: ~0.1 ms of a warm catalog read's one request)."""
+        if getattr(self._local, "worker", False):
+            return fn()
+        with self._cond:
+            inline = not self._heap and self._running < self.concurrency
+            if inline:
+                self._running += 1
+        if not inline:
+            return self.submit(fn, priority).result()
+        self._local.worker = True  # a request it makes in turn runs inline too, as in a worker
+        try:
+            return fn()
+        finally:
+            self._local.worker = False
+            self._done()
+
+    def _done(self) -> None:
+        with self._cond:
+            self._running -= 1
+            if self._heap and self._idle:
+                self._cond.notify()
 
     def _work(self) -> None:
         self._local.worker = True
         while True:
             with self._cond:
-                while not self._heap:
+                while not self._heap or self._running >= self.concurrency:
                     self._idle += 1
                     self._cond.wait()
                     self._idle -= 1
                 _, _, fn, future = heapq.heappop(self._heap)
-            if future.set_running_or_notify_cancel():
-                _run_into(future, fn)
+                self._running += 1
+            try:
+                if future.set_running_or_notify_cancel():
+                    _run_into(future, fn)
+            finally:
+                self._done()
 
 
 def _run_into(future: Future, fn: Callable[[], Any]) -> None:

@@ -4,6 +4,7 @@ and ``Table.take`` over many fragments in one pass (local and on the moto S3 ser
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -199,6 +200,30 @@ def test_a_request_made_inside_a_worker_runs_inline():
     assert sched.run(lambda: sched.run(lambda: 42)) == 42  # would wait forever if queued
 
 
+def test_a_waited_request_runs_on_the_calling_thread_when_a_slot_is_free_and_still_counts_against_the_bound():
+    sched = Scheduler("inline", concurrency=1)
+    assert sched.run(threading.get_ident) == threading.get_ident()  # nothing queued, a slot free: no thread hop
+    gate, inside = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def hold() -> str:
+        inside.set()
+        gate.wait(10)
+        order.append("inline")
+        return "done"
+
+    holder = threading.Thread(target=lambda: order.append(sched.run(hold)))
+    holder.start()
+    assert inside.wait(10)
+    queued = sched.submit(lambda: order.append("queued"), SCAN)  # the only slot is taken: it waits
+    time.sleep(0.05)
+    assert not queued.done()
+    gate.set()
+    queued.result(timeout=10)
+    holder.join(10)
+    assert order.index("inline") < order.index("queued")
+
+
 def test_job_reports_count_the_requests_of_their_ray_tasks(ray_cluster, s3_table_uri, s3_options):
     """The jobs' --json summaries carry io: the requests of the driver and of every Ray task it ran."""
     from lamina.compaction import compact
@@ -261,3 +286,32 @@ def test_writing_many_files_costs_linear_bookkeeping(tmp_path, monkeypatch):
     t.append(rows(0, 3000), max_rows_per_file=10)  # 300 files
     assert len(t.manifest.fragments) == 300 and t.count_rows() == 3000
     assert calls["done"] < 10 * 300, calls  # the quadratic loop made ~45,000
+
+
+COLD_READS = """
+import sys, numpy as np, lamina
+t = lamina.open_table(sys.argv[1])
+f = t.manifest.fragments[0]
+rows = t.take(np.array([f.id << 32 | 2, f.id << 32 | 0], dtype=np.uint64), ["s"]).column("s").to_pylist()
+addrs = t.to_arrow(with_row_address=True).num_rows
+cat = lamina.connect(sys.argv[2])
+print(rows, addrs, cat.list_namespaces(), cat.describe_table("ns.t").rows, "pandas" in sys.modules)
+"""
+
+
+def test_a_cold_lookup_and_catalog_read_never_import_pandas(tmp_path):
+    """pyarrow's pa.array imports pandas on its first call in a process (~150 ms when pandas is installed):
+    a cold take, a read with row addresses (over deletions) and a catalog read build their arrays without it."""
+    import subprocess
+    import sys
+
+    uri, root = str(tmp_path / "t"), str(tmp_path / "cat")
+    t = lamina.create_table(uri, pa.schema([("id", pa.int64()), ("s", pa.string())]))
+    t.append(pa.table({"id": [0, 1, 2, 3], "s": ["a", "b", "c", "d"]}))
+    t.delete("id = 1")
+    cat = lamina.connect(root)
+    cat.create_namespace("ns")
+    cat.create_table("ns.t", pa.schema([("id", pa.int64())]))
+    out = subprocess.run([sys.executable, "-c", COLD_READS, uri, root], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["['c',", "'a']", "3", "['ns']", "0", "False"]
