@@ -646,3 +646,18 @@ def test_a_first_describe_opens_the_table_from_its_recorded_version(root, monkey
     called.clear()
     assert fresh.open_table("n.t").version == 1 and called == []
     assert fresh.open_table("n.moved").to_arrow().num_rows == 5
+
+
+def test_the_catalog_data_file_is_written_uncompressed_and_read_back_whole(tmp_path):
+    """docs/FORMAT.md §12: a rewrite's data file has uncompressed pages (zstd_level 0); it reads back exactly."""
+    import pyarrow.parquet as pq
+
+    cat = lamina.connect(str(tmp_path))
+    cat.create_namespace("a", properties={"owner": "ops"})
+    cat.create_table("a.t", SCHEMA_T)
+    t = cat.table
+    (frag,) = t.manifest.fragments
+    meta = pq.ParquetFile(t.store.local_path(frag.path)).metadata
+    assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"UNCOMPRESSED"}
+    assert lamina.connect(str(tmp_path)).describe_namespace("a").properties == {"owner": "ops"}
+    assert t.to_arrow().column("object_id").to_pylist() == ["a", "a.t"]

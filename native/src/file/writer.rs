@@ -33,7 +33,8 @@ pub struct WriteOptions {
     pub row_group_rows: usize,
     /// Encoded bytes per row group at most (arrow-rs estimate), if bounded.
     pub row_group_bytes: Option<usize>,
-    /// zstd level, 1..=22.
+    /// zstd level, 1..=22; 0 writes uncompressed pages (small files rewritten often, such as a
+    /// catalog's: a zstd context per column chunk costs more than the bytes it saves there).
     pub zstd_level: i32,
     /// Extra key-value metadata; keys starting with `lamina.` are reserved.
     pub extra_metadata: Vec<(String, String)>,
@@ -93,15 +94,21 @@ impl WriteOptions {
     pub(crate) fn properties(&self, schema: &arrow::datatypes::Schema) -> Result<WriterProperties> {
         // Every write path comes through here: arrow-rs asserts (panics) on zero sizes.
         self.validate()?;
-        let level = ZstdLevel::try_new(self.zstd_level)
-            .map_err(|e| Error::InvalidArgument(format!("zstd_level {}: {e}", self.zstd_level)))?;
+        let compression = if self.zstd_level == 0 {
+            Compression::UNCOMPRESSED
+        } else {
+            Compression::ZSTD(
+                ZstdLevel::try_new(self.zstd_level)
+                    .map_err(|e| Error::InvalidArgument(format!("zstd_level {}: {e}", self.zstd_level)))?,
+            )
+        };
         let mut metadata = vec![
             KeyValue::new(FILE_VERSION_KEY.to_string(), FILE_VERSION.to_string()),
             KeyValue::new(WRITER_KEY.to_string(), format!("lamina-native {}", env!("CARGO_PKG_VERSION"))),
         ];
         metadata.extend(self.extra_metadata.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
         let mut builder = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(level))
+            .set_compression(compression)
             .set_statistics_enabled(EnabledStatistics::Page)
             // Pages of at most ~8K rows: a point read (index lookup, take) decodes one page, not 20K rows.
             .set_data_page_row_count_limit(DATA_PAGE_ROWS)
@@ -299,6 +306,22 @@ mod tests {
         let col = meta.row_group(0).column(0);
         assert!(matches!(col.compression(), Compression::ZSTD(_)), "{:?}", col.compression());
         assert!(col.column_index_offset().is_some(), "page index must be written");
+    }
+
+    #[test]
+    fn level_zero_writes_uncompressed_pages_and_a_bad_level_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = batch(0, 100);
+        let path = dir.path().join("plain.parquet");
+        let options = WriteOptions { zstd_level: 0, ..WriteOptions::default() };
+        write_file(&path, rows.schema(), std::slice::from_ref(&rows), &options).unwrap();
+        let reader = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        for col in reader.metadata().row_group(0).columns() {
+            assert!(matches!(col.compression(), Compression::UNCOMPRESSED), "{:?}", col.compression());
+        }
+        let bad = WriteOptions { zstd_level: 23, ..WriteOptions::default() };
+        let refused = write_file(&dir.path().join("bad.parquet"), rows.schema(), &[rows], &bad);
+        assert!(matches!(refused, Err(Error::InvalidArgument(_))));
     }
 
     #[test]
