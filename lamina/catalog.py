@@ -515,10 +515,11 @@ class Catalog:
     def describe_table(self, name: str) -> TableDescription:
         """Where table ``name`` lives, its properties and its live state (version, rows, fragments, indices)."""
         check_name(name, "table name")
-        # The table named by the version held is opened while the catalog is checked for a newer version;
-        # if there is one, the entry is looked up again there and the table opened again.
+        # On S3 the table named by the version held is opened while the catalog is checked for a newer version;
+        # if there is one, the entry is looked up again there and the table opened again. Locally both are a few
+        # stats and small reads, cheaper one after the other than with a thread hop.
         held_version = self._table.version
-        e = self._entry(name, self._read(fresh=False))
+        e = None if self._table.store.is_local else self._entry(name, self._read(fresh=False))
         early = None
         if e is not None and e["object_type"] == TABLE:
             early = _pool().submit(self._latest_of, self._location(e), e["table_version"])
@@ -749,16 +750,16 @@ def _quote(text: str) -> str:
 
 def _sorted(rows: pa.Table) -> pa.Table:
     """``rows`` in the current schema, sorted by object id (the order every version is written in)."""
-    ids = rows.column("object_id")
-    if rows.num_rows > 1 and not pc.all(pc.less(ids.slice(0, rows.num_rows - 1), ids.slice(1))).as_py():
+    ids = rows.column("object_id").to_pylist()  # not pyarrow.compute: see _check_free
+    if any(a >= b for a, b in zip(ids, ids[1:])):
         rows = rows.sort_by("object_id")
     return rows if rows.schema.equals(SCHEMA) else pa.Table.from_arrays(rows.columns, schema=SCHEMA)
 
 
-def _append(rows: pa.Table, row: dict[str, Any]) -> pa.Table:
-    """``rows`` with ``row`` added where its object id sorts (rows sorted by object id stay so)."""
-    ids = rows.column("object_id")
-    at = (pc.sum(pc.less(ids, row["object_id"])).as_py() or 0) if rows.num_rows else 0
+def _append(rows: pa.Table, ids: list[str], row: dict[str, Any]) -> pa.Table:
+    """``rows`` (object ids ``ids``) with ``row`` added where its object id sorts (rows sorted by object id stay
+    so; others are sorted before they are written)."""
+    at = bisect.bisect_left(ids, row["object_id"])
     # One chunk: a table held across many appends would otherwise keep one chunk per append.
     return pa.concat_tables([rows.slice(0, at), pa.Table.from_pylist([row], schema=SCHEMA), rows.slice(at)]).combine_chunks()
 
@@ -834,12 +835,13 @@ def _apply(root: str, rows: pa.Table, req: dict[str, Any]) -> tuple[pa.Table, An
     that has the turn can apply a request another process queued."""
     op, name = req["op"], req["name"]
     if op in ("create_namespace", "create_table", "register_table"):
-        _check_free(root, rows, name)
-        _check_parent(root, rows, name)
+        ids = rows.column("object_id").to_pylist()
+        _check_free(root, rows, ids, name)
+        _check_parent(root, rows, ids, name)
         now = _now_ms()
         kind = NAMESPACE if op == "create_namespace" else TABLE
         row = dict(req["row"], object_id=name, object_type=kind, parent=_parent(name), created_ms=now, updated_ms=now)
-        return _append(rows, row), None
+        return _append(rows, ids, row), None
     ids = rows.column("object_id")
     types = rows.column("object_type")
     if op == "drop_namespace":
@@ -863,8 +865,8 @@ def _apply(root: str, rows: pa.Table, req: dict[str, Any]) -> tuple[pa.Table, An
         names, kinds = ids.to_pylist(), types.to_pylist()
         if not any(i == name and k == TABLE for i, k in zip(names, kinds)):
             raise TableNotFound(f"catalog {root} has no table {name!r}")
-        _check_free(root, rows, new_name)
-        _check_parent(root, rows, new_name)
+        _check_free(root, rows, names, new_name)
+        _check_parent(root, rows, names, new_name)
         pos = names.index(name)
         names[pos] = new_name
         parents = rows.column("parent").to_pylist()
@@ -898,19 +900,19 @@ def _result(outcome: dict[str, Any]) -> Any:
     return outcome["result"]
 
 
-def _check_free(root: str, rows: pa.Table, name: str) -> None:
-    hit = rows.filter(pc.equal(rows.column("object_id"), name))
-    if hit.num_rows:
-        kind = hit.column("object_type")[0].as_py()
+def _check_free(root: str, rows: pa.Table, ids: list[str], name: str) -> None:
+    """``ids``: the object ids of ``rows``, in row order (a list scan: no pyarrow.compute, whose first call in a
+    process costs milliseconds, on the path of every create)."""
+    if name in ids:
+        kind = rows.column("object_type")[ids.index(name)].as_py()
         raise (TableExists if kind == TABLE else NamespaceExists)(f"catalog {root} already has a {kind} named {name!r}")
 
 
-def _check_parent(root: str, rows: pa.Table, name: str) -> None:
+def _check_parent(root: str, rows: pa.Table, ids: list[str], name: str) -> None:
     parent = _parent(name)
     if not parent:
         return
-    hit = rows.filter(pc.and_(pc.equal(rows.column("object_id"), parent), pc.equal(rows.column("object_type"), NAMESPACE)))
-    if not hit.num_rows:
+    if parent not in ids or rows.column("object_type")[ids.index(parent)].as_py() != NAMESPACE:
         raise NamespaceNotFound(f"catalog {root} has no namespace {parent!r} to hold {name!r}; create it first")
 
 
