@@ -48,6 +48,8 @@ import datetime as dt
 import functools
 import math
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,6 +214,26 @@ def _tokenize(text: str) -> list[_Tok]:
     return toks
 
 
+_TOKENS: "OrderedDict[str, list[_Tok]]" = OrderedDict()
+_TOKENS_LOCK = threading.Lock()
+
+
+def _tokens(text: str) -> list[_Tok]:
+    """``_tokenize(text)``, the last few long texts' kept: a filter is parsed twice (its expression and its
+    pruning tree), and a long IN list's tokens cost ~20 ms (5,000 values). The lists are never changed."""
+    if len(text) < 4096:
+        return _tokenize(text)
+    with _TOKENS_LOCK:
+        found = _TOKENS.get(text)
+    if found is None:
+        found = _tokenize(text)
+        with _TOKENS_LOCK:
+            _TOKENS[text] = found
+            while len(_TOKENS) > 4:
+                _TOKENS.popitem(last=False)
+    return found
+
+
 def _short(text: str) -> str:
     """``text`` quoted for an error message, cut to its start when long."""
     return repr(text) if len(text) <= 200 else f"{text[:160]!r}... ({len(text):,} characters)"
@@ -252,12 +274,16 @@ def _join(op: str, exprs: list[tuple[pc.Expression, str]]) -> tuple[pc.Expressio
 
 
 class _Parser:
+    #: Whether the indexable terms (``_Part.conj``) are wanted: a parser that builds something else from the
+    #: grammar (``lamina.prune``) skips them (5,000 IN values cost ~20 ms as scalars).
+    conjuncts = True
+
     def __init__(self, text: str, schema: pa.Schema):
         self.text, self.schema = text, schema
         if len(text) > MAX_FILTER_LENGTH:
             raise InvalidFilter(f"filter {_short(text)} is longer than {MAX_FILTER_LENGTH:,} characters; split it into "
                                 "several calls, or pass an Expression such as pyarrow.compute.field('id').isin(values)")
-        self.toks = _tokenize(text)
+        self.toks = _tokens(text)
         self.i = 0
         self.columns: set[str] = set()
         self.depth = 0
@@ -384,7 +410,7 @@ class _Parser:
             col = self.need_column(left, "IN")
             arr = self.value_set(col, values)
             e = pc.is_in(self.ref(col), value_set=arr)
-            if not arr.null_count:  # NULL in the list matches null rows: not a key lookup
+            if not arr.null_count and self.conjuncts:  # NULL in the list matches null rows: not a key lookup
                 ranges = [(v, True, v, True) for v in arr]
         elif self.accept("kw", "BETWEEN"):
             lo = self.literal()

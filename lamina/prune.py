@@ -359,6 +359,8 @@ class _TreeParser(_filter._Parser):
     """The filter grammar of ``lamina.filter`` (its parser, so literals cast exactly as the
     filter's expression does), building a pruning tree instead of an expression."""
 
+    conjuncts = False
+
     def __init__(self, text: str, schema: pa.Schema):
         super().__init__(text, schema)
         self.events: list[tuple] = []
