@@ -219,12 +219,14 @@ _TOKENS_LOCK = threading.Lock()
 
 
 def _tokens(text: str) -> list[_Tok]:
-    """``_tokenize(text)``, the last few long texts' kept: a filter is parsed twice (its expression and its
-    pruning tree), and a long IN list's tokens cost ~20 ms (5,000 values). The lists are never changed."""
+    """``_tokenize(text)``: a filter is parsed twice (its expression, then its pruning tree), and a long IN
+    list's tokens cost ~20 ms (5,000 values), so a long text's tokens are kept for its next parse and handed
+    over then (not kept longer: thousands of live objects bring the next full garbage collection closer,
+    ~40 ms with a large manifest in memory). At most a few texts' are held; the lists are never changed."""
     if len(text) < 4096:
         return _tokenize(text)
     with _TOKENS_LOCK:
-        found = _TOKENS.get(text)
+        found = _TOKENS.pop(text, None)
     if found is None:
         found = _tokenize(text)
         with _TOKENS_LOCK:
