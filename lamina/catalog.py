@@ -667,6 +667,13 @@ def _rows_of(t: Table) -> pa.Table:
     return _as_current(t.to_arrow())
 
 
+#: The memory pool of the rows a mutation builds: the C allocator's, not Arrow's default (mimalloc). mimalloc asks
+#: for transparent huge pages on its arenas, and each 2 MiB page it grows into is zeroed on first touch: ~5 ms
+#: stalls every few calls of a writer making many small mutations (perf: ``clear_page_erms`` under
+#: ``do_huge_pmd_anonymous_page`` from ``mi_manage_os_memory_ex2``).
+_SYSTEM_POOL = pa.system_memory_pool()
+
+
 class _Snapshot:
     """One catalog version decoded in memory: its rows (sorted by object id, as every rewrite writes them),
     with lookups by name and listings by (object type, parent) built once per version."""
@@ -676,7 +683,7 @@ class _Snapshot:
         # which a cold read would pay for nothing. Rows are written sorted; listings sort anyway.
         self.rows = rows if rows.schema.equals(SCHEMA) else pa.Table.from_arrays(rows.columns, schema=SCHEMA)
         if self.rows.column("object_id").num_chunks > 1:
-            self.rows = self.rows.combine_chunks()
+            self.rows = self.rows.combine_chunks(memory_pool=_SYSTEM_POOL)
         self.nbytes = 3 * self.rows.get_total_buffer_size() + 1024  # the rows and the Python lookups built over them
         self._children: dict[tuple[str, str], tuple[str, ...]] = {}
         self._entries: dict[int, dict[str, Any]] = {}
@@ -761,7 +768,8 @@ def _append(rows: pa.Table, ids: list[str], row: dict[str, Any]) -> pa.Table:
     so; others are sorted before they are written)."""
     at = bisect.bisect_left(ids, row["object_id"])
     # One chunk: a table held across many appends would otherwise keep one chunk per append.
-    return pa.concat_tables([rows.slice(0, at), pa.Table.from_pylist([row], schema=SCHEMA), rows.slice(at)]).combine_chunks()
+    return pa.concat_tables([rows.slice(0, at), pa.Table.from_pylist([row], schema=SCHEMA), rows.slice(at)]).combine_chunks(
+        memory_pool=_SYSTEM_POOL)
 
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
