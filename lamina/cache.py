@@ -73,6 +73,13 @@ class ByteLRU:
             self.put(key, value, size(value))
         return value
 
+    def pop(self, key: Hashable) -> None:
+        """Drops ``key``'s entry, if any (a value its owner knows no one will ask for again)."""
+        with self._lock:
+            hit = self._items.pop(key, None)
+            if hit is not None:
+                self._bytes -= hit[1]
+
     def discard(self, match: Callable[[Hashable], bool]) -> None:
         """Drops every entry whose key matches (e.g. the versions cleanup removed)."""
         with self._lock:

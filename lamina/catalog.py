@@ -56,7 +56,7 @@ from lamina.index.options import IndexOptions
 from lamina.index.segments import build_local, segment_path, write_segment
 from lamina.filter import parse_filter
 from lamina.keys import key_array
-from lamina.manifest import IndexEntry, IndexSegment, Manifest, manifest_path, try_load_manifest
+from lamina.manifest import IndexEntry, IndexSegment, Manifest, forget_superseded, manifest_path, try_load_manifest
 from lamina.retry import Backoff
 from lamina.store import ObjectStore, check_relative, open_store
 from lamina.store.base import remove_quietly
@@ -415,6 +415,8 @@ class Catalog:
                         queue.collect(own)
                 t._move_to(new)
                 self._seen_at = seen_at
+                _ROWS.pop(_key(t.uri, base))  # superseded: readers go to the latest version
+                forget_superseded(t.store, base)
                 if rows.num_rows and _small(new):
                     snap = _Snapshot(rows)
                     _ROWS.put(_key(t.uri, new), snap, snap.nbytes)

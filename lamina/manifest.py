@@ -1166,6 +1166,13 @@ def forget_manifest(store: ObjectStore, version: int) -> None:
     _CACHE.discard(lambda key: key[0] == store.uri and key[2] == version)
 
 
+def forget_superseded(store: ObjectStore, m: Manifest) -> None:
+    """Drops version ``m`` from this process's cache when its writer knows nothing will read it again (the catalog's
+    previous version, once its rewrite committed): a writer of many small commits otherwise keeps every version it
+    wrote until the byte budget fills, and the garbage collector walks them all."""
+    _CACHE.pop((store.uri, m.table_uuid, m.version))
+
+
 def remember_manifest(store: ObjectStore, m: Manifest, written: Sequence[str]) -> None:
     """Caches a manifest this process just wrote, and the segments and lists it wrote (``written``);
     the others are its base's, cached when they were read."""

@@ -661,3 +661,28 @@ def test_the_catalog_data_file_is_written_uncompressed_and_read_back_whole(tmp_p
     assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"UNCOMPRESSED"}
     assert lamina.connect(str(tmp_path)).describe_namespace("a").properties == {"owner": "ops"}
     assert t.to_arrow().column("object_id").to_pylist() == ["a", "a.t"]
+
+
+def test_a_writer_keeps_only_the_latest_catalog_version_in_memory(tmp_path):
+    """A rewrite's base is dropped from the manifest and rows caches once the new version commits: a process making
+    many small mutations holds one catalog version, not every version it wrote (which the garbage collector would
+    walk again and again until the byte budgets filled), and still reads every entry."""
+    import gc
+
+    from lamina.cache import caches
+
+    cat = lamina.connect(str(tmp_path))
+    for i in range(30):
+        cat.create_namespace(f"n{i:02d}")
+    uri = cat.table.uri
+    held = {name: [k for k in c._items if isinstance(k, tuple) and k and k[0] == uri]
+            for name, c in caches().items() if name in ("manifest", "catalog")}
+    assert [k[-1] for k in held["manifest"]] == [cat.table.version]
+    assert [k[-1] for k in held["catalog"]] == [cat.table.version]
+    gc.collect()
+    manifests = sum(1 for o in gc.get_objects() if type(o).__name__ == "Manifest")
+    for i in range(30, 60):
+        cat.create_namespace(f"n{i:02d}")
+    gc.collect()
+    assert sum(1 for o in gc.get_objects() if type(o).__name__ == "Manifest") <= manifests + 1
+    assert [ns for ns in lamina.connect(str(tmp_path)).list_namespaces()] == [f"n{i:02d}" for i in range(60)]
