@@ -5,6 +5,7 @@ use parquet::file::metadata::ParquetMetaData;
 
 use crate::error::{Error, Result};
 
+pub mod pages;
 pub mod take;
 pub mod writer;
 

@@ -22,13 +22,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use arrow::array::{ArrayRef, UInt32Array};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
-};
-use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, RowSelection, RowSelector};
+use parquet::arrow::{parquet_to_arrow_field_levels, ProjectionMask};
 use parquet::file::metadata::PageIndexPolicy;
 use parquet::file::reader::ChunkReader;
 
+use super::pages::ChunkGroups;
 use crate::error::{guard, Error, Result, Work};
 use crate::io::PosFile;
 use crate::lru::{ByteLru, LruStats};
@@ -296,13 +295,7 @@ fn read_rows<R: ChunkReader + Clone + 'static>(object: &str, file: &Opener<'_, R
         return out.project(&order).map_err(|e| corrupt(object, e));
     }
     let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), sorted.iter().copied());
-    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file.get()?.clone(), meta.clone())
-        .with_row_groups(groups)
-        .with_projection(mask)
-        .with_row_selection(RowSelection::from(selectors))
-        .with_batch_size(offsets.len().max(1))
-        .build()
-        .map_err(|e| corrupt(object, e))?;
+    let reader = batches_of(object, file.get()?, &meta, groups, mask, offsets.len(), Some(RowSelection::from(selectors)))?;
     let projected = Arc::new(schema.project(&sorted).map_err(|e| corrupt(object, e))?);
     let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>().map_err(|e| corrupt(object, e))?;
     let out = arrow::compute::concat_batches(&projected, &batches).map_err(|e| corrupt(object, e))?;
@@ -310,6 +303,25 @@ fn read_rows<R: ChunkReader + Clone + 'static>(object: &str, file: &Opener<'_, R
         return Err(corrupt(object, format!("decoded {} of {} requested rows", out.num_rows(), offsets.len())));
     }
     out.project(&order).map_err(|e| corrupt(object, e))
+}
+
+/// A reader of the `mask` columns of row groups `groups` (the rows `selection` picks, or all), in batches of
+/// up to `batch` rows: arrow-rs's decoders, fed by [`super::pages`] (zstd pages decompressed with this
+/// thread's reused context instead of a new codec per column chunk).
+fn batches_of<R: ChunkReader + Clone + 'static>(
+    object: &str,
+    file: &R,
+    meta: &ArrowReaderMetadata,
+    groups: Vec<usize>,
+    mask: ProjectionMask,
+    batch: usize,
+    selection: Option<RowSelection>,
+) -> Result<ParquetRecordBatchReader> {
+    let md = meta.metadata();
+    let levels = parquet_to_arrow_field_levels(md.file_metadata().schema_descr(), mask, Some(meta.schema().fields()))
+        .map_err(|e| corrupt(object, e))?;
+    let groups = ChunkGroups { reader: Arc::new(file.clone()), metadata: Arc::clone(md), row_groups: groups };
+    ParquetRecordBatchReader::try_new_with_row_groups(&levels, &groups, batch.max(1), selection).map_err(|e| corrupt(object, e))
 }
 
 /// Whether every chunk of the `roots` in `groups` is at most `limit` uncompressed bytes: small enough
@@ -356,12 +368,7 @@ fn read_by_chunks<R: ChunkReader + Clone + 'static>(
         if !missing.is_empty() {
             let rows = usize::try_from(ends[g] - starts[i]).map_err(|e| corrupt(object, e))?;
             let mask = ProjectionMask::roots(&descr, missing.iter().map(|&k| roots[k]));
-            let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file.get()?.clone(), meta.clone())
-                .with_row_groups(vec![g])
-                .with_projection(mask)
-                .with_batch_size(rows.max(1))
-                .build()
-                .map_err(|e| corrupt(object, e))?;
+            let reader = batches_of(object, file.get()?, meta, vec![g], mask, rows, None)?;
             let projected = Arc::new(schema.project(&missing.iter().map(|&k| roots[k]).collect::<Vec<_>>()).map_err(|e| corrupt(object, e))?);
             let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>().map_err(|e| corrupt(object, e))?;
             let whole = arrow::compute::concat_batches(&projected, &batches).map_err(|e| corrupt(object, e))?;
