@@ -8,8 +8,12 @@ Each cache has its own budget, set by an environment variable and shown by ``cac
     LAMINA_SEGMENT_CACHE_BYTES    decoded manifest segments      (default 256 MiB)
     LAMINA_DELETION_CACHE_BYTES   decoded deletion files         (default  64 MiB)
     LAMINA_INDEX_CACHE_BYTES      index directories and blocks   (default 256 MiB)
+    LAMINA_CATALOG_CACHE_BYTES    decoded catalog versions       (default  64 MiB)
+    LAMINA_FOOTER_CACHE_BYTES     footers read for pruning       (default 128 MiB)
+    LAMINA_OBJECT_CACHE_BYTES     small objects fetched whole    (default 128 MiB)
 
-so a process holds at most their sum, whatever the size of the tables it reads.
+so a process holds at most their sum, whatever the size of the tables it reads (docs/OPERATIONS.md
+lists the native reader's two caches as well).
 """
 
 from __future__ import annotations

@@ -100,3 +100,21 @@ def test_reading_a_table_fills_the_caches_within_their_budgets(local_table_uri):
     registry = caches()
     assert len(registry["manifest"]) >= 1 and len(registry["deletion"]) == 1
     assert all(c.bytes <= c.budget for c in registry.values())
+
+
+def test_every_cache_budget_is_documented():
+    """Memory is bounded by configuration: every cache's budget variable, Python's (``cache(name, env, ...)``) and the
+    native reader's (``budget("LAMINA_...")``), is named in docs/OPERATIONS.md and the README."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    found = set()
+    for path in (repo / "lamina").rglob("*.py"):
+        found |= set(re.findall(r'cache\(\s*"[^"]+",\s*"(LAMINA_\w+)"', path.read_text()))
+    for path in (repo / "native" / "src").rglob("*.rs"):
+        found |= set(re.findall(r'budget\(\s*"(LAMINA_\w+)"', path.read_text()))
+    assert {"LAMINA_CATALOG_CACHE_BYTES", "LAMINA_CHUNK_CACHE_BYTES", "LAMINA_MANIFEST_CACHE_BYTES"} <= found, found
+    for doc in ("docs/OPERATIONS.md", "README.md"):
+        text = (repo / doc).read_text()
+        assert not [v for v in sorted(found) if v not in text], f"{doc} does not name every cache budget"
