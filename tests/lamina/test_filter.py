@@ -311,3 +311,46 @@ def test_a_conjunct_of_several_ranges_is_rechecked(edge_tables):
     flt = Filter(expr, frozenset(["i"]), "i in [3, 5] or i = 40 and i < 41", conjuncts, pure=True)
     want = indexed.to_arrow(filter=expr, use_index=False)["i"].to_pylist()
     assert indexed.to_arrow(filter=flt, use_index=True)["i"].to_pylist() == want == [3, 4, 5, 40]
+
+
+@pytest.mark.parametrize("type_", [pa.int8(), pa.int64(), pa.uint64(), pa.float64(), pa.int32()])
+def test_a_long_integer_in_list_is_one_token_and_means_what_its_values_mean(type_, monkeypatch):
+    """An IN list of 16+ plain integers is tokenized as one run and parsed in one go: the same rows, the same
+    indexable terms and the same pruning tree as value by value (out-of-range values dropped, -0/0 for floats)."""
+    import re
+
+    import lamina.filter as F
+    from lamina.prune import _compile
+
+    values = [0, -1, 5, 127, 128, -129, 300, 2**63 - 1, 2**63, 2**64 - 1, -(2**63)] + list(range(7, 19))
+    if not pa.types.is_integer(type_):  # a double cannot hold the largest exactly: refused either way (below)
+        huge = "x IN (" + ", ".join(map(str, values)) + ")"
+        with pytest.raises(InvalidFilter, match="cannot be compared"):
+            F._parse_uncached(huge, pa.schema([("x", type_)]))
+        values = [v for v in values if abs(v) <= 2**53]
+    text = "x IN (" + " ,".join(f" {v}" for v in values) + " )"
+    assert [t.kind for t in F._tokenize(text)] == ["word", "kw", "op", "ints", "op"]
+    lo, hi = F._int_bounds(type_) if pa.types.is_integer(type_) else (-(2**53), 2**53)
+    col = [v for v in values if lo <= v <= hi][:12] + [None, 1, 2, 3]
+    schema = pa.schema([("x", type_)])
+    table = pa.table({"x": pa.array(col, type=type_)})
+    fast = F._parse_uncached(text, schema)
+    tree = _compile(text, schema).tree
+    monkeypatch.setattr(F, "_INTS", re.compile(r"(?!)"))
+    assert "ints" not in [t.kind for t in F._tokenize(text)]
+    slow = F._parse_uncached(text, schema)
+    assert table.filter(fast.expression).equals(table.filter(slow.expression))
+    assert table.filter(fast.expression).num_rows == sum(1 for v in col if v in values)
+    assert fast.conjuncts == slow.conjuncts and fast.pure == slow.pure
+    assert _compile(text, schema).tree == tree and tree != _compile('x IN (1, 2)', schema).tree
+
+
+def test_a_long_in_list_that_is_not_all_integers_is_parsed_value_by_value():
+    import lamina.filter as F
+
+    schema = pa.schema([("x", pa.float64()), ("s", pa.string())])
+    mixed = "x IN (" + ", ".join(str(v) for v in range(20)) + ", 2.5)"
+    assert "ints" not in [t.kind for t in F._tokenize(mixed)]
+    assert pa.table({"x": [2.5, 3.0, 99.0]}).filter(F._parse_uncached(mixed, schema).expression).column("x").to_pylist() == [2.5, 3.0]
+    with pytest.raises(InvalidFilter):  # integers against a string column: refused as value by value
+        F._parse_uncached("s IN (" + ", ".join(str(v) for v in range(20)) + ")", schema)
