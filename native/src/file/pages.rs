@@ -68,8 +68,11 @@ impl<R: ChunkReader + 'static> Chunks<R> {
         if !matches!(chunk.compression(), Compression::ZSTD(_)) {
             return Ok(Box::new(SerializedPageReader::new(reader, chunk, rows, locations)?));
         }
+        // No page of the chunk decompresses to more than the whole chunk's recorded size (headers included): a
+        // hostile frame cannot make us allocate more than the footer says this chunk holds.
+        let limit = usize::try_from(chunk.uncompressed_size()).unwrap_or(0).min(MAX_PAGE_BYTES);
         let stored = chunk.clone().into_builder().set_compression(Compression::UNCOMPRESSED).build()?;
-        Ok(Box::new(ZstdPages { inner: SerializedPageReader::new(reader, &stored, rows, locations)? }))
+        Ok(Box::new(ZstdPages { inner: SerializedPageReader::new(reader, &stored, rows, locations)?, limit }))
     }
 }
 
@@ -87,6 +90,8 @@ impl<R: ChunkReader + 'static> PageIterator for Chunks<R> {}
 /// The pages of one zstd chunk, read as stored and decompressed here.
 struct ZstdPages<R: ChunkReader> {
     inner: SerializedPageReader<R>,
+    /// The most bytes one page may decompress to.
+    limit: usize,
 }
 
 impl<R: ChunkReader> Iterator for ZstdPages<R> {
@@ -99,7 +104,7 @@ impl<R: ChunkReader> Iterator for ZstdPages<R> {
 
 impl<R: ChunkReader> PageReader for ZstdPages<R> {
     fn get_next_page(&mut self) -> Result<Option<Page>> {
-        self.inner.get_next_page()?.map(decompress).transpose()
+        self.inner.get_next_page()?.map(|p| decompress(p, self.limit)).transpose()
     }
 
     fn peek_next_page(&mut self) -> Result<Option<PageMetadata>> {
@@ -115,7 +120,7 @@ impl<R: ChunkReader> PageReader for ZstdPages<R> {
     }
 
     fn take_deferred_dictionary(&mut self) -> Result<Option<Page>> {
-        self.inner.take_deferred_dictionary()?.map(decompress).transpose()
+        self.inner.take_deferred_dictionary()?.map(|p| decompress(p, self.limit)).transpose()
     }
 
     fn at_record_boundary(&mut self) -> Result<bool> {
@@ -128,24 +133,33 @@ thread_local! {
     static CONTEXT: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
-/// `page` with its stored bytes decompressed (a v2 data page's levels are stored uncompressed, before its
-/// values; a v2 page may also say it is not compressed at all).
-fn decompress(page: Page) -> Result<Page> {
+/// `page` with its stored bytes decompressed to at most `limit` bytes (a v2 data page's levels are stored
+/// uncompressed, before its values; a v2 page may also say it is not compressed at all).
+///
+/// What arrow-rs's own zstd path also checked and this cannot: that a page decompresses to exactly the size its
+/// header records (`SerializedPageReader` does not hand the header over). The frame checks its own content size,
+/// and the page CRC, when written, is checked by arrow-rs as before; a page whose header lies about its size is
+/// decoded from what the frame holds, and the decoders bound every read by the buffer they are given.
+fn decompress(page: Page, limit: usize) -> Result<Page> {
     Ok(match page {
         Page::DataPage { buf, num_values, encoding, def_level_encoding, rep_level_encoding, statistics } => {
-            Page::DataPage { buf: unzstd(&buf, 0)?, num_values, encoding, def_level_encoding, rep_level_encoding, statistics }
+            Page::DataPage { buf: unzstd(&buf, 0, limit)?, num_values, encoding, def_level_encoding, rep_level_encoding, statistics }
         }
         Page::DataPageV2 { buf, num_values, encoding, num_nulls, num_rows, def_levels_byte_len, rep_levels_byte_len, is_compressed, statistics } => {
             let levels = def_levels_byte_len as usize + rep_levels_byte_len as usize;
-            let buf = if is_compressed { unzstd(&buf, levels)? } else { buf };
+            if levels > buf.len() {
+                return Err(ParquetError::General(format!("page levels of {levels} bytes in a page of {}", buf.len())));
+            }
+            let buf = if is_compressed { unzstd(&buf, levels, limit)? } else { buf };
             Page::DataPageV2 { buf, num_values, encoding, num_nulls, num_rows, def_levels_byte_len, rep_levels_byte_len, is_compressed: false, statistics }
         }
-        Page::DictionaryPage { buf, num_values, encoding, is_sorted } => Page::DictionaryPage { buf: unzstd(&buf, 0)?, num_values, encoding, is_sorted },
+        Page::DictionaryPage { buf, num_values, encoding, is_sorted } => Page::DictionaryPage { buf: unzstd(&buf, 0, limit)?, num_values, encoding, is_sorted },
     })
 }
 
-/// `stored[..keep]` as is, then `stored[keep..]` decompressed (one or more zstd frames).
-fn unzstd(stored: &Bytes, keep: usize) -> Result<Bytes> {
+/// `stored[..keep]` as is, then `stored[keep..]` decompressed (one or more zstd frames) to at most `limit` bytes.
+fn unzstd(stored: &Bytes, keep: usize, limit: usize) -> Result<Bytes> {
+    let limit = limit.min(MAX_PAGE_BYTES);
     if keep > stored.len() {
         return Err(ParquetError::General(format!("page levels of {keep} bytes in a page of {}", stored.len())));
     }
@@ -156,7 +170,10 @@ fn unzstd(stored: &Bytes, keep: usize) -> Result<Bytes> {
     // A frame records its content size (every writer we know sets it); without it, or with several frames,
     // the whole is decoded as a stream.
     let size = match zstd::zstd_safe::get_frame_content_size(frames) {
-        Ok(Some(n)) => usize::try_from(n).ok().filter(|&n| n <= MAX_PAGE_BYTES),
+        Ok(Some(n)) => match usize::try_from(n) {
+            Ok(n) if n <= limit => Some(n),
+            _ => return Err(ParquetError::General(format!("zstd page of {n} bytes, more than its column chunk's {limit}"))),
+        },
         _ => None,
     };
     let mut out = Vec::with_capacity(keep + size.unwrap_or(frames.len().saturating_mul(4)));
@@ -185,9 +202,9 @@ fn unzstd(stored: &Bytes, keep: usize) -> Result<Bytes> {
     }
     let bad = |e: std::io::Error| ParquetError::General(format!("zstd page: {e}"));
     let decoder = zstd::stream::read::Decoder::with_buffer(frames).map_err(bad)?;
-    std::io::Read::read_to_end(&mut std::io::Read::take(decoder, MAX_PAGE_BYTES as u64 + 1), &mut out).map_err(bad)?;
-    if out.len() - keep > MAX_PAGE_BYTES {
-        return Err(ParquetError::General(format!("zstd page decompresses to more than {MAX_PAGE_BYTES} bytes")));
+    std::io::Read::read_to_end(&mut std::io::Read::take(decoder, limit as u64 + 1), &mut out).map_err(bad)?;
+    if out.len() - keep > limit {
+        return Err(ParquetError::General(format!("zstd page decompresses to more than its column chunk's {limit} bytes")));
     }
     Ok(Bytes::from(out))
 }
@@ -289,11 +306,23 @@ mod tests {
         two.extend_from_slice(&one);
         let levels = b"LEVELS";
         for (stored, want) in [(one.clone(), body.clone()), (no_size, body.clone()), (two, [body.clone(), body.clone()].concat())] {
-            assert_eq!(unzstd(&Bytes::from(stored.clone()), 0).unwrap().as_ref(), &want[..]);
+            assert_eq!(unzstd(&Bytes::from(stored.clone()), 0, 1 << 20).unwrap().as_ref(), &want[..]);
             let with_levels = Bytes::from([&levels[..], &stored[..]].concat());
-            assert_eq!(unzstd(&with_levels, levels.len()).unwrap().as_ref(), &[&levels[..], &want[..]].concat()[..]);
+            assert_eq!(unzstd(&with_levels, levels.len(), 1 << 20).unwrap().as_ref(), &[&levels[..], &want[..]].concat()[..]);
         }
-        assert!(unzstd(&Bytes::from_static(b"not zstd at all"), 0).is_err());
-        assert!(unzstd(&Bytes::from_static(b"ab"), 3).is_err());
+        assert!(unzstd(&Bytes::from_static(b"not zstd at all"), 0, 1 << 20).is_err());
+        assert!(unzstd(&Bytes::from_static(b"ab"), 3, 1 << 20).is_err());
+        // more than the column chunk records: refused, whether the frame says its size or not
+        let bomb_sized = zstd::bulk::compress(&vec![0u8; 1 << 20], 3).unwrap();
+        assert!(unzstd(&Bytes::from(bomb_sized), 0, 4096).is_err());
+        let mut bomb = Vec::new();
+        {
+            let mut enc = zstd::stream::write::Encoder::new(&mut bomb, 3).unwrap();
+            enc.include_contentsize(false).unwrap();
+            std::io::Write::write_all(&mut enc, &vec![0u8; 1 << 20]).unwrap();
+            enc.finish().unwrap();
+        }
+        assert!(unzstd(&Bytes::from(bomb.clone()), 0, 4096).is_err());
+        assert_eq!(unzstd(&Bytes::from(bomb), 0, 1 << 20).unwrap().len(), 1 << 20);
     }
 }
