@@ -17,13 +17,16 @@ are told apart by the token, so exactly one wins.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import os
 import re
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 
@@ -119,6 +122,115 @@ def _session_for(o: dict[str, Any], uri: str) -> Any:
         return session
 
 
+class StaticCredentials(NamedTuple):
+    """Keys given in ``storage_options`` or the environment, shaped like botocore's frozen credentials."""
+
+    access_key: str
+    secret_key: str
+    token: str | None
+
+    def get_frozen_credentials(self) -> "StaticCredentials":
+        return self
+
+
+def _credentials_and_region(o: dict[str, Any], uri: str) -> tuple[Any, str]:
+    """(credentials, region) for direct requests. Keys and a region given in the options, or else in the
+    environment, are used as they are, without importing boto3 (~0.1 s of a new process's first S3 call); that is
+    where botocore's chain looks first too (explicit keys, then ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``).
+    Anything else (a profile, a region only in ~/.aws/config, an instance role, SSO) goes through botocore's
+    chain, as it always did."""
+    region = o.get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region and not o.get("profile"):
+        key, secret = o.get("aws_access_key_id"), o.get("aws_secret_access_key")
+        if key and secret:
+            return StaticCredentials(str(key), str(secret), o.get("aws_session_token") or None), str(region)
+        env_key, env_secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+        if not key and not secret and env_key and env_secret:
+            token = os.environ.get("AWS_SESSION_TOKEN") or os.environ.get("AWS_SECURITY_TOKEN") or None
+            return StaticCredentials(env_key, env_secret, token), str(region)
+    session = _session_for(o, uri)
+    return session.get_credentials(), session.region_name or "us-east-1"
+
+
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+#: SigV4 signing keys by (secret, day, region): four HMACs saved per request.
+_SIGNING_KEYS: dict[tuple[str, str, str], bytes] = {}
+
+
+def sign_v4(method: str, url: str, credentials: Any, region: str, headers: dict[str, str] | None = None,
+            now: float | None = None) -> dict[str, str]:
+    """The headers of an S3 request with no body (GET, HEAD, LIST), signed with AWS Signature Version 4: the
+    ``headers`` given, ``Host``, ``x-amz-date``, ``x-amz-content-sha256`` (of the empty body), the session token if
+    any, and ``Authorization``. Every header sent is signed. ``url`` is already percent-encoded (S3's canonical
+    URI is the path as sent; the query's pairs are sorted as they are)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    if parts.port is not None and parts.port != _DEFAULT_PORTS.get(parts.scheme):
+        host = f"{host}:{parts.port}"
+    amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    day = amz_date[:8]
+    signed = {"host": host, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": amz_date}
+    if credentials.token:
+        signed["x-amz-security-token"] = credentials.token
+    for name, value in (headers or {}).items():
+        signed[name.lower()] = " ".join(str(value).split())
+    names = sorted(signed)
+    query = "&".join(f"{k}={v}" for k, _, v in sorted(p.partition("=") for p in parts.query.split("&"))) if parts.query else ""
+    canonical = "\n".join((method, parts.path or "/", query, "".join(f"{n}:{signed[n]}\n" for n in names),
+                           ";".join(names), _EMPTY_SHA256))
+    scope = f"{day}/{region}/s3/aws4_request"
+    to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    cache_key = (credentials.secret_key, day, region)
+    key = _SIGNING_KEYS.get(cache_key)
+    if key is None:
+        key = f"AWS4{credentials.secret_key}".encode()
+        for part in (day, region, "s3", "aws4_request"):
+            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+        if len(_SIGNING_KEYS) > 64:
+            _SIGNING_KEYS.clear()
+        _SIGNING_KEYS[cache_key] = key
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    signed["authorization"] = (f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, "
+                               f"SignedHeaders={';'.join(names)}, Signature={signature}")
+    return signed
+
+
+class DirectError(Exception):
+    """An S3 error answer to a request sent directly; ``response`` is shaped as botocore's ``ClientError``'s, so
+    retries and translation treat both alike."""
+
+    def __init__(self, operation: str, code: str, message: str, status: int):
+        super().__init__(f"An error occurred ({code}) when calling the {operation} operation: {message}")
+        self.response = {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}
+
+
+class DirectConnectionError(Exception):
+    """A request sent directly never got an answer (refused, reset, timed out)."""
+
+
+def _failure(e: BaseException) -> str | None:
+    """What kind of failure ``e`` is for ``S3Store._call``: "answer" (S3 answered with an error), "connection",
+    "credentials", or None (not a request failure: raised as it is). botocore is imported only when one of its
+    exceptions is in hand."""
+    if isinstance(e, DirectError):
+        return "answer"
+    if isinstance(e, DirectConnectionError):
+        return "connection"
+    if type(e).__module__.startswith("botocore"):
+        from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, HTTPClientError, NoCredentialsError
+
+        if isinstance(e, ClientError):
+            return "answer"
+        if isinstance(e, NoCredentialsError):
+            return "credentials"
+        if isinstance(e, (BotoConnectionError, HTTPClientError)):
+            return "connection"
+    return None
+
+
 def _client_for(o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str) -> Any:
     """The process's boto3 client for these options (MissingCredentials, naming ``uri``, if there are none)."""
     key = (tuple(sorted((k, str(v)) for k, v in o.items())), endpoint_url, pool,
@@ -204,11 +316,9 @@ class S3Store(ObjectStore):
         self.endpoint_url = options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         self._shared_client: Any = None
         # What direct requests need, taken once: credentials (MissingCredentials now, before any work), region
-        # and endpoint. The boto3 client is made on first use (writes, HEADs, deletes): a process that only
-        # reads never loads it.
-        session = _session_for(options, self.uri)
-        self._region = session.region_name or "us-east-1"
-        self._credentials = session.get_credentials()
+        # and endpoint. The boto3 client is made on first use (writes, deletes): a process that only reads
+        # never loads it, nor (with keys and region in the options or the environment) imports boto3 at all.
+        self._credentials, self._region = _credentials_and_region(options, self.uri)
         base = _static_endpoint(self.endpoint_url, self._region)
         self._base_url = base if base is not None else self._client().meta.endpoint_url.rstrip("/")
         self.direct_reads = str(options.get("direct_reads", "true")).lower() not in ("false", "0", "no", "off") \
@@ -238,17 +348,28 @@ class S3Store(ObjectStore):
               nbytes: int = 0) -> T:
         """Runs one request (of ``kind``, moving ``nbytes`` when known) with retries, each attempt through the
         process's I/O scheduler for this bucket and counted there; maps failures onto lamina.errors."""
-        from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, HTTPClientError, NoCredentialsError
-
         delays = self.backoff.delays()
         sched = scheduler_for(self.io_domain)
         while True:
             try:
                 count(self.io_domain, kind, 1, nbytes)
                 return sched.run(fn, SCAN)
-            except ClientError as e:
-                code = str(e.response.get("Error", {}).get("Code", ""))
-                status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            except Exception as e:
+                failure = _failure(e)
+                if failure is None:
+                    raise
+                if failure == "credentials":
+                    raise MissingCredentials(
+                        f"no AWS credentials for {self.uri}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or pass them in storage_options"
+                    ) from e
+                if failure == "connection":
+                    delay = next(delays, None)
+                    if delay is not None:
+                        time.sleep(delay)
+                        continue
+                    raise StorageError(f"{what} {self.describe(path)}: cannot reach {self.endpoint_url or 'S3'} after {self.backoff.max_attempts} attempts ({e})") from e
+                code = _error_code(e)
+                status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))  # type: ignore[attr-defined]
                 if code in _RETRY_CODES or status in {"500", "502", "503", "504", "429"} or (status == "409" and code == "ConditionalRequestConflict"):
                     delay = next(delays, None)
                     if delay is not None:
@@ -256,16 +377,6 @@ class S3Store(ObjectStore):
                         continue
                     raise StorageError(f"{what} {self.describe(path)} failed after {self.backoff.max_attempts} attempts: {code or status} ({e})") from e
                 raise self._translate(e, code, status, what, path) from e
-            except NoCredentialsError as e:
-                raise MissingCredentials(
-                    f"no AWS credentials for {self.uri}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or pass them in storage_options"
-                ) from e
-            except (BotoConnectionError, HTTPClientError) as e:
-                delay = next(delays, None)
-                if delay is not None:
-                    time.sleep(delay)
-                    continue
-                raise StorageError(f"{what} {self.describe(path)}: cannot reach {self.endpoint_url or 'S3'} after {self.backoff.max_attempts} attempts ({e})") from e
 
     def _translate(self, e: Exception, code: str, status: str, what: str, path: str) -> Exception:
         if code == "NoSuchBucket":
@@ -293,28 +404,24 @@ class S3Store(ObjectStore):
         return f"{scheme}://{self.bucket}.{host}/{quote(key, safe='/~')}"
 
     def _direct(self, operation: str, url: str, headers: dict[str, str] | None = None, method: str = "GET") -> Any:
-        """One GET (or HEAD) signed with SigV4 by botocore's signer and sent by urllib3, without botocore's request
-        pipeline (its events, endpoint rules and response parsing cost ~2 ms of CPU per GET, which bounded
-        scattered reads; the seed of issue 12) and without its client (~0.1 s to make). Failures are raised
-        as botocore's, so ``_call`` retries and translates them exactly as for the client's own requests."""
+        """One GET, HEAD or LIST signed by :func:`sign_v4` and sent by urllib3, without botocore's request pipeline
+        (its events, endpoint rules and response parsing cost ~2 ms of CPU per GET, which bounded scattered reads;
+        the seed of issue 12), its client (~0.1 s to make) or its import. Failures are raised as
+        :class:`DirectError` / :class:`DirectConnectionError`, which ``_call`` retries and translates exactly as
+        the client's own."""
         import urllib3
-        from botocore.auth import S3SigV4Auth
-        from botocore.awsrequest import AWSRequest
-        from botocore.exceptions import ClientError, EndpointConnectionError
 
-        request = AWSRequest(method=method, url=url, headers=headers or {})
         if self._credentials is None:
             raise MissingCredentials(f"no AWS credentials for {self.uri}")
-        S3SigV4Auth(self._credentials.get_frozen_credentials(), "s3", self._region).add_auth(request)
+        signed = sign_v4(method, url, self._credentials.get_frozen_credentials(), self._region, headers)
         try:
-            response = _pool_manager(self._pool).request(method, url, headers=dict(request.headers.items()), preload_content=True)
+            response = _pool_manager(self._pool).request(method, url, headers=signed, preload_content=True)
         except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise EndpointConnectionError(endpoint_url=f"{url} ({type(e).__name__}: {e})") from e
+            raise DirectConnectionError(f"{method} {url}: {type(e).__name__}: {e}") from e
         if response.status in (200, 206):
             return response
         code, message = _xml_error(response.data)
-        raise ClientError({"Error": {"Code": code or str(response.status), "Message": message},
-                           "ResponseMetadata": {"HTTPStatusCode": response.status}}, operation)
+        raise DirectError(operation, code or str(response.status), message, response.status)
 
     def _direct_get(self, key: str, rng: str | None) -> bytes:
         return self._direct("GetObject", self._object_url(key), {"Range": rng} if rng else None).data
