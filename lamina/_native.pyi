@@ -55,13 +55,13 @@ def write_data_files(
     writer properties): a bulk write of many small files. Returns their dicts in order; on an error the
     files it wrote are removed and the error names the file that failed."""
 
-def take_rows_many(files: list[tuple[str, str | os.PathLike[str] | None, bytes | None, int, int]], offsets: pa.UInt32Array,
+def take_rows_many(files: list[tuple[str, str | os.PathLike[str] | None, bytes | None, int, int]], offsets: bytes,
                    columns: list[str], threads: int) -> pa.RecordBatch:
     """Rows of many data files in one call, decoded on up to ``threads`` threads (GIL released).
 
     ``files[i]`` = (object location for errors and the footer cache, local path or None, the whole
-    object's bytes or None, size the manifest records, how many of ``offsets`` are this file's); each
-    file's offsets are sorted and distinct. Only the pages holding the rows are read. CorruptFile
+    object's bytes or None, size the manifest records, how many of ``offsets`` are this file's); ``offsets``
+    are little-endian uint32s as bytes (``np.asarray(o, "<u4").tobytes()``), each file's sorted and distinct. Only the pages holding the rows are read. CorruptFile
     (naming the object) if a file differs from its recorded size or cannot be decoded.
     """
 

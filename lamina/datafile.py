@@ -423,7 +423,7 @@ def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragmen
             files.append((store.describe(f.path), src if local else None, None if local else src, f.file_bytes, counts[i]))
         sel = offsets if len(whole) == len(fragments) else np.concatenate([offsets[starts[i]:starts[i + 1]] for i in whole])
         try:
-            batch = _native.take_rows_many(files, from_numpy(sel, pa.uint32()), cols, pool_size(len(files)))
+            batch = _native.take_rows_many(files, np.asarray(sel, dtype="<u4").tobytes(), cols, pool_size(len(files)))
         except ObjectNotFound as e:
             raise ObjectNotFound(f"a data file is missing: the table is damaged; check out an earlier version or restore it ({e})") from None
         pieces.append((whole, as_table_types(pa.Table.from_batches([batch]), schema)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -110,11 +111,11 @@ def test_native_entry_points_name_the_object_in_lamina_errors(tmp_path):
     garbage = tmp_path / "g.parquet"
     garbage.write_bytes(b"PAR1" + b"\xff" * 100 + b"PAR1")
     with pytest.raises(CorruptFile, match="g.parquet"):
-        _native.take_rows_many([(str(garbage), str(garbage), None, 108, 1)], pa.array([0], pa.uint32()), ["id"], 1)
+        _native.take_rows_many([(str(garbage), str(garbage), None, 108, 1)], np.array([0], "<u4").tobytes(), ["id"], 1)
     with pytest.raises(CorruptFile, match="s3://b/g.parquet"):
-        _native.take_rows_many([("s3://b/g.parquet", None, garbage.read_bytes(), 108, 1)], pa.array([0], pa.uint32()), ["id"], 2)
+        _native.take_rows_many([("s3://b/g.parquet", None, garbage.read_bytes(), 108, 1)], np.array([0], "<u4").tobytes(), ["id"], 2)
     with pytest.raises(CorruptFile, match="manifest records 99"):
-        _native.take_rows_many([(str(garbage), str(garbage), None, 99, 1)], pa.array([0], pa.uint32()), ["id"], 1)
+        _native.take_rows_many([(str(garbage), str(garbage), None, 99, 1)], np.array([0], "<u4").tobytes(), ["id"], 1)
     assert issubclass(CorruptFile, LaminaError) and issubclass(CorruptFile, Exception)
 
 
@@ -152,4 +153,4 @@ def test_page_checksums_of_other_writers_are_verified(tmp_path):
     raw[first_page + 200] ^= 0x10  # inside the first page's compressed values
     path.write_bytes(bytes(raw))
     with pytest.raises(CorruptFile, match="Page CRC checksum mismatch"):
-        _native.take_rows_many([(str(path), str(path), None, len(raw), 2)], pa.array([0, 5], pa.uint32()), ["id"], 1)
+        _native.take_rows_many([(str(path), str(path), None, len(raw), 2)], np.array([0, 5], "<u4").tobytes(), ["id"], 1)

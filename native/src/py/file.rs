@@ -3,8 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::{ArrayData, UInt32Array};
-use arrow::datatypes::{DataType, Schema};
+use arrow::datatypes::Schema;
 use arrow::pyarrow::PyArrowType;
 use arrow::record_batch::RecordBatch;
 use pyo3::prelude::*;
@@ -96,23 +95,24 @@ pub(crate) fn file_checksum(py: Python<'_>, path: PathBuf) -> PyResult<String> {
 type WantedFile = (String, Option<PathBuf>, Option<PyBackedBytes>, u64, usize);
 
 /// Rows of many data files in one call: `files[i]` takes the next `count` of the concatenated, per-file
-/// sorted and distinct `offsets`; the result is every file's rows in the order of `files`, decoded on up
-/// to `threads` threads with the GIL released.
+/// sorted and distinct `offsets` (little-endian u32s, as bytes: an Arrow array would be exported through
+/// pyarrow's default memory pool, whose first allocation in a process can stall for milliseconds on a
+/// transparent huge page); the result is every file's rows in the order of `files`, decoded on up to
+/// `threads` threads with the GIL released.
 #[pyfunction]
 pub(crate) fn take_rows_many(
     py: Python<'_>,
     files: Vec<WantedFile>,
-    offsets: PyArrowType<ArrayData>,
+    offsets: PyBackedBytes,
     columns: Vec<String>,
     threads: usize,
 ) -> PyResult<PyArrowType<RecordBatch>> {
     use crate::file::take::{take_many, Source, Wanted};
     use crate::error::Error;
-    if offsets.0.data_type() != &DataType::UInt32 || offsets.0.null_count() > 0 {
-        return Err(Error::InvalidArgument("offsets must be uint32 without nulls".into()).into());
+    if !offsets.len().is_multiple_of(4) {
+        return Err(Error::InvalidArgument(format!("offsets must be little-endian u32s: {} bytes given", offsets.len())).into());
     }
-    let offsets = UInt32Array::from(offsets.0);
-    let values = offsets.values();
+    let values: Vec<u32> = offsets.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     let mut objects = Vec::with_capacity(files.len());
     let mut parts = Vec::with_capacity(files.len());
     let mut at = 0usize;
