@@ -1,6 +1,6 @@
 """The catalog (lamina.connect) against Lance's directory namespace: reads cold and warm, writes at 1/4/8 processes.
 
-    .venv/bin/python -m benchmarks.catalog [--quick] [--only local|s3] [--no-profile] [--json]
+    .venv/bin/python -m benchmarks.catalog [--quick] [--only local|s3] [--no-profile] [--json] [--cold-forkserver]
 
 Shaped like the seed's benchmark (../shared/seeds/000_05d22ec4e4534844.txt), on a local temp directory and
 on a moto S3 server on 127.0.0.1 (lamina.testing's, with S3's atomic conditional writes; started in this
@@ -16,9 +16,12 @@ Reads, on the same names for both: ``list_namespaces(top namespace)`` (8 childre
   top level), ``list_tables(inner namespace)``, ``describe_table(name)`` (Lance: ``load_detailed_metadata=True``,
   which opens the table for its version and schema, as Lamina's describe_table does; Lance's name-only lookup is
   also timed, for information).
-  cold: every operation in a new process forked from a forkserver that has imported lamina, pyarrow and lance
-        and touched no storage: the time is connect() + the operation, from a clean start (import time not
-        counted). 30 per operation (--quick: 5), Lamina and Lance alternating.
+  cold: every operation in a new Python interpreter that has imported only the measured library (``lamina``,
+        or ``lance_namespace``) and touched no storage: the time is connect() + the operation, from a clean start
+        (import time not counted). 30 per operation (--quick: 5), Lamina and Lance alternating.
+        ``--cold-forkserver`` forks them instead from one forkserver that preloaded both libraries (the method of
+        the rounds before 2026-11-27: its children inherit a large heap and the collector's counters, so a full
+        garbage collection, slowed by copy-on-write faults, lands in whichever call allocates enough).
   warm: one process, one handle each, 5 warm-up calls then 200 per operation (--quick: 20), interleaved call by
         call (who goes first alternates); every result is checked against the other library's.
 Writes: ``create_namespace`` (top level) and ``create_table`` (in one namespace) at 1, 4 and 8 concurrent
@@ -48,6 +51,8 @@ import platform
 import pstats
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -173,6 +178,20 @@ def cold_worker(system: str, backend: dict[str, Any], op: str, arg: str | None) 
     return time.perf_counter() - t0, t1 - t0, out
 
 
+#: What a cold child imports before its clock starts: the measured library only, as a user's process would.
+COLD_IMPORTS = {"lamina": ("lamina", "lamina.catalog"), "lance": ("lance_namespace", "lance.namespace")}
+
+
+def cold_child(request: str) -> None:
+    """``--cold-child``: imports the measured library, runs :func:`cold_worker` once and prints its result as JSON."""
+    import importlib
+
+    system, backend, op, arg = json.loads(request)
+    for module in COLD_IMPORTS[system]:
+        importlib.import_module(module)
+    print(json.dumps(cold_worker(system, backend, op, arg)))
+
+
 def warm_worker(backend: dict[str, Any], systems: tuple[str, ...], plan: list[tuple[str, list]],
                 warmup: int) -> dict[str, Any]:
     """One handle per system, the calls of ``plan`` interleaved call by call; results compared across systems."""
@@ -284,8 +303,9 @@ def ms(x: float) -> str:
 
 
 class Run:
-    def __init__(self, quick: bool, systems: tuple[str, ...]):
+    def __init__(self, quick: bool, systems: tuple[str, ...], cold_forkserver: bool = False):
         self.quick = quick
+        self.cold_forkserver = cold_forkserver
         self.systems = systems
         self.entries = 100 if quick else 1000
         self.cold_n = 5 if quick else 30
@@ -300,6 +320,17 @@ class Run:
         """``fn(*args)`` in a new process (forked from the preloaded forkserver)."""
         with cf.ProcessPoolExecutor(1, mp_context=self.ctx, max_tasks_per_child=1) as ex:
             return ex.submit(fn, *args).result()
+
+    def fresh_cold(self, system: str, backend: dict[str, Any], op: str, arg: str | None) -> tuple[float, float, Any]:
+        """:func:`cold_worker` in a new interpreter (``python -m benchmarks.catalog --cold-child``)."""
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
+        p = subprocess.run([sys.executable, "-m", "benchmarks.catalog", "--cold-child", json.dumps([system, backend, op, arg])],
+                           cwd=root, env=env, capture_output=True, text=True)
+        if p.returncode:
+            raise RuntimeError(f"cold {system} {op}({arg!r}) failed in its own process:\n{p.stderr[-3000:]}")
+        total, connect, out = json.loads(p.stdout.strip().splitlines()[-1])
+        return total, connect, out
 
     def seed(self, backend: dict[str, Any]) -> dict[str, Any]:
         top, inner, tables = catalog_names(self.entries)
@@ -325,7 +356,8 @@ class Run:
             order = [s for s in self.systems if op != LANCE_NAME_ONLY or s == "lance"]
             for i, a in enumerate(args):
                 for s in (order if i % 2 == 0 else order[::-1]):
-                    total, c, out = self.one(cold_worker, s, backend, op, a)
+                    total, c, out = (self.one(cold_worker, s, backend, op, a) if self.cold_forkserver
+                                     else self.fresh_cold(s, backend, op, a))
                     lat.setdefault(f"{s}/{op}", []).append(total)
                     conn.setdefault(f"{s}/{op}", []).append(c)
                     results.setdefault(f"{op}/{i}", []).append(out)
@@ -433,7 +465,8 @@ def report_backend(run: Run, name: str, seed: dict, cold: dict, warm: dict, writ
         print(f"  {s}: {run.entries:,} calls in {seed[s]['seconds']:.1f} s = {run.entries / seed[s]['seconds']:.1f} ops/s")
 
     for kind, res in (("cold", cold), ("warm", warm)):
-        how = ("new process per call (forked from a preloaded forkserver; connect() + the call timed)"
+        how = (("new process per call (forked from a forkserver preloading both libraries; connect() + the call timed)"
+                if run.cold_forkserver else "new interpreter per call, the measured library imported; connect() + the call timed")
                if kind == "cold" else "one handle, repeated calls, interleaved")
         n = run.cold_n if kind == "cold" else run.warm_n
         print(f"\nReads, {kind}: {how}; {n} calls each")
@@ -510,7 +543,13 @@ def main() -> None:
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile of missed reads")
     ap.add_argument("--no-maintenance", action="store_true", help="skip the maintenance overhead")
     ap.add_argument("--json", action="store_true", help="also print every figure as one JSON object at the end")
+    ap.add_argument("--cold-forkserver", action="store_true",
+                    help="cold calls in processes forked from a preloaded forkserver (the earlier rounds' method)")
+    ap.add_argument("--cold-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.cold_child:
+        cold_child(args.cold_child)
+        return
     for k, v in DUMMY_AWS_ENV.items():
         os.environ.setdefault(k, v)
     # The forkserver (started with this environment) imports lance but never calls it, so no Lance runtime
@@ -524,7 +563,7 @@ def main() -> None:
 
     print(f"Catalog benchmark: Lamina {lamina.__version__} vs {lance_version or 'Lance: not installed'}; pyarrow {pa.__version__}, "
           f"Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    run = Run(args.quick, systems)
+    run = Run(args.quick, systems, args.cold_forkserver)
     tmp = tempfile.mkdtemp(prefix="lamina-bench-catalog-")
     server, endpoint = (None, None)
     everything: dict[str, Any] = {}
