@@ -145,7 +145,7 @@ def _credentials_and_region(o: dict[str, Any], uri: str) -> tuple[Any, str]:
         if key and secret:
             return StaticCredentials(str(key), str(secret), o.get("aws_session_token") or None), str(region)
         env_key, env_secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
-        if not key and not secret and env_key and env_secret:
+        if not key and not secret and not o.get("aws_session_token") and env_key and env_secret:
             token = os.environ.get("AWS_SESSION_TOKEN") or os.environ.get("AWS_SECURITY_TOKEN") or None
             return StaticCredentials(env_key, env_secret, token), str(region)
     session = _session_for(o, uri)

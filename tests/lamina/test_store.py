@@ -500,6 +500,8 @@ def test_keys_in_options_or_the_environment_need_no_boto3(monkeypatch):
     assert s3mod._credentials_and_region({"profile": "dev"}, "s3://b/t") == ("botocore's", "eu-north-1")
     assert s3mod._credentials_and_region({"aws_access_key_id": "A"}, "s3://b/t") == ("botocore's", "eu-north-1"), \
         "half a key pair is botocore's to refuse"
+    assert s3mod._credentials_and_region({"aws_session_token": "T"}, "s3://b/t") == ("botocore's", "eu-north-1"), \
+        "a token without its keys is botocore's to judge, not paired with the environment's keys"
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     assert s3mod._credentials_and_region({}, "s3://b/t") == ("botocore's", "eu-north-1"), "a region from a profile"
-    assert len(asked) == 3
+    assert len(asked) == 4
