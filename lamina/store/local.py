@@ -56,7 +56,7 @@ class LocalStore(ObjectStore):
 
     def local_path(self, path: str) -> str:
         full = self._full(path)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
+        make_dirs(os.path.dirname(full))
         return full
 
     def append(self, path: str, data: bytes, *, at: int | None = None) -> None:
@@ -146,12 +146,12 @@ class LocalStore(ObjectStore):
         directory, a long-lived store every time (the table may have been dropped and made again)."""
         made = self._made_dirs
         if made is None:
-            os.makedirs(directory, exist_ok=True)
+            make_dirs(directory)
             return
         if directory not in made:
             with self._made_lock:  # the view's writer threads: one makes it, the others wait for it
                 if directory not in made:
-                    os.makedirs(directory, exist_ok=True)
+                    make_dirs(directory)
                     made.add(directory)
 
     def get(self, path: str) -> bytes:
@@ -180,7 +180,7 @@ class LocalStore(ObjectStore):
     def _write_temp(self, path: str, data: bytes | None = None, source: str | None = None) -> str:
         full = self._full(path)
         directory = os.path.dirname(full)
-        os.makedirs(directory, exist_ok=True)
+        make_dirs(directory)
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
         try:
             with open(tmp, "wb") as f:
@@ -334,6 +334,26 @@ def _fsync_file(path: str, where: str) -> None:
         return
     except OSError as e:
         raise StorageError(f"making {where} durable failed: {e}") from e
+
+
+def make_dirs(directory: str) -> None:
+    """``os.makedirs``, then an fsync of the parent of each directory it made, top down: a file's fsync and its
+    directory's make the file's name durable, not the directory's own name in its parent, so without this a
+    crash soon after a table's first commit could lose the new ``_versions/`` or ``data/`` directory with
+    everything in it."""
+    if os.path.isdir(directory):
+        return
+    missing = []
+    d = directory
+    while not os.path.isdir(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    os.makedirs(directory, exist_ok=True)
+    for made in reversed(missing):
+        _fsync_dir(os.path.dirname(made))
 
 
 def _fsync_dir(directory: str) -> None:

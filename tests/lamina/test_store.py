@@ -505,3 +505,34 @@ def test_keys_in_options_or_the_environment_need_no_boto3(monkeypatch):
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     assert s3mod._credentials_and_region({}, "s3://b/t") == ("botocore's", "eu-north-1"), "a region from a profile"
     assert len(asked) == 4
+
+
+@pytest.mark.parametrize("write", ["put", "put_if_absent", "local_path", "append"])
+def test_a_new_local_directory_is_made_durable_in_its_parent(tmp_path, monkeypatch, write):
+    """A file's fsync and its directory's make its name durable, not a new directory's own name in its parent:
+    each directory a write makes gets its parent fsynced, top down, before the write returns."""
+    from lamina.store import local as local_mod
+
+    root = tmp_path / "table"
+    root.mkdir()
+    store = open_store(str(root))
+    synced: list[str] = []
+    real = local_mod._fsync_dir
+    monkeypatch.setattr(local_mod, "_fsync_dir", lambda d: synced.append(os.path.relpath(d, root)) or real(d))
+
+    def do(path: str) -> None:
+        if write == "local_path":
+            with open(store.local_path(path), "wb") as f:
+                f.write(b"x")
+        elif write == "append":
+            store.append(path, b"x")
+        else:
+            getattr(store, write)(path, b"x")
+
+    do("a/b/c/x.bin")
+    made = [".", "a", os.path.join("a", "b")]  # the parents of a, a/b and a/b/c, in that order
+    assert synced[:3] == made
+    synced.clear()
+    do("a/b/c/y.bin")
+    assert not set(synced) & set(made), "an existing directory costs no fsync of its parents"
+    assert (root / "a" / "b" / "c" / "y.bin").read_bytes() == b"x"
