@@ -56,7 +56,7 @@ class LocalStore(ObjectStore):
 
     def local_path(self, path: str) -> str:
         full = self._full(path)
-        make_dirs(os.path.dirname(full))
+        make_dirs(os.path.dirname(full), self.root)
         return full
 
     def append(self, path: str, data: bytes, *, at: int | None = None) -> None:
@@ -146,12 +146,12 @@ class LocalStore(ObjectStore):
         directory, a long-lived store every time (the table may have been dropped and made again)."""
         made = self._made_dirs
         if made is None:
-            make_dirs(directory)
+            make_dirs(directory, self.root)
             return
         if directory not in made:
             with self._made_lock:  # the view's writer threads: one makes it, the others wait for it
                 if directory not in made:
-                    make_dirs(directory)
+                    make_dirs(directory, self.root)
                     made.add(directory)
 
     def get(self, path: str) -> bytes:
@@ -180,7 +180,7 @@ class LocalStore(ObjectStore):
     def _write_temp(self, path: str, data: bytes | None = None, source: str | None = None) -> str:
         full = self._full(path)
         directory = os.path.dirname(full)
-        make_dirs(directory)
+        make_dirs(directory, self.root)
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
         try:
             with open(tmp, "wb") as f:
@@ -336,24 +336,35 @@ def _fsync_file(path: str, where: str) -> None:
         raise StorageError(f"making {where} durable failed: {e}") from e
 
 
-def make_dirs(directory: str) -> None:
-    """``os.makedirs``, then an fsync of the parent of each directory it made, top down: a file's fsync and its
-    directory's make the file's name durable, not the directory's own name in its parent, so without this a
-    crash soon after a table's first commit could lose the new ``_versions/`` or ``data/`` directory with
-    everything in it."""
-    if os.path.isdir(directory):
+#: Directories whose names this process has made durable (bounded: cleared past 100,000).
+_DURABLE_DIRS: set[str] = set()
+
+
+def make_dirs(directory: str, root: str) -> None:
+    """``os.makedirs``, then, the first time this process writes into ``directory``, an fsync of each directory
+    from its parent up to ``root``'s parent, top down. A file's fsync and its directory's make the file's name
+    durable, not the directory's own name in its parent: without this a crash soon after a table's first commit
+    could lose the new ``_versions/`` or ``data/`` with everything in it. Done on the first sighting, not only
+    when this call made the directory, so a writer that finds it just made by another (who may not have
+    fsynced its parent yet) does not report its own file durable before the name is."""
+    if directory in _DURABLE_DIRS and os.path.isdir(directory):
         return
-    missing = []
+    os.makedirs(directory, exist_ok=True)
+    chain = []
     d = directory
-    while not os.path.isdir(d):
-        missing.append(d)
+    while True:
         parent = os.path.dirname(d)
-        if parent == d:
+        if not parent or parent == d:
+            break
+        chain.append(parent)
+        if d == root or not d.startswith(root):
             break
         d = parent
-    os.makedirs(directory, exist_ok=True)
-    for made in reversed(missing):
-        _fsync_dir(os.path.dirname(made))
+    for parent in reversed(chain):
+        _fsync_dir(parent)
+    if len(_DURABLE_DIRS) > 100_000:
+        _DURABLE_DIRS.clear()
+    _DURABLE_DIRS.add(directory)
 
 
 def _fsync_dir(directory: str) -> None:

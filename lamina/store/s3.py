@@ -81,6 +81,10 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise InvalidConfig(f"S3 URI {uri!r} has no bucket: use s3://bucket/path/to/table")
+    if any(part in (".", "..") for part in prefix.split("/")):
+        # HTTP clients resolve dot segments before sending, so a request would name another key than the one
+        # signed (or written by boto3): refused before anything is read or written.
+        raise InvalidConfig(f"S3 URI {uri!r} has a '.' or '..' path segment: S3 keys are literal; write the path without it")
     return bucket, prefix.strip("/")
 
 
@@ -90,8 +94,9 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 _CLIENTS: dict[tuple, Any] = {}
 _SESSIONS: dict[tuple, Any] = {}
 _CLIENTS_LOCK = threading.Lock()
-_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
-                   "AWS_DEFAULT_REGION", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
+_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                   "AWS_CREDENTIAL_EXPIRATION", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
+                   "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
 
 
 def _session_for(o: dict[str, Any], uri: str) -> Any:
@@ -145,8 +150,11 @@ def _credentials_and_region(o: dict[str, Any], uri: str) -> tuple[Any, str]:
         if key and secret:
             return StaticCredentials(str(key), str(secret), o.get("aws_session_token") or None), str(region)
         env_key, env_secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
-        if not key and not secret and not o.get("aws_session_token") and env_key and env_secret:
-            token = os.environ.get("AWS_SESSION_TOKEN") or os.environ.get("AWS_SECURITY_TOKEN") or None
+        # Expiring environment credentials (AWS_CREDENTIAL_EXPIRATION) are botocore's to refresh.
+        if (not key and not secret and not o.get("aws_session_token") and env_key and env_secret
+                and not os.environ.get("AWS_CREDENTIAL_EXPIRATION")):
+            # botocore's EnvProvider takes the first of these that is set, in this order.
+            token = os.environ.get("AWS_SECURITY_TOKEN") or os.environ.get("AWS_SESSION_TOKEN") or None
             return StaticCredentials(env_key, env_secret, token), str(region)
     session = _session_for(o, uri)
     return session.get_credentials(), session.region_name or "us-east-1"

@@ -475,7 +475,7 @@ def test_keys_in_options_or_the_environment_need_no_boto3(monkeypatch):
     from lamina.store import s3 as s3mod
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_REGION",
-                 "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+                 "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CREDENTIAL_EXPIRATION"):
         monkeypatch.delenv(name, raising=False)
     asked = []
     monkeypatch.setattr(s3mod, "_session_for", lambda o, uri: asked.append(o) or pytest.fail("botocore's chain was asked"))
@@ -489,6 +489,8 @@ def test_keys_in_options_or_the_environment_need_no_boto3(monkeypatch):
     assert s3mod._credentials_and_region({}, "s3://b/t") == (s3mod.StaticCredentials("EA", "ES", None), "ap-south-1")
     monkeypatch.setenv("AWS_SESSION_TOKEN", "ET")
     assert s3mod._credentials_and_region({}, "s3://b/t")[0].token == "ET"
+    monkeypatch.setenv("AWS_SECURITY_TOKEN", "LEGACY")
+    assert s3mod._credentials_and_region({}, "s3://b/t")[0].token == "LEGACY", "botocore's EnvProvider order"
 
     class Session:
         region_name = "eu-north-1"
@@ -502,19 +504,26 @@ def test_keys_in_options_or_the_environment_need_no_boto3(monkeypatch):
         "half a key pair is botocore's to refuse"
     assert s3mod._credentials_and_region({"aws_session_token": "T"}, "s3://b/t") == ("botocore's", "eu-north-1"), \
         "a token without its keys is botocore's to judge, not paired with the environment's keys"
+    monkeypatch.setenv("AWS_CREDENTIAL_EXPIRATION", "2026-11-27T00:00:00Z")
+    assert s3mod._credentials_and_region({}, "s3://b/t") == ("botocore's", "eu-north-1"), "expiring keys refresh"
+    monkeypatch.delenv("AWS_CREDENTIAL_EXPIRATION")
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     assert s3mod._credentials_and_region({}, "s3://b/t") == ("botocore's", "eu-north-1"), "a region from a profile"
-    assert len(asked) == 4
+    assert len(asked) == 5
 
 
 @pytest.mark.parametrize("write", ["put", "put_if_absent", "local_path", "append"])
-def test_a_new_local_directory_is_made_durable_in_its_parent(tmp_path, monkeypatch, write):
-    """A file's fsync and its directory's make its name durable, not a new directory's own name in its parent:
-    each directory a write makes gets its parent fsynced, top down, before the write returns."""
+@pytest.mark.parametrize("made_by", ["this write", "another writer"])
+def test_a_new_local_directory_is_made_durable_in_its_parent(tmp_path, monkeypatch, write, made_by):
+    """A file's fsync and its directory's make its name durable, not a directory's own name in its parent: the
+    first write into a directory fsyncs every directory from its parent up to the table's parent, top down,
+    before it returns — also when another writer just made it (and may not have fsynced its parent yet)."""
     from lamina.store import local as local_mod
 
     root = tmp_path / "table"
     root.mkdir()
+    if made_by == "another writer":
+        (root / "a" / "b" / "c").mkdir(parents=True)
     store = open_store(str(root))
     synced: list[str] = []
     real = local_mod._fsync_dir
@@ -530,9 +539,19 @@ def test_a_new_local_directory_is_made_durable_in_its_parent(tmp_path, monkeypat
             getattr(store, write)(path, b"x")
 
     do("a/b/c/x.bin")
-    made = [".", "a", os.path.join("a", "b")]  # the parents of a, a/b and a/b/c, in that order
-    assert synced[:3] == made
+    chain = ["..", ".", "a", os.path.join("a", "b")]  # the entries of table, a, a/b and a/b/c, in that order
+    assert synced[:4] == chain
     synced.clear()
     do("a/b/c/y.bin")
-    assert not set(synced) & set(made), "an existing directory costs no fsync of its parents"
+    assert not set(synced) & set(chain), "the second write into a directory costs no fsync of its parents"
     assert (root / "a" / "b" / "c" / "y.bin").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("uri", ["s3://bkt/./t", "s3://bkt/a/../t", "s3://bkt/..", "s3:///t"])
+def test_an_s3_uri_with_dot_segments_or_no_bucket_is_refused(uri):
+    """HTTP clients resolve '.' and '..' before sending, so such a path would read or sign another key than the
+    one named: refused with InvalidConfig, before any request."""
+    from lamina.errors import InvalidConfig
+
+    with pytest.raises(InvalidConfig, match="path segment|no bucket"):
+        S3Store(uri, {"aws_access_key_id": "a", "aws_secret_access_key": "s", "region": "us-east-1"})
