@@ -69,7 +69,10 @@ impl ChunkReader for PosFile {
 
     fn get_read(&self, start: u64) -> ParquetResult<Self::T> {
         self.check_range(start, 0)?;
-        Ok(io::BufReader::with_capacity(READ_BUFFER, PosRead { file: Arc::clone(&self.file), pos: start, end: self.len }))
+        // No bigger than what is left of the file: a footer read is a few KB at its end, and a
+        // 256 KiB buffer there cost an mmap, 64 page faults and zeroing for each file opened.
+        let capacity = READ_BUFFER.min(usize::try_from(self.len - start).unwrap_or(READ_BUFFER));
+        Ok(io::BufReader::with_capacity(capacity, PosRead { file: Arc::clone(&self.file), pos: start, end: self.len }))
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> ParquetResult<Bytes> {
@@ -196,6 +199,23 @@ mod tests {
     use std::io::Write;
 
     use super::*;
+
+    #[test]
+    fn a_sequential_read_buffers_no_more_than_what_is_left_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..(READ_BUFFER as u32 + 5000)).map(|i| i as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = PosFile::open(&path).unwrap();
+        let end = data.len() as u64;
+        // A footer's read at the end of a file: a few bytes of buffer, not READ_BUFFER.
+        let near_end = file.get_read(end - 100).unwrap();
+        assert_eq!(near_end.capacity(), 100);
+        assert_eq!(near_end.bytes().map(|b| b.unwrap()).collect::<Vec<u8>>(), data[data.len() - 100..]);
+        assert_eq!(file.get_read(0).unwrap().capacity(), READ_BUFFER);
+        assert_eq!(file.get_read(end).unwrap().bytes().count(), 0);
+        assert!(file.get_read(end + 1).is_err());
+    }
 
     #[test]
     fn hashing_writer_matches_one_pass_checksum_and_file_checksum() {
