@@ -126,6 +126,45 @@ class Zone(NamedTuple):
     nans: int  # an upper bound of the NaN rows: 0 means none
 
 
+class ZoneText(NamedTuple):
+    """A fragment's zone maps as stored (``zones_json``, docs/FORMAT.md §2): decoded the first time
+    ``Fragment.zones`` is read, and written back as they are by a commit that never read them."""
+
+    text: str
+    where: str  # the manifest and fragment, for an error
+
+    def decode(self) -> "tuple[Zone, ...]":
+        def what() -> str:
+            return self.where
+        try:
+            raw = json.loads(self.text)
+            if not isinstance(raw, list):
+                raise TypeError("not a list")
+            return _zones_from_json(raw, what)
+        except CorruptFile:
+            raise
+        except (TypeError, ValueError, RecursionError) as e:
+            raise CorruptFile(f"{self.where}: malformed zone maps ({type(e).__name__}: {str(e)[:120]})") from None
+
+
+class _LazyZones:
+    """``Fragment.zones``: a tuple of zones, None, or a ``ZoneText`` decoded on first read. Most
+    reads never look at zone maps (a ``take``, an index lookup, a commit that keeps a fragment), and
+    decoding them was over half of the cost of reading a manifest segment (issue 12)."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> "tuple[Zone, ...] | None":
+        if obj is None:
+            return None  # the field's default
+        value = obj.__dict__["_zones"]
+        if type(value) is ZoneText:
+            value = value.decode()
+            obj.__dict__["_zones"] = value
+        return value
+
+    def __set__(self, obj: Any, value: "tuple[Zone, ...] | ZoneText | None") -> None:
+        obj.__dict__["_zones"] = value  # only a dataclass __init__ gets here: Fragment is frozen
+
+
 @dataclass(frozen=True)
 class Fragment:
     """One data file and what is deleted from it. ``id`` is -1 until a commit assigns it."""
@@ -142,7 +181,8 @@ class Fragment:
     #: ``crc32c:<hex>`` of the data file's bytes, computed while writing (None in older manifests).
     checksum: str | None = None
     #: Zone maps of its top-level primitive columns (None: not known, e.g. older manifests).
-    zones: tuple[Zone, ...] | None = None
+    #: Read from a manifest, decoded on first use (``ZoneText``).
+    zones: tuple[Zone, ...] | None = _LazyZones()  # type: ignore[assignment]
     #: The schema the data file was written with; known only for fragments not yet committed,
     #: so a commit can refuse a fragment whose schema is not the table's. Never stored.
     schema: pa.Schema | None = field(default=None, compare=False, repr=False)
@@ -637,8 +677,19 @@ def _fragment_to_json(f: Fragment) -> dict[str, Any]:
                                                      "checksum": f.deletion.checksum},
         "row_ids": None if f.row_ids is None else [list(r) for r in f.row_ids],
         "checksum": f.checksum,
-        **({} if f.zones is None else {"zones": _zones_json(f.zones)}),
+        **_zones_field(f),
     }
+
+
+def _zones_field(f: Fragment) -> dict[str, str]:
+    """``zones_json``: the zone maps as a JSON text, read only when a filter needs them (as read, if
+    this process never decoded them)."""
+    zones = f.__dict__["_zones"]
+    if zones is None:
+        return {}
+    if type(zones) is ZoneText:
+        return {"zones_json": zones.text}
+    return {"zones_json": json.dumps(_zones_json(zones), separators=(",", ":"), ensure_ascii=True)}
 
 
 def _zone_value(v: Any) -> Any:
@@ -1093,7 +1144,13 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
             raise CorruptFile(f"{what()}: deletion file {dpath!r} is not under {DELETIONS_DIR}")
         deletion = DeletionFile(dpath, int(f["deletion"]["deleted_rows"]), _checksum(f["deletion"].get("checksum"), what()))
     crc = f.get("checksum")
-    zones = f.get("zones")
+    zones = f.get("zones_json")
+    if zones is not None:
+        if type(zones) is not str or not zones.startswith("["):
+            raise CorruptFile(f"{what()}: malformed zone maps {str(zones)[:80]}")
+        zones = ZoneText(zones, what())
+    elif (listed := f.get("zones")) is not None:  # written before zones_json: decoded now
+        zones = _zones_from_json(listed, what)
     frag = Fragment(
         id=int(f["id"]),
         path=path,
@@ -1105,7 +1162,7 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
         row_ids=None if f["row_ids"] is None else tuple([(int(s), int(e)) for s, e in f["row_ids"]]),
         checksum=None if crc is None else (crc if type(crc) is str and len(crc) == _CHECKSUM_LEN
                                            and crc.startswith(CHECKSUM_PREFIX) else _checksum(crc, what())),
-        zones=None if zones is None else _zones_from_json(zones, what),
+        zones=zones,
     )
     if not 0 <= frag.deleted_rows <= frag.rows or sum(g.rows for g in frag.row_groups) != frag.rows:
         raise CorruptFile(f"{what()}: row counts are inconsistent (rows={frag.rows}, deleted={frag.deleted_rows})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pyarrow as pa
@@ -99,10 +100,10 @@ def test_manifest_entry_outside_root_is_refused(local_table_uri):
     t = lamina.create_table(local_table_uri, SCHEMA)
     t.append(rows(0, 10))
     m = load_manifest(t.store, 2)
-    evil = m.replace(fragments=(m.fragments[0].__class__(**{**m.fragments[0].__dict__, "path": "data/../../etc/passwd"}),))
+    evil = m.replace(fragments=(dataclasses.replace(m.fragments[0], path="data/../../etc/passwd"),))
     with pytest.raises(CorruptFile, match="points outside the table root"):
         decode_manifest(encode_manifest(evil), "test")
-    evil2 = m.replace(fragments=(m.fragments[0].__class__(**{**m.fragments[0].__dict__, "path": "s3://other/x.parquet"}),))
+    evil2 = m.replace(fragments=(dataclasses.replace(m.fragments[0], path="s3://other/x.parquet"),))
     with pytest.raises(CorruptFile, match="outside the table root"):
         decode_manifest(encode_manifest(evil2), "test")
     assert json.loads(encode_manifest(m))["fragments"][0]["path"].startswith("data/")

@@ -5,6 +5,7 @@ and after compaction merges the zones."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -212,9 +213,10 @@ def test_narrow_fragments_are_pruned_where_nothing_can_match(tmp_path):
     assert ruled_out == 3  # kept: the two with NaN (NOT (NaN < 5) is TRUE) and +inf
 
 
+@pytest.mark.parametrize("stored", ["zones_json", "zones"])  # as written now, and as written before zones_json
 @pytest.mark.parametrize("bad", [[["v", "int", {"x": 1}, 2, True, 0, 0]], [["v", "int", 1, 2, True, 0]], [["v", "int", 1, 2, "yes", 0, 0]],
-                                 [["v", "float", float("nan"), 2.0, True, 0, 0]], "zones"])
-def test_a_malformed_zone_map_is_corrupt_file_naming_the_manifest(tmp_path, bad):
+                                 [["v", "float", float("nan"), 2.0, True, 0, 0]], "zones", {"v": 1}])
+def test_a_malformed_zone_map_is_corrupt_file_naming_the_manifest(tmp_path, bad, stored):
     import hashlib
     import json
 
@@ -227,13 +229,14 @@ def test_a_malformed_zone_map_is_corrupt_file_naming_the_manifest(tmp_path, bad)
     t.append(pa.table({"v": [1, 2]}, schema=schema))
     body = json.loads(t.store.get(manifest_path(t.version)))
     body.pop("checksum")
-    assert body["fragments"][-1]["zones"]
-    body["fragments"][-1]["zones"] = bad
+    assert json.loads(body["fragments"][-1].pop("zones_json"))
+    body["fragments"][-1][stored] = json.dumps(bad) if stored == "zones_json" and bad != "zones" else bad
     body["checksum"] = "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
     t.store.put(manifest_path(t.version), json.dumps(body).encode())
     clear_caches()
+    # Listed zones are checked when the manifest is read; a zones_json text when a filter first needs it.
     with pytest.raises(CorruptFile, match=rf"manifest .*{manifest_path(t.version)}"):
-        lamina.open_table(t.uri)
+        lamina.open_table(t.uri).to_arrow(filter="v > 1")
 
 
 def test_a_malformed_zone_bound_is_corrupt_naming_the_manifest():
@@ -242,10 +245,15 @@ def test_a_malformed_zone_bound_is_corrupt_naming_the_manifest():
     good = _fragment_to_json(Fragment(3, "data/" + "a" * 32 + ".parquet", 10, 100, (RowGroup(10, 100),), "2.6",
                                       zones=(Zone("s", "bytes", b"ab", b"cd", True, 0, 0),)))
     assert _fragment_from_json(good, "v1").zones[0].lo == b"ab"
+    listed = {k: v for k, v in good.items() if k != "zones_json"}  # as written before zones_json
+    assert _fragment_from_json(dict(listed, zones=json.loads(good["zones_json"])), "v1").zones == _fragment_from_json(good, "v1").zones
     for bad in ({"b": "zz"}, {"b": 3}, {"x": "00"}, {"b": "00", "f": "inf"}, {"f": "nan"}, "text", [1]):
-        raw = dict(good, zones=[["s", "bytes", bad, {"b": "cd"}, True, 0, 0]])
+        zones = [["s", "bytes", bad, {"b": "cd"}, True, 0, 0]]
         with pytest.raises(CorruptFile, match=r"manifest v1 fragment 3: malformed zone bound"):
-            _fragment_from_json(raw, "v1")
+            _fragment_from_json(dict(listed, zones=zones), "v1")
+        lazy = _fragment_from_json(dict(good, zones_json=json.dumps(zones)), "v1")  # read when first needed
+        with pytest.raises(CorruptFile, match=r"manifest v1 fragment 3: malformed zone bound"):
+            lazy.zones
 
 
 def test_a_long_in_list_is_tokenized_once_and_still_prunes_and_finds_its_rows(tmp_path):

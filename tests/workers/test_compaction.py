@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -65,7 +67,7 @@ def test_unknown_metadata_falls_back_to_full_rewrite(local_table_uri):
     t.append(rows(0, 4000), row_group_rows=4000)
     append_foreign_file(t, rows(4000, 4000).replace_schema_metadata({"pandas": "{}"}))
     frags = list(t.manifest.fragments)
-    t._manifest = t.manifest.replace(fragments=(frags[0], frags[1].__class__(**{**frags[1].__dict__, "file_version": "1"})))
+    t._manifest = t.manifest.replace(fragments=(frags[0], dataclasses.replace(frags[1], file_version="1")))
     _, tasks = tasks_for(t)
     r = GroupCompactor().run(tasks[0])
     assert r.ok, r.error
