@@ -669,6 +669,23 @@ fn check_copy(src: &Opened, schema: &SchemaRef) -> Result<()> {
     Ok(())
 }
 
+/// Top-level columns the output writes without a dictionary: those the first source has written so
+/// (its writer found them mostly distinct, `file::writer::mostly_distinct`), decided without reading
+/// a value. Encoded row groups then match copied ones.
+fn plain_in_sources(opened: &[Opened], schema: &SchemaRef) -> Vec<usize> {
+    let Some(group) = opened.first().and_then(|src| src.meta().row_groups().first()) else { return vec![] };
+    (0..schema.fields().len())
+        .filter(|&i| {
+            let name = schema.field(i).name();
+            group
+                .columns()
+                .iter()
+                .find(|c| c.column_path().parts().len() == 1 && c.column_path().parts()[0] == *name)
+                .is_some_and(|c| c.dictionary_page_offset().is_none() && c.column_type() == parquet::basic::Type::BYTE_ARRAY)
+        })
+        .collect()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn write_output(
     file: File,
@@ -682,7 +699,8 @@ fn write_output(
 ) -> Result<(WrittenFile, RewriteStats)> {
     let perr = |source| Error::Parquet { path: display.to_string(), source };
     // Copied chunks and encoded row groups alike go through the hashing writer: the checksum costs no extra pass.
-    let writer = ArrowWriter::try_new(OutputFile::new_file(file), Arc::clone(&schema), Some(options.properties(&schema)?)).map_err(perr)?;
+    let properties = options.properties(&schema, &plain_in_sources(opened, &schema))?;
+    let writer = ArrowWriter::try_new(OutputFile::new_file(file), Arc::clone(&schema), Some(properties)).map_err(perr)?;
     let (writer, factory) = writer.into_serialized_writer().map_err(perr)?;
     let mut out = Output { path: display.to_string(), writer, factory, stats: RewriteStats::default() };
     // Leaves per field: the root schema's top-level nodes map one to one onto the Arrow fields.

@@ -97,6 +97,29 @@ fn full_rewrite_drops_deleted_rows_and_cuts_full_row_groups() {
 }
 
 #[test]
+fn a_rewrite_keeps_its_sources_choice_of_dictionary() {
+    let dir = tempfile::tempdir().unwrap();
+    let has_dictionary = |p: &Path| SerializedFileReader::new(File::open(p).unwrap()).unwrap().metadata().row_group(0).column(1).dictionary_page_offset().is_some();
+    // distinct strings: written plain, and encoded plain again
+    let a = write(dir.path(), "a.parquet", 0, 300, 100);
+    assert!(!has_dictionary(&a));
+    let out = dir.path().join("out.parquet");
+    let actions: Vec<Action> = (0..3).map(|rg| Action::Encode { source: 0, row_group: rg }).collect();
+    rewrite(&[src(&a, vec![1])], &actions, schema(), &out, &WriteOptions::default()).unwrap();
+    assert!(!has_dictionary(&out));
+    // repeated strings: a dictionary, in the sources and the output
+    let s = StringArray::from_iter((0..300).map(|i| Some(format!("v{}", i % 5))));
+    let repeated = RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from_iter_values(0..300)), Arc::new(s)]).unwrap();
+    let r = dir.path().join("r.parquet");
+    write_file(&r, schema(), &[repeated], &WriteOptions { row_group_rows: 100, ..Default::default() }).unwrap();
+    assert!(has_dictionary(&r));
+    let out2 = dir.path().join("out2.parquet");
+    rewrite(&[src(&r, vec![1])], &actions, schema(), &out2, &WriteOptions::default()).unwrap();
+    assert!(has_dictionary(&out2));
+    assert_eq!(ids(&out2), (0..300).filter(|&i| i != 1).collect::<Vec<_>>());
+}
+
+#[test]
 fn hybrid_copies_large_and_merges_runs_of_small_row_groups() {
     let dir = tempfile::tempdir().unwrap();
     let big = write(dir.path(), "big.parquet", 0, 2000, 2000);
