@@ -103,6 +103,10 @@ class ObjectStore(abc.ABC):
     def get_range(self, path: str, start: int, length: int) -> bytes:
         """``length`` bytes from ``start``; ``CorruptFile`` if the object is shorter."""
 
+    def get_ranges(self, path: str, ranges: "Sequence[tuple[int, int]]") -> list[bytes]:
+        """The bytes of each ``(start, length)`` of one object, in order (``get_range`` each)."""
+        return [self.get_range(path, start, length) for start, length in ranges]
+
     @abc.abstractmethod
     def put(self, path: str, data: bytes) -> None:
         """Writes (or replaces) an object atomically: readers see all of it or none."""

@@ -3,6 +3,7 @@ and ``Table.take`` over many fragments in one pass (local and on the moto S3 ser
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -180,6 +181,30 @@ def test_fetch_ranges_coalesces_gets_and_returns_each_range(s3_table_uri, s3_opt
     got = fetch_ranges(store, [("blob", 10, 5), ("blob", 20, 30), ("blob", 9000, 4), ("blob", 0, 16384)])
     assert got == [blob[10:15], blob[20:50], blob[9000:9004], blob]
     assert stats_delta(before)[store.io_domain]["GET"] == 1  # all within the gap: one request
+
+
+def test_fetch_ranges_on_a_local_disk_reads_each_range_into_its_own_bytes(tmp_path, monkeypatch):
+    """One open file and a pread per range, none read into a larger buffer and copied out (a cold index
+    lookup read 56 MB of blocks twice); truncation and a missing file are still said."""
+    from lamina.errors import CorruptFile, ObjectNotFound
+
+    store = open_store(str(tmp_path / "t"))
+    blob = bytes(range(256)) * 64
+    store.put("blob", blob)
+    store.put("other", b"xyz")
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda p, *a, **k: opened.append(p) or real_open(p, *a, **k))
+    before = io_stats()
+    requests = [("blob", 10, 5), ("other", 1, 2), ("blob", 20, 30), ("blob", 9000, 4), ("blob", 0, 16384), ("blob", 12, 0)]
+    got = fetch_ranges(store, requests)
+    assert got == [blob[10:15], b"yz", blob[20:50], blob[9000:9004], blob, b""]
+    assert all(type(b) is bytes for b in got)
+    assert len(opened) == 2 and stats_delta(before)[store.io_domain]["GET"] == len(requests)
+    with pytest.raises(CorruptFile, match="blob is shorter than expected.*truncated"):
+        fetch_ranges(store, [("blob", 16380, 10)])
+    with pytest.raises(ObjectNotFound, match="gone"):
+        fetch_ranges(store, [("gone", 0, 1)])
 
 
 def test_point_requests_are_served_before_queued_scans():
