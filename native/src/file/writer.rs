@@ -145,14 +145,14 @@ impl WriteOptions {
     }
 }
 
-/// Values of a column looked at to tell whether a dictionary would pay.
-const DICTIONARY_SAMPLE: usize = 1024;
+/// Values of a column looked at to tell whether a dictionary would pay (a few µs per file).
+const DICTIONARY_SAMPLE: usize = 256;
 
 fn is_flat_bytes(t: &DataType) -> bool {
     matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary | DataType::LargeBinary)
 }
 
-/// The top-level string and binary columns of `batches` whose first values (up to 1,024 non-null)
+/// The top-level string and binary columns of `batches` whose first values (up to 256 non-null)
 /// are more than half distinct: written as plain pages, without a dictionary. A dictionary of mostly
 /// distinct values (urls, ids, texts) saves nothing (zstd already takes the repeats), and it costs every
 /// read: a lookup of one row decodes the chunk's whole dictionary, then copies the row out of it (a
@@ -162,7 +162,8 @@ pub(crate) fn mostly_distinct(batches: &[RecordBatch]) -> Vec<usize> {
     (0..first.num_columns())
         .filter(|&i| is_flat_bytes(first.schema().field(i).data_type()))
         .filter(|&i| {
-            let mut seen = std::collections::HashSet::with_capacity(DICTIONARY_SAMPLE);
+            let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+            let mut seen = std::collections::HashSet::with_capacity(DICTIONARY_SAMPLE.min(rows));
             let mut sampled = 0usize;
             for batch in batches {
                 let column = batch.column(i);
