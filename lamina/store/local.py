@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import errno
 import functools
+import logging
 import os
 import shutil
 import threading
@@ -21,6 +22,8 @@ from typing import Iterable, Iterator, Sequence
 from lamina.errors import CorruptFile, ObjectNotFound, StorageError
 from lamina.store.base import STAGE_BATCH_BYTES, ObjectInfo, ObjectStore, StagedInput, _written, remove_quietly
 from lamina.store.scheduler import count
+
+log = logging.getLogger(__name__)
 
 #: The ``lamina.io_stats()`` key of every local directory.
 LOCAL = "local"
@@ -247,7 +250,12 @@ class LocalStore(ObjectStore):
             raise StorageError(f"writing {self.describe(path)} failed: {e}") from e
         finally:
             remove_quietly(tmp)
-        _fsync_dir(os.path.dirname(self._full(path)))
+        try:
+            _fsync_dir(os.path.dirname(self._full(path)))
+        except StorageError as e:
+            # The object is in place and every reader sees it: failing now would have a caller retry a
+            # commit that landed (an append twice). Said loudly instead; the disk needs attention.
+            log.error("%s was written, but %s", self.describe(path), e)
         return True
 
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
@@ -391,14 +399,28 @@ def make_dirs(directory: str, root: str) -> None:
     _DURABLE_DIRS.add(directory)
 
 
+#: fsync errors of a filesystem that cannot sync a directory at all (some network and FUSE ones):
+#: there is nothing more to do there. Any other error (EIO, ENOSPC, EROFS, ...) is the disk's.
+_NO_DIRECTORY_SYNC = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
 def _fsync_dir(directory: str) -> None:
+    """Makes the names just made in ``directory`` durable. ``StorageError`` if the disk fails the
+    fsync: what was written there may not survive a crash, so the write that needed it fails before
+    anything can refer to it. A directory gone (cleanup), one this process may not open (a parent
+    above the table) or a filesystem that cannot sync directories has nothing to sync."""
     try:
         fd = os.open(directory, os.O_RDONLY)
-    except OSError:
+    except (FileNotFoundError, PermissionError):
         return
+    except OSError as e:
+        raise StorageError(f"making the entries of directory {directory} durable failed (open: {e}); "
+                           f"what was just written there may not survive a crash: check the disk") from e
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as e:
+        if e.errno not in _NO_DIRECTORY_SYNC:
+            raise StorageError(f"making the entries of directory {directory} durable failed (fsync: {e}); "
+                               f"what was just written there may not survive a crash: check the disk") from e
     finally:
         os.close(fd)

@@ -547,6 +547,62 @@ def test_a_new_local_directory_is_made_durable_in_its_parent(tmp_path, monkeypat
     assert (root / "a" / "b" / "c" / "y.bin").read_bytes() == b"x"
 
 
+def _failing_directory_fsync(monkeypatch, err: int) -> list[str]:
+    """os.fsync fails with ``err`` on directories (files still sync); the directories it failed on."""
+    import errno as errno_mod
+    import stat
+
+    failed: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            failed.append(os.readlink(f"/proc/self/fd/{fd}"))
+            raise OSError(err, os.strerror(err))
+        real(fd)
+
+    assert err in (errno_mod.EIO, errno_mod.EINVAL)
+    monkeypatch.setattr(os, "fsync", fsync)
+    return failed
+
+
+def test_a_disk_error_making_a_directory_durable_fails_the_write_and_commits_nothing(tmp_path, monkeypatch, caplog):
+    """An fsync of a directory failing with EIO was ignored: a write reported durable what a crash could lose.
+    Now the write fails with StorageError naming the directory, before a commit names its files; an
+    append commits nothing. A filesystem that cannot sync directories (EINVAL) is not an error."""
+    import errno as errno_mod
+    import logging
+
+    import pyarrow as pa
+
+    import lamina
+
+    schema = pa.schema([("id", pa.int64())])
+    t = lamina.create_table(str(tmp_path / "t"), schema)
+    t.append(pa.table({"id": [1, 2]}, schema=schema))
+    store = open_store(str(tmp_path / "t"))
+    store.put("x/a.bin", b"a")  # x and its parents made durable
+    with monkeypatch.context() as m:
+        failed = _failing_directory_fsync(m, errno_mod.EIO)
+        with pytest.raises(StorageError, match=r"durable failed \(fsync: .*Input/output error.*check the disk"):
+            t.append(pa.table({"id": [3]}, schema=schema))
+        assert failed
+        with pytest.raises(StorageError, match="directory .*/t/x durable failed"):
+            store.put("x/y.bin", b"data")
+        # put-if-absent: the object is in place and seen by every reader; failing would have its caller
+        # retry a commit that landed, so it says so and reports the write
+        with caplog.at_level(logging.ERROR, logger="lamina.store.local"):
+            assert store.put_if_absent("x/z.bin", b"z") is True
+        assert "x/z.bin was written, but making the entries of directory" in caplog.text
+    again = lamina.open_table(str(tmp_path / "t"))
+    assert again.version == t.version and sorted(again.to_arrow().column("id").to_pylist()) == [1, 2]
+    with monkeypatch.context() as m:
+        failed = _failing_directory_fsync(m, errno_mod.EINVAL)
+        again.append(pa.table({"id": [3]}, schema=schema))
+        assert failed
+    assert sorted(lamina.open_table(str(tmp_path / "t")).to_arrow().column("id").to_pylist()) == [1, 2, 3]
+
+
 @pytest.mark.parametrize("uri", ["s3://bkt/./t", "s3://bkt/a/../t", "s3://bkt/..", "s3:///t"])
 def test_an_s3_uri_with_dot_segments_or_no_bucket_is_refused(uri):
     """HTTP clients resolve '.' and '..' before sending, so such a path would read or sign another key than the
