@@ -1,6 +1,8 @@
-"""Numbers between numpy and Arrow without ``pa.array`` or ``Array.to_numpy``: the first call of either in a
-process imports pandas when it is installed (~150 ms, measured with pyarrow 26), which every cold lookup or
-catalog read paid on its read path. Arrays here have no nulls."""
+"""Arrays and scalars without ``pa.array``, ``pa.scalar`` or ``Array.to_numpy``: the first call of any of them
+in a process imports pandas when it is installed (~150-180 ms, measured with pyarrow 26), which every cold
+lookup, catalog read or filtered read paid on its read path. ``from_numpy`` and ``to_numpy`` take arrays
+without nulls; ``array`` and ``scalar`` take Python values as a filter's literals are (nulls allowed) and
+leave any other kind of value to pyarrow."""
 
 from __future__ import annotations
 
@@ -11,6 +13,10 @@ import pyarrow as pa
 
 _NUMPY_TYPES = {pa.uint32(): np.uint32, pa.uint64(): np.uint64, pa.int32(): np.int32, pa.int64(): np.int64,
                 pa.float64(): np.float64}
+_INT_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+              pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64}
+_TEXT_TYPES = {pa.string(): (str, np.int32), pa.large_string(): (str, np.int64),
+               pa.binary(): (bytes, np.int32), pa.large_binary(): (bytes, np.int64)}
 
 
 def from_numpy(values: Any, type: pa.DataType) -> pa.Array:
@@ -28,3 +34,91 @@ def to_numpy(array: pa.Array) -> np.ndarray:
         raise ValueError("to_numpy: the array has nulls")
     dtype = np.dtype(_NUMPY_TYPES[array.type])
     return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
+
+
+def array(values: "list[Any]", type: pa.DataType) -> pa.Array:
+    """``pa.array(values, type=type)`` for Python ints into an integer type (in range), floats into
+    float64, bools into bool, str into string and bytes into binary (large or not), None anywhere;
+    built from buffers. Any other value or type, or an int out of range, goes to ``pa.array`` (which
+    raises what it raises)."""
+    n = len(values)
+    valid = [v is not None for v in values]
+    nulls = n - sum(valid)
+    present = [v for v in values if v is not None] if nulls else values
+    data = _buffers(present, type)
+    if data is None:
+        return pa.array(values, type=type)
+    if nulls:
+        data = _spread(data, valid, type)
+        bitmap = pa.py_buffer(np.packbits(np.asarray(valid, dtype=np.bool_), bitorder="little"))
+        return pa.Array.from_buffers(type, n, [bitmap, *data], null_count=nulls)
+    return pa.Array.from_buffers(type, n, [None, *data], null_count=0)
+
+
+def scalar(value: Any, type: pa.DataType) -> pa.Scalar:
+    """``pa.scalar(value, type)`` for the values ``array`` builds itself; the others through pyarrow."""
+    if value is None or _buffers([value], type) is not None:
+        return array([value], type)[0]
+    return pa.scalar(value, type)
+
+
+def array_of_scalars(scalars: "list[pa.Scalar]", type: pa.DataType) -> pa.Array:
+    """``pa.array(scalars, type=type)``: through ``array`` for the types it builds (their ``as_py`` values are
+    exact); any other type (a timestamp in ns, a decimal, ...) from the scalars themselves by pyarrow."""
+    if type in _INT_TYPES or type in _TEXT_TYPES or type == pa.float64() or type == pa.bool_():
+        return array([s.as_py() for s in scalars], type)
+    return pa.array(scalars, type=type)
+
+
+def _buffers(values: "list[Any]", type: pa.DataType) -> "list[pa.Buffer] | None":
+    """The data buffers of non-null ``values`` as ``type``, or None when ``array`` leaves them to pyarrow."""
+    if type in _INT_TYPES:
+        if not all(v.__class__ is int for v in values):
+            return None
+        dtype = _INT_TYPES[type]
+        info = np.iinfo(dtype)
+        if values and not (info.min <= min(values) and max(values) <= info.max):
+            return None
+        return [pa.py_buffer(np.array(values, dtype=dtype))]
+    if type == pa.float64():
+        return [pa.py_buffer(np.array(values, dtype=np.float64))] if all(v.__class__ is float for v in values) else None
+    if type == pa.bool_():
+        if not all(v.__class__ is bool for v in values):
+            return None
+        return [pa.py_buffer(np.packbits(np.array(values, dtype=np.bool_), bitorder="little"))]
+    if type in _TEXT_TYPES:
+        kind, offset_type = _TEXT_TYPES[type]
+        if not all(v.__class__ is kind for v in values):
+            return None
+        try:
+            encoded = [v.encode("utf-8") for v in values] if kind is str else values
+        except UnicodeEncodeError:  # a lone surrogate: pyarrow says what is wrong
+            return None
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in encoded], out=offsets[1:])
+        if offsets[-1] > np.iinfo(offset_type).max:
+            return None
+        return [pa.py_buffer(offsets.astype(offset_type)), pa.py_buffer(b"".join(encoded))]
+    return None
+
+
+def _spread(data: "list[pa.Buffer]", valid: "list[bool]", type: pa.DataType) -> "list[pa.Buffer]":
+    """Buffers of the present values laid out over every slot (a null slot: zero, or an empty string)."""
+    mask = np.asarray(valid, dtype=np.bool_)
+    if type in _TEXT_TYPES:
+        offset_type = _TEXT_TYPES[type][1]
+        present = np.frombuffer(data[0], dtype=offset_type)
+        lengths = np.zeros(len(valid), dtype=np.int64)
+        lengths[mask] = np.diff(present)
+        offsets = np.zeros(len(valid) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return [pa.py_buffer(offsets.astype(offset_type)), data[1]]
+    if type == pa.bool_():
+        bits = np.unpackbits(np.frombuffer(data[0], dtype=np.uint8), bitorder="little")[:int(mask.sum())]
+        full = np.zeros(len(valid), dtype=np.bool_)
+        full[mask] = bits
+        return [pa.py_buffer(np.packbits(full, bitorder="little"))]
+    dtype = _INT_TYPES.get(type, np.float64)
+    full = np.zeros(len(valid), dtype=dtype)
+    full[mask] = np.frombuffer(data[0], dtype=dtype)
+    return [pa.py_buffer(full)]

@@ -56,6 +56,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lamina import arrays
 from lamina.errors import InvalidFilter
 
 _TOKEN = re.compile(
@@ -179,9 +180,19 @@ def _exact_int(v: int | float, t: pa.DataType) -> int | None:
     return v if lo <= v <= hi else None
 
 
+def _has_zero(values: pa.Array) -> bool:
+    """Whether a float array holds 0.0 or -0.0 (compared as floats, without a Python literal)."""
+    return bool(pc.any(pc.equal(values, arrays.scalar(0.0, pa.float64()))).as_py())
+
+
+def _signed_zeros(t: pa.DataType) -> pa.Array:
+    """0.0 and -0.0 as an array of float type ``t``: IN with either holds both, as ``=`` does."""
+    return arrays.array([0.0, -0.0], pa.float64()).cast(t)
+
+
 def _const(ref: pc.Expression, value: bool) -> pc.Expression:
     """TRUE or FALSE on the non-null rows of ``ref``, NULL on its null rows (as a comparison is)."""
-    return pc.if_else(pc.is_null(ref), pa.scalar(None, pa.bool_()), pa.scalar(value))
+    return pc.if_else(pc.is_null(ref), arrays.scalar(None, pa.bool_()), arrays.scalar(value, pa.bool_()))
 
 
 def _int_by_value(ref: pc.Expression, t: pa.DataType, op: str, v: int | float) -> tuple[pc.Expression, list | None]:
@@ -198,14 +209,14 @@ def _int_by_value(ref: pc.Expression, t: pa.DataType, op: str, v: int | float) -
         m = math.floor(v) if op == "<=" or not _integral(v) else int(v) - 1
         if m < lo or m >= hi:
             return _const(ref, m >= hi), None
-        s = pa.scalar(m, t)
+        s = arrays.scalar(m, t)
         return ref <= pc.scalar(s), [(None, False, s, True)]
     if v == math.inf or v == -math.inf:  # i >= m
         return _const(ref, v < 0), None
     m = math.ceil(v) if op == ">=" or not _integral(v) else int(v) + 1
     if m > hi or m <= lo:
         return _const(ref, m <= lo), None
-    s = pa.scalar(m, t)
+    s = arrays.scalar(m, t)
     return ref >= pc.scalar(s), [(s, True, None, False)]
 
 
@@ -391,11 +402,11 @@ class _Parser:
         out = [p for p in parts if p.eq is None or p.eq[0].path not in folded]
         for group in folded.values():
             col = group[0].eq[0]
-            values = pa.array([p.eq[1] for p in group], type=col.type)
-            if pa.types.is_floating(col.type) and pc.any(pc.equal(values, 0)).as_py():
-                values = pa.concat_arrays([values, pa.array([0.0, -0.0], type=col.type)])
+            values = arrays.array_of_scalars([p.eq[1] for p in group], col.type)
+            if pa.types.is_floating(col.type) and _has_zero(values):
+                values = pa.concat_arrays([values, _signed_zeros(col.type)])
             ref = self.ref(col)
-            out.append(_Part(pc.if_else(pc.is_null(ref), pa.scalar(None, pa.bool_()), pc.is_in(ref, value_set=values)), [None]))
+            out.append(_Part(pc.if_else(pc.is_null(ref), arrays.scalar(None, pa.bool_()), pc.is_in(ref, value_set=values)), [None]))
         return out
 
     def _span(self, start: int) -> str:
@@ -423,7 +434,7 @@ class _Parser:
             nxt = self.peek(1)
             if nxt is None or (nxt.kind == "kw" and nxt.value in ("AND", "OR")) or (nxt.kind == "op" and nxt.value == ")"):
                 self.i += 1
-                return _Part(pc.scalar(t.value == "TRUE"), [None])
+                return _Part(pc.scalar(arrays.scalar(t.value == "TRUE", pa.bool_())), [None])
         ranges: list[tuple[Any, bool, Any, bool]] | None = None  # None: no index can answer this term
         point = True
         root = ""
@@ -522,7 +533,7 @@ class _Parser:
         if isinstance(values, _Ints):
             if integer:  # what _exact_int does to each value, for the whole run
                 lo, hi = _int_bounds(t)
-                return pa.array([v for v in values.ints() if lo <= v <= hi], type=t)
+                return arrays.array([v for v in values.ints() if lo <= v <= hi], t)
             values = [_Lit(v) for v in values.ints()]
         text = pa.types.is_string(t) or pa.types.is_large_string(t)
         kept: list[Any] = []
@@ -539,15 +550,15 @@ class _Parser:
                 kept.append(self.cast(lit, t))
                 scalars = True
         try:
-            arr = pa.array([x if isinstance(x, pa.Scalar) else pa.scalar(x, t) for x in kept] if scalars else kept, type=t)
+            arr = pa.array([x if isinstance(x, pa.Scalar) else pa.scalar(x, t) for x in kept], type=t) if scalars else arrays.array(kept, t)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
             for lit in values:
                 self.cast(lit, t)  # raises naming the literal that does not fit
             raise InvalidFilter(f"filter {_short(self.text)}: the IN list does not fit a column of type {t}") from None
         if floating and len(arr):
-            arr = arr.filter(pc.invert(pc.fill_null(pc.is_nan(arr), False)))
-            if pc.any(pc.equal(arr, 0)).as_py():
-                arr = pa.concat_arrays([arr, pa.array([0.0, -0.0], type=t)])
+            arr = arr.filter(pc.invert(pc.fill_null(pc.is_nan(arr), arrays.scalar(False, pa.bool_()))))
+            if _has_zero(arr):
+                arr = pa.concat_arrays([arr, _signed_zeros(t)])
         return arr
 
     def operand(self) -> _Col | _Lit:
@@ -620,11 +631,11 @@ class _Parser:
 
     def cast(self, lit: _Lit, target: pa.DataType) -> pa.Scalar:
         if lit.value is None:
-            return pa.scalar(None, type=target)
+            return arrays.scalar(None, target)
         try:
             if isinstance(lit.value, str) and not (pa.types.is_string(target) or pa.types.is_large_string(target)):
-                return pa.scalar(lit.value).cast(target)
-            return pa.scalar(lit.value, type=target)
+                return arrays.scalar(lit.value, pa.string()).cast(target)
+            return arrays.scalar(lit.value, target)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
             raise InvalidFilter(f"filter {_short(self.text)}: value {lit.value!r} cannot be compared with a column "
                                 f"of type {target}") from None

@@ -29,7 +29,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from lamina import prune
+from lamina import arrays, prune
 from lamina.datafile import open_parquet, read_fragment, read_rows_many
 from lamina.deletion import among, read_deleted
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound
@@ -77,8 +77,8 @@ def _keys(scalars: Sequence[pa.Scalar]) -> list[Any]:
     if not scalars:
         return []
     try:
-        keys = key_array(pa.array(scalars)).to_pylist()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        keys = key_array(arrays.array_of_scalars(scalars, scalars[0].type)).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
         return [key_value(s) for s in scalars]
     return [k.encode() if isinstance(k, str) else k for k in keys]
 
@@ -206,7 +206,7 @@ def lookup_part(store: ObjectStore, part: Part) -> tuple[dict[int, np.ndarray], 
         try:
             reader = open_segment(store, seg, part.index.name)
             blocks = fetch_blocks(store, seg, part.index.name, reader.blocks_for_ranges(part.ranges))
-            local = reader.lookup(part.ranges, blocks).to_numpy(zero_copy_only=False)
+            local = arrays.to_numpy(reader.lookup(part.ranges, blocks))
         except (CorruptFile, ObjectNotFound) as e:
             on_broken(part.index, e, f"index {part.index.name!r}")
             broken.update(fids)

@@ -320,26 +320,40 @@ f = t.manifest.fragments[0]
 rows = t.take(np.array([f.id << 32 | 2, f.id << 32 | 0], dtype=np.uint64), ["s"]).column("s").to_pylist()
 addrs = t.to_arrow(with_row_address=True).num_rows
 cat = lamina.connect(sys.argv[2])
-print(rows, addrs, cat.list_namespaces(), cat.describe_table("ns.t").rows, "pandas" in sys.modules)
+found = [sorted(t.to_arrow(columns=["s"], filter=flt).column("s").to_pylist()) for flt in sys.argv[3:]]
+print(rows, addrs, cat.list_namespaces(), cat.describe_table("ns.t").rows, found, "pandas" in sys.modules)
 """
+
+#: Filters an index answers whole: their literals and key ranges are built without pa.scalar / pa.array.
+INDEXED_FILTERS = ["id = 2", "id IN (0, 1, 3, 7)", "id > 1 AND id <= 3", "id BETWEEN 0 AND 2", "name = 'n3'",
+                   "name IN ('n0', 'n2')", "x IN (0.0, 2.5)", "x >= 999.0"]
 
 
 def test_a_cold_lookup_and_catalog_read_never_import_pandas(tmp_path):
-    """pyarrow's pa.array imports pandas on its first call in a process (~150 ms when pandas is installed):
-    a cold take, a read with row addresses (over deletions) and a catalog read build their arrays without it."""
+    """pyarrow's pa.array, pa.scalar and Array.to_numpy import pandas on their first call in a process
+    (~150-180 ms when pandas is installed): a cold take, a read with row addresses (over deletions), a
+    catalog read and filtered reads an index answers build their arrays and literals without it."""
     import subprocess
     import sys
 
     uri, root = str(tmp_path / "t"), str(tmp_path / "cat")
-    t = lamina.create_table(uri, pa.schema([("id", pa.int64()), ("s", pa.string())]))
-    t.append(pa.table({"id": [0, 1, 2, 3], "s": ["a", "b", "c", "d"]}))
+    t = lamina.create_table(uri, pa.schema([("id", pa.int64()), ("s", pa.string()), ("name", pa.string()), ("x", pa.float64())]))
+    n = 2000  # fragments of 1,000 rows: a handful of candidates is an index lookup, not a scan
+    t.append(pa.table({"id": list(range(n)), "s": ["a", "b", "c", "d"] + [f"s{i}" for i in range(4, n)],
+                       "name": [f"n{i}" for i in range(n)], "x": [i * 0.5 for i in range(n)]}), max_rows_per_file=1000)
     t.delete("id = 1")
+    for column in ("id", "name", "x"):
+        t.create_index(column, "btree")
     cat = lamina.connect(root)
     cat.create_namespace("ns")
     cat.create_table("ns.t", pa.schema([("id", pa.int64())]))
-    out = subprocess.run([sys.executable, "-c", COLD_READS, uri, root], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", COLD_READS, uri, root, *INDEXED_FILTERS], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["['c',", "'a']", "3", "['ns']", "0", "False"]
+    expected = [sorted(t.to_arrow(columns=["s"], filter=flt).column("s").to_pylist()) for flt in INDEXED_FILTERS]
+    assert expected == [["c"], ["a", "d", "s7"], ["c", "d"], ["a", "c"], ["d"], ["a", "c"], ["a", "s5"], ["s1998", "s1999"]]
+    assert out.stdout.strip() == f"['c', 'a'] 1999 ['ns'] 0 {expected} False"
+    for flt in INDEXED_FILTERS:  # answered by an index, not by a scan (which imports pyarrow.dataset, and pandas)
+        assert "; scan for 0 fragment(s)" in t.explain(flt), (flt, t.explain(flt))
 
 
 COLD_CATALOG = """
