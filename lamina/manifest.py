@@ -131,7 +131,12 @@ class ZoneText(NamedTuple):
     ``Fragment.zones`` is read, and written back as they are by a commit that never read them."""
 
     text: str
-    where: str  # the manifest and fragment, for an error
+    manifest: str  # the manifest and fragment, for an error
+    fragment: Any
+
+    @property
+    def where(self) -> str:
+        return f"manifest {self.manifest} fragment {self.fragment}"
 
     def decode(self) -> "tuple[Zone, ...]":
         def what() -> str:
@@ -1148,7 +1153,7 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
     if zones is not None:
         if type(zones) is not str or not zones.startswith("["):
             raise CorruptFile(f"{what()}: malformed zone maps {str(zones)[:80]}")
-        zones = ZoneText(zones, what())
+        zones = ZoneText(zones, where, f.get("id"))
     elif (listed := f.get("zones")) is not None:  # written before zones_json: decoded now
         zones = _zones_from_json(listed, what)
     frag = Fragment(
