@@ -41,25 +41,30 @@ def array(values: "list[Any]", type: pa.DataType) -> pa.Array:
     float64, bools into bool, str into string and bytes into binary (large or not), None anywhere;
     built from buffers. Any other value or type, or an int out of range, goes to ``pa.array`` (which
     raises what it raises)."""
+    built = _built(values, type)
+    return pa.array(values, type=type) if built is None else built
+
+
+def scalar(value: Any, type: pa.DataType) -> pa.Scalar:
+    """``pa.scalar(value, type)`` for the values ``array`` builds itself; the others through pyarrow."""
+    built = _built([value], type)
+    return pa.scalar(value, type) if built is None else built[0]
+
+
+def _built(values: "list[Any]", type: pa.DataType) -> "pa.Array | None":
+    """``values`` as an array of ``type`` from buffers, or None when ``array`` leaves them to pyarrow."""
     n = len(values)
     valid = [v is not None for v in values]
     nulls = n - sum(valid)
     present = [v for v in values if v is not None] if nulls else values
     data = _buffers(present, type)
     if data is None:
-        return pa.array(values, type=type)
+        return None
     if nulls:
         data = _spread(data, valid, type)
         bitmap = pa.py_buffer(np.packbits(np.asarray(valid, dtype=np.bool_), bitorder="little"))
         return pa.Array.from_buffers(type, n, [bitmap, *data], null_count=nulls)
     return pa.Array.from_buffers(type, n, [None, *data], null_count=0)
-
-
-def scalar(value: Any, type: pa.DataType) -> pa.Scalar:
-    """``pa.scalar(value, type)`` for the values ``array`` builds itself; the others through pyarrow."""
-    if value is None or _buffers([value], type) is not None:
-        return array([value], type)[0]
-    return pa.scalar(value, type)
 
 
 def array_of_scalars(scalars: "list[pa.Scalar]", type: pa.DataType) -> pa.Array:

@@ -169,16 +169,7 @@ class LocalStore(ObjectStore):
             raise StorageError(f"reading {self.describe(path)} failed: {e}") from e
 
     def get_range(self, path: str, start: int, length: int) -> bytes:
-        try:
-            with open(self._full(path), "rb") as f:
-                f.seek(start)
-                data = f.read(length)
-            count(LOCAL, "GET", 1, len(data))
-        except FileNotFoundError:
-            raise ObjectNotFound(f"{self.describe(path)} does not exist") from None
-        if len(data) != length:
-            raise CorruptFile(f"{self.describe(path)} is shorter than expected (wanted bytes {start}..{start + length}, got {len(data)}): truncated")
-        return data
+        return self.get_ranges(path, [(start, length)])[0]
 
     def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """One open file and a ``pread`` per range: each range is read into its own bytes, none
