@@ -19,9 +19,17 @@ Grammar (keywords case-insensitive)::
                | TIMESTAMP 'iso-8601' | DATE 'yyyy-mm-dd'
 
 Literals compared with a column are cast to the column's type, so
-``ts >= '2024-01-01'`` works on a timestamp column. On an integer column a number
-the type cannot hold exactly is compared by value: ``i > 5.5`` is ``i >= 6``,
-``i = 5.5`` matches nothing, ``i < 1e30`` every non-null row.
+``ts >= '2024-01-01'`` works on a timestamp column. Columns whose values are
+integers compare by value: on an integer column a number the type cannot hold
+exactly is compared as that number (``i > 5.5`` is ``i >= 6``, ``i = 5.5`` matches
+nothing, ``i < 1e30`` every non-null row), and so is a literal finer than a temporal
+column's unit, never truncated to it: on a ``timestamp('s')`` column
+``ts >= TIMESTAMP '2026-01-01T00:00:00.5'`` is ``ts >= '2026-01-01T00:00:01'`` and
+``ts = TIMESTAMP '2026-01-01T00:00:00.5'`` matches nothing; a date column compares
+with a timestamp as its midnight (``d < TIMESTAMP '2026-01-01T12:00'`` holds for
+2026-01-01), and a timestamp column with a date as its midnight; a number against a
+duration, timestamp or date column counts the column's unit (``dur = 1.5`` on
+``duration('s')`` matches nothing).
 
 Comparisons follow IEEE 754 and SQL's three-valued logic: a comparison with NULL
 is NULL, and rows where the filter is NULL are not returned; NaN equals nothing and
@@ -51,6 +59,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
@@ -160,24 +169,83 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _integral(v: int | float) -> bool:
+Number = "int | float | Fraction"
+_UNIT_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _counted(t: pa.DataType) -> bool:
+    """Types whose values are integers (temporal ones: a count of their unit), compared by value."""
+    return pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_duration(t)
+
+
+def _unit_ns(t: pa.DataType) -> int:
+    """Nanoseconds in one unit of a temporal type."""
+    if pa.types.is_date32(t):
+        return 86_400 * 10**9
+    if pa.types.is_date64(t):
+        return 10**6
+    return _UNIT_NS[t.unit]
+
+
+def _integral(v: Number) -> bool:
+    if isinstance(v, Fraction):
+        return v.denominator == 1
     return isinstance(v, int) or v.is_integer()
 
 
 def _int_bounds(t: pa.DataType) -> tuple[int, int]:
-    if pa.types.is_signed_integer(t):
-        return -(1 << (t.bit_width - 1)), (1 << (t.bit_width - 1)) - 1
-    return 0, (1 << t.bit_width) - 1
+    """The least and greatest integer a value of ``t`` (``_counted``) is stored as."""
+    width = 32 if pa.types.is_date32(t) else 64 if not pa.types.is_integer(t) else t.bit_width
+    if not pa.types.is_integer(t) or pa.types.is_signed_integer(t):
+        return -(1 << (width - 1)), (1 << (width - 1)) - 1
+    return 0, (1 << width) - 1
 
 
-def _exact_int(v: int | float, t: pa.DataType) -> int | None:
-    """``v`` as a value of integer type ``t``, or None when no value of ``t`` equals it."""
-    if isinstance(v, float):
-        if not v.is_integer():  # also NaN and ±inf
-            return None
-        v = int(v)
+def _exact_int(v: Number, t: pa.DataType) -> int | None:
+    """``v`` as the integer a value of type ``t`` (``_counted``) is stored as, or None when no value of
+    ``t`` equals it."""
+    if not _integral(v):  # also NaN and ±inf
+        return None
+    v = int(v)
     lo, hi = _int_bounds(t)
     return v if lo <= v <= hi else None
+
+
+def _units(v: Any, t: pa.DataType) -> "Number | None":
+    """A literal's exact value counted in the unit of type ``t`` (``_counted``), or None when it is not
+    one the type compares by value (it is cast instead). A number is such a count already; a date, a
+    datetime or a timestamp string is an instant, counted from the epoch and kept whole: on a
+    ``timestamp('s')`` column 00:00:00.5 is half a unit, on a date column 12:00 half a day. Casting
+    it would truncate it to the unit, and a comparison with the truncated value is wrong."""
+    if _is_number(v):
+        return v
+    if not (pa.types.is_timestamp(t) or pa.types.is_date(t)):
+        return None
+    if isinstance(v, str):
+        ns = _instant_ns(v, t.tz if pa.types.is_timestamp(t) else None)
+        if ns is None:
+            return None
+    elif isinstance(v, dt.date):  # a datetime is one too; naive ones are UTC, as pyarrow takes them
+        if not isinstance(v, dt.datetime):
+            v = dt.datetime.combine(v, dt.time())
+        ns = (v - (_EPOCH if v.tzinfo is None else _EPOCH_UTC)) // dt.timedelta(microseconds=1) * 1000
+    else:
+        return None
+    q = Fraction(ns, _unit_ns(t))
+    return q.numerator if q.denominator == 1 else q
+
+
+def _instant_ns(text: str, tz: str | None) -> int | None:
+    """A timestamp string as nanoseconds from the epoch (pyarrow's parsing, at the finest unit that
+    holds it), or None when it is not one."""
+    for unit in ("ns", "us"):  # past 2262 nanoseconds overflow: microseconds reach the year 294,000
+        try:
+            return arrays.scalar(text, pa.string()).cast(pa.timestamp(unit, tz)).value * _UNIT_NS[unit]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError, ValueError):
+            continue
+    return None
 
 
 def _has_zero(values: pa.Array) -> bool:
@@ -195,29 +263,29 @@ def _const(ref: pc.Expression, value: bool) -> pc.Expression:
     return pc.if_else(pc.is_null(ref), arrays.scalar(None, pa.bool_()), arrays.scalar(value, pa.bool_()))
 
 
-def _int_by_value(ref: pc.Expression, t: pa.DataType, op: str, v: int | float) -> tuple[pc.Expression, list | None]:
-    """``ref op v`` on integer type ``t`` where no value of ``t`` equals ``v`` (a fraction, NaN,
-    ±inf, or out of range), compared by value: ``i > 5.5`` is ``i >= 6``, ``i = 5.5`` is FALSE."""
+def _by_value(t: pa.DataType, op: str, v: Number) -> tuple[str, int | None]:
+    """``op v`` on type ``t`` (``_counted``) where no value of ``t`` equals ``v`` (a fraction of the
+    unit, NaN, ±inf, or out of range), as a comparison with a value of ``t``: ``i > 5.5`` is ``i >= 6``,
+    ``i < 5.5`` is ``i <= 5``; ("never", None) / ("always", None) where it is FALSE / TRUE on every
+    non-null value (``i = 5.5``, ``i < 1e30``)."""
     if op in ("=", "!="):
-        return _const(ref, op == "!="), None
+        return ("never" if op == "=" else "always"), None
     if isinstance(v, float) and math.isnan(v):
-        return _const(ref, False), None
+        return "never", None
     lo, hi = _int_bounds(t)
     if op in ("<", "<="):  # i <= m
         if v == math.inf or v == -math.inf:
-            return _const(ref, v > 0), None
+            return ("always" if v > 0 else "never"), None
         m = math.floor(v) if op == "<=" or not _integral(v) else int(v) - 1
         if m < lo or m >= hi:
-            return _const(ref, m >= hi), None
-        s = arrays.scalar(m, t)
-        return ref <= pc.scalar(s), [(None, False, s, True)]
+            return ("always" if m >= hi else "never"), None
+        return "<=", m
     if v == math.inf or v == -math.inf:  # i >= m
-        return _const(ref, v < 0), None
+        return ("always" if v < 0 else "never"), None
     m = math.ceil(v) if op == ">=" or not _integral(v) else int(v) + 1
     if m > hi or m <= lo:
-        return _const(ref, m <= lo), None
-    s = arrays.scalar(m, t)
-    return ref >= pc.scalar(s), [(s, True, None, False)]
+        return ("always" if m <= lo else "never"), None
+    return ">=", m
 
 
 #: A run of at least 16 plain integers closing an IN list: one token (``ints``) instead of two per value, parsed in
@@ -511,27 +579,44 @@ class _Parser:
         """``col op lit`` (op one of = != < <= > >=): the expression, and the key range it selects
         (None for ``!=``, a NULL literal, and comparisons that reduce to TRUE or FALSE)."""
         ref = self.ref(col)
-        v = lit.value
         self.unchecked |= not _plain(col.type)
-        if pa.types.is_integer(col.type) and _is_number(v) and _exact_int(v, col.type) is None:
-            return _int_by_value(ref, col.type, op, v)
-        s = self.cast(lit, col.type)
+        op, s = self.comparison(col, op, lit)
+        if s is None:
+            return _const(ref, op == "always"), None
         e = _CMP[op](ref, pc.scalar(s))
         if not s.is_valid or op == "!=":
             return e, None
         return e, [{"=": (s, True, s, True), "<": (None, False, s, False), "<=": (None, False, s, True),
                     ">": (s, False, None, False), ">=": (s, True, None, False)}[op]]
 
+    def comparison(self, col: _Col, op: str, lit: _Lit) -> tuple[str, pa.Scalar | None]:
+        """``col op lit`` as the exact comparison every reader of the filter applies (the scan's
+        expression, index key ranges and pruning all start here): (op, a scalar of the column's type,
+        NULL for a NULL literal), or ("never" | "always", None) where it is FALSE / TRUE on every
+        non-null row. A literal no value of a ``_counted`` type equals is compared by value
+        (``_by_value``), never cast (a cast truncates ``00:00:00.5`` to a ``timestamp('s')``)."""
+        t = col.type
+        v = _units(lit.value, t) if _counted(t) else None
+        if v is None:
+            return op, self.cast(lit, t)
+        x = _exact_int(v, t)
+        if x is None:
+            op, x = _by_value(t, op, v)
+            if x is None:
+                return op, None
+        return op, self.cast(_Lit(x), t)
+
     def value_set(self, col: _Col, values: "list[_Lit] | _Ints") -> pa.Array:
         """The values of an IN list that rows of ``col`` can equal, as one array of its type, so
         that IN means what ORed ``=`` would: a NaN equals nothing and is left out, 0.0 and -0.0
-        are both in when either is, a number an integer column cannot hold is left out. A NULL
+        are both in when either is, a literal no value of the column equals (``_by_value``: 5.5 on an
+        integer column, 00:00:00.5 on a ``timestamp('s')`` one) is left out. A NULL
         stays (it matches the null rows)."""
         t = col.type
         self.unchecked |= not _plain(t)
-        integer, floating = pa.types.is_integer(t), pa.types.is_floating(t)
+        counted, floating = _counted(t), pa.types.is_floating(t)
         if isinstance(values, _Ints):
-            if integer:  # what _exact_int does to each value, for the whole run
+            if counted:  # what _exact_int does to each value, for the whole run
                 lo, hi = _int_bounds(t)
                 return arrays.array([v for v in values.ints() if lo <= v <= hi], t)
             values = [_Lit(v) for v in values.ints()]
@@ -540,8 +625,9 @@ class _Parser:
         scalars = False  # some literal needed a cast: kept holds pa.Scalars too
         for lit in values:  # plain Python values where the type allows (fast for long lists)
             v = lit.value
-            if integer and _is_number(v):
-                x = _exact_int(v, t)
+            u = _units(v, t) if counted else None
+            if u is not None:
+                x = _exact_int(u, t)
                 if x is not None:
                     kept.append(x)
             elif v is None or (floating and _is_number(v)) or (text and isinstance(v, str)):

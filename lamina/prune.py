@@ -419,13 +419,10 @@ class _TreeParser(_filter._Parser):
             return Not(And(tuple(cmps))) if negate else And(tuple(cmps))
         return cmps[0] if len(cmps) == 1 and not negate else OPAQUE
 
-    def cmp_node(self, name: str, kind: str, t: pa.DataType, op: str, lit: Any) -> Any:
-        v = lit.value
-        if kind == "int" and _filter._is_number(v):
-            if op in ("=", "!=") and _filter._exact_int(v, t) is None:  # no value of the type equals it
-                return Cmp(name, "never" if op == "=" else "always", 0)
-            return Cmp(name, op, v)  # compared by value, as the filter does (``i > 5.5`` is ``i >= 6``)
-        s = self.cast(lit, t)
+    def cmp_node(self, name: str, kind: str, t: pa.DataType, op: str, s: "pa.Scalar | None") -> Any:
+        """A comparison as the filter's parser made it exact (``_Parser.comparison``)."""
+        if s is None:  # TRUE / FALSE on every non-null value (``i = 5.5``, ``i < 1e30``)
+            return Cmp(name, op, 0)
         return Cmp(name, op, _scalar_key(kind, t, s) if s.is_valid else None)
 
     # hooks: what the filter's parser saw, in order
@@ -434,9 +431,10 @@ class _TreeParser(_filter._Parser):
         self.events.append(("col", col))
         return col
 
-    def compare(self, col: Any, op: str, lit: Any) -> Any:
-        self.events.append(("cmp", col, op, lit))
-        return super().compare(col, op, lit)
+    def comparison(self, col: Any, op: str, lit: Any) -> Any:
+        op, s = super().comparison(col, op, lit)
+        self.events.append(("cmp", col, op, s))
+        return op, s
 
     def value_set(self, col: Any, values: list) -> pa.Array:
         arr = super().value_set(col, values)

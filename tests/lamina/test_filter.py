@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 
 import numpy as np
@@ -354,3 +355,99 @@ def test_a_long_in_list_that_is_not_all_integers_is_parsed_value_by_value():
     assert pa.table({"x": [2.5, 3.0, 99.0]}).filter(F._parse_uncached(mixed, schema).expression).column("x").to_pylist() == [2.5, 3.0]
     with pytest.raises(InvalidFilter):  # integers against a string column: refused as value by value
         F._parse_uncached("s IN (" + ", ".join(str(v) for v in range(20)) + ")", schema)
+
+
+# -- temporal literals finer than the column's unit ----------------------------------------------
+T0 = dt.datetime(2026, 1, 1)
+
+
+def _temporal_rows(ks: range) -> pa.Table:
+    """Row ``k``: ``tss`` T0 + k s, ``tms`` T0 + k ms, ``d`` T0's date + k days, ``dur`` k s (all NULL
+    where k % 7 == 3)."""
+    def col(values: list, type_: pa.DataType) -> pa.Array:
+        return pa.array([None if k % 7 == 3 else v for k, v in zip(ks, values)], type_)
+
+    return pa.table({
+        "k": pa.array(list(ks), pa.int64()),
+        "tss": col([T0 + dt.timedelta(seconds=k) for k in ks], pa.timestamp("s")),
+        "tms": col([T0 + dt.timedelta(milliseconds=k) for k in ks], pa.timestamp("ms")),
+        "d": col([T0.date() + dt.timedelta(days=k) for k in ks], pa.date32()),
+        "dur": col([dt.timedelta(seconds=k) for k in ks], pa.duration("s")),
+    })
+
+
+@pytest.fixture
+def temporal_tables(tmp_path):
+    """Two tables of the same rows: the first indexed (btree on tss, tms and dur, bitmap on d) but for
+    its last fragment; fragments of one row (k = 0) and one null, so zone maps decide alone on them."""
+    tables = []
+    for name, indexed in (("indexed", True), ("plain", False)):
+        t = lamina.create_table(str(tmp_path / name), _temporal_rows(range(0)).schema)
+        for ks in (range(0, 1), range(1, 10), range(3, 4), range(10, 20)):
+            t.append(_temporal_rows(ks))
+        if indexed:
+            for column, kind in (("tss", "btree"), ("tms", "btree"), ("dur", "btree"), ("d", "bitmap")):
+                t.create_index(column, kind)
+        t.append(_temporal_rows(range(20, 30)))
+        tables.append(t)
+    return tables
+
+
+def _ks(*ks: int) -> "callable":
+    return lambda k: k in ks
+
+
+TEMPORAL_CASES = [
+    # timestamp('s'): a literal between two seconds is compared exactly
+    ("tss >= TIMESTAMP '2026-01-01T00:00:00.5'", lambda k: k >= 1),
+    ("tss < TIMESTAMP '2026-01-01T00:00:00.5'", _ks(0)),
+    ("tss > TIMESTAMP '2026-01-01T00:00:00.5'", lambda k: k >= 1),
+    ("tss <= TIMESTAMP '2026-01-01T00:00:00.5'", _ks(0)),
+    ("tss = TIMESTAMP '2026-01-01T00:00:00.5'", _ks()),
+    ("tss != TIMESTAMP '2026-01-01T00:00:00.5'", lambda k: True),
+    ("TIMESTAMP '2026-01-01T00:00:00.5' > tss", _ks(0)),
+    ("tss > '2026-01-01T00:00:02.000000001'", lambda k: k >= 3),
+    ("tss <= '2026-01-01 00:00:02.999999999'", lambda k: k <= 2),
+    ("tss BETWEEN TIMESTAMP '2026-01-01T00:00:01.5' AND TIMESTAMP '2026-01-01T00:00:05.5'", _ks(2, 4, 5)),
+    ("tss IN (TIMESTAMP '2026-01-01T00:00:01.5', TIMESTAMP '2026-01-01T00:00:04')", _ks(4)),
+    ("tss >= TIMESTAMP '2026-01-01T00:00:04' AND tss < TIMESTAMP '2026-01-01T00:00:05.000001'", _ks(4, 5)),
+    ("tss < DATE '2026-01-02'", lambda k: True),  # a date is its midnight
+    # timestamp('ms') against microseconds and nanoseconds
+    ("tms >= TIMESTAMP '2026-01-01T00:00:00.001500'", lambda k: k >= 2),
+    ("tms < TIMESTAMP '2026-01-01T00:00:00.001500'", lambda k: k <= 1),
+    ("tms = TIMESTAMP '2026-01-01T00:00:00.0015'", _ks()),
+    ("tms = TIMESTAMP '2026-01-01T00:00:00.002'", _ks(2)),
+    ("tms > '2026-01-01T00:00:00.004000001'", lambda k: k >= 5),
+    # date32 against timestamps
+    ("d >= TIMESTAMP '2026-01-01T12:00'", lambda k: k >= 1),
+    ("d < TIMESTAMP '2026-01-01T12:00'", _ks(0)),
+    ("d = TIMESTAMP '2026-01-01T12:00'", _ks()),
+    ("d = TIMESTAMP '2026-01-02T00:00'", _ks(1)),
+    ("d <= TIMESTAMP '2026-01-03T00:00:00.000001'", lambda k: k <= 2),
+    ("d IN (TIMESTAMP '2026-01-05T00:00', TIMESTAMP '2026-01-06T00:00:01', DATE '2026-01-07')", _ks(4, 6)),
+    # duration('s') against fractional numbers (counted in the column's unit)
+    ("dur = 1.5", _ks()),
+    ("dur > 1.5", lambda k: k >= 2),
+    ("dur <= 1.5", lambda k: k <= 1),
+    ("dur >= 1.5 AND dur < 4.5", _ks(2, 4)),
+    ("dur IN (1.5, 5, 6.0)", _ks(5, 6)),
+    ("dur < 1e30", lambda k: True),
+]
+
+
+@pytest.mark.parametrize("text,expected", TEMPORAL_CASES, ids=[c[0] for c in TEMPORAL_CASES])
+def test_temporal_literals_compare_by_value(temporal_tables, text, expected):
+    """A literal finer than a temporal column's unit is compared exactly (``>=`` rounds up, ``<`` stays
+    strict, ``=`` matches nothing), through indices, zone maps and scans; ``delete`` removes those rows."""
+    indexed, plain = temporal_tables
+    everything = plain.to_arrow().to_pylist()
+    column = next(c for c in ("tss", "tms", "dur", "d") if c in text)
+    want = sorted(r["k"] for r in everything if r[column] is not None and expected(r["k"]))
+    for t in (indexed, plain):
+        for use_index in (True, False):
+            assert sorted(t.to_arrow(filter=text, use_index=use_index)["k"].to_pylist()) == want, (t.uri, use_index)
+    assert indexed.delete(text) == plain.delete(text) == len(want)
+    kept = sorted(r["k"] for r in everything if not (r[column] is not None and expected(r["k"])))
+    for t in (indexed, plain):
+        assert sorted(t.to_arrow()["k"].to_pylist()) == kept, t.uri
+

@@ -12,10 +12,12 @@ A failure prints the seed and the filter; ``LAMINA_FILTER_SEEDS=a-b`` runs other
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import os
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import pyarrow as pa
@@ -366,3 +368,155 @@ def test_random_deletes_remove_the_same_rows_with_and_without_indices(tmp_path, 
         assert deleted_indexed == deleted_plain
         if want is not None:
             assert left_plain == want, f"seed {seed} #{n} {text!r}: {len(left_plain)} rows left, brute force {len(want)}"
+
+
+# -- temporal columns, against literals of every unit ----------------------------------------------
+#: ``ts`` timestamp('s'), ``tm`` timestamp('ms'), ``d`` date32, ``dur`` duration('s'), each 0-11 units past
+#: BASE (sorted within a fragment, so zone maps and row-group statistics decide near the literals), and a row
+#: number ``n``. Literals: TIMESTAMP '...' to the microsecond, strings to the nanosecond, DATE '...', numbers
+#: with fractions against the duration; brute force compares exact nanoseconds.
+BASE = dt.datetime(2026, 1, 1)
+BASE_NS = (BASE - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1) * 1000
+DAY_NS = 86_400 * 10**9
+UNIT_NS = {"ts": 10**9, "tm": 10**6, "d": DAY_NS, "dur": 10**9}
+TEMPORAL = pa.schema([("n", pa.int64()), ("ts", pa.timestamp("s")), ("tm", pa.timestamp("ms")), ("d", pa.date32()),
+                      ("dur", pa.duration("s"))])
+TEMPORAL_INDICES = [("ts", "btree"), ("ts", "bitmap"), ("tm", "btree"), ("d", "bitmap"), ("d", "btree"), ("dur", "btree")]
+#: Offsets of a literal from a whole unit, in nanoseconds: exact, a nanosecond, a microsecond, half a unit.
+_NUDGES = {"ts": [0, 0, 1, -1, 1000, -1000, 500_000_000], "tm": [0, 0, 1, -1, 1000, -1000, 500_000],
+           "d": [0, 0, 1, -1, 1000, 10**9, DAY_NS // 2], "dur": [0, 0, 500_000_000, -500_000_000, 250_000_000]}
+
+
+def _temporal_rows(rng: np.random.Generator, start: int, n: int) -> pa.Table:
+    def values(column: str) -> list:
+        units = sorted(int(v) for v in rng.integers(0, 12, n))
+        return [None if rng.random() < 0.08 else u for u in units]
+
+    ts, tm, d, dur = values("ts"), values("tm"), values("d"), values("dur")
+    return pa.table({
+        "n": pa.array(range(start, start + n), pa.int64()),
+        "ts": pa.array([None if v is None else BASE + dt.timedelta(seconds=v) for v in ts], pa.timestamp("s")),
+        "tm": pa.array([None if v is None else BASE + dt.timedelta(milliseconds=v) for v in tm], pa.timestamp("ms")),
+        "d": pa.array([None if v is None else BASE.date() + dt.timedelta(days=v) for v in d], pa.date32()),
+        "dur": pa.array([None if v is None else dt.timedelta(seconds=v) for v in dur], pa.duration("s")),
+    }, schema=TEMPORAL)
+
+
+def _make_temporal_table(path: str, indexed: bool, seed: int = 0) -> lamina.Table:
+    rng = np.random.default_rng(seed)
+    t = lamina.create_table(path, TEMPORAL)
+    for f in range(3):
+        t.append(_temporal_rows(rng, f * ROWS, ROWS), row_group_rows=40)
+    t.delete("n < 20")
+    if indexed:
+        for column, kind in TEMPORAL_INDICES:
+            t.create_index(column, kind)
+    t.append(_temporal_rows(rng, 3 * ROWS, ROWS), row_group_rows=40)
+    t.delete("n >= 700 AND n < 710")
+    return t
+
+
+def _as_ns(row: dict) -> dict:
+    """A row's temporal values as exact nanoseconds (``dur`` from zero, the others from the epoch)."""
+    out = {"n": row["n"]}
+    for column in ("ts", "tm", "d"):
+        v = row[column]
+        if isinstance(v, dt.date) and not isinstance(v, dt.datetime):
+            v = dt.datetime.combine(v, dt.time())
+        out[column] = None if v is None else (v - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1) * 1000
+    out["dur"] = None if row["dur"] is None else row["dur"] // dt.timedelta(microseconds=1) * 1000
+    return out
+
+
+@dataclass
+class TLit:
+    """A temporal literal: its exact value in nanoseconds (None: NULL) and its text."""
+
+    value: object
+    text: str
+
+    def render(self) -> str:
+        return self.text
+
+
+def _instant(ns: int) -> TLit:
+    """An instant as DATE '...', TIMESTAMP '...' (to the microsecond) or a string (to the nanosecond)."""
+    whole = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=ns // 1000)
+    if ns % DAY_NS == 0 and ns % 3 == 0:
+        return TLit(ns, f"DATE '{whole.date().isoformat()}'")
+    if ns % 1000 == 0 and ns % 7 != 0:
+        return TLit(ns, f"TIMESTAMP '{whole.isoformat()}'")
+    return TLit(ns, f"'{whole:%Y-%m-%d %H:%M:%S}.{ns % 10**9:09d}'")
+
+
+class TemporalGen(Gen):
+    """Random filters over TEMPORAL's columns (the grammar of ``Gen``, other columns and literals)."""
+
+    def lit(self, column: str) -> TLit:
+        if self.narrow is not None:
+            return self.pick(self.narrow)
+        if self.chance(0.05):
+            return TLit(None, "NULL")
+        units = int(self.r.integers(-1, 14))
+        if column == "dur":
+            if self.chance(0.05):
+                big = self.pick([1e30, -1e30])
+                return TLit(Fraction(big) * 10**9, repr(big))
+            number = units + self.pick([0, 0, 0.5, -0.5, 0.25])
+            return TLit(Fraction(number) * 10**9, repr(number))
+        return _instant(BASE_NS + units * UNIT_NS[column] + self.pick(_NUDGES[column]))
+
+    def term(self, column: str | None = None, indexable: bool = False) -> Node:
+        node = super().term(column or self.pick(["ts", "tm", "d", "dur"]), indexable)
+        return node if node.kind != "like" else Node("isnull", node.column, negate=node.negate)
+
+    def filter(self) -> Node:
+        if self.chance(0.4):  # several bounds on one column, from few values half of the time
+            column = self.pick(["ts", "tm", "d", "dur"])
+            if self.chance(0.5):
+                self.narrow = [self.lit(column) for _ in range(3)]
+            node = Node("and", kids=tuple(self.term(column, indexable=True) for _ in range(int(self.r.integers(1, 4)))))
+            self.narrow = None
+            return node
+        return self.tree(3)
+
+
+def _numbers(rows: list[dict], node: Node, keep: bool) -> list[int]:
+    return sorted(r["n"] for r in rows if (evaluate(node, _as_ns(r)) is True) == keep)
+
+
+@pytest.fixture(scope="module")
+def temporal_table(tmp_path_factory) -> lamina.Table:
+    return _make_temporal_table(str(tmp_path_factory.mktemp("prop") / "temporal"), indexed=True)
+
+
+@pytest.mark.parametrize("seed", _seeds())
+def test_random_temporal_filters_compare_literals_of_every_unit_exactly(temporal_table, seed):
+    """A literal finer than a column's unit is compared exactly, through a scan (zone maps, row-group
+    statistics) and through indices: the rows brute force on exact nanoseconds picks."""
+    t = temporal_table
+    everything = t.to_arrow().to_pylist()
+    gen = TemporalGen(seed)
+    for n in range(100):
+        node = gen.filter()
+        text = node.render()
+        want = _numbers(everything, node, keep=True)
+        scanned = sorted(t.to_arrow(filter=text, use_index=False)["n"].to_pylist())
+        assert scanned == want, f"seed {seed} #{n} {text!r}: scan {len(scanned)} rows, brute force {len(want)}"
+        through = sorted(t.to_arrow(filter=text, use_index=True)["n"].to_pylist())
+        assert through == want, f"seed {seed} #{n} {text!r}: indices {len(through)} rows, brute force {len(want)}"
+
+
+@pytest.mark.parametrize("seed", _seeds())
+def test_random_temporal_deletes_remove_the_rows_brute_force_picks(tmp_path, seed):
+    indexed = _make_temporal_table(str(tmp_path / "indexed"), indexed=True, seed=seed)
+    plain = _make_temporal_table(str(tmp_path / "plain"), indexed=False, seed=seed)
+    gen = TemporalGen(2000 + seed)
+    for n in range(8):
+        node = gen.filter()
+        text = node.render()
+        want = _numbers(plain.to_arrow().to_pylist(), node, keep=False)
+        assert indexed.delete(text) == plain.delete(text), f"seed {seed} #{n} {text!r}"
+        for t in (indexed, plain):
+            left = sorted(t.to_arrow()["n"].to_pylist())
+            assert left == want, f"seed {seed} #{n} {text!r}: {t.uri} kept {len(left)} rows, brute force {len(want)}"

@@ -220,6 +220,25 @@ def test_outcome_sets_in_three_valued_logic():
     assert _eval("i < i", schema, {}) == ANY
 
 
+def test_temporal_literals_finer_than_the_unit_prune_by_value():
+    """A row group whose only value is 2026-01-01 00:00:00 (or the day 2026-01-01) holds no row
+    ``>= 00:00:00.5`` and only rows ``< 00:00:00.5``: the literal is not truncated to the unit."""
+    schema = pa.schema([("tss", pa.timestamp("s")), ("tms", pa.timestamp("ms")), ("d", pa.date32())])
+    second = int(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp()) * 10**9  # keys are nanoseconds
+    day = (dt.date(2026, 1, 1) - dt.date(1970, 1, 1)).days
+    at = {"tss": Chunk(second, second, True, True, nulls=False), "tms": Chunk(second, second, True, True, nulls=False),
+          "d": Chunk(day, day, True, True, nulls=False)}
+    assert _eval("tss >= TIMESTAMP '2026-01-01T00:00:00.5'", schema, at) == F
+    assert _eval("tss < TIMESTAMP '2026-01-01T00:00:00.5'", schema, at) == T
+    assert _eval("tss = TIMESTAMP '2026-01-01T00:00:00.5'", schema, at) == F
+    assert _eval("tss IN (TIMESTAMP '2026-01-01T00:00:00.5')", schema, at) == F
+    assert _eval("tms > '2026-01-01T00:00:00.000999'", schema, at) == F
+    assert _eval("tms <= '2026-01-01T00:00:00.000999'", schema, at) == T
+    assert _eval("d >= TIMESTAMP '2026-01-01T12:00'", schema, at) == F
+    assert _eval("d < TIMESTAMP '2026-01-01T12:00'", schema, at) == T
+    assert _eval("d BETWEEN TIMESTAMP '2025-12-31T12:00' AND TIMESTAMP '2026-01-01T11:00'", schema, at) == T
+
+
 def test_truncated_string_maxima_are_upper_bounds_of_their_prefix():
     """A maximum may be a prefix of the true one: 'abc' stands for anything below 'abd'."""
     schema = pa.schema([("s", pa.string())])
