@@ -34,9 +34,12 @@ duration, timestamp or date column counts the column's unit (``dur = 1.5`` on
 Comparisons follow IEEE 754 and SQL's three-valued logic: a comparison with NULL
 is NULL, and rows where the filter is NULL are not returned; NaN equals nothing and
 orders with nothing (``x > 'NaN'`` matches no row, ``x != 'NaN'`` every non-null
-row); -0.0 equals 0.0. ``x IN (a, b)`` matches the rows ``x = a OR x = b`` would
-(NaN in the list matches nothing, 0.0 matches -0.0); a NULL in the list matches
-the null rows, and IN itself is never NULL (``x NOT IN (1, 2)`` returns null rows).
+row); -0.0 equals 0.0. ``x IN (a, b)`` is ``x = a OR x = b`` in three-valued logic
+(NaN in the list matches nothing, 0.0 matches -0.0), as SQL (and DuckDB) has it:
+NULL where ``x`` is NULL, so ``x NOT IN (1, 2)`` returns no null row, as
+``NOT (x = 1 OR x = 2)`` does not; a NULL in the list makes IN NULL where it would
+be FALSE, so ``x IN (1, NULL)`` returns the rows where ``x = 1`` and
+``x NOT IN (1, NULL)`` returns none.
 Every filter gives the same rows with and without indices (``lamina.index.query``).
 
 Limits: a filter string has at most ``MAX_FILTER_LENGTH`` (10,000,000) characters,
@@ -258,6 +261,16 @@ def _signed_zeros(t: pa.DataType) -> pa.Array:
     return arrays.array([0.0, -0.0], pa.float64()).cast(t)
 
 
+def _in(ref: pc.Expression, values: pa.Array, null: bool) -> pc.Expression:
+    """``ref IN values`` (``values`` without nulls; ``null``: the list also held NULL) in three-valued
+    logic: TRUE where ``ref`` is one of ``values``, else NULL where ``ref`` is NULL or the list held
+    NULL, else FALSE. (Arrow's ``is_in`` is never NULL: a null row matches a NULL in the set.)"""
+    found = pc.is_in(ref, value_set=values)  # FALSE on null rows: the set holds no null
+    if null:
+        return pc.if_else(found, arrays.scalar(True, pa.bool_()), arrays.scalar(None, pa.bool_()))
+    return pc.if_else(pc.is_null(ref), arrays.scalar(None, pa.bool_()), found)
+
+
 def _const(ref: pc.Expression, value: bool) -> pc.Expression:
     """TRUE or FALSE on the non-null rows of ``ref``, NULL on its null rows (as a comparison is)."""
     return pc.if_else(pc.is_null(ref), arrays.scalar(None, pa.bool_()), arrays.scalar(value, pa.bool_()))
@@ -473,8 +486,7 @@ class _Parser:
             values = arrays.array_of_scalars([p.eq[1] for p in group], col.type)
             if pa.types.is_floating(col.type) and _has_zero(values):
                 values = pa.concat_arrays([values, _signed_zeros(col.type)])
-            ref = self.ref(col)
-            out.append(_Part(pc.if_else(pc.is_null(ref), arrays.scalar(None, pa.bool_()), pc.is_in(ref, value_set=values)), [None]))
+            out.append(_Part(_in(self.ref(col), values, False), [None]))
         return out
 
     def _span(self, start: int) -> str:
@@ -521,9 +533,9 @@ class _Parser:
                     values.append(self.literal())
             self.expect("op", ")")
             col = self.need_column(left, "IN")
-            arr = self.value_set(col, values)
-            e = pc.is_in(self.ref(col), value_set=arr)
-            if not arr.null_count and self.conjuncts:  # NULL in the list matches null rows: not a key lookup
+            arr, null = self.value_set(col, values)
+            e = _in(self.ref(col), arr, null)
+            if self.conjuncts:  # TRUE exactly on these keys, whether the list held NULL or not
                 ranges = [(v, True, v, True) for v in arr]
         elif self.accept("kw", "BETWEEN"):
             lo = self.literal()
@@ -606,31 +618,35 @@ class _Parser:
                 return op, None
         return op, self.cast(_Lit(x), t)
 
-    def value_set(self, col: _Col, values: "list[_Lit] | _Ints") -> pa.Array:
+    def value_set(self, col: _Col, values: "list[_Lit] | _Ints") -> tuple[pa.Array, bool]:
         """The values of an IN list that rows of ``col`` can equal, as one array of its type, so
         that IN means what ORed ``=`` would: a NaN equals nothing and is left out, 0.0 and -0.0
         are both in when either is, a literal no value of the column equals (``_by_value``: 5.5 on an
-        integer column, 00:00:00.5 on a ``timestamp('s')`` one) is left out. A NULL
-        stays (it matches the null rows)."""
+        integer column, 00:00:00.5 on a ``timestamp('s')`` one) is left out. And whether the list
+        holds NULL, which is left out of the array too (``_in``: it makes IN NULL, never TRUE)."""
         t = col.type
         self.unchecked |= not _plain(t)
         counted, floating = _counted(t), pa.types.is_floating(t)
         if isinstance(values, _Ints):
             if counted:  # what _exact_int does to each value, for the whole run
                 lo, hi = _int_bounds(t)
-                return arrays.array([v for v in values.ints() if lo <= v <= hi], t)
+                return arrays.array([v for v in values.ints() if lo <= v <= hi], t), False
             values = [_Lit(v) for v in values.ints()]
         text = pa.types.is_string(t) or pa.types.is_large_string(t)
         kept: list[Any] = []
         scalars = False  # some literal needed a cast: kept holds pa.Scalars too
+        null = False
         for lit in values:  # plain Python values where the type allows (fast for long lists)
             v = lit.value
+            if v is None:
+                null = True
+                continue
             u = _units(v, t) if counted else None
             if u is not None:
                 x = _exact_int(u, t)
                 if x is not None:
                     kept.append(x)
-            elif v is None or (floating and _is_number(v)) or (text and isinstance(v, str)):
+            elif (floating and _is_number(v)) or (text and isinstance(v, str)):
                 kept.append(v)
             else:
                 kept.append(self.cast(lit, t))
@@ -645,7 +661,7 @@ class _Parser:
             arr = arr.filter(pc.invert(pc.fill_null(pc.is_nan(arr), arrays.scalar(False, pa.bool_()))))
             if _has_zero(arr):
                 arr = pa.concat_arrays([arr, _signed_zeros(t)])
-        return arr
+        return arr, null
 
     def operand(self) -> _Col | _Lit:
         t = self.peek()

@@ -121,7 +121,7 @@ class Cmp:
 class In:
     column: str
     keys: tuple  # sorted, non-null, no NaN
-    null: bool  # NULL is in the list (null rows match)
+    null: bool  # NULL is in the list: a value not among the keys gives NULL, not FALSE
 
 
 @dataclass(frozen=True)
@@ -173,9 +173,10 @@ def _eval(node: Any, chunk: Callable[[str], Chunk]) -> int:
     if isinstance(node, IsNull):
         out = (T if c.nulls else 0) | (F if c.values else 0)
         return _not(out) if node.negate else out
-    if isinstance(node, In):
-        out = (T if node.null else F) if c.nulls else 0
-        return out | (_in_values(node.keys, c) if c.values else 0)
+    if isinstance(node, In):  # NULL on null rows; a miss is NULL when the list holds NULL
+        found = _in_values(node.keys, c) if c.values else 0
+        miss = (N if node.null else F) if found & F else 0
+        return (N if c.nulls else 0) | (found & T) | miss
     if node.key is None:  # comparing with NULL: NULL on every row
         return N if (c.nulls or c.values) else 0
     return (N if c.nulls else 0) | (_cmp_values(node.op, node.key, c) if c.values else 0)
@@ -411,8 +412,8 @@ class _TreeParser(_filter._Parser):
         if "IS" in words:
             return IsNull(name, negate)
         if "IN" in words:
-            arr = next(e[2] for e in events if e[0] == "in")
-            node: Any = In(name, tuple(sorted(set(_array_keys(kind, col.type, arr)))), arr.null_count > 0)
+            arr, null = next(e[2:] for e in events if e[0] == "in")
+            node: Any = In(name, tuple(sorted(set(_array_keys(kind, col.type, arr)))), null)
             return Not(node) if negate else node
         cmps = [self.cmp_node(name, kind, e[1].type, e[2], e[3]) for e in events if e[0] == "cmp"]
         if "BETWEEN" in words and len(cmps) == 2:
@@ -436,10 +437,10 @@ class _TreeParser(_filter._Parser):
         self.events.append(("cmp", col, op, s))
         return op, s
 
-    def value_set(self, col: Any, values: list) -> pa.Array:
-        arr = super().value_set(col, values)
-        self.events.append(("in", col, arr))
-        return arr
+    def value_set(self, col: Any, values: list) -> tuple[pa.Array, bool]:
+        arr, null = super().value_set(col, values)
+        self.events.append(("in", col, arr, null))
+        return arr, null
 
 
 @dataclass(frozen=True)

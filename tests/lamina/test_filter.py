@@ -146,7 +146,9 @@ EDGE_CASES = [
     ("i >= 99999999999999999999", lambda r: False),
     ("x > 1395 AND x < 1397.0", lambda r: _eq(r["x"], 1396.0)),
     # the shapes of section D: several bounds on one column, NULL in IN lists, mixed terms
-    ("i IN (7, NULL)", lambda r: r["i"] is None or r["i"] == 7),
+    ("i IN (7, NULL)", lambda r: r["i"] == 7),
+    ("i NOT IN (7, 8)", lambda r: r["i"] is not None and r["i"] not in (7, 8)),
+    ("i NOT IN (7, NULL)", lambda r: False),
     ("i = 7 AND cat IS NULL", lambda r: False),
     ("i = 22 AND cat IS NULL", lambda r: r["i"] == 22),
     ("i < 50 AND cat LIKE 'c1%'", lambda r: r["i"] is not None and r["i"] < 50 and r["cat"] == "c1"),
@@ -451,3 +453,44 @@ def test_temporal_literals_compare_by_value(temporal_tables, text, expected):
     for t in (indexed, plain):
         assert sorted(t.to_arrow()["k"].to_pylist()) == kept, t.uri
 
+
+
+# -- IN and NOT IN in three-valued logic, as DuckDB answers -------------------------------------
+IN_CASES = [
+    "i IN (1, 2, 27)", "i NOT IN (1, 2, 27)", "i IN (7, NULL)", "i NOT IN (7, NULL)", "i IN (NULL)", "i NOT IN (NULL)",
+    "NOT (i IN (7, 8))", "NOT (i NOT IN (7, NULL))", "i NOT IN (7, 8) OR cat = 'c1'", "i IN (7, NULL) OR cat IS NULL",
+    "i NOT IN (7, NULL) OR cat IS NULL", "cat NOT IN ('c1', 'c2')", "cat IN ('c1', NULL)", "cat NOT IN ('c1', NULL) OR i = 5",
+    "x NOT IN (0.5, 17)", "x IN (0.5, NULL) AND i < 100", "i NOT IN (5.5, 6) AND i < 20", "NOT (i = 1 OR i = 2) AND i < 9",
+    "i NOT IN (3, 4) AND i BETWEEN 0 AND 10", "i IN (3, 4, NULL) AND i IN (4, 5)",
+]
+
+
+def _duckdb_rows(table: pa.Table, where: str) -> "collections.Counter":
+    import collections
+
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("t", table)
+    got = con.execute(f"SELECT {', '.join(table.column_names)} FROM t WHERE {where}").fetchall()
+    return collections.Counter(_canon([dict(zip(table.column_names, r)) for r in got]))
+
+
+@pytest.mark.parametrize("text", IN_CASES)
+def test_in_and_not_in_follow_three_valued_logic_as_duckdb(edge_tables, text):
+    """``x NOT IN (1, 2)`` is NULL (not returned) where x is NULL, and a NULL in the list makes IN
+    NULL where it would be FALSE: the rows DuckDB returns for the same SQL, with and without indices,
+    zone maps and row-group statistics; ``delete`` removes exactly those rows."""
+    import collections
+
+    indexed, plain = edge_tables
+    everything = plain.to_arrow()
+    want = _duckdb_rows(everything, text)
+    for t in (indexed, plain):
+        for use_index in (True, False):
+            got = collections.Counter(_canon(t.to_arrow(filter=text, use_index=use_index).to_pylist()))
+            assert got == want, (t.uri, use_index)
+    assert indexed.delete(text) == plain.delete(text) == sum(want.values())
+    kept = _duckdb_rows(everything, f"({text}) IS NOT TRUE")
+    for t in (indexed, plain):
+        assert collections.Counter(_canon(t.to_arrow().to_pylist())) == kept, t.uri

@@ -159,6 +159,13 @@ def _or(a, b):
     return None if a is None or b is None else False
 
 
+def _or_all(values) -> bool | None:
+    out: bool | None = False
+    for v in values:
+        out = _or(out, v)
+    return out
+
+
 def _like(pattern: str) -> re.Pattern:
     """LIKE as a regex: ``%`` any run, ``_`` one character, a backslash escapes the next one."""
     out, chars = [], iter(pattern)
@@ -192,10 +199,10 @@ def evaluate(node: Node, row: dict) -> bool | None:
     if k == "cmp":
         lit = node.lits[0].value
         return _cmp(lit, node.op, v) if node.left_literal else _cmp(v, node.op, lit)
-    if k == "in":  # never NULL: a NULL in the list matches null rows
+    if k == "in":  # the OR of ``=``: NULL where v is NULL, or where it misses and the list holds NULL
         values = [x.value for x in node.lits]
-        found = (None in values) if v is None else any(x is not None and v == x for x in values)
-        return found != node.negate
+        found = _or_all(_cmp(v, "=", x) for x in values)
+        return found if not node.negate or found is None else not found
     if k == "between":
         out = _and(_cmp(v, ">=", node.lits[0].value), _cmp(v, "<=", node.lits[1].value))
         return out if not node.negate or out is None else not out

@@ -100,7 +100,9 @@ def test_pyarrow_files_random_filters_keep_every_matching_group():
     ("id NOT BETWEEN 10 AND 89", [0, 9]),
     ("id IN (5, 77, 1000)", [0, 7]),
     ("id IN (NULL)", []),                     # no nulls in id
-    ("id NOT IN (NULL)", list(range(10))),
+    ("id NOT IN (NULL)", []),                 # NULL on every row
+    ("id NOT IN (5, NULL)", []),
+    ("id IN (5, 77, NULL)", [0, 7]),
     ("id = NULL", []),
     ("id != NULL", []),
     ("id > 5.5 AND id < 9.0", [0]),            # compared by value
@@ -208,9 +210,11 @@ def test_outcome_sets_in_three_valued_logic():
     ints = Chunk(1, 3, True, True, nulls=True, values=True)
     assert _eval("i < 5", schema, {"i": ints}) == T | N
     assert _eval("NOT (i < 5)", schema, {"i": ints}) == F | N
-    assert _eval("i IN (2, NULL)", schema, {"i": ints}) == T | F      # IN is never NULL
-    assert _eval("i NOT IN (7)", schema, {"i": ints}) == T
-    assert _eval("i NOT IN (7, NULL)", schema, {"i": ints}) == T | F
+    assert _eval("i IN (2, NULL)", schema, {"i": ints}) == T | N      # a miss is NULL, so are null rows
+    assert _eval("i NOT IN (7)", schema, {"i": ints}) == T | N
+    assert _eval("i NOT IN (7)", schema, {"i": Chunk(1, 3, True, True, nulls=False)}) == T
+    assert _eval("i NOT IN (7, NULL)", schema, {"i": ints}) == N      # never TRUE
+    assert _eval("i NOT IN (2, NULL)", schema, {"i": Chunk(1, 3, True, True, nulls=False)}) == F | N
     assert _eval("i IS NULL", schema, {"i": Chunk(nulls=False)}) == F
     assert _eval("i = 2", schema, {"i": Chunk(nulls=True, values=False)}) == N
     assert _eval("i = 2 OR i IS NULL", schema, {"i": Chunk(nulls=True, values=False)}) == T
