@@ -200,8 +200,11 @@ def _integral(v: Number) -> bool:
 
 def _int_bounds(t: pa.DataType) -> tuple[int, int]:
     """The least and greatest integer a value of ``t`` (``_counted``) is stored as."""
-    width = 32 if pa.types.is_date32(t) else 64 if not pa.types.is_integer(t) else t.bit_width
-    if not pa.types.is_integer(t) or pa.types.is_signed_integer(t):
+    if pa.types.is_integer(t):
+        width, signed = t.bit_width, pa.types.is_signed_integer(t)
+    else:  # temporal: days in 32 bits (date32), else a signed 64-bit count of the unit
+        width, signed = (32 if pa.types.is_date32(t) else 64), True
+    if signed:
         return -(1 << (width - 1)), (1 << (width - 1)) - 1
     return 0, (1 << width) - 1
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import math
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -395,7 +397,7 @@ def temporal_tables(tmp_path):
     return tables
 
 
-def _ks(*ks: int) -> "callable":
+def _ks(*ks: int) -> Callable[[int], bool]:
     return lambda k: k in ks
 
 
@@ -465,9 +467,8 @@ IN_CASES = [
 ]
 
 
-def _duckdb_rows(table: pa.Table, where: str) -> "collections.Counter":
-    import collections
-
+def _duckdb_rows(table: pa.Table, where: str) -> collections.Counter:
+    """The rows DuckDB returns for ``SELECT * FROM table WHERE where``, canonical, counted."""
     import duckdb
 
     con = duckdb.connect()
@@ -481,8 +482,6 @@ def test_in_and_not_in_follow_three_valued_logic_as_duckdb(edge_tables, text):
     """``x NOT IN (1, 2)`` is NULL (not returned) where x is NULL, and a NULL in the list makes IN
     NULL where it would be FALSE: the rows DuckDB returns for the same SQL, with and without indices,
     zone maps and row-group statistics; ``delete`` removes exactly those rows."""
-    import collections
-
     indexed, plain = edge_tables
     everything = plain.to_arrow()
     want = _duckdb_rows(everything, text)
