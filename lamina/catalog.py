@@ -20,6 +20,7 @@ first mutation.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import os
 import random
@@ -47,6 +48,7 @@ from lamina.errors import (
     NamespaceExists,
     NamespaceNotEmpty,
     NamespaceNotFound,
+    StorageError,
     TableExists,
     TableNotFound,
     TableReplaced,
@@ -103,8 +105,15 @@ SCHEMA_V1 = pa.schema([
 INDICES = (("object_id_btree", "object_id", "btree"), ("object_type_bitmap", "object_type", "bitmap"),
            ("metadata_fts", "metadata", "fts"))
 
-_LEVEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+#: A name is 1 to ``MAX_DEPTH`` levels joined by ".", each 1 to ``MAX_LEVEL_CHARS`` letters, digits, "_" or "-"
+#: starting with a letter or digit: so at most ``MAX_NAME_CHARS`` characters (docs/FORMAT.md §12).
 MAX_DEPTH = 8
+MAX_LEVEL_CHARS = 64
+MAX_NAME_CHARS = MAX_DEPTH * (MAX_LEVEL_CHARS + 1) - 1
+#: Matched against a whole level (``fullmatch``: a "$" would also match before a final newline).
+_LEVEL = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_LEVEL_CHARS - 1}}}")
+_NAME_RULE = (f"a name is at most {MAX_DEPTH} levels of 1-{MAX_LEVEL_CHARS} characters [A-Za-z0-9_-] joined by '.' "
+              f"({MAX_NAME_CHARS} characters at most)")
 
 #: A catalog whose data file is at most this is read whole once per version and answered from memory
 #: (one GET instead of index and data reads); a larger one is read through its indices.
@@ -115,6 +124,8 @@ _ROWS = cache("catalog", "LAMINA_CATALOG_CACHE_BYTES", 64 * MiB)
 #: A lost race redoes the rewrite after a jittered wait scaled to how long the rewrite took (attempt k waits
 #: uniform(0, min(cap, took * 2**k))): at least ``base_seconds``, many writers may contend.
 REWRITE_BACKOFF = Backoff(base_seconds=0.002, cap_seconds=0.5, max_attempts=200)
+#: Reads of the catalog that find out whether a create whose commit failed was committed after all.
+READ_BACK = Backoff(base_seconds=0.05, cap_seconds=1.0, max_attempts=6)
 
 #: Local catalogs only: writers on one host take turns through an advisory ``flock`` on this file under the
 #: catalog table's directory, so that none of them wastes a rewrite on a race it would lose. An optimisation
@@ -142,17 +153,26 @@ DESCRIBED_HANDLES = 256
 
 
 def check_name(name: Any, what: str = "name") -> tuple[str, ...]:
-    """The levels of a dotted name; InvalidArgument saying what is wrong."""
+    """The levels of a dotted name like ``sales.eu.orders``; InvalidArgument saying what is wrong.
+
+    A name is 1 to ``MAX_DEPTH`` (8) levels of 1 to ``MAX_LEVEL_CHARS`` (64) ASCII letters, digits, ``_`` or
+    ``-``, each starting with a letter or digit, so at most ``MAX_NAME_CHARS`` (519) characters. Every character
+    is checked: no control characters (a trailing newline included), ``/``, ``\\``, spaces, empty levels
+    (``a..b``, ``.a``, ``a.``) or ``.``/``..`` levels, so a name can never leave its namespace's directory."""
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"{what} must be a non-empty string like 'sales.eu.orders', not {name!r}")
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidArgument(f"{what} {name[:MAX_NAME_CHARS]!r}... has {len(name)} characters; {_NAME_RULE}")
     levels = tuple(name.split("."))
     if len(levels) > MAX_DEPTH:
-        raise InvalidArgument(f"{what} {name!r} has {len(levels)} levels; at most {MAX_DEPTH}")
+        raise InvalidArgument(f"{what} {name!r} has {len(levels)} levels; {_NAME_RULE}")
     for level in levels:
-        if not _LEVEL.match(level):
-            raise InvalidArgument(
-                f"{what} {name!r}: level {level!r} must be 1-64 letters, digits, '_' or '-', starting with a letter or "
-                f"digit (no '..', '/', '\\\\', spaces or leading '_')")
+        if _LEVEL.fullmatch(level) is None:
+            control = next((c for c in level if ord(c) < 32 or 127 <= ord(c) < 160), None)
+            why = (f"level {level!r} holds the control character {control!r}" if control is not None
+                   else f"level {level!r} must be 1-{MAX_LEVEL_CHARS} letters, digits, '_' or '-', starting with a "
+                        f"letter or digit" + (" (a leading, trailing or doubled '.' makes an empty level)" if not level else ""))
+            raise InvalidArgument(f"{what} {name!r}: {why}; {_NAME_RULE}")
     return levels
 
 
@@ -465,30 +485,105 @@ class Catalog:
 
     def create_table(self, name: str, schema: pa.Schema, *, properties: dict[str, Any] | None = None,
                      **table_options: Any) -> Table:
-        """Creates an empty table ``name`` under the root (``table_options`` as for ``lamina.create_table``)."""
+        """Creates an empty table ``name`` under the root (``table_options`` as for ``lamina.create_table``), at
+        ``<root>/<namespace path>/<name>-<12 hex>``: refused (InvalidArgument) if that lies inside another
+        table's location (a registered one there, or a table created under a namespace named like its directory).
+
+        When the catalog commit fails, the catalog is read back before anything is removed: the table is
+        returned if an entry names its location (the commit landed), its files are removed only when none does
+        and none can any more, and when that cannot be told they are kept and CommitStateUnknown says what to do."""
         levels = check_name(name, "table name")
         metadata = _properties(properties, f"table {name!r}")
-        self._check_before_create(name)
         relative = "/".join(levels[:-1] + (f"{levels[-1]}-{uuid.uuid4().hex[:12]}",))
+        location = f"{self.root.rstrip('/')}/{relative}"
+        self._check_before_create(name, location)
         # The new table is created (its own Create commit) while the catalog's rewrite is prepared; the
         # catalog commits only once it exists. A created table is at version 1 (lamina.create_table).
-        creating = _pool().submit(create_table, f"{self.root.rstrip('/')}/{relative}", schema,
-                                  storage_options=self.storage_options, **table_options)
+        creating = _pool().submit(create_table, location, schema, storage_options=self.storage_options, **table_options)
 
         row = dict(location=relative, registered=False, metadata=metadata, table_version=1, table_rows=0, table_bytes=0)
         try:
             self._mutate({"op": "create_table", "name": name, "row": row}, before_commit=creating.result)
-        except BaseException:
-            if creating.exception() is None:
-                _remove_table_files(creating.result().store)  # ours alone: a fresh, unique location
-            raise
+        except BaseException as failure:
+            if creating.exception() is not None:
+                raise  # no table was created, so no entry can name one (nothing commits before it exists)
+            return self._settle_create(name, relative, creating.result(), failure)
         return creating.result()
 
+    def _settle_create(self, name: str, relative: str, table: Table, failure: BaseException) -> Table:
+        """After ``create_table``'s catalog mutation raised ``failure``: ``table`` if an entry names its location
+        (the commit landed after all). Else, once no request for it can be applied any more, its files are removed
+        and ``failure`` raised (for an unknown outcome, now known: StorageError saying nothing was committed).
+        When that cannot be told, the files are kept and CommitStateUnknown says what to do."""
+        keep = (f"its files at {table.uri} were kept: check describe_table({name!r}); if the catalog lists it there, "
+                f"the table was created; if not, nothing names them and register_table({name!r}, {table.uri!r}) then "
+                f"drop_table({name!r}, purge=True) removes them")
+        if not isinstance(failure, Exception):  # interrupted: no reads now
+            failure.add_note(f"catalog {self.root}: whether table {name!r} was created is unknown; {keep}")
+            raise failure
+        try:
+            settled = self._withdraw_queued(relative)
+            named = self._read_back_location(relative) if settled else None
+        except Exception as e:  # the catalog cannot be read: the outcome stays unknown
+            settled, named = False, None
+            failure.add_note(f"reading catalog {self.root} back failed too: {e}")
+        if named is not None:
+            return table  # committed (under ``named``: renamed since, if it is not ``name``)
+        if not settled:
+            raise CommitStateUnknown(f"catalog {self.root}: whether table {name!r} was created is unknown ({failure}); "
+                                     f"{keep}") from failure
+        _remove_table_files(table.store)  # no entry names them, and none can any more
+        if isinstance(failure, CommitStateUnknown):
+            raise StorageError(f"catalog {self.root}: creating table {name!r} failed ({failure}); the catalog read back "
+                               f"shows nothing was committed, and its files at {table.uri} were removed: retry "
+                               f"create_table") from failure
+        raise failure
+
+    def _withdraw_queued(self, relative: str) -> bool:
+        """Whether no request creating a table at ``relative`` can still be applied. Local catalogs: with this
+        host's writer turn, the claims of a writer that stopped are settled and a queued request naming
+        ``relative`` is withdrawn; False when the turn cannot be had (a writer holding it may still commit it)."""
+        store = self._table.store
+        fd, state = _try_turn(store)
+        if state == "none":
+            return True  # no queue (S3, or no flock: no writer queues)
+        if state == "busy" and not _wait_turn(fd):
+            return False
+        try:
+            queue = _Queue(store)
+            queue.recover(store, self._table.manifest.table_uuid)
+            for rid in [n[:-len(".req")] for n in queue._names() if n.endswith(".req")]:
+                body = queue._read(rid, "req") or {}
+                if body.get("op") == "create_table" and (body.get("row") or {}).get("location") == relative:
+                    queue.withdraw(rid)
+            return True
+        finally:
+            os.close(fd)
+
+    def _read_back_location(self, relative: str) -> str | None:
+        """The name of the entry of the latest catalog version whose table is at ``relative`` under the root, or
+        None; reads retried (``READ_BACK``), the last failure raised."""
+        for attempt in range(READ_BACK.max_attempts):
+            try:
+                rows = _table_rows(self._read())
+                break
+            except (StorageError, CommitStateUnknown):
+                if attempt == READ_BACK.max_attempts - 1:
+                    raise
+                READ_BACK.sleep(attempt)
+        for name, location, registered in zip(*(rows.column(c).to_pylist() for c in ("object_id", "location", "registered"))):
+            if location == relative and not registered:
+                return name
+        return None
+
     def register_table(self, name: str, uri: str, *, properties: dict[str, Any] | None = None) -> Table:
-        """Adds the existing Lamina table at ``uri`` (anywhere) to the catalog as ``name``."""
+        """Adds the existing Lamina table at ``uri`` (anywhere) to the catalog as ``name``. Refused
+        (InvalidArgument) when ``uri`` is, holds or lies inside the catalog's own location (``<root>/_catalog``) or
+        another table's location in the catalog (created or registered): purging one would remove the other's
+        files. Locations are compared normalized (``_location_key``)."""
         check_name(name, "table name")
         metadata = _properties(properties, f"table {name!r}")
-        self._check_before_create(name)
+        self._check_before_create(name, uri)
         table = open_table(uri, storage_options=self.storage_options)
         m = table.manifest
 
@@ -564,7 +659,8 @@ class Catalog:
         return open_with_hint(self._location(e), version, self.storage_options, e["table_version"])
 
     def rename_table(self, name: str, new_name: str) -> None:
-        """Renames table ``name`` to ``new_name`` (its namespace must exist); its files stay where they are."""
+        """Renames table ``name`` to ``new_name`` (its namespace must exist). Only the entry's name changes: its
+        location stays what it was (files are never moved), so no rename can make two tables' locations overlap."""
         check_name(name, "table name")
         check_name(new_name, "new table name")
 
@@ -623,20 +719,103 @@ class Catalog:
         self._mutate({"op": "record_maintenance", "name": "", "reports": recorded})
 
     # -- checks inside a rewrite ----------------------------------------------------------------
-    def _check_before_create(self, name: str) -> None:
+    def _check_before_create(self, name: str, location: str | None = None) -> None:
         """The cheap checks before any file is written, on the version held (no request; the rewrite checks
-        again on the latest version, the one it changes). A refusal is confirmed on the latest version first:
-        the version held may predate the parent's creation or the name's drop by another writer."""
+        again on the latest version, the one it changes): ``name`` is free, its parent a namespace, and a table's
+        ``location`` overlaps neither the catalog's nor another table's (``_check_location_before``). A refusal is
+        confirmed on the latest version first: the version held may predate the parent's creation or the name's
+        drop by another writer."""
         for fresh in (False, True):
             v = self._read(fresh=fresh)
             entry = self._entry(name, v)
             parent = self._entry(_parent(name), v) if _parent(name) else {"object_type": NAMESPACE}
             if entry is None and parent is not None and parent["object_type"] == NAMESPACE:
-                return
+                if location is None:
+                    return
+                try:
+                    self._check_location_before(name, location, v)
+                    return
+                except InvalidArgument:
+                    if fresh:
+                        raise
         if entry is not None:
             raise (TableExists if entry["object_type"] == TABLE else NamespaceExists)(
                 f"catalog {self.root} already has a {entry['object_type']} named {name!r}")
         raise NamespaceNotFound(f"catalog {self.root} has no namespace {_parent(name)!r} to hold {name!r}; create it first")
+
+    def _check_location_before(self, name: str, location: str, v: "_Version") -> None:
+        """``_check_location`` on catalog version ``v``, before anything is written."""
+        rows = _table_rows(v)
+        _check_location(self.root, rows, rows.column("object_id").to_pylist(), name, location)
+
+
+def _table_rows(v: "_Version") -> pa.Table:
+    """The rows of catalog version ``v`` that may name a location (every row when it is in memory)."""
+    return v.snap.rows if v.snap is not None else v.select("object_type = 'table'")
+
+
+def _location_key(uri: str) -> str:
+    """A table location as compared for overlap: a local path made absolute, its ``.``/``..`` segments,
+    symbolic links, doubled and trailing slashes resolved; an ``s3://`` URI without empty segments (doubled or
+    trailing slashes; other segments are literal key text)."""
+    if uri.startswith("s3://"):
+        return "s3://" + "/".join(part for part in uri[len("s3://"):].split("/") if part)
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    return os.path.realpath(os.path.expanduser(path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _listed_key(uri: str) -> str:
+    """``_location_key`` of the root, the catalog's location or a registered table's location as the catalog
+    lists it, remembered: every create's rewrite compares its location with each of them (a link changed after
+    its table was registered is seen by the next process)."""
+    return _location_key(uri)
+
+
+def _overlap(a: str, b: str) -> str | None:
+    """How location key ``a`` relates to ``b``: "is", "lies inside", "holds", or None (disjoint)."""
+    if a == b:
+        return "is"
+    if a.startswith(b.rstrip("/") + "/"):
+        return "lies inside"
+    if b.startswith(a.rstrip("/") + "/"):
+        return "holds"
+    return None
+
+
+def _check_location(root: str, rows: pa.Table, ids: list[str], name: str, location: str) -> None:
+    """Refuses (InvalidArgument) table ``name`` at ``location`` (a full URI) when it is, holds or lies inside the
+    catalog's own location or the location of another table in ``rows`` (object ids ``ids``), created or
+    registered: tables never share files, so a purge removes only its own table's. Runs in every create's
+    rewrite: created tables' locations (relative to the root, as the catalog wrote them) are compared as
+    text, without a call per row."""
+    key = _location_key(location)
+    catalog = f"{root.rstrip('/')}/{CATALOG_DIR}"
+    how = _overlap(key, _listed_key(catalog))
+    if how is not None:
+        raise InvalidArgument(f"catalog {root}: table {name!r} cannot live at {location}: it {how} the catalog's own "
+                              f"location {catalog}; choose a location outside the catalog and every table it lists")
+    base = _listed_key(root).rstrip("/") + "/"
+    locations, registered = rows.column("location").to_pylist(), rows.column("registered").to_pylist()
+    hits = [i for i, r in enumerate(registered) if r and locations[i] is not None
+            and _overlap(key, _listed_key(locations[i])) is not None] if True in registered else []
+    if key.startswith(base):  # (one holding the root holds the catalog: refused above)
+        relative = key[len(base):]
+        parts = relative.split("/")
+        it_or_parents = {"/".join(parts[:n]) for n in range(1, len(parts) + 1)}
+        below = relative + "/"
+        # One substring search per candidate over every location, then a scan only when one may match.
+        text = "\n" + "\n".join(filter(None, locations)) + "\n"
+        if f"\n{below}" in text or any(f"\n{p}\n" in text for p in it_or_parents):
+            hits += [i for i, (loc, r) in enumerate(zip(locations, registered))
+                     if not r and loc is not None and (loc in it_or_parents or loc.startswith(below))]
+    if hits:
+        i = min(hits)
+        where = locations[i] if registered[i] else f"{root.rstrip('/')}/{locations[i]}"
+        how = _overlap(key, _listed_key(where) if registered[i] else base + locations[i])
+        raise InvalidArgument(f"catalog {root}: table {name!r} cannot live at {location}: it {how} the location "
+                              f"{where} of table {ids[i]!r}; tables never share files (a purge of one would remove "
+                              f"the other's): choose a location outside every table the catalog lists")
 
 
 def _key(uri: str, m: Manifest) -> tuple[str, str | None, int]:
@@ -850,6 +1029,9 @@ def _apply(root: str, rows: pa.Table, req: dict[str, Any]) -> tuple[pa.Table, An
         ids = rows.column("object_id").to_pylist()
         _check_free(root, rows, ids, name)
         _check_parent(root, rows, ids, name)
+        if op != "create_namespace":  # again on the latest version: two racing registrations cannot both land
+            where = req["row"]["location"]
+            _check_location(root, rows, ids, name, where if req["row"]["registered"] else f"{root.rstrip('/')}/{where}")
         now = _now_ms()
         kind = NAMESPACE if op == "create_namespace" else TABLE
         row = dict(req["row"], object_id=name, object_type=kind, parent=_parent(name), created_ms=now, updated_ms=now)

@@ -163,7 +163,9 @@ def test_purge_never_removes_another_tables_files(local_table_uri):
     inner.append(pa.table({"id": [1], "name": ["x"]}))
     outer_uri = os.path.dirname(inner.uri)  # the namespace directory, holding the inner table
     lamina.create_table(outer_uri, SCHEMA_T).append(pa.table({"id": [2], "name": ["y"]}))
-    cat.register_table("outer", outer_uri)
+    with pytest.MonkeyPatch.context() as mp:  # refused today (test_catalog_checks.py); an older catalog may hold it
+        mp.setattr(lamina.catalog, "_check_location", lambda *args: None)
+        cat.register_table("outer", outer_uri)
     with pytest.raises(InvalidArgument, match="not purging"):
         cat.drop_table("outer", purge=True)
     assert cat.open_table("n.inner").count_rows() == 1 and lamina.open_table(outer_uri).count_rows() == 1
