@@ -17,11 +17,13 @@ are told apart by the token, so exactly one wins.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import io
 import os
 import re
+import ssl
 import threading
 import time
 import uuid
@@ -57,6 +59,9 @@ S3_OPTIONS = {
     "multipart_chunk_size": "part size for multipart uploads (default 16 MiB, at least 5 MiB)",
     "max_pool_connections": "HTTP connections per process (default 32)",
     "direct_reads": "GETs signed and sent without botocore's request pipeline, ~5x less CPU per GET (default true)",
+    "ca_bundle": "PEM file of the CA certificates the endpoint's TLS certificate must chain to (default: AWS_CA_BUNDLE, "
+                 "then ca_bundle in the AWS config file, then REQUESTS_CA_BUNDLE, then certifi's bundle)",
+    "verify": "false: do not check the endpoint's TLS certificate, for a test endpoint only (default true)",
 }
 
 _RETRY_CODES = {
@@ -219,14 +224,29 @@ class DirectConnectionError(Exception):
     """A request sent directly never got an answer (refused, reset, timed out)."""
 
 
+def _untrusted_certificate(e: BaseException) -> bool:
+    """Whether ``e`` (or an error it was raised from) is a TLS certificate the client refused: no retry helps."""
+    seen: set[int] = set()
+    stack: list[Any] = [e]
+    while stack:
+        err = stack.pop()
+        if not isinstance(err, BaseException) or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(err):
+            return True
+        stack.extend((err.__cause__, err.__context__, *err.args))
+    return False
+
+
 def _failure(e: BaseException) -> str | None:
     """What kind of failure ``e`` is for ``S3Store._call``: "answer" (S3 answered with an error), "connection",
-    "credentials", or None (not a request failure: raised as it is). botocore is imported only when one of its
-    exceptions is in hand."""
+    "untrusted" (the endpoint's TLS certificate was refused), "credentials", or None (not a request failure:
+    raised as it is). botocore is imported only when one of its exceptions is in hand."""
     if isinstance(e, DirectError):
         return "answer"
     if isinstance(e, DirectConnectionError):
-        return "connection"
+        return "untrusted" if _untrusted_certificate(e) else "connection"
     if type(e).__module__.startswith("botocore"):
         from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, HTTPClientError, NoCredentialsError
 
@@ -235,13 +255,67 @@ def _failure(e: BaseException) -> str | None:
         if isinstance(e, NoCredentialsError):
             return "credentials"
         if isinstance(e, (BotoConnectionError, HTTPClientError)):
-            return "connection"
+            return "untrusted" if _untrusted_certificate(e) else "connection"
     return None
 
 
-def _client_for(o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str) -> Any:
+class TLS(NamedTuple):
+    """How requests to S3 check the endpoint's certificate: against ``ca_bundle`` (a PEM file), or not at all
+    (``verify`` false). Decided once per store by :func:`tls_settings`; boto3's client and the direct
+    transport both take it, so reads and writes trust the same endpoints."""
+
+    verify: bool
+    ca_bundle: str
+    #: Where ``ca_bundle`` came from (a storage option, a variable, the config file, certifi), for errors.
+    source: str
+
+
+@functools.lru_cache(maxsize=16)
+def _configured_ca_bundle(profile: str | None, config_file: str, env_profile: str | None) -> str | None:
+    """``ca_bundle`` of ``profile`` (else ``AWS_PROFILE``'s, else the default's) in the AWS config file, read by
+    botocore once per process and profile."""
+    import botocore.session
+
+    return botocore.session.Session(profile=profile).get_config_variable("ca_bundle")
+
+
+def tls_settings(o: dict[str, Any], uri: str) -> TLS:
+    """The TLS settings of the store at ``uri`` with options ``o``, in botocore's order of precedence:
+    ``verify=false`` (only when asked), else the CA bundle of the ``ca_bundle`` option, ``AWS_CA_BUNDLE``,
+    ``ca_bundle`` in the AWS config file (of ``profile``), ``REQUESTS_CA_BUNDLE``, else certifi's."""
+    raw = o.get("verify", True)
+    flag = str(raw).strip().lower()
+    if flag not in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+        raise InvalidConfig(f"storage option verify={raw!r} for {uri} is not a boolean: give true or false "
+                            "(a CA bundle goes in the ca_bundle option)")
+    verify = flag in ("true", "1", "yes", "on")
+    found: tuple[Any, str] | None = None
+    if o.get("ca_bundle") not in (None, ""):
+        found = o["ca_bundle"], "storage option ca_bundle"
+    elif os.environ.get("AWS_CA_BUNDLE"):
+        found = os.environ["AWS_CA_BUNDLE"], "AWS_CA_BUNDLE"
+    else:
+        config_file = os.path.expanduser(os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config")
+        if os.path.isfile(config_file):  # botocore is imported only when there is a file to read
+            configured = _configured_ca_bundle(o.get("profile"), config_file, os.environ.get("AWS_PROFILE"))
+            if configured:
+                found = configured, f"ca_bundle in {config_file}"
+        if found is None and os.environ.get("REQUESTS_CA_BUNDLE"):
+            found = os.environ["REQUESTS_CA_BUNDLE"], "REQUESTS_CA_BUNDLE"
+    if found is None:
+        import certifi
+
+        return TLS(verify, certifi.where(), "certifi")
+    path, source = os.path.expanduser(str(found[0])), found[1]
+    if verify and not os.path.isfile(path):
+        raise InvalidConfig(f"the CA bundle {path!r} ({source}) for {uri} is not a file: give the PEM file of the "
+                            "CA certificates that sign the endpoint's certificate")
+    return TLS(verify, path, source)
+
+
+def _client_for(o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str, tls: TLS) -> Any:
     """The process's boto3 client for these options (MissingCredentials, naming ``uri``, if there are none)."""
-    key = (tuple(sorted((k, str(v)) for k, v in o.items())), endpoint_url, pool,
+    key = (tuple(sorted((k, str(v)) for k, v in o.items())), endpoint_url, pool, tls,
            tuple(os.environ.get(k) for k in _CREDENTIAL_ENV))
     client = _CLIENTS.get(key)
     if client is not None:
@@ -260,7 +334,8 @@ def _client_for(o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str
                 s3={"addressing_style": "path"} if endpoint_url else None,
             )
             client = _CLIENTS[key] = session.client("s3", endpoint_url=endpoint_url,
-                                                    region_name=session.region_name or "us-east-1", config=config)
+                                                    region_name=session.region_name or "us-east-1", config=config,
+                                                    verify=tls.ca_bundle if tls.verify else False)
         return client
 
 
@@ -277,22 +352,23 @@ def _static_endpoint(endpoint_url: str | None, region: str) -> str | None:
     return f"https://s3.{region}.amazonaws.com"
 
 
-#: One urllib3 pool manager per process for direct GETs (see ``S3Store._direct_get``).
-_POOLS: dict[int, Any] = {}
+#: One urllib3 pool manager per process and TLS setting for direct GETs (see ``S3Store._direct_get``).
+_POOLS: dict[tuple[int, TLS], Any] = {}
 
 
-def _pool_manager(size: int) -> Any:
-    found = _POOLS.get(size)
+def _pool_manager(size: int, tls: TLS) -> Any:
+    found = _POOLS.get((size, tls))
     if found is None:
         with _CLIENTS_LOCK:
-            found = _POOLS.get(size)
+            found = _POOLS.get((size, tls))
             if found is None:
-                import certifi
                 import urllib3
 
-                found = _POOLS[size] = urllib3.PoolManager(
-                    num_pools=64, maxsize=size, block=False, cert_reqs="CERT_REQUIRED", ca_certs=certifi.where(),
-                    timeout=urllib3.Timeout(connect=10, read=60), retries=False)
+                checks = {"cert_reqs": "CERT_REQUIRED", "ca_certs": tls.ca_bundle} if tls.verify else {
+                    "cert_reqs": "CERT_NONE", "assert_hostname": False}
+                found = _POOLS[(size, tls)] = urllib3.PoolManager(
+                    num_pools=64, maxsize=size, block=False, timeout=urllib3.Timeout(connect=10, read=60), retries=False,
+                    **checks)
     return found
 
 
@@ -322,6 +398,7 @@ class S3Store(ObjectStore):
         self.multipart_chunk_size = _int_option(options, "multipart_chunk_size", 16 * _MIB, 5 * _MIB, 5 * 1024**3)
         self._pool = _int_option(options, "max_pool_connections", 32, 1, 1024)
         self.endpoint_url = options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        self.tls = tls_settings(options, self.uri)
         self._shared_client: Any = None
         # What direct requests need, taken once: credentials (MissingCredentials now, before any work), region
         # and endpoint. The boto3 client is made on first use (writes, deletes): a process that only reads
@@ -341,7 +418,7 @@ class S3Store(ObjectStore):
     # -- connection ---------------------------------------------------------
     def _client(self) -> Any:
         if self._shared_client is None:
-            self._shared_client = _client_for(self.storage_options, self.endpoint_url, self._pool, self.uri)
+            self._shared_client = _client_for(self.storage_options, self.endpoint_url, self._pool, self.uri, self.tls)
         return self._shared_client
 
     def _key(self, path: str) -> str:
@@ -370,6 +447,12 @@ class S3Store(ObjectStore):
                     raise MissingCredentials(
                         f"no AWS credentials for {self.uri}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or pass them in storage_options"
                     ) from e
+                if failure == "untrusted":
+                    raise StorageError(
+                        f"{what} {self.describe(path)}: the TLS certificate of {self.endpoint_url or self._base_url} is not "
+                        f"trusted (checked against {self.tls.ca_bundle}, from {self.tls.source}): give the PEM file of the CA "
+                        "that signs it as storage_options={'ca_bundle': path} or in AWS_CA_BUNDLE, or verify=false for a "
+                        f"test endpoint ({e})") from e
                 if failure == "connection":
                     delay = next(delays, None)
                     if delay is not None:
@@ -423,7 +506,7 @@ class S3Store(ObjectStore):
             raise MissingCredentials(f"no AWS credentials for {self.uri}")
         signed = sign_v4(method, url, self._credentials.get_frozen_credentials(), self._region, headers)
         try:
-            response = _pool_manager(self._pool).request(method, url, headers=signed, preload_content=True)
+            response = _pool_manager(self._pool, self.tls).request(method, url, headers=signed, preload_content=True)
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise DirectConnectionError(f"{method} {url}: {type(e).__name__}: {e}") from e
         if response.status in (200, 206):

@@ -12,6 +12,7 @@ registers ``lamina.testing.pytest_plugin`` (README, "Testing your pipelines").
     proxy.py          FaultProxy: S3 faults by a seeded schedule or by hand-driven rules
     cluster.py        local_ray: a local Ray with its own temp dir
     tables.py         make_table
+    tls.py            TestCA: a private CA and a certificate it signs for 127.0.0.1 (moto_s3(tls=...))
     pytest_plugin.py  the fixtures
 """
 
@@ -19,6 +20,7 @@ from lamina.testing.moto import DUMMY_AWS_ENV, MotoS3, MotoServer, moto_s3, moto
 from lamina.testing.proxy import FAULTS, KINDS, FaultProxy, Injection, Rule, Seen, fault_kind
 from lamina.testing.cluster import local_ray
 from lamina.testing.tables import make_table
+from lamina.testing.tls import TestCA
 
 __all__ = ["DUMMY_AWS_ENV", "FAULTS", "KINDS", "FaultProxy", "Injection", "MotoS3", "MotoServer", "Rule", "Seen",
-           "fault_kind", "local_ray", "make_table", "moto_s3", "moto_server", "request_kind"]
+           "TestCA", "fault_kind", "local_ray", "make_table", "moto_s3", "moto_server", "request_kind"]

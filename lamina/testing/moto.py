@@ -25,6 +25,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
+from lamina.errors import InvalidArgument
 from lamina.testing.proxy import FaultProxy
 
 #: Credentials and region moto accepts; what ``MotoS3.storage_options`` and ``MotoS3.env`` carry.
@@ -70,21 +71,23 @@ class _AtomicConditionalWrites:
 
 
 class MotoServer:
-    """A moto S3 server on ``ip``:``port`` (0: any free port) in a thread of this process."""
+    """A moto S3 server on ``ip``:``port`` (0: any free port) in a thread of this process; over TLS with
+    ``ssl_context`` (a server context, e.g. ``lamina.testing.tls.TestCA.server_context()``)."""
 
-    def __init__(self, ip: str = "127.0.0.1", port: int = 0):
+    def __init__(self, ip: str = "127.0.0.1", port: int = 0, ssl_context: Any = None):
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
         from werkzeug.serving import make_server
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         app = self._app = _AtomicConditionalWrites(DomainDispatcherApplication(create_backend_app))
-        self._server = make_server(ip, port, app, threaded=True, request_handler=MotoRequestHandler)
+        self._scheme = "https" if ssl_context is not None else "http"
+        self._server = make_server(ip, port, app, threaded=True, request_handler=MotoRequestHandler, ssl_context=ssl_context)
         self._thread = threading.Thread(target=self._server.serve_forever, name="moto-s3", daemon=True)
 
     @property
     def endpoint(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self._scheme}://{host}:{port}"
 
     def requests(self, bucket: str | None = None) -> dict[str, int]:
         """Requests this server has answered so far, by kind (GET, PUT, HEAD, DELETE, POST, LIST), for one
@@ -123,6 +126,8 @@ class MotoS3:
     bucket: str
     proxy: FaultProxy | None = None
     region: str = "us-east-1"
+    #: The CA certificate (PEM) that signs a TLS server's certificate; None for plain HTTP.
+    ca_file: str | None = None
 
     @property
     def endpoint(self) -> str:
@@ -159,12 +164,13 @@ class MotoS3:
         return self.proxy.faults() if self.proxy is not None else {}
 
     def client(self) -> Any:
-        """A boto3 S3 client reaching the server directly."""
+        """A boto3 S3 client reaching the server directly (trusting ``ca_file``, when the server has TLS)."""
         import boto3
 
         return boto3.client("s3", endpoint_url=self.server.endpoint, region_name=self.region,
                             aws_access_key_id=DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
-                            aws_secret_access_key=DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"])
+                            aws_secret_access_key=DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+                            verify=self.ca_file or None)
 
     def _options(self, endpoint: str) -> dict[str, str]:
         return {"endpoint_url": endpoint, "aws_access_key_id": DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
@@ -174,8 +180,12 @@ class MotoS3:
 @contextlib.contextmanager
 def moto_s3(*, fault_rate: float | dict[str, float] = 0.0, seed: int = 0, kinds: Iterable[str] | None = None,
             faults: Iterable[str] | None = None, max_faults: int = 10_000, max_seconds: float = 600.0,
-            delay_seconds: float = 0.2, server: MotoServer | None = None, bucket: str | None = None) -> Iterator[MotoS3]:
+            delay_seconds: float = 0.2, server: MotoServer | None = None, bucket: str | None = None,
+            tls: Any = None) -> Iterator[MotoS3]:
     """A fresh bucket on a moto server on 127.0.0.1 (``server``, else one started here and stopped at the end).
+
+    With ``tls`` (a ``lamina.testing.tls.TestCA``) the server started here speaks HTTPS with a certificate
+    that CA signs; ``storage_options`` do not trust it (give ``MotoS3.ca_file`` as a client would).
 
     With ``fault_rate > 0`` clients reach it through a ``FaultProxy`` that faults that share of
     the requests of each of ``kinds`` (default: all) by a schedule drawn from ``seed``, with
@@ -183,13 +193,15 @@ def moto_s3(*, fault_rate: float | dict[str, float] = 0.0, seed: int = 0, kinds:
     at most (see ``lamina.testing.proxy``). The bucket is created directly, past the faults.
     """
     own = server is None
-    srv = MotoServer().start() if own else server
+    srv = MotoServer(ssl_context=tls.server_context() if tls is not None else None).start() if own else server
     proxy = None
     try:
         if (max(fault_rate.values(), default=0.0) if isinstance(fault_rate, dict) else fault_rate) > 0:
+            if tls is not None:
+                raise InvalidArgument("moto_s3(tls=..., fault_rate=...): the fault proxy speaks plain HTTP; use one or the other")
             proxy = FaultProxy(srv.endpoint, rate=fault_rate, seed=seed, kinds=kinds, faults=faults,
                                max_faults=max_faults, max_seconds=max_seconds, delay_seconds=delay_seconds)
-        s3 = MotoS3(srv, bucket or f"lamina-{uuid.uuid4().hex[:12]}", proxy)
+        s3 = MotoS3(srv, bucket or f"lamina-{uuid.uuid4().hex[:12]}", proxy, ca_file=tls.ca_file if tls is not None else None)
         s3.client().create_bucket(Bucket=s3.bucket)
         yield s3
     finally:

@@ -299,8 +299,8 @@ def test_direct_reads_retry_5xx_and_dropped_connections(s3_table_uri, s3_options
     store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 4})
     assert store.direct_reads
     store.put("blob", b"0123456789")
-    fake = _Answers(s3mod._pool_manager(store._pool), [urllib3.exceptions.ProtocolError("Connection broken") if r == "drop" else r for r in replies])
-    monkeypatch.setattr(s3mod, "_pool_manager", lambda size: fake)
+    fake = _Answers(s3mod._pool_manager(store._pool, store.tls), [urllib3.exceptions.ProtocolError("Connection broken") if r == "drop" else r for r in replies])
+    monkeypatch.setattr(s3mod, "_pool_manager", lambda size, tls: fake)
     assert store.get_range("blob", 2, 5) == b"23456"
     assert fake.calls == len(replies) + 1
 
@@ -315,7 +315,7 @@ def test_direct_reads_translate_errors_without_retrying_them(s3_table_uri, s3_op
 
     store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 4})
     fake = _Answers(None, [(status, _xml(code))] * 4)
-    monkeypatch.setattr(s3mod, "_pool_manager", lambda size: fake)
+    monkeypatch.setattr(s3mod, "_pool_manager", lambda size, tls: fake)
     with pytest.raises(error, match=match):
         store.get("x")
     assert fake.calls == 1
@@ -326,7 +326,7 @@ def test_direct_reads_give_up_after_max_attempts(s3_table_uri, s3_options, monke
 
     store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 2})
     fake = _Answers(None, [(503, _xml("SlowDown"))] * 5)
-    monkeypatch.setattr(s3mod, "_pool_manager", lambda size: fake)
+    monkeypatch.setattr(s3mod, "_pool_manager", lambda size, tls: fake)
     with pytest.raises(StorageError, match="failed after 2 attempts: SlowDown"):
         store.get("anything")
     assert fake.calls == 2
