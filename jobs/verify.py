@@ -2,9 +2,10 @@
 
     python -m jobs.verify URI [--version N] [--threads N] [--json] [--storage-option k=v ...]
 
-Prints one line per damaged file and a summary. Exit status: 0 when every file checks out,
-1 when a file is missing, truncated or corrupt (or the table cannot be read), 2 for bad arguments.
-Nothing is changed.
+Prints one line per damaged object (manifest root, segment list, segment, data, deletion or index
+file) and a summary: every damage it can find, then the exit status: 0 when everything checks out,
+1 when an object is missing, truncated or corrupt (or the table cannot be reached), 2 for bad
+arguments. Nothing is changed.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import logging
 import sys
 import time
 
-import lamina
 from jobs.cli import failed, log_to_stderr, storage_options
-from lamina.errors import InvalidArgument, LaminaError
+from lamina.errors import InvalidArgument, LaminaError, TableNotFound
+from lamina.manifest import latest_version
+from lamina.table import open_store
+from lamina.verify import verify_version
 
 log = logging.getLogger("lamina.verify")
 
@@ -43,8 +46,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m jobs.verify") -> 
     try:
         if args.threads < 1:
             raise InvalidArgument(f"--threads must be at least 1, got {args.threads}")
-        table = lamina.open_table(args.uri, version=args.version, storage_options=storage_options(args.storage_option))
-        report = table.verify(threads=args.threads, progress=progress)
+        store = open_store(args.uri, storage_options(args.storage_option))
+        version = args.version if args.version is not None else latest_version(store)
+        if version is None:
+            raise TableNotFound(f"no Lamina table at {store.uri} (no manifests under _versions/): check the URI")
+        report = verify_version(store, version, threads=args.threads, progress=progress)
     except LaminaError as e:
         return failed(e)
     if args.json:

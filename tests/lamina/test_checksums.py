@@ -157,3 +157,54 @@ def test_verify_job_on_a_healthy_table(local_table_uri):
     assert report["ok"] and report["files_checked"] == 1
     bad = subprocess.run([sys.executable, "-m", "jobs.verify", local_table_uri, "--threads", "0"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "--threads" in bad.stderr
+
+
+def _segmented_table(uri, appends):
+    """A table laid out in manifest segments (tests/conftest.py keeps them small): one fragment per append."""
+    t = lamina.create_table(uri, SCHEMA)
+    for start in range(0, appends * 10, 10):
+        t.append(rows(start, 10))
+    t = lamina.open_table(uri)
+    assert t.verify().ok
+    return t
+
+
+def test_verify_reports_missing_and_corrupt_manifest_segments_and_keeps_going(local_table_uri):
+    t = _segmented_table(local_table_uri, 12)
+    m = t.manifest
+    assert len(m.segments) >= 3, "laid out in several manifest segments"
+    gone, bad, intact = m.segments[0], m.segments[1], m.segments[-1]
+    Path(t.store.local_path(gone.path)).unlink()
+    _flip(Path(t.store.local_path(bad.path)), 200)
+    victim = intact.fragments[0]  # a data file listed by a segment that is still sound
+    Path(t.store.local_path(victim.path)).unlink()
+
+    report = t.verify()  # in this process the segments are cached: verify reads storage, not the cache
+    text = "\n".join(report.problems)
+    assert not report.ok and len(report.problems) == 3, text
+    assert f"manifest segment {t.store.describe(gone.path)} is missing" in text
+    assert f"manifest segment {t.store.describe(bad.path)}" in text and "checksum" in text
+    assert f"{Path(victim.path).name} is missing" in text
+    assert report.manifest_objects_checked == len(m.segments) + len(m.segment_lists)
+
+    out = subprocess.run([sys.executable, "-m", "jobs.verify", local_table_uri], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 1, out.stderr
+    assert gone.path in out.stdout and bad.path in out.stdout and Path(victim.path).name in out.stdout
+    assert "3 problem(s)" in out.stdout
+
+
+def test_verify_reports_a_missing_manifest_segment_list(local_table_uri):
+    t = _segmented_table(local_table_uri, 24)
+    m = t.manifest
+    assert m.segment_lists, "enough segments for the root to name some through a segment list"
+    lst = m.segment_lists[0]
+    Path(t.store.local_path(lst.path)).unlink()
+    report = t.verify()
+    assert not report.ok and any(f"manifest segment list {t.store.describe(lst.path)} is missing" in p for p in report.problems)
+    # A fresh process cannot list what the list named: the report says so, and the job exits 1.
+    out = subprocess.run([sys.executable, "-m", "jobs.verify", local_table_uri, "--json"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 1, out.stderr
+    import json
+
+    fresh = json.loads(out.stdout)
+    assert not fresh["ok"] and lst.path in "\n".join(fresh["problems"])
