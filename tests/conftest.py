@@ -14,11 +14,29 @@ import pytest
 
 # Every test table keeps its fragments in many small manifest segments (docs/FORMAT.md §2), so the
 # whole suite (concurrency matrix, racing processes, cleanup, time travel) runs on segments, not only
-# on roots that hold every fragment. Ray workers and subprocesses inherit the environment.
-os.environ.setdefault("LAMINA_MANIFEST_INLINE_FRAGMENTS", "2")
-os.environ.setdefault("LAMINA_MANIFEST_SEGMENT_FRAGMENTS", "4")
-os.environ.setdefault("LAMINA_MANIFEST_INLINE_SEGMENTS", "2")
-os.environ.setdefault("LAMINA_MANIFEST_LIST_SEGMENTS", "4")
+# on roots that hold every fragment. Ray workers and subprocesses inherit the environment. The checks
+# of fragments held in the root (the production layout for small tables) run only at the defaults:
+# tests of manifest validation take ``manifest_layout`` and run at both.
+SMALL_LAYOUT = {
+    "LAMINA_MANIFEST_INLINE_FRAGMENTS": "2",
+    "LAMINA_MANIFEST_SEGMENT_FRAGMENTS": "4",
+    "LAMINA_MANIFEST_INLINE_SEGMENTS": "2",
+    "LAMINA_MANIFEST_LIST_SEGMENTS": "4",
+}
+for _name, _value in SMALL_LAYOUT.items():
+    os.environ.setdefault(_name, _value)
+
+
+@pytest.fixture(params=["default_layout", "small_layout"])
+def manifest_layout(request, monkeypatch):
+    """Runs a test twice: at the production manifest layout (the variables unset: up to 64 fragments in
+    the root) and at the suite's small one (fragments in manifest segments of 4)."""
+    for name, value in SMALL_LAYOUT.items():
+        if request.param == "default_layout":
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    return request.param
 
 
 # Installing Lamina registers the plugin (entry point pytest11, named after the module, so this

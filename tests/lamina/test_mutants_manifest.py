@@ -21,6 +21,9 @@ from planner import CompactionOptions, plan_compaction
 from planner.eligibility import BINARY_COPY
 from tests.lamina.helpers import SCHEMA, ids_of, put_next_version, rows
 
+# Fragments held in the root and fragments in manifest segments are checked by different code: both.
+pytestmark = pytest.mark.usefixtures("manifest_layout")
+
 
 def _table(uri, **kwargs):
     t = lamina.create_table(uri, SCHEMA, **kwargs)

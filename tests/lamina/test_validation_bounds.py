@@ -19,6 +19,9 @@ from lamina.errors import CorruptFile
 from lamina.manifest import load_manifest
 from tests.lamina.helpers import SCHEMA, ids_of, put_next_version, rows
 
+# Fragments held in the root and fragments in manifest segments are checked by different code: both.
+pytestmark = pytest.mark.usefixtures("manifest_layout")
+
 
 def _table(uri):
     t = lamina.create_table(uri, SCHEMA)
