@@ -248,19 +248,47 @@ def test_local_writers_killed_while_queued_or_holding_the_turn_lose_nothing_ackn
     procs = [subprocess.Popen([sys.executable, "-c", KILLED_WORKER, local_table_uri, str(i)], cwd=REPO,
                               env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
              for i in range(6)]
+    # The kills follow acknowledgements, not the clock: each writer's lines are read as they come, and
+    # each kill waits until the writers have acknowledged a few (a random number) more calls since the
+    # last, so every kill lands among calls in flight however slow the machine is.
+    acked: dict[int, list[int]] = {i: [] for i in range(len(procs))}
+    changed = threading.Condition()
+
+    def collect(i: int, p: subprocess.Popen) -> None:
+        for line in p.stdout:
+            with changed:
+                acked[i].append(int(line))
+                changed.notify_all()
+
+    readers = [threading.Thread(target=collect, args=(i, p), daemon=True) for i, p in enumerate(procs)]
+    for r in readers:
+        r.start()
+
+    def total() -> int:
+        return sum(len(a) for a in acked.values())
+
+    def await_acks(n: int, why: str) -> None:
+        with changed:
+            assert changed.wait_for(lambda: total() >= n, timeout=240), \
+                f"{why}: {total()} acknowledgements, waited for {n} ({ {i: len(a) for i, a in acked.items()} })"
+
     rng = random.Random(11)
-    deadline = time.monotonic() + 120
-    while not os.path.isdir(os.path.join(cat.table.store.root, lamina.catalog.QUEUE_DIR)) and time.monotonic() < deadline:
-        time.sleep(0.05)  # until writers contend
-    time.sleep(1.0)
-    for p in procs:
-        time.sleep(rng.uniform(0.05, 0.4))
-        p.send_signal(signal.SIGKILL)
-    acked = {}
-    for i, p in enumerate(procs):
-        out, _ = p.communicate(timeout=60)
-        acked[i] = [int(line) for line in out.split()]
-    assert sum(len(a) for a in acked.values()) > 20, "the writers got going before they were killed"
+    try:
+        # Writers contending: every one has acknowledged calls, and together more than 20.
+        with changed:
+            assert changed.wait_for(lambda: all(acked.values()) and total() > 20, timeout=240), \
+                f"the writers got going before they were killed: {total()} acknowledgements"
+        for p in procs:
+            await_acks(total() + rng.randint(1, 4), "writers still running")
+            p.send_signal(signal.SIGKILL)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=60)
+        for r in readers:
+            r.join(timeout=60)
+    assert all(p.returncode == -signal.SIGKILL for p in procs), [p.returncode for p in procs]
     cat.create_namespace("after")  # has the turn: settles what the killed writers left (and applies their queued calls)
     left = _queue_files(cat)
     assert all(n.endswith(".out") for n in left), left  # outcomes of killed writers (removed after an hour)
