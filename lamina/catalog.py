@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lamina.commit import commit
+from lamina.drop import purge as purge_table
 from lamina.datafile import WriteOptions, take_many, write_fragment
 from lamina import errors as lamina_errors
 from lamina.errors import (
@@ -674,7 +675,8 @@ class Catalog:
             self._purge(dropped[0])
 
     def _purge(self, entry: dict[str, Any]) -> None:
-        """Removes a dropped table's files: its own layout only, never another catalog table's."""
+        """Drops a table the catalog no longer lists and removes its files (``lamina.drop.purge``: a tombstone
+        version first, so a writer still holding it stops): its own layout only, never another catalog table's."""
         location = self._location(entry)
         others = [self._location(e) for e in self._rows("object_type = 'table'").to_pylist()]
         inside = [o for o in others if o.rstrip("/").startswith(location.rstrip("/") + "/") or o.rstrip("/") == location.rstrip("/")]
@@ -1314,11 +1316,9 @@ def _wait_turn(fd: int) -> bool:
 
 
 def _remove_table_files(store: ObjectStore) -> None:
-    """Every object of a Lamina table's layout under ``store``'s root (not deeper tables' files)."""
-    from lamina.manifest import DATA_DIR, DELETIONS_DIR, INDICES_DIR, VERSIONS_DIR, WAL_DIR
-
-    for prefix in (DATA_DIR, DELETIONS_DIR, INDICES_DIR, WAL_DIR, "_transactions/", VERSIONS_DIR):
-        store.delete([o.path for o in store.list(prefix)])
+    """Drops the Lamina table at ``store``'s root and removes every object of its layout (not deeper tables'
+    files): ``lamina.drop.purge``, the one purge, so a writer racing it stops instead of extending it."""
+    purge_table(store)
 
 
 def connect(root: str, *, storage_options: dict[str, Any] | None = None, create: bool = True) -> Catalog:

@@ -16,12 +16,9 @@ from dataclasses import dataclass
 
 from lamina.errors import InvalidArgument
 from lamina.manifest import (
-    DATA_DIR,
-    DELETIONS_DIR,
-    INDICES_DIR,
-    SEGMENTS_DIR,
-    TRANSACTIONS_DIR,
+    TABLE_DIRS,
     VERSIONS_DIR,
+    WAL_DIR,
     forget_manifest,
     list_versions,
     load_manifest,
@@ -31,8 +28,10 @@ from lamina.store import ObjectStore
 
 log = logging.getLogger("lamina.cleanup")
 
-#: Directories whose files are owned by manifests (manifest segments included; ``_wal/`` is owned by the WAL appliers).
-_OWNED_DIRS = (SEGMENTS_DIR, DATA_DIR, DELETIONS_DIR, INDICES_DIR, TRANSACTIONS_DIR)
+#: The layout's directories whose objects manifests own (manifest segments included): every one of
+#: ``TABLE_DIRS`` but the versions (expired above, only their temp files swept) and the WAL (retired
+#: by its appliers, ``lamina.ingest``).
+_OWNED_DIRS = tuple(d for d in TABLE_DIRS if d not in (VERSIONS_DIR, WAL_DIR))
 
 
 @dataclass(frozen=True)

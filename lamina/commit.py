@@ -29,6 +29,7 @@ from lamina.manifest import (
     Manifest,
     belongs_to,
     encode_manifest,
+    latest_version,
     lay_out,
     manifest_path,
     remember_manifest,
@@ -40,7 +41,7 @@ from lamina.manifest import (
 from lamina.retry import Backoff
 from lamina.store import ObjectStore
 from lamina.deletion import StoredDeletionFiles
-from lamina.transaction import DeletionFiles, Transaction
+from lamina.transaction import DeletionFiles, Transaction, table_dropped
 
 log = logging.getLogger("lamina.commit")
 
@@ -134,8 +135,13 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
     writing the next number would put a manifest into history that is gone.
 
     The empty base of a create (version 0) is the head only while the URI holds no version at all.
+    A tombstone (a dropped table, ``Manifest.dropped``) is never a base: meeting one, as ``base`` or
+    after it, or as the latest version once the history before it was removed (a purge in progress),
+    is ``TableDropped``.
     """
     while True:
+        if base.dropped:
+            raise table_dropped(txn, store.uri, base.version)
         theirs = try_load_manifest(store, base.version + 1, _incarnation(base))
         if theirs is None and base.version == 0:
             # A table is there if any version is (its first ones may have been cleaned up).
@@ -161,12 +167,15 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
                 raise TableReplaced(
                     f"{txn.operation} on table {store.uri} read version {txn.read_version}, but the table has no versions "
                     f"from {base.version} on any more, or they belong to a table created again at this URI: it was dropped. "
-                    f"Nothing was committed; open the table again"
+                    f"Nothing was committed; open the table again (lamina.open_table), or create it (lamina.create_table)"
                 )
             # Versions are written in order (N+2 only by someone who read N+1), so a later version
             # with N+1 still missing on a second look means N+1 was removed, not that it is being written.
             theirs = try_load_manifest(store, base.version + 1, base.table_uuid)
             if theirs is None:
+                dropped_at = _dropped_at(store, base.table_uuid)
+                if dropped_at is not None:  # a purge removing the versions before its tombstone
+                    raise table_dropped(txn, store.uri, dropped_at)
                 first_removed = base.version + 1 if listed[0] == base.version else base.version
                 first_kept = next(v for v in listed if v > base.version)
                 raise CommitConflict(
@@ -180,6 +189,13 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
             raise CorruptFile(f"{txn.operation} on table {store.uri}: {e}. Nothing was committed") from None
         txn = txn.rebase(theirs, files)
         base = theirs
+
+
+def _dropped_at(store: ObjectStore, table_uuid: str) -> int | None:
+    """The version of table ``table_uuid``'s tombstone, if its latest version is one."""
+    latest = latest_version(store)
+    head = try_load_manifest(store, latest) if latest is not None else None
+    return head.version if head is not None and head.dropped and head.table_uuid == table_uuid else None
 
 
 def _incarnation(base: Manifest) -> str | None:
@@ -200,6 +216,12 @@ def _resolve_unknown(store: ObjectStore, txn: Transaction, version: int, table_u
             f"reload the table and check whether version {version} holds transaction {txn.uuid} before retrying"
         ) from error
     if theirs is None:
+        try:
+            dropped_at = _dropped_at(store, table_uuid) if table_uuid is not None else None
+        except LaminaError:
+            dropped_at = None  # the store is failing: its own error says more
+        if dropped_at is not None:  # a purge removed what this put needed (a temp file, the version's number)
+            raise table_dropped(txn, store.uri, dropped_at) from error
         raise error  # nothing landed: a plain failure, the operation can be retried as a whole
     return theirs.record.uuid == txn.uuid
 

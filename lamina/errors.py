@@ -104,5 +104,10 @@ class TableReplaced(CommitConflict):
     """The table at a URI was dropped and created again: what was read belongs to the old one."""
 
 
+class TableDropped(TableReplaced):
+    """The table was dropped (a tombstone version, docs/FORMAT.md §2) after this operation read it:
+    nothing was committed; create the table again, or open the one created at the URI since."""
+
+
 class CommitStateUnknown(LaminaError):
     """The commit may or may not have been written; reload the table before retrying."""

@@ -57,6 +57,10 @@ INDICES_DIR = "_indices/"
 WAL_DIR = "_wal/"
 TRANSACTIONS_DIR = "_transactions/"
 MANIFEST_SUFFIX = ".manifest"
+#: Every directory of a table's layout (docs/FORMAT.md §1), in the order a purge empties them
+#: (``lamina.drop``: versions last). Cleanup walks the same list (``lamina.cleanup``), so a directory
+#: the format adds is either swept or purged, never forgotten by one of them.
+TABLE_DIRS = (DATA_DIR, SEGMENTS_DIR, DELETIONS_DIR, INDICES_DIR, WAL_DIR, TRANSACTIONS_DIR, VERSIONS_DIR)
 #: Files are checksummed with CRC32C (docs/FORMAT.md, "Checksums").
 CHECKSUM_PREFIX = "crc32c:"
 
@@ -620,6 +624,9 @@ class Manifest:
     #: Identifies this incarnation of the table: set at create time, carried by every version.
     #: A table dropped and created again at the same URI has another one ("" before it existed).
     table_uuid: str = ""
+    #: A tombstone: the table was dropped at this version (no fragments, no indices); every later commit
+    #: stops here (``TableDropped``) and readers treat the table as gone (docs/FORMAT.md §2).
+    dropped: bool = False
     #: The manifest segments on storage holding ``fragments`` (all but the inline tail) once laid out
     #: (``lay_out``), with their fragments; after a transaction's ``apply`` they are still its base's,
     #: which ``lay_out`` reuses wherever their fragments did not change.
@@ -777,6 +784,7 @@ def _body(m: Manifest, inline_segments: tuple[ManifestSegment, ...], inline: tup
         ],
         "wal_watermarks": m.wal_watermarks,
         "transaction": m.transaction,
+        **({"dropped": True} if m.dropped else {}),  # only in tombstones: other roots keep their bytes
     }
 
 
@@ -1066,6 +1074,9 @@ def decode_manifest(data: bytes, where: str, reader: "_SegmentReader | None" = N
             raise corrupt(f"it counts {body.get('fragment_count')} fragments in {body.get('segment_count')} segments, "
                           f"its segments and root hold {len(fragments)} in {len(segments)}")
         indices = tuple(_index_from_json(i, where) for i in body["indices"])
+        dropped = body.get("dropped", False)
+        if not isinstance(dropped, bool) or dropped and (fragments or indices):
+            raise corrupt(f"dropped is {dropped!r}, or a dropped table's version still has fragments or indices")
         m = Manifest(
             version=int(body["version"]),
             timestamp_ms=int(body["timestamp_ms"]),
@@ -1080,6 +1091,7 @@ def decode_manifest(data: bytes, where: str, reader: "_SegmentReader | None" = N
             wal_watermarks={str(k): int(v) for k, v in body["wal_watermarks"].items()},
             transaction=dict(body["transaction"]),
             table_uuid=table_uuid,
+            dropped=dropped,
             segments=segments,
             segment_lists=lists,
         )
@@ -1226,6 +1238,11 @@ def _segment_held_bytes(seg: ManifestSegment) -> int:
 def forget_manifest(store: ObjectStore, version: int) -> None:
     """Drops a removed version from this process's cache."""
     _CACHE.discard(lambda key: key[0] == store.uri and key[2] == version)
+
+
+def forget_table(store: ObjectStore, table_uuid: str) -> None:
+    """Drops every version of table ``table_uuid`` at ``store`` from this process's cache (a purged table)."""
+    _CACHE.discard(lambda key: key[0] == store.uri and key[1] == table_uuid)
 
 
 def forget_superseded(store: ObjectStore, m: Manifest) -> None:

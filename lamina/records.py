@@ -259,6 +259,13 @@ class WalFlushRecord(TransactionRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
+class DropRecord(TransactionRecord):
+    """``drop``: the table's end; its version is a tombstone (``dropped``, no fragments or indices)."""
+
+    operation: str = field(default="drop", init=False)
+
+
+@dataclass(frozen=True, kw_only=True)
 class UnknownRecord(TransactionRecord):
     """An operation this Lamina does not know (a newer one wrote it): readable, never replayed over."""
 
@@ -266,7 +273,8 @@ class UnknownRecord(TransactionRecord):
 #: The record type of each stored operation.
 RECORD_TYPES: dict[str, type[TransactionRecord]] = {
     cls.operation: cls  # type: ignore[misc]
-    for cls in (CreateRecord, AppendRecord, OverwriteRecord, DeleteRecord, RewriteRecord, IndexChangeRecord, WalFlushRecord)
+    for cls in (CreateRecord, AppendRecord, OverwriteRecord, DeleteRecord, RewriteRecord, IndexChangeRecord, WalFlushRecord,
+                DropRecord)
 }
 
 INDEX_ACTIONS = ("create", "update", "drop")

@@ -1,4 +1,4 @@
-"""The Table API: create, open, append, delete, read, take, time-travel, clean up.
+"""The Table API: create, open, append, delete, read, take, time-travel, clean up, drop.
 
 A ``Table`` is a view of one version. Writes (create included) commit a
 transaction (see ``lamina.commit``) and move the view to the version they created
@@ -46,6 +46,7 @@ from lamina.index.query import select
 from lamina.transaction import Append, ChangeIndex, Create, Delete, Overwrite, Transaction
 
 if TYPE_CHECKING:
+    from lamina.drop import DropStats
     from lamina.verify import VerifyReport
     from lamina.index import IndexOptions
 
@@ -110,13 +111,15 @@ class Table:
 
     def checkout(self, version: int) -> "Table":
         """The table as of ``version`` (this object is unchanged)."""
-        return Table(self._store, load_manifest(self._store, int(version), self._manifest.table_uuid), self._storage_options)
+        return Table(self._store, _live(self._store, load_manifest(self._store, int(version), self._manifest.table_uuid)),
+                     self._storage_options)
 
     def reload(self) -> "Table":
         """Moves this view to the latest version; returns self.
 
         Raises ``TableReplaced`` if the table was dropped and created again at this URI (the
-        old table's versions are never mixed with the new one's), ``TableNotFound`` if it is gone.
+        old table's versions are never mixed with the new one's), ``TableNotFound`` if it is gone
+        or being dropped.
         """
         latest = latest_version(self._store)
         if latest is None:
@@ -141,7 +144,9 @@ class Table:
     # -- writes -------------------------------------------------------------
     def _move_to(self, manifest: Manifest) -> None:
         """Moves this view to ``manifest``, a newer version of this same table (e.g. one a commit
-        made); the only way a table's manifest changes outside ``reload``."""
+        made); the only way a table's manifest changes outside ``reload``. Never to a tombstone:
+        ``TableNotFound``, the table was dropped."""
+        _live(self._store, manifest)
         if manifest.table_uuid != self._manifest.table_uuid or manifest.version < self._manifest.version:
             raise TableReplaced(
                 f"cannot move the view of {self.uri} (table {self._manifest.table_uuid or '(unnamed)'} at version "
@@ -415,7 +420,13 @@ def create_table(uri: str, schema: pa.Schema, *, primary_key: str | Sequence[str
     pk = check_primary_key(schema, primary_key)
     options = WriteOptions.from_config({}, max_rows_per_file=max_rows_per_file, row_group_rows=row_group_rows)
     store = open_store(uri, storage_options)
-    if latest_version(store) is not None:
+    latest = latest_version(store)
+    if latest is not None:
+        if load_manifest(store, latest).dropped:  # never removes anything itself: a purge may be running
+            raise TableExists(
+                f"the table at {store.uri} is being dropped (its version {latest} is a tombstone) and its files are "
+                f"not all removed yet: run lamina.drop_table({store.uri!r}) to finish the drop (safe while another "
+                f"drop runs), then create the table")
         raise TableExists(f"a Lamina table already exists at {store.uri}; open it with lamina.open_table")
     txn = Create(schema, primary_key=pk, stable_row_ids=stable_row_ids, config=options.to_config())
     return Table(store, commit(store, txn, txn.base), storage_options)
@@ -435,13 +446,40 @@ def open_with_hint(uri: str, version: int | None, storage_options: dict[str, Any
 
         m = load_latest_from(store, known_latest)
         if m is not None:
-            return Table(store, m, storage_options)
+            return Table(store, _live(store, m), storage_options)
     if version is None:
         latest = latest_version(store)
         if latest is None:
             raise TableNotFound(f"no Lamina table at {store.uri} (no manifests under _versions/); create one with lamina.create_table")
         version = latest
-    return Table(store, load_manifest(store, int(version)), storage_options)
+    return Table(store, _live(store, load_manifest(store, int(version))), storage_options)
+
+
+def _live(store: ObjectStore, m: Manifest) -> Manifest:
+    """``m``, unless it is a tombstone: then the table was dropped (``TableNotFound``)."""
+    if m.dropped:
+        raise TableNotFound(
+            f"the table at {store.uri} was dropped at version {m.version}; its files are being removed, or the drop "
+            f"stopped before it finished: run lamina.drop_table({store.uri!r}) to finish it, then create the table again")
+    return m
+
+
+def drop_table(uri: str, *, storage_options: dict[str, Any] | None = None) -> "DropStats":
+    """Drops the table at ``uri`` and removes every object of it; the URI is then free for a new table.
+
+    The drop is a commit (a tombstone version): a writer racing it stops with ``TableDropped`` and commits
+    nothing. Run it again to finish a drop that stopped midway. ``TableNotFound`` if there is no table.
+
+    >>> lamina.drop_table("/tmp/t")
+    DropStats(uri='/tmp/t', version=4, objects_removed=9, bytes_removed=4821)
+    """
+    from lamina.drop import purge
+
+    store = open_store(uri, storage_options)
+    done = purge(store)
+    if done is None:
+        raise TableNotFound(f"no Lamina table at {store.uri} to drop (no manifests under _versions/; dropped already?)")
+    return done
 
 
 @dataclasses.dataclass(frozen=True)
@@ -475,7 +513,7 @@ def upgrade_table(uri: str, *, storage_options: dict[str, Any] | None = None, dr
 
 def _reopen(uri: str, version: int, storage_options: dict[str, Any] | None, table_uuid: str | None = None) -> Table:
     store = open_store(uri, storage_options)
-    return Table(store, load_manifest(store, int(version), table_uuid), storage_options)
+    return Table(store, _live(store, load_manifest(store, int(version), table_uuid)), storage_options)
 
 
-__all__ = ["Table", "create_table", "open_table", "upgrade_table", "Upgrade", "FragmentInfo", "VersionInfo", "TableStats", "IndexInfo"]
+__all__ = ["Table", "create_table", "open_table", "drop_table", "upgrade_table", "Upgrade", "FragmentInfo", "VersionInfo", "TableStats", "IndexInfo"]

@@ -1,6 +1,6 @@
 """Transactions: what one operation changes, as a value, and how it replays over newer versions.
 
-    operation ──► Transaction(read_version, changes)        Create, Append, Delete, WalFlush, Rewrite, ChangeIndex, Overwrite
+    operation ──► Transaction(read_version, changes)        Create, Append, Delete, WalFlush, Rewrite, ChangeIndex, Overwrite, Drop
                      │  rebase(theirs, files) → Transaction  for every version committed since the read
                      │  prepare(base, files) → Transaction   writes the files that depend on the base (deletion merges)
                      ▼  apply(base) → Manifest               pure: the next version, carrying this operation's typed record
@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Iterable, Protocol, TypeVar
 
 import numpy as np
 
-from lamina.errors import CommitConflict, SchemaMismatch, TableExists
+from lamina.errors import CommitConflict, SchemaMismatch, TableDropped, TableExists
 from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, appended, edited, find_fragments, now_ms
 from lamina.records import (
     INDEX_ACTIONS,
@@ -36,6 +36,7 @@ from lamina.records import (
     AppendRecord,
     CreateRecord,
     DeleteRecord,
+    DropRecord,
     IndexChangeRecord,
     OverwriteRecord,
     RewriteRecord,
@@ -53,12 +54,13 @@ DISJOINT = "disjoint fragments"  # conflict only if we rewrote the same fragment
 UNCOVER = "uncover"  # their rewritten fragments drop out of my index coverage
 DISTINCT_NAMES = "distinct names"  # conflict only if the same index name
 WATERMARKS = "watermarks"  # conflict only if they flushed WAL transactions I hold; else merge deletions
+DROPPED = "dropped"  # they dropped the table: TableDropped, nothing is committed
 CONFLICT = "conflict"
 
 #: ``RewriteGroup.source_deletions`` marker: a concurrent delete removed the whole source fragment.
 REMOVED = "<removed>"
 
-OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite", "wal_flush")
+OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite", "wal_flush", "drop")
 
 MATRIX: dict[tuple[str, str], str] = {
     ("append", "append"): REBASE,
@@ -100,6 +102,9 @@ MATRIX: dict[tuple[str, str], str] = {
     ("wal_flush", "create_index"): REBASE,
     ("wal_flush", "overwrite"): CONFLICT,
     ("wal_flush", "wal_flush"): WATERMARKS,
+    # A drop ends the table: it replays over anything (the drop wins), and nothing replays over it.
+    **{("drop", op): REBASE for op in OPERATIONS if op != "drop"},
+    **{(op, "drop"): DROPPED for op in OPERATIONS},
 }
 
 
@@ -131,6 +136,15 @@ def _conflict(mine: "Transaction", theirs: Manifest, table: str, why: str) -> Co
     return CommitConflict(
         f"{mine.operation} on table {table} (read at version {mine.read_version}) conflicts with the {op} "
         f"committed as version {theirs.version}: {why}. Nothing was committed; re-run the {mine.operation} on the latest version"
+    )
+
+
+def table_dropped(mine: "Transaction", table: str, drop_version: int) -> TableDropped:
+    """The error of ``mine`` meeting the tombstone committed as ``drop_version``."""
+    return TableDropped(
+        f"{mine.operation} on table {table} (read at version {mine.read_version}) cannot commit: the table was dropped at "
+        f"version {drop_version} and its files are being removed. Nothing was committed; create the table again "
+        f"(lamina.create_table), or open the one created at this URI since (lamina.open_table)"
     )
 
 
@@ -171,10 +185,14 @@ class Transaction(abc.ABC):
     def rebase(self, theirs: Manifest, files: DeletionFiles) -> "Transaction":
         """This transaction replayed on top of ``theirs`` (the version committed after its base),
         by the conflict matrix; CommitConflict if it cannot be."""
+        if theirs.dropped:  # the root says it, whatever its record (a newer writer's operation included)
+            raise table_dropped(self, files.uri, theirs.version)
         their_op = theirs.record.operation
         if their_op == "create":
             raise _conflict(self, theirs, files.uri, "the table was created again")
         rule = MATRIX.get((self.operation, their_op), CONFLICT)
+        if rule == DROPPED:
+            raise table_dropped(self, files.uri, theirs.version)
         if rule == CONFLICT:
             raise _conflict(self, theirs, files.uri, f"{self.operation} cannot be replayed over {their_op}")
         return self._rebase(rule, theirs, files)
@@ -635,7 +653,7 @@ class Overwrite(Transaction):
         return self.fragments
 
     def rebase(self, theirs: Manifest, files: DeletionFiles) -> "Transaction":
-        if self.strict:
+        if self.strict and not theirs.dropped:
             raise _conflict(self, theirs, files.uri, "a strict overwrite is redone on the latest version, never replayed")
         return super().rebase(theirs, files)
 
@@ -652,3 +670,17 @@ class Overwrite(Transaction):
             schema=self.schema if self.schema is not None else base.schema,
             config={**base.config, **self.config} if self.config else base.config,
         )
+
+
+class Drop(Transaction):
+    """Drops the table: the next version is a tombstone (``dropped``, no fragments, no indices, the same
+    table uuid). Committed by the same put-if-absent as every write, so it is ordered with them: a
+    commit that replays over it stops with ``TableDropped``; a drop replays over anything (it wins).
+    ``lamina.drop`` commits it before removing any object of the table.
+    """
+
+    operation = "drop"
+
+    def apply(self, base: Manifest) -> Manifest:
+        return self._next(base, DropRecord(**self._header()), removes=False, fragments=(), indices=(), wal_watermarks={},
+                          segments=(), segment_lists=(), dropped=True)

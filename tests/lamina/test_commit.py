@@ -13,10 +13,10 @@ import pytest
 import lamina
 from lamina.commit import commit
 from lamina.datafile import write_fragments
-from lamina.errors import CommitConflict, StorageError
+from lamina.errors import CommitConflict, StorageError, TableDropped, TableNotFound
 from lamina.manifest import list_versions, load_manifest
 from lamina.rewrite import full_rewrite
-from lamina.transaction import MATRIX, OPERATIONS, Rewrite, WalFlush
+from lamina.transaction import MATRIX, OPERATIONS, Drop, Rewrite, WalFlush
 from tests.lamina.helpers import SCHEMA, ids_of, rows
 
 BASE = set(range(300))  # three fragments of 100 rows: ids 0-99, 100-199, 200-299
@@ -51,6 +51,8 @@ def do(op, who, table, *, overlap_rewrite=True, index_name=None):
                                 table.write_options)
         key = "0/0000000000" if who == "mine" else "1/0000000000"
         commit(table.store, WalFlush(table.version, frags, {}, {key: 1}, {key: 0}), table.manifest)
+    elif op == "drop":  # what lamina.drop_table commits before it removes anything
+        commit(table.store, Drop(table.version), table.manifest)
 
 
 def model(op, who, ids):
@@ -77,6 +79,19 @@ def test_conflict_matrix_cell(local_table_uri, mine, theirs):
     t = make_base(local_table_uri)
     stale = t.checkout(t.version)
     do(theirs, "theirs", t, overlap_rewrite=False)  # commits version 5
+    if MATRIX[(mine, theirs)] == "dropped":
+        with pytest.raises(TableDropped, match=rf"{mine} on table {t.uri} \(read at version 4\).*dropped at version 5"):
+            do(mine, "mine", stale)
+        assert list_versions(t.store)[-1] == 5 and load_manifest(t.store, 5).dropped
+        _assert_no_stray_data_files(t)
+        return
+    if mine == "drop":  # the drop wins over anything: version 6 is its tombstone
+        do(mine, "mine", stale)
+        with pytest.raises(TableNotFound, match="dropped at version 6"):
+            lamina.open_table(local_table_uri)
+        assert load_manifest(t.store, 6).dropped and not load_manifest(t.store, 5).dropped
+        _assert_no_stray_data_files(t)
+        return
     expect_conflict = MATRIX[(mine, theirs)] == "conflict"
     if expect_conflict:
         with pytest.raises(CommitConflict, match=rf"{mine}.*conflicts with the {theirs} committed as version 5"):
