@@ -27,9 +27,11 @@ column's unit, never truncated to it: on a ``timestamp('s')`` column
 ``ts >= TIMESTAMP '2026-01-01T00:00:00.5'`` is ``ts >= '2026-01-01T00:00:01'`` and
 ``ts = TIMESTAMP '2026-01-01T00:00:00.5'`` matches nothing; a date column compares
 with a timestamp as its midnight (``d < TIMESTAMP '2026-01-01T12:00'`` holds for
-2026-01-01), and a timestamp column with a date as its midnight; a number against a
-duration, timestamp or date column counts the column's unit (``dur = 1.5`` on
-``duration('s')`` matches nothing).
+2026-01-01), and a timestamp column with a date as its midnight; a time-of-day column
+(``time32``, ``time64``) takes a string ``'hh:mm[:ss[.fraction]]'`` as that time, to any
+precision (on ``time32('s')``, ``t >= '12:00:00.5'`` is ``t >= '12:00:01'``); a number
+against a duration, timestamp, date or time column counts the column's unit
+(``dur = 1.5`` on ``duration('s')`` matches nothing).
 
 Comparisons follow IEEE 754 and SQL's three-valued logic: a comparison with NULL
 is NULL, and rows where the filter is NULL are not returned; NaN equals nothing and
@@ -180,7 +182,8 @@ _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 def _counted(t: pa.DataType) -> bool:
     """Types whose values are integers (temporal ones: a count of their unit), compared by value."""
-    return pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_duration(t)
+    return (pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_duration(t)
+            or pa.types.is_time(t))
 
 
 def _unit_ns(t: pa.DataType) -> int:
@@ -199,14 +202,11 @@ def _integral(v: Number) -> bool:
 
 
 def _int_bounds(t: pa.DataType) -> tuple[int, int]:
-    """The least and greatest integer a value of ``t`` (``_counted``) is stored as."""
-    if pa.types.is_integer(t):
-        width, signed = t.bit_width, pa.types.is_signed_integer(t)
-    else:  # temporal: days in 32 bits (date32), else a signed 64-bit count of the unit
-        width, signed = (32 if pa.types.is_date32(t) else 64), True
-    if signed:
-        return -(1 << (width - 1)), (1 << (width - 1)) - 1
-    return 0, (1 << width) - 1
+    """The least and greatest integer a value of ``t`` (``_counted``) is stored as: ``t.bit_width`` bits,
+    signed but for unsigned integers (temporal counts are signed: date32 and time32 in 32 bits)."""
+    if pa.types.is_unsigned_integer(t):
+        return 0, (1 << t.bit_width) - 1
+    return -(1 << (t.bit_width - 1)), (1 << (t.bit_width - 1)) - 1
 
 
 def _exact_int(v: Number, t: pa.DataType) -> int | None:
@@ -223,13 +223,19 @@ def _units(v: Any, t: pa.DataType) -> "Number | None":
     """A literal's exact value counted in the unit of type ``t`` (``_counted``), or None when it is not
     one the type compares by value (it is cast instead). A number is such a count already; a date, a
     datetime or a timestamp string is an instant, counted from the epoch and kept whole: on a
-    ``timestamp('s')`` column 00:00:00.5 is half a unit, on a date column 12:00 half a day. Casting
-    it would truncate it to the unit, and a comparison with the truncated value is wrong."""
+    ``timestamp('s')`` column 00:00:00.5 is half a unit, on a date column 12:00 half a day; on a time
+    column a string is a time of day, counted from midnight (12:00:00.5 is 43200.5 units of
+    ``time32('s')``). Casting it would truncate it to the unit, and a comparison with the truncated
+    value is wrong."""
     if _is_number(v):
         return v
-    if not (pa.types.is_timestamp(t) or pa.types.is_date(t)):
+    if pa.types.is_time(t):
+        ns: "int | Fraction | None" = _time_of_day_ns(v) if isinstance(v, str) else None
+        if ns is None:
+            return None
+    elif not (pa.types.is_timestamp(t) or pa.types.is_date(t)):
         return None
-    if isinstance(v, str):
+    elif isinstance(v, str):
         ns = _instant_ns(v, t.tz if pa.types.is_timestamp(t) else None)
         if ns is None:
             return None
@@ -241,6 +247,25 @@ def _units(v: Any, t: pa.DataType) -> "Number | None":
         return None
     q = Fraction(ns, _unit_ns(t))
     return q.numerator if q.denominator == 1 else q
+
+
+_TIME_OF_DAY = re.compile(r"\s*(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?\s*", re.ASCII)
+
+
+def _time_of_day_ns(text: str) -> "int | Fraction | None":
+    """A time of day ``hh:mm[:ss[.fraction]]`` (any number of fractional digits) as exact nanoseconds
+    past midnight, or None when it is not one. (Arrow casts no string to a time type.)"""
+    m = _TIME_OF_DAY.fullmatch(text)
+    if m is None:
+        return None
+    h, mi, sec, frac = int(m[1]), int(m[2]), int(m[3] or 0), (m[4] or "").rstrip("0")
+    if h > 23 or mi > 59 or sec > 59:
+        return None
+    try:
+        ns = ((h * 60 + mi) * 60 + sec) * 10**9 + Fraction(int(frac or 0) * 10**9, 10 ** len(frac))
+    except ValueError:  # more digits than int() reads
+        return None
+    return ns.numerator if ns.denominator == 1 else ns
 
 
 def _instant_ns(text: str, tz: str | None) -> int | None:

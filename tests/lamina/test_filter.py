@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import math
+import re
 from typing import Callable
 
 import numpy as np
@@ -365,9 +366,15 @@ def test_a_long_in_list_that_is_not_all_integers_is_parsed_value_by_value():
 T0 = dt.datetime(2026, 1, 1)
 
 
+#: Time-of-day columns: name, type, units in a second. Row ``k`` holds NOON + k units.
+TIMES = (("t_s", pa.time32("s"), 1), ("t_ms", pa.time32("ms"), 10**3), ("t_us", pa.time64("us"), 10**6),
+         ("t_ns", pa.time64("ns"), 10**9))
+NOON = 12 * 3600
+
+
 def _temporal_rows(ks: range) -> pa.Table:
-    """Row ``k``: ``tss`` T0 + k s, ``tms`` T0 + k ms, ``d`` T0's date + k days, ``dur`` k s (all NULL
-    where k % 7 == 3)."""
+    """Row ``k``: ``tss`` T0 + k s, ``tms`` T0 + k ms, ``d`` T0's date + k days, ``dur`` k s, and
+    12:00:00 + k of the unit of each time column (``TIMES``) (all NULL where k % 7 == 3)."""
     def col(values: list, type_: pa.DataType) -> pa.Array:
         return pa.array([None if k % 7 == 3 else v for k, v in zip(ks, values)], type_)
 
@@ -377,20 +384,23 @@ def _temporal_rows(ks: range) -> pa.Table:
         "tms": col([T0 + dt.timedelta(milliseconds=k) for k in ks], pa.timestamp("ms")),
         "d": col([T0.date() + dt.timedelta(days=k) for k in ks], pa.date32()),
         "dur": col([dt.timedelta(seconds=k) for k in ks], pa.duration("s")),
+        **{name: col([NOON * per_second + k for k in ks], type_) for name, type_, per_second in TIMES},
     })
 
 
 @pytest.fixture
 def temporal_tables(tmp_path):
-    """Two tables of the same rows: the first indexed (btree on tss, tms and dur, bitmap on d) but for
-    its last fragment; fragments of one row (k = 0) and one null, so zone maps decide alone on them."""
+    """Two tables of the same rows: the first indexed (btree on tss, tms, dur, t_s, t_ms and t_us, bitmap
+    on d and t_ns) but for its last fragment; fragments of one row (k = 0) and one null, so zone maps
+    decide alone on them."""
     tables = []
     for name, indexed in (("indexed", True), ("plain", False)):
         t = lamina.create_table(str(tmp_path / name), _temporal_rows(range(0)).schema)
         for ks in (range(0, 1), range(1, 10), range(3, 4), range(10, 20)):
             t.append(_temporal_rows(ks))
         if indexed:
-            for column, kind in (("tss", "btree"), ("tms", "btree"), ("dur", "btree"), ("d", "bitmap")):
+            for column, kind in (("tss", "btree"), ("tms", "btree"), ("dur", "btree"), ("d", "bitmap"), ("t_s", "btree"),
+                                 ("t_ms", "btree"), ("t_us", "btree"), ("t_ns", "bitmap")):
                 t.create_index(column, kind)
         t.append(_temporal_rows(range(20, 30)))
         tables.append(t)
@@ -436,6 +446,35 @@ TEMPORAL_CASES = [
     ("dur >= 1.5 AND dur < 4.5", _ks(2, 4)),
     ("dur IN (1.5, 5, 6.0)", _ks(5, 6)),
     ("dur < 1e30", lambda k: True),
+    # time32('s'): a time of day between two seconds is compared exactly
+    ("t_s >= '12:00:00.5'", lambda k: k >= 1),
+    ("t_s < '12:00:00.5'", _ks(0)),
+    ("t_s > '12:00:00.5'", lambda k: k >= 1),
+    ("t_s <= '12:00:00.5'", _ks(0)),
+    ("t_s = '12:00:00.5'", _ks()),
+    ("t_s != '12:00:00.5'", lambda k: True),
+    ("'12:00:00.5' > t_s", _ks(0)),
+    ("t_s = '12:00:02'", _ks(2)),
+    ("t_s < '12:00'", _ks()),
+    ("t_s >= '11:59:59.999999999'", lambda k: True),
+    ("t_s BETWEEN '12:00:01.5' AND '12:00:05.5'", _ks(2, 4, 5)),
+    ("t_s IN ('12:00:01.5', '12:00:04')", _ks(4)),
+    ("t_s >= '12:00:04' AND t_s < '12:00:05.000001'", _ks(4, 5)),
+    ("t_s >= 43201.5", lambda k: k >= 2),  # a number counts the column's unit (seconds past midnight)
+    ("t_s = 43201.5", _ks()),
+    # time32('ms'), time64('us') and time64('ns') against finer literals
+    ("t_ms >= '12:00:00.0015'", lambda k: k >= 2),
+    ("t_ms < '12:00:00.001500'", lambda k: k <= 1),
+    ("t_ms = '12:00:00.0015'", _ks()),
+    ("t_ms = '12:00:00.002'", _ks(2)),
+    ("t_ms > '12:00:00.004000001'", lambda k: k >= 5),
+    ("t_us >= '12:00:00.0000015'", lambda k: k >= 2),
+    ("t_us <= '12:00:00.000004999'", lambda k: k <= 4),
+    ("t_us IN ('12:00:00.000005', '12:00:00.0000065', '12:00:00.000007')", _ks(5, 7)),
+    ("t_ns = '12:00:00.000000002'", _ks(2)),
+    ("t_ns > '12:00:00.0000000025'", lambda k: k >= 3),
+    ("t_ns = '12:00:00.0000000025'", _ks()),
+    ("t_ns IN ('12:00:00.000000005', '12:00:00.0000000065', '12:00:00.000000006')", _ks(5, 6)),
 ]
 
 
@@ -445,8 +484,14 @@ def test_temporal_literals_compare_by_value(temporal_tables, text, expected):
     strict, ``=`` matches nothing), through indices, zone maps and scans; ``delete`` removes those rows."""
     indexed, plain = temporal_tables
     everything = plain.to_arrow().to_pylist()
-    column = next(c for c in ("tss", "tms", "dur", "d") if c in text)
+    times = [name for name, _, _ in TIMES]
+    column = next(c for c in ("tss", "tms", "dur", *times, "d") if c in text)
     want = sorted(r["k"] for r in everything if r[column] is not None and expected(r["k"]))
+    # DuckDB reads t_s, t_ms and t_us as TIME (microseconds), t_ns as TIME_NS, and truncates a string finer
+    # than that to it: a second opinion on the other string literals
+    digits = [len(f) for f in re.findall(r"\.(\d+)'", text)]
+    if column in times and "'" in text and max(digits, default=0) <= (9 if column == "t_ns" else 6):
+        assert sorted(r[0] for r in _duckdb_rows(plain.to_arrow(columns=["k", column]), text).elements()) == want
     for t in (indexed, plain):
         for use_index in (True, False):
             assert sorted(t.to_arrow(filter=text, use_index=use_index)["k"].to_pylist()) == want, (t.uri, use_index)

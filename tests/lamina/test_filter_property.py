@@ -379,19 +379,27 @@ def test_random_deletes_remove_the_same_rows_with_and_without_indices(tmp_path, 
 
 # -- temporal columns, against literals of every unit ----------------------------------------------
 #: ``ts`` timestamp('s'), ``tm`` timestamp('ms'), ``d`` date32, ``dur`` duration('s'), each 0-11 units past
-#: BASE (sorted within a fragment, so zone maps and row-group statistics decide near the literals), and a row
-#: number ``n``. Literals: TIMESTAMP '...' to the microsecond, strings to the nanosecond, DATE '...', numbers
-#: with fractions against the duration; brute force compares exact nanoseconds.
+#: BASE, and times of day ``t_s`` time32('s'), ``t_ms`` time32('ms'), ``t_us`` time64('us'), ``t_ns``
+#: time64('ns'), each 0-11 units past noon (sorted within a fragment, so zone maps and row-group statistics
+#: decide near the literals), and a row number ``n``. Literals: TIMESTAMP '...' to the microsecond, strings
+#: to the nanosecond (times of day to a tenth of one), DATE '...', numbers with fractions against the
+#: duration and the times of day; brute force compares exact nanoseconds.
 BASE = dt.datetime(2026, 1, 1)
 BASE_NS = (BASE - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1) * 1000
 DAY_NS = 86_400 * 10**9
-UNIT_NS = {"ts": 10**9, "tm": 10**6, "d": DAY_NS, "dur": 10**9}
+NOON_NS = 12 * 3600 * 10**9
+TIMES = {"t_s": pa.time32("s"), "t_ms": pa.time32("ms"), "t_us": pa.time64("us"), "t_ns": pa.time64("ns")}
+UNIT_NS = {"ts": 10**9, "tm": 10**6, "d": DAY_NS, "dur": 10**9, "t_s": 10**9, "t_ms": 10**6, "t_us": 10**3, "t_ns": 1}
 TEMPORAL = pa.schema([("n", pa.int64()), ("ts", pa.timestamp("s")), ("tm", pa.timestamp("ms")), ("d", pa.date32()),
-                      ("dur", pa.duration("s"))])
-TEMPORAL_INDICES = [("ts", "btree"), ("ts", "bitmap"), ("tm", "btree"), ("d", "bitmap"), ("d", "btree"), ("dur", "btree")]
+                      ("dur", pa.duration("s")), *TIMES.items()])
+TEMPORAL_COLUMNS = ["ts", "tm", "d", "dur", *TIMES]
+TEMPORAL_INDICES = [("ts", "btree"), ("ts", "bitmap"), ("tm", "btree"), ("d", "bitmap"), ("d", "btree"), ("dur", "btree"),
+                    ("t_s", "btree"), ("t_ms", "bitmap"), ("t_us", "btree"), ("t_ns", "btree"), ("t_ns", "bitmap")]
 #: Offsets of a literal from a whole unit, in nanoseconds: exact, a nanosecond, a microsecond, half a unit.
 _NUDGES = {"ts": [0, 0, 1, -1, 1000, -1000, 500_000_000], "tm": [0, 0, 1, -1, 1000, -1000, 500_000],
-           "d": [0, 0, 1, -1, 1000, 10**9, DAY_NS // 2], "dur": [0, 0, 500_000_000, -500_000_000, 250_000_000]}
+           "d": [0, 0, 1, -1, 1000, 10**9, DAY_NS // 2], "dur": [0, 0, 500_000_000, -500_000_000, 250_000_000],
+           "t_s": [0, 0, 1, -1, 1000, -1000, 500_000_000], "t_ms": [0, 0, 1, -1, 1000, -1000, 500_000],
+           "t_us": [0, 0, 1, -1, 500], "t_ns": [0, 0, Fraction(1, 2), Fraction(-1, 2), Fraction(1, 10)]}
 
 
 def _temporal_rows(rng: np.random.Generator, start: int, n: int) -> pa.Table:
@@ -400,12 +408,14 @@ def _temporal_rows(rng: np.random.Generator, start: int, n: int) -> pa.Table:
         return [None if rng.random() < 0.08 else u for u in units]
 
     ts, tm, d, dur = values("ts"), values("tm"), values("d"), values("dur")
+    times = {c: [None if v is None else NOON_NS // UNIT_NS[c] + v for v in values(c)] for c in TIMES}
     return pa.table({
         "n": pa.array(range(start, start + n), pa.int64()),
         "ts": pa.array([None if v is None else BASE + dt.timedelta(seconds=v) for v in ts], pa.timestamp("s")),
         "tm": pa.array([None if v is None else BASE + dt.timedelta(milliseconds=v) for v in tm], pa.timestamp("ms")),
         "d": pa.array([None if v is None else BASE.date() + dt.timedelta(days=v) for v in d], pa.date32()),
         "dur": pa.array([None if v is None else dt.timedelta(seconds=v) for v in dur], pa.duration("s")),
+        **{c: pa.array(times[c], type_) for c, type_ in TIMES.items()},
     }, schema=TEMPORAL)
 
 
@@ -423,9 +433,19 @@ def _make_temporal_table(path: str, indexed: bool, seed: int = 0) -> lamina.Tabl
     return t
 
 
+def _pylist(table: pa.Table) -> list[dict]:
+    """A table's rows, times of day as their integers (``datetime.time`` has no nanoseconds)."""
+    ints = {32: pa.int32(), 64: pa.int64()}
+    return table.cast(pa.schema([pa.field(f.name, ints[f.type.bit_width]) if f.name in TIMES else f
+                                 for f in table.schema])).to_pylist()
+
+
 def _as_ns(row: dict) -> dict:
-    """A row's temporal values as exact nanoseconds (``dur`` from zero, the others from the epoch)."""
+    """A row's temporal values as exact nanoseconds (``dur`` from zero, times of day from midnight, the
+    others from the epoch)."""
     out = {"n": row["n"]}
+    for column in TIMES:
+        out[column] = None if row[column] is None else row[column] * UNIT_NS[column]
     for column in ("ts", "tm", "d"):
         v = row[column]
         if isinstance(v, dt.date) and not isinstance(v, dt.datetime):
@@ -456,6 +476,20 @@ def _instant(ns: int) -> TLit:
     return TLit(ns, f"'{whole:%Y-%m-%d %H:%M:%S}.{ns % 10**9:09d}'")
 
 
+def _time_of_day(ns: Fraction | int) -> TLit:
+    """A time of day (nanoseconds past midnight, maybe a fraction of one) as a string, its fraction of a second
+    written out exactly."""
+    ns = Fraction(ns)
+    seconds = ns.numerator // (ns.denominator * 10**9)
+    digits, frac = 0, (ns - seconds * 10**9) / 10**9
+    while (frac * 10**digits).denominator != 1:
+        digits += 1
+    text = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    if frac:
+        text += "." + f"{int(frac * 10**digits):0{digits}d}".rstrip("0")
+    return TLit(ns, f"'{text}'")
+
+
 class TemporalGen(Gen):
     """Random filters over TEMPORAL's columns (the grammar of ``Gen``, other columns and literals)."""
 
@@ -471,15 +505,22 @@ class TemporalGen(Gen):
                 return TLit(Fraction(big) * 10**9, repr(big))
             number = units + self.pick([0, 0, 0.5, -0.5, 0.25])
             return TLit(Fraction(number) * 10**9, repr(number))
+        if column in TIMES:
+            if self.chance(0.15):  # a number counts the column's unit past midnight
+                number = NOON_NS // UNIT_NS[column] + units + self.pick([0, 0.5, -0.5, 0.25])
+                return TLit(Fraction(number) * UNIT_NS[column], repr(number))
+            if self.chance(0.05):
+                return _time_of_day(self.pick([0, DAY_NS - 1, Fraction(DAY_NS * 10 - 1, 10)]))
+            return _time_of_day(NOON_NS + units * UNIT_NS[column] + self.pick(_NUDGES[column]))
         return _instant(BASE_NS + units * UNIT_NS[column] + self.pick(_NUDGES[column]))
 
     def term(self, column: str | None = None, indexable: bool = False) -> Node:
-        node = super().term(column or self.pick(["ts", "tm", "d", "dur"]), indexable)
+        node = super().term(column or self.pick(TEMPORAL_COLUMNS), indexable)
         return node if node.kind != "like" else Node("isnull", node.column, negate=node.negate)
 
     def filter(self) -> Node:
         if self.chance(0.4):  # several bounds on one column, from few values half of the time
-            column = self.pick(["ts", "tm", "d", "dur"])
+            column = self.pick(TEMPORAL_COLUMNS)
             if self.chance(0.5):
                 self.narrow = [self.lit(column) for _ in range(3)]
             node = Node("and", kids=tuple(self.term(column, indexable=True) for _ in range(int(self.r.integers(1, 4)))))
@@ -502,7 +543,7 @@ def test_random_temporal_filters_compare_literals_of_every_unit_exactly(temporal
     """A literal finer than a column's unit is compared exactly, through a scan (zone maps, row-group
     statistics) and through indices: the rows brute force on exact nanoseconds picks."""
     t = temporal_table
-    everything = t.to_arrow().to_pylist()
+    everything = _pylist(t.to_arrow())
     gen = TemporalGen(seed)
     for n in range(100):
         node = gen.filter()
@@ -522,7 +563,7 @@ def test_random_temporal_deletes_remove_the_rows_brute_force_picks(tmp_path, see
     for n in range(8):
         node = gen.filter()
         text = node.render()
-        want = _numbers(plain.to_arrow().to_pylist(), node, keep=False)
+        want = _numbers(_pylist(plain.to_arrow()), node, keep=False)
         assert indexed.delete(text) == plain.delete(text), f"seed {seed} #{n} {text!r}"
         for t in (indexed, plain):
             left = sorted(t.to_arrow()["n"].to_pylist())
