@@ -14,7 +14,10 @@ Bounded: a poll applies WAL only while the memtable is under flush_rows / flush_
 holds at most that plus one transaction whatever the backlog, and nothing more is applied
 while flushes fail. Schema changes: an applier reads WAL rows in the table's schema as of its
 start, follows a change in which those rows decode the same (``wal_schema_change``) and
-otherwise stops its shard (``ShardStopped``), keeping the unflushed rows in the WAL.
+otherwise stops its shard (``ShardStopped``), keeping the unflushed rows in the WAL. A dropped
+table (a tombstone, its location emptied, another table created there) stops the shard too, with
+``TableDropped``: nothing is committed, nothing is written to the location, and the rows read but
+not flushed are reported as not applied (they went with the table).
 
 ``ShardApplier`` is plain Python (tests drive it directly); ``workers.ingest`` wraps it
 in a Ray actor and ``jobs.ingest`` runs one per shard.
@@ -38,7 +41,18 @@ import pyarrow.compute as pc
 from lamina import _native
 from lamina.commit import commit
 from lamina.datafile import write_fragments
-from lamina.errors import CommitConflict, CorruptFile, InvalidArgument, ObjectNotFound, SchemaMismatch, ShardStopped
+from lamina.errors import (
+    CommitConflict,
+    CorruptFile,
+    InvalidArgument,
+    LaminaError,
+    ObjectNotFound,
+    SchemaMismatch,
+    ShardStopped,
+    TableDropped,
+    TableNotFound,
+    TableReplaced,
+)
 from lamina.faults import maybe_die
 from lamina.keys import primary_key_domain
 from lamina.filter import Conjunct, Filter
@@ -51,6 +65,7 @@ from lamina.wal import (
     SEALED,
     SegmentState,
     WalTxn,
+    latest_of,
     list_segments,
     parse_watermark_key,
     read_claim,
@@ -150,7 +165,7 @@ class ApplierStats:
     torn: dict[int, str] = field(default_factory=dict)
     watermarks: dict[str, int] = field(default_factory=dict)
     version: int = 0
-    #: Why the shard is stopped (``ShardStopped``), None while it runs.
+    #: Why the shard is stopped (``ShardStopped``, ``TableDropped``), None while it runs.
     error: str | None = None
 
 
@@ -230,7 +245,8 @@ class ShardApplier:
         self.table = lamina.open_table(uri, storage_options=storage_options)
         self.store = self.table.store
         self.stats = ApplierStats(self.shard)
-        self._stopped: ShardStopped | None = None
+        #: Why the shard stopped for good: ``ShardStopped`` (a schema change), ``TableDropped``.
+        self._stopped: LaminaError | None = None
         #: The schema WAL rows are decoded in: the table's, or a stopped shard's recorded one.
         self.schema = self.table.schema
         self.pk = self._table_key()
@@ -261,9 +277,41 @@ class ShardApplier:
     # -- schema changes --------------------------------------------------------------
     def _reload(self):
         """The table at its latest version, with the applier following a schema change (or stopping)."""
-        self.table.reload()
+        self._reload_table()
         self._follow_schema()
         return self.table
+
+    def _reload_table(self):
+        """``table.reload()``; a table that is gone stops the shard (``TableDropped``)."""
+        if isinstance(self._stopped, TableDropped):
+            raise self._stopped  # no table to read any more (a schema stop still reads it: retention)
+        try:
+            return self.table.reload()
+        except (TableNotFound, TableReplaced) as e:
+            self._dropped(e)
+
+    def _dropped(self, cause: Exception) -> None:
+        """Stops the shard for good: its table was dropped (``cause`` is how the applier met it).
+        Writes nothing to the location (no stop record: the purge would have to find it), so a
+        restarted applier finds no table to open."""
+        _, why = latest_of(self.store, self.table.manifest.table_uuid)
+        why = why or f"the table was dropped ({cause})"
+        starts, positions = getattr(self, "starts", {}), getattr(self, "positions", {})  # none yet when opening
+        unflushed = getattr(self, "unflushed_rows", 0)
+        if unflushed:
+            where = ", ".join(f"segment {watermark_key(self.shard, s)} transactions {starts.get(s, 0)} to {n - 1}"
+                              for s, n in sorted(positions.items()) if n != starts.get(s, 0))
+            lost = (f"{unflushed} rows read from its WAL ({where}) were not applied and will not be: they were "
+                    f"for the dropped table")
+        else:
+            lost = "no rows were waiting to be flushed"
+        message = (f"WAL shard {self.shard} of table {self.uri} stopped: {why}; nothing was committed after the drop, "
+                   f"{lost}. Stop the table's producers (their WalWriters raise TableDropped too); to ingest into a table "
+                   f"created at this URI since, start a new applier on it")
+        self._stopped = TableDropped(message)
+        self.stats.error = message
+        log.error("%s", message)
+        raise self._stopped from cause
 
     def _follow_schema(self) -> None:
         new = self.table.schema
@@ -328,10 +376,15 @@ class ShardApplier:
         if self._stopped is not None:
             raise self._stopped
 
+    @property
+    def stopped(self) -> LaminaError | None:
+        """Why the shard stopped for good (``ShardStopped``, ``TableDropped``), None while it runs."""
+        return self._stopped
+
     # -- state ------------------------------------------------------------------
     def _reset(self) -> None:
         """Memtable emptied, positions back to the committed watermarks (restart, or a lost flush race)."""
-        self.table.reload()
+        self._reload_table()
         self.starts: dict[int, int] = {}
         for key, n in self.table.manifest.wal_watermarks.items():
             shard, segment = parse_watermark_key(key)
@@ -442,7 +495,7 @@ class ShardApplier:
         """A sealed segment's data vanished before this applier read all of it: fine if its
         transactions are committed (another applier flushed them and retention removed them),
         else reported like a torn tail."""
-        committed = self.table.reload().manifest.wal_watermarks.get(watermark_key(self.shard, state.segment), 0)
+        committed = self._reload_table().manifest.wal_watermarks.get(watermark_key(self.shard, state.segment), 0)
         if committed >= (state.sealed or 0):
             self._finished.add(state.segment)  # this applier's copy is stale; its flush will lose the race
             return
@@ -511,6 +564,8 @@ class ShardApplier:
             watch = _PutWatch(self.store)
             try:
                 self.table._move_to(commit(watch, txn, base))
+            except (TableReplaced, TableNotFound) as e:  # dropped: nothing committed; commit() removed the files
+                self._dropped(e)
             except CommitConflict as e:  # nothing committed; commit() removed the files
                 log.warning("shard %d: flush not committed (%s); reloading from the committed watermarks", self.shard, e)
                 self.stats.conflicts += 1
@@ -520,7 +575,7 @@ class ShardApplier:
                 self._remove_files(fragments)
                 self._stop(f"WAL shard {self.shard} of table {self.uri} stopped: its flush was refused ({e}). "
                            f"The applier read its WAL rows in ({show_schema(self.schema)}); the table has "
-                           f"({show_schema(self.table.reload().schema)}). Nothing was lost: the unflushed rows stay in "
+                           f"({show_schema(self._reload_table().schema)}). Nothing was lost: the unflushed rows stay in "
                            f"the WAL; start the applier again once the table's schema fits them")
             except Exception as e:
                 self.stats.flush_failures += 1
@@ -547,13 +602,16 @@ class ShardApplier:
 
     def drain(self) -> int | None:
         """Applies and flushes what is committed to the WAL now, flush_bytes at a time; returns
-        the last version committed (None if nothing was)."""
+        the last version committed (None if nothing was). With nothing to flush it still reads the
+        table, so a caller learns that it was dropped (``TableDropped``)."""
         version = None
         while True:
             with self._lock:
                 self.poll()
                 more = self.full()
                 v = self.flush()
+                if v is None and version is None:
+                    self._reload_table()
             version = v if v is not None else version
             if not more or v is None:
                 return version
@@ -576,6 +634,7 @@ class ShardApplier:
         return self.get_many([pk])[0]
 
     def get_many(self, pks: Sequence[Any]) -> list[dict | None]:
+        self._check_running()
         if self.memtable is None:
             raise InvalidArgument(f"point lookups need a primary key; {self.uri} has none")
         col = self.schema.field(self.pk).type
@@ -611,13 +670,15 @@ class ShardApplier:
         once their seal is older than the retention; returns the segments this call removed
         (the module's ``remove_applied_segments`` with the table's latest watermarks)."""
         with self._lock:
-            committed = self.table.reload().manifest.wal_watermarks
+            committed = self._reload_table().manifest.wal_watermarks
             return remove_applied_segments(self.store, self.shard, committed, self.options.retention_seconds, now=now)
 
     def step(self) -> None:
         """One round of the applier loop: apply (up to the memtable's bounds), flush if due, expire
         old segments (at most once a minute). While flushes fail, the memtable stays full and
-        nothing more is applied. A stopped shard raises ``ShardStopped``."""
+        nothing more is applied. A stopped shard raises ``ShardStopped``, or ``TableDropped``: an
+        applier learns of a drop when it reads the table (each flush, the expiry round, a lookup
+        of a key not in its memtable, ``drain``); until then it may read rows producers write."""
         self._check_running()
         self.poll()
         if self.should_flush():

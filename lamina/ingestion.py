@@ -59,7 +59,9 @@ class Ingestion:
         return out
 
     def flush(self) -> list[int | None]:
-        """Applies and flushes what is committed now, in every shard; the version each flush made."""
+        """Applies and flushes what is committed now, in every shard; the version each flush made.
+        Raises a stopped shard's error: ``ShardStopped`` (a schema change), ``TableDropped`` (the table
+        was dropped: its producers' writers raise it too)."""
         from workers.runtime import get
 
         return get([h.flush.remote() for h in self.handles])

@@ -17,6 +17,8 @@ files and can be appended to, ``ObjectSegmentLog`` elsewhere); nothing else here
 
 One ``WalWriter`` owns one segment at a time (a fresh one per writer, never shared), so any
 number of producers may write one shard; each transaction is durable when ``commit`` returns.
+A writer never writes into a dropped table's location once it can tell (``WalWriter``: it checks
+the table at each claim and seal, and its claim after each transaction).
 """
 
 from __future__ import annotations
@@ -40,8 +42,16 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import _native
-from lamina.errors import CorruptFile, InvalidArgument, ObjectNotFound, SchemaMismatch, StorageError, WalError
-from lamina.manifest import WAL_DIR
+from lamina.errors import (
+    CorruptFile,
+    InvalidArgument,
+    ObjectNotFound,
+    SchemaMismatch,
+    StorageError,
+    TableDropped,
+    WalError,
+)
+from lamina.manifest import WAL_DIR, Manifest, latest_version, try_load_manifest
 from lamina.store import ObjectStore
 
 log = logging.getLogger("lamina.wal")
@@ -113,6 +123,25 @@ def read_claim(store: ObjectStore, shard: int, segment: int) -> tuple[pa.Schema,
         raise CorruptFile(f"WAL segment claim {store.describe(path)} has an unreadable schema ({e})") from None
 
 
+def latest_of(store: ObjectStore, table_uuid: str) -> tuple[Manifest | None, str | None]:
+    """The latest version of table ``table_uuid`` at ``store``, or (None, what happened to the table) if
+    it was dropped: its latest version is a tombstone, the location holds no version any more, or
+    it holds another table created there since (docs/FORMAT.md §9.1)."""
+    for _ in range(3):
+        latest = latest_version(store)
+        if latest is None:
+            return None, "the table was dropped (its location holds no version any more)"
+        m = try_load_manifest(store, latest)
+        if m is None:
+            continue  # removed since it was listed (only a purge removes the latest version): look again
+        if table_uuid and m.table_uuid != table_uuid:
+            return None, f"the table was dropped and another created at its location since (table {m.table_uuid})"
+        if m.dropped:
+            return None, f"the table was dropped at version {m.version}"
+        return m, None
+    return None, "the table was dropped (its versions are being removed)"
+
+
 def _check_row_schema(schema: pa.Schema, primary_key: Sequence[str]) -> None:
     try:
         _native.wal_check_schema(schema)
@@ -128,6 +157,21 @@ class WalWriter:
     ``put``/``put_many``/``put_batch``/``delete`` buffer rows (checked against the table
     schema on the way in); ``commit`` makes them durable as one transaction and returns its id.
     Rows not committed are lost if the process dies, and only those.
+
+    A dropped table (``lamina.drop_table``; or its location emptied, or another table created
+    there) stops the writer with ``TableDropped``, and every later ``put``/``commit`` raises it
+    again. The writer reads the table's latest version before and after each segment claim and
+    before each seal, and its own claim after each transaction (one small GET: a purge removes
+    claims, nothing else does). So after a drop a producer writes at most the transaction in flight
+    when the purge removed its claim; what it writes after the purge's last listing it removes
+    itself (a claim, a seal, its transaction's object or the segment's recreated files), and the
+    purge removes what lands before (it lists the layout again until a listing is empty). Left
+    behind can only be the writes of a producer that died between its write and its check
+    (unreferenced, under ``_wal/``, which cleanup does not sweep: a later ``lamina.drop_table`` of
+    a table created there removes them). Not covered: a producer idle across the whole drop and the
+    creation of a new table at the URI, whose own producer claimed the same segment number, writes
+    its next transaction into that segment before its check stops it (the claim does not name the
+    table; locally the append can cut the other writer's rows). Stop producers before a drop.
     """
 
     def __init__(self, table_uri: str, shard: int, *, storage_options: dict[str, Any] | None = None,
@@ -139,6 +183,7 @@ class WalWriter:
         if max_segment_rows < 1 or max_segment_bytes < 1:
             raise InvalidArgument("max_segment_rows and max_segment_bytes must be positive")
         table = lamina.open_table(table_uri, storage_options=storage_options)
+        self.table_uuid = table.manifest.table_uuid
         self.schema = table.schema
         self.primary_key = table.primary_key
         _check_row_schema(self.schema, self.primary_key)
@@ -153,6 +198,9 @@ class WalWriter:
         self._offset = 0
         self._segment_rows = 0
         self._closed = False
+        self._claimed = b""  # this writer's claim of its segment, as stored
+        #: Why this writer stopped for good: the table was dropped.
+        self._dropped: TableDropped | None = None
         self._lock = threading.Lock()
 
     # -- buffering ------------------------------------------------------------
@@ -249,6 +297,7 @@ class WalWriter:
         return tid
 
     def _claim(self) -> int:
+        self._latest()
         existing = list_segments(self.store, self.shard)
         nxt = (existing[-1] + 1) if existing else 0
         # The claim records the schema the writer encodes rows in, so an applier reads each
@@ -257,12 +306,18 @@ class WalWriter:
                          "primary_key": list(self.primary_key)}).encode()
         while not self.store.put_if_absent(segment_prefix(self.shard, nxt) + CLAIM, me):
             nxt += 1
+        # A purge whose last listing ran before this claim landed cannot see it: look once more.
+        _, gone = latest_of(self.store, self.table_uuid)
+        if gone is not None:
+            self.store.delete([segment_prefix(self.shard, nxt) + CLAIM])
+            self._stop(gone)
+        self._claimed = me
         return nxt
 
     def _roll(self) -> None:
         if self._segment is not None:
-            self._seal()  # sealed first: a writer stopped below leaves no segment retention cannot remove
-            self._check_table_schema()
+            latest = self._seal()  # sealed first: a writer stopped below leaves no segment retention cannot remove
+            self._check_table_schema(latest)
         self._segment = self._claim()
         self._txn = self._offset = self._segment_rows = 0
 
@@ -271,18 +326,17 @@ class WalWriter:
 
     def _append(self, data: bytes, rows: int) -> int:
         self._log().append(self._txn, self._offset, data, rows)
+        if not self._still_claimed():  # a purge removed the segment: nothing of this transaction may stay
+            self._stop(self._why_unclaimed(), remove=self._log().written_paths(self._txn))
         self._offset += len(data)
         tid = txn_id(self._segment, self._txn)
         self._txn += 1
         self._segment_rows += rows
         return tid
 
-    def _check_table_schema(self) -> None:
+    def _check_table_schema(self, latest: Manifest) -> None:
         """At each segment roll: a writer whose table changed schema since it opened stops writing."""
-        from lamina.manifest import latest_version, load_manifest
-
-        latest = latest_version(self.store)
-        schema = load_manifest(self.store, latest).schema if latest is not None else self.schema
+        schema = latest.schema
         if not schema.equals(self.schema):
             raise SchemaMismatch(
                 f"the schema of table {self.store.uri} changed since this WAL writer for shard {self.shard} opened "
@@ -290,31 +344,77 @@ class WalWriter:
                 f"are in the WAL. Open a new WalWriter and write the uncommitted rows in the new schema"
             )
 
-    def _seal(self) -> None:
+    def _seal(self) -> Manifest:
+        """Seals the segment, unless the table was dropped; the table's latest version, read before."""
+        latest = self._latest()
         self._log().seal(self._txn)
+        if not self._still_claimed():
+            self._stop(self._why_unclaimed(), remove=[self._log().prefix + SEALED])
+        return latest
+
+    # -- a dropped table ---------------------------------------------------------
+    def _latest(self) -> Manifest:
+        """The table's latest version; stops the writer if the table was dropped."""
+        latest, gone = latest_of(self.store, self.table_uuid)
+        if gone is not None:
+            self._stop(gone)
+        return latest
+
+    def _still_claimed(self) -> bool:
+        """Whether this writer's claim of its segment is still there (only a purge removes claims)."""
+        try:
+            return self.store.get(self._log().prefix + CLAIM) == self._claimed
+        except ObjectNotFound:
+            return False
+
+    def _why_unclaimed(self) -> str:
+        _, gone = latest_of(self.store, self.table_uuid)
+        return gone or f"the table was dropped (the claim of WAL segment {self._segment} is gone)"
+
+    def _stop(self, why: str, remove: Sequence[str] = ()) -> None:
+        """Stops this writer for good: ``why`` the table is gone. Removes ``remove`` (what it has just
+        written, into a location the purge may have listed for the last time already)."""
+        if remove and self.store.exists(self._log().prefix + CLAIM):
+            remove = ()  # the segment number was claimed again (a table created here since): not ours to remove
+        self.store.delete(remove)
+        self._dropped = TableDropped(
+            f"WAL writer for shard {self.shard} of table {self.store.uri} stopped: {why}. The rows of this commit, "
+            f"and any buffered, were not written; those committed before went to the dropped table's WAL and are gone "
+            f"with it. Stop this producer, or open a WalWriter on the table created at this URI since"
+        )
+        log.error("%s", self._dropped)
+        raise self._dropped
 
     def close(self) -> None:
-        """Seals this writer's segment (uncommitted rows are dropped: commit first)."""
+        """Seals this writer's segment (uncommitted rows are dropped: commit first). Writes nothing
+        into a dropped table's location."""
         if self._closed:
             return
         if self._pending:
             log.warning("WalWriter for shard %d closed with %d uncommitted rows; they are dropped", self.shard, self.pending_rows)
         with self._lock:
-            if self._segment is not None:
-                self._seal()
+            if self._segment is not None and self._dropped is None:
+                try:
+                    self._seal()
+                except TableDropped:
+                    pass  # logged; nothing left to seal
         self._closed = True
 
     def __enter__(self) -> "WalWriter":
         return self
 
     def __exit__(self, exc_type, *_: Any) -> None:
-        if exc_type is None:
-            self.commit()
-        self.close()
+        try:
+            if exc_type is None:
+                self.commit()
+        finally:
+            self.close()
 
     def _check_open(self) -> None:
         if self._closed:
             raise InvalidArgument("this WalWriter is closed")
+        if self._dropped is not None:
+            raise self._dropped
 
 
 @dataclass
@@ -377,6 +477,11 @@ class SegmentLog(abc.ABC):
         byte ``offset`` of the segment's rows. Raises if it may not have landed: calling again
         with the same arguments is then safe."""
 
+    @abc.abstractmethod
+    def written_paths(self, txn: int) -> list[str]:
+        """The objects ``append`` of transaction ``txn`` writes (what a writer removes when it learns
+        it wrote into a dropped table's location)."""
+
     def seal(self, transactions: int) -> None:
         """Records that the writer is done: the segment holds ``transactions`` transactions."""
         self.store.put(self.prefix + SEALED, json.dumps({"transactions": transactions}).encode())
@@ -420,6 +525,9 @@ class LocalSegmentLog(SegmentLog):
         # The rows, fsynced, then the entry that makes them visible, fsynced.
         self.store.append(self.prefix + DATA_FILE, data, at=offset)
         self.store.append(self.prefix + INDEX_FILE, ENTRY.pack(offset, offset + len(data), rows, zlib.crc32(data), txn))
+
+    def written_paths(self, txn: int) -> list[str]:
+        return [self.prefix + DATA_FILE, self.prefix + INDEX_FILE]  # recreated by the append if a purge removed them
 
     def _scan(self, start: int, sealed: int | None,
               max_bytes: int | None) -> tuple[list[WalTxn], str | None, str | None, bool]:
@@ -490,6 +598,9 @@ class ObjectSegmentLog(SegmentLog):
             return
         if not self._is_mine(path, obj):
             raise WalError(f"WAL transaction {self.store.describe(path)} holds other bytes: another writer uses segment {self.segment}")
+
+    def written_paths(self, txn: int) -> list[str]:
+        return [f"{self.prefix}{txn:010d}.t"]
 
     def _is_mine(self, path: str, obj: bytes) -> bool:
         try:

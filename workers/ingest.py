@@ -7,8 +7,9 @@ The actor runs ``ShardApplier.step`` in a background thread every ``poll_seconds
 serves ``get``/``get_many``/``flush``/``stats`` concurrently (the applier has a lock).
 Ray restarts it when its process dies (``max_restarts=-1``); the new instance resumes
 from the watermarks in the manifest, so a kill at any point loses and duplicates nothing.
-A shard stopped by a schema change (``ShardStopped``) ends the loop for good: the actor
-stays up, ``stats()["error"]`` says why, ``flush``/``get`` raise it.
+A shard stopped by a schema change (``ShardStopped``) or by its table's drop (``TableDropped``)
+ends the loop for good: the actor stays up, ``stats()["error"]`` says why, ``flush``/``get``
+raise it. A restarted actor of a dropped table fails to start (``TableNotFound``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import logging
 import threading
 from typing import Any
 
-from lamina.errors import ShardStopped
 from lamina.ingest import IngestOptions, ShardApplier
 from lamina.store.scheduler import io_stats
 
@@ -45,9 +45,9 @@ class WalApplier:
             try:
                 self.applier.step()
                 self._errors = 0
-            except ShardStopped:
-                return  # logged by the applier; retrying cannot help until the table's schema fits its WAL
             except Exception:  # keep applying; the error is logged and retried with backoff
+                if self.applier.stopped is not None:
+                    return  # logged by the applier; retrying cannot help (schema change, or the table dropped)
                 self._errors += 1
                 log.exception("shard %d: applier step failed (%d in a row)", self.applier.shard, self._errors)
                 self._stop.wait(min(30.0, 0.5 * 2 ** min(self._errors, 6)))
@@ -69,9 +69,10 @@ class WalApplier:
         return self.applier.remove_applied_segments()
 
     def stats(self) -> dict[str, Any]:
-        """The applier's figures, and ``io``: the object-store requests of this actor's process since it
-        started (``lamina.io_stats`` shape; the job's ``--json`` prints them per shard)."""
-        return {**self.applier.snapshot().__dict__, "io": io_stats()}
+        """The applier's figures, ``io``: the object-store requests of this actor's process since it
+        started (``lamina.io_stats`` shape; the job's ``--json`` prints them per shard), and ``running``:
+        whether its loop still runs (it ends when the shard stops, ``error``)."""
+        return {**self.applier.snapshot().__dict__, "io": io_stats(), "running": self._thread.is_alive()}
 
     def ready(self) -> bool:
         return True

@@ -11,9 +11,12 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 import lamina
 from lamina.compaction import compact
+from lamina.errors import TableDropped
+from lamina.store import open_store
 from jobs.ingest import main
 from lamina.ingestion import Ingestion
 from lamina.ingest import FAULT_KILL_IN_FLUSH, IngestOptions
@@ -100,3 +103,25 @@ def test_job_until_idle_then_compaction_merges_flushed_fragments(ray_cluster, lo
     assert after.to_arrow().equals(before)
     assert after.manifest.wal_watermarks == t.manifest.wal_watermarks, "compaction keeps the watermarks"
     assert main([local_table_uri, "--shards", "0"]) == 2
+
+
+def test_applier_actor_stops_its_shard_when_the_table_is_dropped(ray_cluster, table_location):
+    """A drop under running appliers: the actor's flush raises TableDropped naming the rows it did not
+    apply, its loop ends (no retry, no reload loop), and the location ends empty."""
+    uri, opts = table_location
+    lamina.create_table(uri, SCHEMA, storage_options=opts)
+    ing = Ingestion.start(uri, 1, storage_options=opts, options=IngestOptions(flush_rows=10**6, flush_seconds=3600))
+    errors: dict = {}
+    try:
+        produce(uri, 0, 0, 3, 10, opts)
+        wait_for(lambda: ing.stats()[0]["applied_rows"] == 30)
+        lamina.drop_table(uri, storage_options=opts)
+        with pytest.raises(TableDropped, match="30 rows read from its WAL .* were not applied"):
+            ing.flush()
+        wait_for(lambda: not ing.stats()[0]["running"])
+        stats = ing.stats()[0]
+        assert "dropped" in stats["error"] and stats["flushes"] == 0 and stats["flush_failures"] == 0
+    finally:
+        errors = ing.stop()
+    assert "dropped" in errors[0]
+    assert list(open_store(uri, opts).list("")) == [], "the appliers wrote nothing into the dropped location"
