@@ -1,5 +1,6 @@
 //! Corrupt-input corpus and bounded fuzzing of the data-file, WAL and deletion readers
-//! (issue 16, defect 8); index segments are in `index::corrupt_tests`. See `testkit`.
+//! (issue 16, defect 8), and the regression corpus of damaged files in `native/corpus/`; index
+//! segments are in `index::corrupt_tests`. See `testkit`.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +15,7 @@ use arrow::record_batch::RecordBatch;
 
 use crate::copy::{rewrite, Action, Source};
 use crate::file::writer::{write_file, WriteOptions};
-use crate::testkit::{assert_clean, bit_flips, drive, truncations};
+use crate::testkit::{assert_clean, bit_flips, check_one, drive, footer_runs, truncations};
 
 pub(crate) fn data_schema() -> SchemaRef {
     let inner = Fields::from(vec![Field::new("a", DataType::Int32, true), Field::new("b", DataType::Utf8, true)]);
@@ -64,6 +65,13 @@ pub(crate) fn stage(dir: &Path, bytes: &[u8]) -> std::path::PathBuf {
 fn data_mutants(valid: &[u8], seed: u64) -> Vec<crate::testkit::Mutant> {
     let mut m = truncations(valid, 120);
     m.extend(bit_flips(valid, 300, 4096, seed));
+    m
+}
+
+/// The data-file mutants, plus a 0xff run at every footer byte (point reads are cheap: all of them).
+fn take_mutants(valid: &[u8], seed: u64) -> Vec<crate::testkit::Mutant> {
+    let mut m = data_mutants(valid, seed);
+    m.extend(footer_runs(valid));
     m
 }
 
@@ -117,7 +125,92 @@ fn corrupt_data_files_fail_take_without_panicking() {
         r
     };
     assert_eq!(take(&valid).unwrap().num_rows(), 6);
-    assert_clean(drive("take", &valid, data_mutants(&valid, 4), take));
+    assert_clean(drive("take (by path)", &valid, take_mutants(&valid, 4), take));
+}
+
+#[test]
+fn corrupt_data_files_fail_take_from_bytes_without_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let valid = data_file(dir.path());
+    let columns: Vec<String> = data_schema().fields().iter().map(|f| f.name().clone()).collect();
+    // A new object name per read: the caches are keyed by name and size.
+    let n = AtomicU64::new(0);
+    let take = |b: &[u8]| {
+        let object = format!("s3://bucket/t/data/m{}.parquet", n.fetch_add(1, Ordering::Relaxed));
+        let wanted = [crate::file::take::Wanted {
+            object: &object,
+            source: crate::file::take::Source::Bytes(bytes::Bytes::copy_from_slice(b)),
+            size: b.len() as u64,
+            offsets: &[0, 7, 1499, 1500, 3001, 4499],
+        }];
+        crate::file::take::take_many(&wanted, &columns, 1)
+    };
+    assert_eq!(take(&valid).unwrap().num_rows(), 6);
+    assert_clean(drive("take (from bytes)", &valid, take_mutants(&valid, 8), take));
+}
+
+/// Every file of `native/corpus/` (damaged data files that once made a reader panic, abort or
+/// allocate without bound) fails every native reader with `Corrupt` naming it: `take` by path and
+/// `take_many` from bytes, through the decoded-chunk cache and page by page, and a rewrite by copy
+/// and by encode. Rows asked: 0, 17, 2500 and 4999, those below the rows its footer records.
+#[test]
+fn the_regression_corpus_fails_every_reader_with_corrupt() {
+    use crate::file::take::{clear_caches, take, take_many, Source, Wanted, DEFAULT_CHUNK_CACHE_BYTES};
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let mut files: Vec<_> = std::fs::read_dir(&corpus)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no corpus files in {}", corpus.display());
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    let mut contained = 0usize;
+    for file in &files {
+        let bytes = std::fs::read(file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        // What the footer says, where it parses: the columns and how many rows to ask for.
+        let footer = parquet::arrow::arrow_reader::ArrowReaderMetadata::load(&bytes::Bytes::from(bytes.clone()), Default::default());
+        let (columns, schema, rows) = match &footer {
+            Ok(m) => (
+                m.schema().fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>(),
+                Arc::clone(m.schema()),
+                m.metadata().file_metadata().num_rows(),
+            ),
+            Err(_) => (vec!["id".to_string()], data_schema(), 5000),
+        };
+        let offsets: Vec<u32> = [0u32, 17, 2500, 4999].into_iter().filter(|&o| i64::from(o) < rows).collect();
+        let path = dir.path().join(&name);
+        std::fs::write(&path, &bytes).unwrap();
+        let object = path.display().to_string();
+        for chunk_cache in [DEFAULT_CHUNK_CACHE_BYTES, 0] {
+            let how = if chunk_cache > 0 { "whole chunks" } else { "page by page" };
+            failures.extend(check_one(&name, &format!("take by path, {how}"), true, Some(&object), &mut contained, || {
+                clear_caches(None, Some(chunk_cache));
+                take(&path, bytes.len() as u64, &offsets, &columns)
+            }));
+            let s3 = format!("s3://bucket/t/data/{name}");
+            failures.extend(check_one(&name, &format!("take_many from bytes, {how}"), true, Some(&s3), &mut contained, || {
+                clear_caches(None, Some(chunk_cache));
+                let wanted = [Wanted { object: &s3, source: Source::Bytes(bytes::Bytes::from(bytes.clone())), size: bytes.len() as u64, offsets: &offsets }];
+                take_many(&wanted, &columns, 1)
+            }));
+        }
+        clear_caches(None, Some(DEFAULT_CHUNK_CACHE_BYTES));
+        let groups = footer.as_ref().map(|m| m.metadata().num_row_groups()).unwrap_or(1);
+        for mode in ["copy", "encode"] {
+            let actions: Vec<Action> = (0..groups).map(|g| Action::parse(mode, 0, g).unwrap()).collect();
+            let out = dir.path().join(format!("{name}.{mode}.out"));
+            failures.extend(check_one(&name, &format!("rewrite ({mode})"), true, Some(&object), &mut contained, || {
+                let opts = WriteOptions { row_group_rows: 1000, ..Default::default() };
+                let r = rewrite(&[crate::copy::Source { path: path.clone(), deleted: vec![] }], &actions, Arc::clone(&schema), &out, &opts);
+                let _ = std::fs::remove_file(&out);
+                r.map(|(w, _)| w.rows)
+            }));
+        }
+    }
+    assert_clean(failures);
 }
 
 pub(crate) fn wal_schema() -> SchemaRef {
@@ -181,4 +274,63 @@ fn corrupt_deletion_files_fail_decode_without_panicking() {
     let small = crate::deletion::encode([1u32, 5, 9]);
     let err = crate::deletion::decode_offsets(&small, "_deletions/y.bin", Some(9)).unwrap_err();
     assert!(matches!(err, crate::Error::Corrupt { .. }) && err.to_string().contains("_deletions/y.bin"), "{err}");
+}
+
+/// A footer whose counts all agree on a row group of 2^36 rows (its row count, its leaves' value
+/// counts, the file's total: nothing to catch by comparing them) over the same 1,500 rows of pages:
+/// reads decode in batches bounded by `file::batch_rows`, never in one batch of the footer's count,
+/// and fail with `Corrupt` when the pages run out.
+#[test]
+fn a_footer_whose_counts_agree_on_a_huge_row_group_is_read_within_the_allocation_cap() {
+    use parquet::file::metadata::{FileMetaData, PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader, ParquetMetaDataWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let valid = data_file(dir.path());
+    let meta = ParquetMetaDataReader::new()
+        .with_page_index_policy(PageIndexPolicy::Skip)
+        .parse_and_finish(&bytes::Bytes::copy_from_slice(&valid))
+        .unwrap();
+    let huge = 1i64 << 36;
+    let groups: Vec<_> = meta
+        .row_groups()
+        .iter()
+        .enumerate()
+        .map(|(g, rg)| {
+            if g != 1 {
+                return rg.clone();
+            }
+            let extra = huge - rg.num_rows();
+            let columns = rg.columns().iter().map(|c| c.clone().into_builder().set_num_values(c.num_values() + extra).build().unwrap()).collect();
+            rg.clone().into_builder().set_num_rows(huge).set_column_metadata(columns).build().unwrap()
+        })
+        .collect();
+    let total = groups.iter().map(|g| g.num_rows()).sum();
+    let fm = meta.file_metadata();
+    let file = FileMetaData::new(fm.version(), total, fm.created_by().map(String::from), fm.key_value_metadata().cloned(), fm.schema_descr_ptr(), fm.column_orders().cloned());
+    let lying = ParquetMetaData::new(file, groups);
+    let footer = u32::from_le_bytes(valid[valid.len() - 8..valid.len() - 4].try_into().unwrap()) as usize;
+    let mut bytes = valid[..valid.len() - 8 - footer].to_vec();
+    ParquetMetaDataWriter::new(&mut bytes, &lying).finish().unwrap();
+    let path = stage(dir.path(), &bytes);
+    let object = path.display().to_string();
+    let columns: Vec<String> = data_schema().fields().iter().map(|f| f.name().clone()).collect();
+    let mut failures = Vec::new();
+    let mut contained = 0usize;
+    // Offsets inside the huge row group (its first rows, then rows its pages do not hold) and after it.
+    let offsets = [0u32, 1500, 3_000_000_000];
+    for chunk_cache in [crate::file::take::DEFAULT_CHUNK_CACHE_BYTES, 0] {
+        failures.extend(check_one("huge row group", &format!("take, chunk cache {chunk_cache}"), true, Some(&object), &mut contained, || {
+            crate::file::take::clear_caches(None, Some(chunk_cache));
+            crate::file::take::take(&path, bytes.len() as u64, &offsets, &columns)
+        }));
+    }
+    crate::file::take::clear_caches(None, Some(crate::file::take::DEFAULT_CHUNK_CACHE_BYTES));
+    let encode: Vec<Action> = (0..3).map(|rg| Action::Encode { source: 0, row_group: rg }).collect();
+    failures.extend(check_one("huge row group", "rewrite (encode)", true, Some(&object), &mut contained, || {
+        let out = path.with_extension("out");
+        let opts = WriteOptions { row_group_rows: 1000, ..Default::default() };
+        let r = rewrite(&[Source { path: path.clone(), deleted: vec![] }], &encode, data_schema(), &out, &opts);
+        let _ = std::fs::remove_file(&out);
+        r.map(|(w, _)| w.rows)
+    }));
+    assert_clean(failures);
 }

@@ -6,7 +6,8 @@
 //! stride, (2) a few hundred seeded single-bit flips, and (3) for `LAMINA_FUZZ_SECONDS`
 //! (default 0.25 s per reader and input) random multi-byte mutations, seeded by `LAMINA_FUZZ_SEED`.
 //! A longer run: `LAMINA_FUZZ_SECONDS=60 LAMINA_FUZZ_SEED=$RANDOM cargo test corrupt_`. A reader must return `Err` (or, for a
-//! flip it cannot detect, `Ok`), never panic, and never ask for more than [`MAX_ALLOCATION`] at once.
+//! flip it cannot detect, `Ok`), never panic, and never ask for more than [`MAX_ALLOCATION`] at once
+//! (a request above [`REFUSED_ALLOCATION`] is refused, naming the case, before the process aborts).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -17,25 +18,71 @@ use std::time::{Duration, Instant};
 /// what the corpus files need, far below what a trusted length field could ask for.
 pub const MAX_ALLOCATION: usize = 64 << 20;
 
+/// A request above this while a corrupt input is read is refused outright (the process then aborts,
+/// as Rust does on a failed allocation) after the case is named on stderr: granting it could make a
+/// shared test machine swap or kill its neighbours, and what it was sized from is already a failure.
+pub const REFUSED_ALLOCATION: usize = 1 << 30;
+
 /// The global allocator of test builds: the system allocator, recording requests above the limit.
 pub struct Probe;
 
 static LARGEST: AtomicUsize = AtomicUsize::new(0);
 
+/// The corpus read in progress (`name: how`), for the message of a refused allocation.
+static CASE: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// Records a request of `size` bytes; whether it may be passed on to the system allocator.
+fn admit(size: usize) -> bool {
+    LARGEST.fetch_max(size, Ordering::Relaxed);
+    if size <= REFUSED_ALLOCATION || !READING.load(Ordering::Relaxed) {
+        return true;
+    }
+    // No allocation here: fixed text, the size in a stack buffer, the case if its lock is free.
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = size;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let write = |b: &[u8]| {
+        // SAFETY: writes `b` (valid for its length) to stderr; no memory of ours is touched.
+        unsafe { libc::write(2, b.as_ptr().cast(), b.len()) };
+    };
+    write(b"\ntestkit: refused an allocation of ");
+    write(&digits[at..]);
+    write(b" bytes while reading a corrupt input: ");
+    if let Ok(case) = CASE.try_lock() {
+        write(case.as_bytes());
+    }
+    write(b"\n");
+    false
+}
+
 unsafe impl GlobalAlloc for Probe {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        if !admit(layout.size()) {
+            return std::ptr::null_mut();
+        }
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        if !admit(layout.size()) {
+            return std::ptr::null_mut();
+        }
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        if !admit(new_size) {
+            return std::ptr::null_mut();
+        }
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -106,6 +153,24 @@ pub fn bit_flips(bytes: &[u8], count: usize, tail: usize, seed: u64) -> Vec<Muta
             let mut b = bytes.to_vec();
             b[pos] ^= 1 << bit;
             Mutant { bytes: b, how: format!("bit {bit} of byte {pos} flipped (seed {seed})"), must_fail: false }
+        })
+        .collect()
+}
+
+/// A run of four 0xff bytes at every position of the Thrift footer (the last `len - 8` bytes before
+/// its length and magic): a varint there swallows its neighbours and becomes a huge count or size
+/// while the footer still parses, as a few damaged bytes near the end of a file once did.
+pub fn footer_runs(bytes: &[u8]) -> Vec<Mutant> {
+    let Some(footer) = bytes.len().checked_sub(8).and_then(|at| bytes.get(at..at + 4)) else { return Vec::new() };
+    let footer = u32::from_le_bytes([footer[0], footer[1], footer[2], footer[3]]) as usize;
+    let end = bytes.len() - 8;
+    (end.saturating_sub(footer)..end)
+        .map(|pos| {
+            let mut b = bytes.to_vec();
+            for slot in b.iter_mut().skip(pos).take(4.min(end - pos)) {
+                *slot = 0xff;
+            }
+            Mutant { bytes: b, how: format!("0xff run at footer byte {pos}"), must_fail: false }
         })
         .collect()
 }
@@ -227,6 +292,7 @@ pub fn check_one<T>(
     let before = largest_allocation();
     PANICS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
     *READER.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = std::thread::current().name().map(String::from);
+    *CASE.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = format!("{name}: {how}");
     READING.store(true, Ordering::SeqCst);
     let started = Instant::now();
     let outcome = catch_unwind(AssertUnwindSafe(read));

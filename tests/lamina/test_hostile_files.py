@@ -378,3 +378,56 @@ def test_hostile_data_files_read_with_pyarrow_are_corrupt_file_in_a_subprocess(l
     assert proc.returncode == 0 and lines and "done" in lines[-1], (
         f"the reader died (exit {proc.returncode}) at {lines[-1] if lines else 'start'}:\n{proc.stderr[-3000:]}")
     assert lines[-1]["done"] == cases and not lines[-1]["bad"], "\n".join(lines[-1]["bad"][:20])
+
+
+# -- point reads of a data file whose footer lies about a row group's rows, in a subprocess ------------
+
+CORPUS = ROOT / "native" / "corpus"
+
+_TAKE_DAMAGED = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import pyarrow as pa
+    import lamina
+    from lamina import _native
+    from lamina.errors import CorruptFile
+
+    uri, damaged = sys.argv[1], open(sys.argv[2], "rb").read()
+    t = lamina.create_table(uri, pa.schema([("id", pa.int64()), ("s", pa.string())]), row_group_rows=1000)
+    t.append(pa.table({"id": pa.array(range(5000), pa.int64()), "s": [f"v{i % 97}" for i in range(5000)]}))
+    frag = t.manifest.fragments[0]
+    path = t.store.local_path(frag.path)
+    assert frag.file_bytes == len(damaged), (frag.file_bytes, len(damaged))
+    with open(path, "wb") as f:
+        f.write(damaged)
+    offsets = np.asarray([0, 17, 2500, 4999], dtype="<u4").tobytes()
+    reads = {
+        "to_arrow": lambda: lamina.open_table(uri).to_arrow(),
+        "take by path": lambda: lamina.open_table(uri).take([0, 17, 2500, 4999]),
+        "take_rows_many from bytes": lambda: _native.take_rows_many(
+            [("s3://bucket/t/" + frag.path, None, damaged, len(damaged), 4)], offsets, ["id", "s"], 1),
+    }
+    for name, read in reads.items():
+        print(json.dumps({"read": name}), flush=True)
+        try:
+            read()
+            out = "read back"
+        except CorruptFile as e:
+            out = "CorruptFile naming the file" if frag.path.split("/")[-1] in str(e) else f"CorruptFile: {e}"
+        except BaseException as e:
+            out = f"{type(e).__name__}: {e}"
+        print(json.dumps({"read": name, "outcome": out}), flush=True)
+""")
+
+
+def test_take_of_a_file_whose_footer_lies_about_a_row_groups_rows_is_corrupt_file(tmp_path):
+    """Five bytes changed near the footer give row group 1 billions of rows over 1,000 values: every
+    read, by path and from the object's bytes, is CorruptFile naming the file (point reads decoded the
+    whole chunk in one batch of that many rows and the process aborted on the allocation)."""
+    damaged = CORPUS / "row-group-rows-past-its-values.parquet"
+    proc = subprocess.run([sys.executable, "-c", _TAKE_DAMAGED, str(tmp_path / "t"), str(damaged)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    outcomes = {line["read"]: line["outcome"] for line in lines if "outcome" in line}
+    assert proc.returncode == 0, f"the reader died (exit {proc.returncode}) at {lines[-1] if lines else 'start'}:\n{proc.stderr[-2000:]}"
+    assert outcomes == dict.fromkeys(["to_arrow", "take by path", "take_rows_many from bytes"], "CorruptFile naming the file")

@@ -9,7 +9,7 @@
 //! order is always the order of the actions.
 //!
 //! ```text
-//!  actions ─► units (pure): Copy | Encode([pieces: live rows of source row groups]) — one output row group each
+//!  actions ─► units (pure, cut as they are written): Copy | Encode([pieces: live rows of source row groups]) — one output row group each
 //!  calling thread: submits Encode units ahead to the rewrite pool, appends finished ones in order, copies
 //!  pool (min(4, CPUs) threads): per unit, its pieces decoded in parallel, then its fields encoded in parallel
 //! ```
@@ -95,50 +95,105 @@ enum Unit {
     Encode(Vec<Piece>),
 }
 
-/// Cuts the actions into output row groups. `live[i]` is the live row count of `actions[i]`'s row
-/// group; `whole[i]` says whether some leaf of it could be spliced whole (see `pages`). A row
-/// group that would straddle the end of an output row group already at least half full starts
-/// the next one instead when that keeps something spliceable: it is whole itself, or every row
-/// group before it in the current one is (cutting it would force them all to be re-encoded).
+/// Cuts the actions into output row groups, one at a time as they are written. `live[i]` is the
+/// live row count of `actions[i]`'s row group; `whole[i]` says whether some leaf of it could be
+/// spliced whole (see `pages`). A row group that would straddle the end of an output row group
+/// already at least half full starts the next one instead when that keeps something spliceable: it
+/// is whole itself, or every row group before it in the current one is (cutting it would force them
+/// all to be re-encoded). The row counts come from source footers, so the plan holds no more than
+/// the unit being cut: a footer's count of billions of rows is found out by decoding the first
+/// units, not by allocating all of them first.
+struct Plan<'a> {
+    actions: &'a [Action],
+    live: &'a [u64],
+    whole: &'a [bool],
+    row_group_rows: u64,
+    /// The action being cut, and how many of its live rows are already in units (`None`: not started).
+    at: usize,
+    skip: Option<u64>,
+    current: Vec<Piece>,
+    /// Every piece of `current` is a whole spliceable row group.
+    current_whole: bool,
+    filled: u64,
+    ready: VecDeque<Unit>,
+    done: bool,
+}
+
+/// All the units of a [`Plan`] at once.
+#[cfg(test)]
 fn plan_units(actions: &[Action], live: &[u64], whole: &[bool], row_group_rows: u64) -> Vec<Unit> {
-    let mut units = Vec::new();
-    let mut current: Vec<Piece> = Vec::new();
-    let mut current_whole = true; // every piece of `current` is a whole spliceable row group
-    let mut filled = 0u64;
-    let close = |units: &mut Vec<Unit>, current: &mut Vec<Piece>, current_whole: &mut bool, filled: &mut u64| {
-        if !current.is_empty() {
-            units.push(Unit::Encode(std::mem::take(current)));
+    Plan::new(actions, live, whole, row_group_rows).collect()
+}
+
+impl<'a> Plan<'a> {
+    fn new(actions: &'a [Action], live: &'a [u64], whole: &'a [bool], row_group_rows: u64) -> Self {
+        Plan { actions, live, whole, row_group_rows, at: 0, skip: None, current: Vec::new(), current_whole: true, filled: 0, ready: VecDeque::new(), done: false }
+    }
+
+    fn close(&mut self) {
+        if !self.current.is_empty() {
+            self.ready.push_back(Unit::Encode(std::mem::take(&mut self.current)));
         }
-        *current_whole = true;
-        *filled = 0;
-    };
-    for ((action, &live), &whole) in actions.iter().zip(live).zip(whole) {
+        self.current_whole = true;
+        self.filled = 0;
+    }
+
+    /// One action started or finished, or one piece cut.
+    fn step(&mut self) {
+        let (Some(action), Some(&live), Some(&whole)) = (self.actions.get(self.at), self.live.get(self.at), self.whole.get(self.at)) else {
+            self.close();
+            self.done = true;
+            return;
+        };
         match *action {
             Action::Copy { source, row_group } => {
-                close(&mut units, &mut current, &mut current_whole, &mut filled);
-                units.push(Unit::Copy { source, row_group });
+                self.close();
+                self.ready.push_back(Unit::Copy { source, row_group });
+                self.at += 1;
             }
             Action::Encode { source, row_group } => {
-                let straddles = filled + live > row_group_rows && 2 * filled >= row_group_rows;
-                if live > 0 && straddles && (whole || current_whole) {
-                    close(&mut units, &mut current, &mut current_whole, &mut filled);
-                }
-                let mut skip = 0;
-                while skip < live {
-                    let take = (live - skip).min(row_group_rows - filled);
-                    current.push(Piece { source, row_group, skip, take });
-                    current_whole &= whole && take == live;
-                    skip += take;
-                    filled += take;
-                    if filled == row_group_rows {
-                        close(&mut units, &mut current, &mut current_whole, &mut filled);
+                let skip = match self.skip {
+                    Some(skip) => skip,
+                    None => {
+                        let straddles = self.filled + live > self.row_group_rows && 2 * self.filled >= self.row_group_rows;
+                        if live > 0 && straddles && (whole || self.current_whole) {
+                            self.close();
+                        }
+                        0
                     }
+                };
+                if skip < live {
+                    let take = (live - skip).min(self.row_group_rows - self.filled);
+                    self.current.push(Piece { source, row_group, skip, take });
+                    self.current_whole &= whole && take == live;
+                    self.filled += take;
+                    if self.filled == self.row_group_rows {
+                        self.close();
+                    }
+                    self.skip = Some(skip + take);
+                } else {
+                    self.skip = None;
+                    self.at += 1;
                 }
             }
         }
     }
-    close(&mut units, &mut current, &mut current_whole, &mut filled);
-    units
+}
+
+impl Iterator for Plan<'_> {
+    type Item = Unit;
+
+    fn next(&mut self) -> Option<Unit> {
+        loop {
+            if let Some(unit) = self.ready.pop_front() {
+                return Some(unit);
+            }
+            if self.done {
+                return None;
+            }
+            self.step();
+        }
+    }
 }
 
 /// The pool that decodes and encodes row groups: `min(4, CPUs)` threads for the process, so the
@@ -161,7 +216,8 @@ fn parallelism() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(1, 4)
 }
 
-/// Decodes one piece, cast to the table's types, in batches of at most 64Ki rows; with `leaves`,
+/// Decodes one piece, cast to the table's types, in batches of at most 64Ki rows (fewer for wide
+/// fixed-size values: `file::batch_rows`); with `leaves`,
 /// only those leaf columns, as they are stored (the source then has exactly the table's schema).
 fn decode_piece(src: &Opened, source: &Source, piece: &Piece, schema: &SchemaRef, leaves: Option<&[usize]>) -> Result<Vec<RecordBatch>> {
     let row_group = piece.row_group;
@@ -173,7 +229,12 @@ fn decode_piece(src: &Opened, source: &Source, piece: &Piece, schema: &SchemaRef
     guard(Work::Reads(&src.path), || -> Result<Vec<RecordBatch>> {
         let (first, rows) = src.span(row_group);
         // A positional reader of its own: other pieces of this file may be decoded or copied meanwhile.
-        let batch_rows = usize::try_from(piece.take).unwrap_or(usize::MAX).clamp(1, 65_536);
+        let all = 0..src.meta().file_metadata().schema_descr().num_columns();
+        let want = usize::try_from(piece.take).unwrap_or(usize::MAX).min(65_536);
+        let batch_rows = match leaves {
+            Some(leaves) => crate::file::batch_rows(src.meta(), leaves.iter().copied(), want),
+            None => crate::file::batch_rows(src.meta(), all, want),
+        };
         let meta = match (leaves, &src.dict_meta) {
             (Some(leaves), Some(dict)) if all_dictionary_encoded(src.meta(), row_group, leaves) => dict.clone(),
             _ => src.reader_meta.clone(),
@@ -325,12 +386,8 @@ fn open(source: &Source) -> Result<Opened> {
             .ok_or_else(|| corrupt(format!("row group {i} has {} rows", rg.num_rows())))?;
         starts.push(rows);
     }
-    // Chunk and page ranges inside the file: parquet trusts them (its offset arithmetic overflows).
+    // Chunk and page ranges inside the file, row counts that agree: parquet trusts them.
     crate::file::check_layout(reader_meta.metadata(), file.len(), &path)?;
-    let total = reader_meta.metadata().file_metadata().num_rows();
-    if u64::try_from(total).ok() != Some(rows) {
-        return Err(corrupt(format!("the footer says {total} rows, its row groups hold {rows}")));
-    }
     if source.deleted.windows(2).any(|w| w[0] >= w[1]) {
         return Err(Error::InvalidArgument(format!("deleted offsets of {path} must be sorted and distinct")));
     }
@@ -623,11 +680,11 @@ pub fn rewrite(
         let spliceable = |rg| (0..src.meta().row_group(rg).num_columns()).any(|leaf| pages::spliceable(src.meta(), rg, leaf));
         whole.push(live == rows && check_copy(src, &schema).is_ok() && spliceable(row_group));
     }
-    let units = plan_units(actions, &live_rows, &whole, options.row_group_rows as u64);
+    let units = Plan::new(actions, &live_rows, &whole, options.row_group_rows as u64);
 
     let display = output.display().to_string();
     let file = File::create_new(output).map_err(|e| Error::io(&display, e))?;
-    let result = write_output(file, &display, &opened, sources, &units, schema, options, expected_rows);
+    let result = write_output(file, &display, &opened, sources, units, schema, options, expected_rows);
     if result.is_err() {
         let _ = std::fs::remove_file(output);
     }
@@ -692,7 +749,7 @@ fn write_output(
     display: &str,
     opened: &[Opened],
     sources: &[Source],
-    units: &[Unit],
+    mut units: impl Iterator<Item = Unit>,
     schema: SchemaRef,
     options: &WriteOptions,
     expected_rows: u64,
@@ -728,9 +785,10 @@ fn write_output(
             let mut submitted = 0usize; // units queued so far; a unit's index is its output row group
             let mut encoding = 0usize; // encode units queued and not yet appended
             loop {
-                while submitted < units.len() && encoding < window {
-                    match &units[submitted] {
-                        Unit::Copy { source, row_group } => queue.push_back(Slot::Copy(*source, *row_group)),
+                while encoding < window {
+                    let Some(unit) = units.next() else { break };
+                    match unit {
+                        Unit::Copy { source, row_group } => queue.push_back(Slot::Copy(source, row_group)),
                         Unit::Encode(pieces) => {
                             let writers = out.factory.create_column_writers(submitted).map_err(perr)?;
                             let (tx, rx) = sync_channel::<Encoded>(1);
@@ -740,7 +798,7 @@ fn write_output(
                                 let done = if stop.load(Ordering::Relaxed) {
                                     Err(Error::InvalidArgument("stopped after an earlier error".into()))
                                 } else {
-                                    guard(Work::Makes(inputs.path), || inputs.encode_unit(pieces, writers))
+                                    guard(Work::Makes(inputs.path), || inputs.encode_unit(&pieces, writers))
                                 };
                                 let _ = tx.send(done);
                             });

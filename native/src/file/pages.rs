@@ -20,6 +20,8 @@ use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use parquet::file::reader::ChunkReader;
 use parquet::file::serialized_reader::SerializedPageReader;
 
+use super::MAX_ZSTD_RATIO;
+
 /// The row groups `row_groups` of one file, as arrow-rs's `ParquetRecordBatchReader::try_new_with_row_groups` reads them.
 pub struct ChunkGroups<R> {
     pub reader: Arc<R>,
@@ -159,11 +161,12 @@ fn decompress(page: Page, limit: usize) -> Result<Page> {
 
 /// `stored[..keep]` as is, then `stored[keep..]` decompressed (one or more zstd frames) to at most `limit` bytes.
 fn unzstd(stored: &Bytes, keep: usize, limit: usize) -> Result<Bytes> {
-    let limit = limit.min(MAX_PAGE_BYTES);
     if keep > stored.len() {
         return Err(ParquetError::General(format!("page levels of {keep} bytes in a page of {}", stored.len())));
     }
     let frames = &stored[keep..];
+    // Nor more than its stored bytes can hold: a zstd block holds at most 128 KiB and takes at least 4 bytes.
+    let limit = limit.min(MAX_PAGE_BYTES).min(frames.len().saturating_mul(MAX_ZSTD_RATIO));
     if frames.is_empty() {
         return Ok(stored.clone()); // a page with no non-null values
     }
@@ -172,7 +175,7 @@ fn unzstd(stored: &Bytes, keep: usize, limit: usize) -> Result<Bytes> {
     let size = match zstd::zstd_safe::get_frame_content_size(frames) {
         Ok(Some(n)) => match usize::try_from(n) {
             Ok(n) if n <= limit => Some(n),
-            _ => return Err(ParquetError::General(format!("zstd page of {n} bytes, more than its column chunk's {limit}"))),
+            _ => return Err(ParquetError::General(format!("zstd page of {n} bytes, more than its column chunk's or its {} stored bytes' {limit}", frames.len()))),
         },
         _ => None,
     };
@@ -204,7 +207,7 @@ fn unzstd(stored: &Bytes, keep: usize, limit: usize) -> Result<Bytes> {
     let decoder = zstd::stream::read::Decoder::with_buffer(frames).map_err(bad)?;
     std::io::Read::read_to_end(&mut std::io::Read::take(decoder, limit as u64 + 1), &mut out).map_err(bad)?;
     if out.len() - keep > limit {
-        return Err(ParquetError::General(format!("zstd page decompresses to more than its column chunk's {limit} bytes")));
+        return Err(ParquetError::General(format!("zstd page decompresses to more than its column chunk's or its {} stored bytes' {limit}", frames.len())));
     }
     Ok(Bytes::from(out))
 }

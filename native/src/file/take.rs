@@ -295,7 +295,8 @@ fn read_rows<R: ChunkReader + Clone + 'static>(object: &str, file: &Opener<'_, R
         return out.project(&order).map_err(|e| corrupt(object, e));
     }
     let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), sorted.iter().copied());
-    let reader = batches_of(object, file.get()?, &meta, groups, mask, offsets.len(), Some(RowSelection::from(selectors)))?;
+    let batch = super::batch_rows(md, leaves_of(md, &sorted), offsets.len());
+    let reader = batches_of(object, file.get()?, &meta, groups, mask, batch, Some(RowSelection::from(selectors)))?;
     let projected = Arc::new(schema.project(&sorted).map_err(|e| corrupt(object, e))?);
     let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>().map_err(|e| corrupt(object, e))?;
     let out = arrow::compute::concat_batches(&projected, &batches).map_err(|e| corrupt(object, e))?;
@@ -322,6 +323,12 @@ fn batches_of<R: ChunkReader + Clone + 'static>(
         .map_err(|e| corrupt(object, e))?;
     let groups = ChunkGroups { reader: Arc::new(file.clone()), metadata: Arc::clone(md), row_groups: groups };
     ParquetRecordBatchReader::try_new_with_row_groups(&levels, &groups, batch.max(1), selection).map_err(|e| corrupt(object, e))
+}
+
+/// The leaves under the top-level columns `roots`.
+fn leaves_of(md: &parquet::file::metadata::ParquetMetaData, roots: &[usize]) -> Vec<usize> {
+    let descr = md.file_metadata().schema_descr();
+    (0..descr.num_columns()).filter(|&l| roots.contains(&descr.get_column_root_idx(l))).collect()
 }
 
 /// Whether every chunk of the `roots` in `groups` is at most `limit` uncompressed bytes: small enough
@@ -367,9 +374,13 @@ fn read_by_chunks<R: ChunkReader + Clone + 'static>(
         let missing: Vec<usize> = (0..roots.len()).filter(|&k| arrays[k].is_none()).collect();
         if !missing.is_empty() {
             let rows = usize::try_from(ends[g] - starts[i]).map_err(|e| corrupt(object, e))?;
-            let mask = ProjectionMask::roots(&descr, missing.iter().map(|&k| roots[k]));
-            let reader = batches_of(object, file.get()?, meta, vec![g], mask, rows, None)?;
-            let projected = Arc::new(schema.project(&missing.iter().map(|&k| roots[k]).collect::<Vec<_>>()).map_err(|e| corrupt(object, e))?);
+            let wanted_roots: Vec<usize> = missing.iter().map(|&k| roots[k]).collect();
+            let mask = ProjectionMask::roots(&descr, wanted_roots.iter().copied());
+            // A whole chunk in one batch when its row count allows it: the count is the footer's, so
+            // the capacity reserved for it is bounded by `batch_rows`, not by the count.
+            let batch = super::batch_rows(meta.metadata(), leaves_of(meta.metadata(), &wanted_roots), rows);
+            let reader = batches_of(object, file.get()?, meta, vec![g], mask, batch, None)?;
+            let projected = Arc::new(schema.project(&wanted_roots).map_err(|e| corrupt(object, e))?);
             let batches: Vec<RecordBatch> = reader.collect::<std::result::Result<_, _>>().map_err(|e| corrupt(object, e))?;
             let whole = arrow::compute::concat_batches(&projected, &batches).map_err(|e| corrupt(object, e))?;
             if whole.num_rows() != rows {
