@@ -4,7 +4,7 @@
                                [--max-concurrency N] [--partial-commit-every N] [--storage-option k=v ...]
 
 Parses the options, shows progress and prints the plan and summary; the work is
-``lamina.compaction.compact`` (plan → Ray tasks → one Rewrite transaction → commit).
+``lamina.compaction.compact`` (its pipeline: docs/ARCHITECTURE.md, "Data flow").
 ``--dry-run`` prints every group with its mode and which row groups are copied and which
 re-encoded, and writes nothing.
 

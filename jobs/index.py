@@ -5,7 +5,7 @@
                              [--storage-option k=v ...]
 
 Parses the request, shows progress and prints; the work is ``lamina.index.build_index``
-(planner.index plan → Ray tasks of workers.index → merge → one index transaction → commit).
+(its pipeline: docs/ARCHITECTURE.md, "Data flow").
 
 ``--update`` indexes only the fragments the index does not cover (appended or
 compacted since). Exit status: 0 on success, 1 on a failed build or commit, 2 for

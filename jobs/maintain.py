@@ -4,8 +4,7 @@
                                  [--max-concurrency N] [--dry-run] [--json] [--storage-option k=v ...]
 
 Parses the options, shows progress and prints the report; the work is
-``lamina.maintenance.maintain`` (per table: plan from listings → compaction, index updates, WAL
-retirement, cleanup through the library → one catalog commit recording every outcome).
+``lamina.maintenance.maintain`` (its flow: docs/ARCHITECTURE.md, "Data flow").
 ``--dry-run`` prints what each table would get and why, and changes nothing.
 
 Exit status: 0 when every table is fine, 1 when any table (or the catalog's record) failed,

@@ -1,11 +1,8 @@
 """Compaction from plan to commit: the driver behind ``python -m jobs.compact`` and ``lamina.compaction.compact``.
 
-    planner.plan_compaction(manifest, options)      pure: groups, modes, per-row-group actions
-      ─► workers.compaction.tasks_for(plan, ...)    one GroupTask per group
-      ─► workers.runtime.run_tasks(compact_group)   Ray workers: stage, native copy/encode, upload
-      ─► GroupResult per group                      new fragment, old→new row mapping, index segments
-      ─► rewrite_transaction(read_version, results) the typed Rewrite transaction
-      ─► lamina.commit.commit                       put-if-absent, rebase over concurrent commits
+This module's step: the groups' results (new fragment, old→new row mapping, index segments)
+become one typed ``Rewrite`` transaction (``rewrite_transaction``), committed by ``lamina.commit``.
+The whole pipeline, plan to commit, is drawn once in docs/ARCHITECTURE.md ("Data flow").
 
 A failed group is reported and skipped; the others still commit. With
 ``partial_commit_every`` groups land in batches as they finish; a batch that conflicts is

@@ -1,9 +1,8 @@
 """Applying a WAL shard to its table: memtable, point lookups, exactly-once flushes.
 
-    WAL shard ──poll──► native split (key + row bytes) ──► native skiplist memtable (newest per key)
-              ──flush─► native decode to Arrow ──► Parquet fragment
-                        + deletions of older versions of the keys (merge-on-write)
-                        + the shard's segment watermarks ──► one ``wal_flush`` commit
+A poll splits the shard's new WAL transactions natively (key + row bytes) into the skiplist
+memtable (newest version per key); a flush decodes it to one Parquet fragment and commits that, the
+deletions of older versions of its keys and the shard's watermarks as one ``wal_flush`` transaction.
 
 Exactly once: a WAL transaction is in the table iff the manifest's watermark of its
 segment is past it, and the watermark moves in the same commit as the rows. A restarted

@@ -1,17 +1,9 @@
 """Keeping every table of a catalog healthy in one scheduled run: the driver behind ``lamina maintain``.
 
-    catalog.list_tables (or the names given)
-      for each table, one at a time:
-        policy.with_properties(catalog.effective_properties(name))     maintenance.* overrides
-        inputs: the latest manifest, the _versions/ listing, the _wal/ listing   (cheap: listings)
-        planner.maintenance.plan_table(...)                             pure: actions with reasons
-        the actions, through the library that already does each one:
-          compact       lamina.compaction.compact           (Ray, at most max_concurrency groups at once)
-          update_index  lamina.index.build_index(update=True, ray=True)
-          retire_wal    lamina.ingest.remove_applied_segments, per shard
-          cleanup       Table.cleanup(older_than=retention)
-      the catalog table itself: cleanup by the policy's retention
-      catalog.record_maintenance({name: report})                        one catalog commit
+Each table in turn is planned by ``planner.maintenance.plan_table`` from its properties and
+listings, and its actions run through the library that already does each one (``compact``,
+``build_index(update=True)``, ``remove_applied_segments``, ``Table.cleanup``); then the catalog
+is cleaned up and one catalog commit records every report. The flow: docs/ARCHITECTURE.md ("Data flow").
 
 A table's failure (any error, including a bad ``maintenance.*`` property) is recorded in its
 report and the run goes on with the next table; after a failed action the table's other actions

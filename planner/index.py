@@ -1,9 +1,8 @@
 """Planning an index build: a manifest and a request in, a serializable plan out. Pure: no I/O.
 
-    create(column, kind) / update(name)
-      ──► the index and the fragments to cover (all of them; or those the index does not cover yet)
-      ──► segments of ≤ segment_rows rows, in table order
-      ──► parts of ≤ task_rows rows: one build task each (one part: written as the segment itself)
+A create or update names the index and the fragments to cover (all of them, or those the index
+does not cover yet), cut in table order into segments of ≤ ``segment_rows`` rows and those into
+parts of ≤ ``task_rows`` rows, one build task each (a segment of one part is written as itself).
 
 Bad requests (unknown column or kind, a type the kind cannot index, a taken or invalid name,
 an unknown index to update) are refused here, before any work.

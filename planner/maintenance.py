@@ -1,14 +1,12 @@
 """Planning a table's maintenance: what it needs (compaction, index updates, cleanup, WAL retirement) and why. Pure: no I/O.
 
-    MaintenancePolicy (configs/maintenance.yaml, then the catalog's ``maintenance.*`` properties)
-    manifest + versions (number, commit time) + sealed WAL segments, as the driver listed them
-      ──► compact        plan_compaction finds groups (the compaction plan is carried)
-      ──► update_index   per index with live fragments no segment covers and no group rewrites
-                         (a rewritten group's output is indexed by the compaction itself)
-      ──► retire_wal     sealed segments whose every transaction is committed, sealed longer ago
-                         than the retention
-      ──► cleanup        versions superseded longer ago than the retention
-      ──► TablePlan      the actions in the order they run, each with its reason
+From the policy (configs/maintenance.yaml, then the catalog's ``maintenance.*`` properties) and
+what the driver listed (manifest, versions, sealed WAL segments), a ``TablePlan`` of actions in the
+order they run, each with its reason: ``compact`` (when ``plan_compaction`` finds groups; the plan
+is carried), ``update_index`` (an index with live fragments no segment covers and no group
+rewrites: a rewritten group's output is indexed by the compaction itself), ``retire_wal`` (sealed
+segments whose every transaction is committed, sealed longer ago than the retention) and
+``cleanup`` (versions superseded longer ago than the retention).
 
 The driver (``lamina.maintenance``) executes a plan's actions through the existing library calls,
 which plan their own work again from the latest version: a plan made here is what ``--dry-run``

@@ -1,13 +1,10 @@
 """Planning a compaction: a manifest and options in, a serializable plan out. Pure: no I/O.
 
-    manifest ──► candidates (eligibility.candidate_reason)
-             ──► policy "binpack": runs of adjacent candidates ──► packed up to the targets (bin_packing)
-                                   ──► lone fragments without deletions skipped (nothing to gain)
-                 policy "tiered":  peers of one size tier, deletions, max_fragments (planner.tiered),
-                                   with a decision per fragment (TierReport)
-             ──► a mode and reason per group (eligibility.choose_mode)
-             ──► per source row group: copy, re-encode, or copy if clean, and why (eligibility.actions)
-             ──► CompactionPlan (groups in table order)
+The candidates (``eligibility.candidate_reason``) are grouped by the policy (``binpack``: runs of
+adjacent candidates packed up to the targets, lone fragments without deletions skipped; ``tiered``:
+``planner.tiered``), then each group gets a mode and reason (``eligibility.choose_mode``) and each
+source row group an action with its reason (``eligibility.actions``): a ``CompactionPlan`` in table
+order. The steps after planning are drawn in docs/ARCHITECTURE.md ("Data flow").
 
 Workers execute a group's actions as planned. They decide two things only, both by a fixed
 rule: each ``copy_if_clean`` row group (a large row group of a fragment with a deletion file:

@@ -1,15 +1,14 @@
 """The compaction worker: executes one planned group and returns the new fragment, mapping and metrics.
 
-    GroupTask (the planned group: its row-group actions, the fragments, the table's schema)
-      ──► stage sources (ObjectStore.staged_input: the file itself, or S3 ranged GETs of up to
-          read_batch_bytes); their checksums computed beside the rewrite, checked before the output
-          is published
-      ──► each copy_if_clean row group resolved from the deletion file just read: copied when it
-          holds no deleted row, else re-encoded (CompactionGroup.resolve; reported in the result)
-      ──► native rewrite of the actions (copy / encode); when a source turns out not to be
-          copyable, the group's own fallback (every row group re-encoded)
-      ──► the output through ObjectStore.staged_output (renamed into place, or a multipart upload)
-      ──► one segment per table index over the output ──► lamina.compaction.GroupResult
+A task stages its sources (checksums computed beside the rewrite and checked before the output
+is published), resolves each ``copy_if_clean`` row group from the deletion file it just read, runs
+the native copy/encode of the planned actions and writes one index segment per table index over
+the output. Where this sits in the pipeline: docs/ARCHITECTURE.md ("Data flow").
+
+Two decisions are the worker's, both by a fixed rule and both reported in the result: a
+``copy_if_clean`` row group is copied when it holds no deleted row, else re-encoded
+(``CompactionGroup.resolve``); and a source that turns out not to be copyable makes the group
+take its own fallback, every row group re-encoded.
 
 ``GroupCompactor`` is plain Python (unit-testable without Ray); ``compact_group`` is the
 task body that ``workers.runtime.run_tasks`` ships to Ray. A worker that dies is retried by

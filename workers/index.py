@@ -1,8 +1,7 @@
 """The index-build worker: one task per planned part (a fragment range of one segment).
 
-    BuildTask (a planner.index.PartPlan + where the table is)
-      ──► read the indexed column of its fragments ──► native build
-      ──► the part file through ObjectStore.staged_output ──► lamina.index.segments.BuiltPart
+A task reads the indexed column of its part's fragments, builds the part natively and writes it
+through ``ObjectStore.staged_output``; the pipeline it belongs to is drawn in docs/ARCHITECTURE.md.
 
 ``PartBuilder`` is plain Python; ``build_part`` is the task body that ``workers.runtime``
 runs on Ray (``run_tasks``) or on threads in this process (``run_local``). A task whose

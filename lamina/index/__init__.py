@@ -2,7 +2,7 @@
 
     options.py    kinds, IndexOptions, names, which columns a kind can index
     segments.py   stored segment files: build, merge, read through the byte-bounded cache
-    build.py      the build driver: plan (planner.index) → tasks (workers.index) → transaction → commit
+    build.py      the build driver, plan to commit
     query.py      filtered reads through btree/bitmap indices, and explain
     search.py     full-text search (BM25)
 

@@ -1,11 +1,9 @@
 """Building an index from plan to commit: the driver behind ``Table.create_index`` and ``lamina index``.
 
-    planner.index.plan_index(manifest, ...)   pure: the index, segments, parts (validated)
-      ─► workers.index.tasks_for(plan)        one BuildTask per part
-      ─► workers.runtime.run_local / run_tasks   threads here, or Ray tasks (``ray=True``)
-      ─► BuiltPart per task ─► merge_parts per segment, as soon as its parts are in
-      ─► index_transaction(plan, segments)    the typed index transaction
-      ─► lamina.commit.commit                 rebases over concurrent commits
+This module's step: the built parts of each segment are merged as soon as they are all in
+(``merge_parts``), and the segments become one typed index transaction (``index_transaction``).
+Tasks run on threads here, or on Ray with ``ray=True``; the pipeline is drawn in
+docs/ARCHITECTURE.md ("Data flow").
 
 On any error the files already written are removed and nothing is committed.
 """
