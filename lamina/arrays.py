@@ -1,6 +1,6 @@
 """Arrays and scalars without ``pa.array``, ``pa.scalar`` or ``Array.to_numpy``: the first call of any of them
-in a process imports pandas when it is installed (~150-180 ms, measured with pyarrow 26), which every cold
-lookup, catalog read or filtered read paid on its read path. ``from_numpy`` and ``to_numpy`` take arrays
+in a process imports pandas when it is installed, a start-up cost larger than the whole of a cold
+lookup, catalog read or filtered read, which each of them paid on its read path. ``from_numpy`` and ``to_numpy`` take arrays
 without nulls; ``array`` and ``scalar`` take Python values as a filter's literals are (nulls allowed) and
 leave any other kind of value to pyarrow."""
 

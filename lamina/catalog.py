@@ -841,7 +841,7 @@ def _snapshot(t: Table) -> "_Snapshot | None":
 def _rows_of(t: Table) -> pa.Table:
     """Every row of catalog version ``t``. A rewrite writes one data file and no deletion file: it is decoded
     by one native call (``datafile.take_many``, as a ``take`` of every row), since pyarrow's first Parquet read
-    in a process costs ~2 ms of set-up that every cold catalog read paid. Another layout (none is written
+    in a process pays a one-time set-up that would dominate a cold catalog read. Another layout (none is written
     today) is read as any table is."""
     frags = t.manifest.fragments
     if len(frags) == 1 and frags[0].deletion is None and frags[0].rows:
@@ -851,8 +851,8 @@ def _rows_of(t: Table) -> pa.Table:
 
 
 #: The memory pool of the rows a mutation builds: the C allocator's, not Arrow's default (mimalloc). mimalloc asks
-#: for transparent huge pages on its arenas, and each 2 MiB page it grows into is zeroed on first touch: ~5 ms
-#: stalls every few calls of a writer making many small mutations (perf: ``clear_page_erms`` under
+#: for transparent huge pages on its arenas, and each 2 MiB page it grows into is zeroed on first touch: stalls
+#: longer than a whole small mutation, every few calls of a writer making many of them (perf: ``clear_page_erms`` under
 #: ``do_huge_pmd_anonymous_page`` from ``mi_manage_os_memory_ex2``).
 _SYSTEM_POOL = pa.system_memory_pool()
 
@@ -862,8 +862,8 @@ class _Snapshot:
     with lookups by name and listings by (object type, parent) built once per version."""
 
     def __init__(self, rows: pa.Table):
-        # No pyarrow.compute here: its first call in a process costs milliseconds (kernel registry set-up),
-        # which a cold read would pay for nothing. Rows are written sorted; listings sort anyway.
+        # No pyarrow.compute here: its first call in a process sets up its kernel registry, a one-time cost
+        # a cold read would pay for nothing. Rows are written sorted; listings sort anyway.
         self.rows = rows if rows.schema.equals(SCHEMA) else pa.Table.from_arrays(rows.columns, schema=SCHEMA)
         if self.rows.column("object_id").num_chunks > 1:
             self.rows = self.rows.combine_chunks(memory_pool=_SYSTEM_POOL)
@@ -1005,9 +1005,9 @@ def _rewrite(store: ObjectStore, base: Manifest, rows: pa.Table) -> Overwrite:
     indices: list[Future] = []
     if rows.num_rows:
         pool = _pool()
-        # Uncompressed (docs/FORMAT.md §12): a zstd context per column chunk cost ~0.5 ms of each rewrite. No zone
-        # maps (an empty set: nothing bounded): a catalog version is one fragment, read whole or through its
-        # indices, never pruned; computing them cost ~0.2 ms of each rewrite.
+        # Uncompressed (docs/FORMAT.md §12): the file is small, and a zstd context per column chunk was a large share
+        # of each rewrite. No zone maps (an empty set: nothing bounded): a catalog version is one fragment, read
+        # whole or through its indices, never pruned, so computing them would be work no reader uses.
         options = WriteOptions.from_config(base.config, zstd_level=0)
         fragments = [pool.submit(write_fragment, store, SCHEMA, rows.to_batches(), options, ())]
         indices = [pool.submit(_index_entry, store, name, column, kind, rows) for name, column, kind in INDICES]
@@ -1098,7 +1098,7 @@ def _result(outcome: dict[str, Any]) -> Any:
 
 def _check_free(root: str, rows: pa.Table, ids: list[str], name: str) -> None:
     """``ids``: the object ids of ``rows``, in row order (a list scan: no pyarrow.compute, whose first call in a
-    process costs milliseconds, on the path of every create)."""
+    process pays a one-time set-up, on the path of every create)."""
     if name in ids:
         kind = rows.column("object_type")[ids.index(name)].as_py()
         raise (TableExists if kind == TABLE else NamespaceExists)(f"catalog {root} already has a {kind} named {name!r}")

@@ -130,7 +130,7 @@ def write_threads() -> int:
 
 #: Small files are written a group at a time: one task writes up to this many consecutive files of
 #: together at most ``GROUP_ROWS`` rows, so that a file of ten rows does not pay its own future, wake-up
-#: of the submitting thread and GIL hand-off (issue 18: ~10,000 such files in one append).
+#: of the submitting thread and GIL hand-off (a bulk append may write thousands of such files).
 GROUP_FILES = 64
 GROUP_ROWS = 4096
 

@@ -330,8 +330,8 @@ def _by_value(t: pa.DataType, op: str, v: Number) -> tuple[str, int | None]:
 
 
 #: A run of at least 16 plain integers closing an IN list: one token (``ints``) instead of two per value, parsed in
-#: one go (a 5,000-value list was ~15,000 tracked objects per parse, which set off young collections and, with a large
-#: manifest in memory, a ~25 ms full one every few calls). Anything else in the list (a decimal, a string, an
+#: one go (a token and a literal object per value set off young collections and, with a large manifest in memory,
+#: a full collection every few calls). Anything else in the list (a decimal, a string, an
 #: expression) leaves it to the ordinary tokens.
 _INTS = re.compile(r"\s*(-?\d+(?:\s*,\s*-?\d+){15,})(?=\s*\))")
 
@@ -365,10 +365,10 @@ _TOKENS_LOCK = threading.Lock()
 
 
 def _tokens(text: str) -> list[_Tok]:
-    """``_tokenize(text)``: a filter is parsed twice (its expression, then its pruning tree), and a long IN
-    list's tokens cost ~20 ms (5,000 values), so a long text's tokens are kept for its next parse and handed
+    """``_tokenize(text)``: a filter is parsed twice (its expression, then its pruning tree), and tokenizing a long IN
+    list is a visible share of a lookup, so a long text's tokens are kept for its next parse and handed
     over then (not kept longer: thousands of live objects bring the next full garbage collection closer,
-    ~40 ms with a large manifest in memory). At most a few texts' are held; the lists are never changed."""
+    and with a large manifest in memory that collection is slow). At most a few texts' are held; the lists are never changed."""
     if len(text) < 4096:
         return _tokenize(text)
     with _TOKENS_LOCK:
@@ -423,7 +423,7 @@ def _join(op: str, exprs: list[tuple[pc.Expression, str]]) -> tuple[pc.Expressio
 
 class _Parser:
     #: Whether the indexable terms (``_Part.conj``) are wanted: a parser that builds something else from the
-    #: grammar (``lamina.prune``) skips them (5,000 IN values cost ~20 ms as scalars).
+    #: grammar (``lamina.prune``) skips them (a long IN list's values as scalars would cost more than the pruning they serve).
     conjuncts = True
 
     def __init__(self, text: str, schema: pa.Schema):

@@ -1,6 +1,6 @@
 """The one thread pool per process that reads fragments in parallel (``LAMINA_IO_THREADS``, default 8).
 
-Starting threads for every read cost milliseconds per query, so the pool lives as long as
+Starting threads for every read was a cost every query paid, so the pool lives as long as
 the process; a forked child starts its own.
 """
 
@@ -21,7 +21,7 @@ _POOL_LOCK = threading.Lock()
 
 
 def io_pool() -> ThreadPoolExecutor:
-    """One long-lived pool per process (starting threads per read cost milliseconds per query)."""
+    """One long-lived pool per process (starting threads per read was a cost every query paid)."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:

@@ -118,8 +118,8 @@ class Zone(NamedTuple):
     key domain (``lamina.prune``: timestamps in ns, strings as UTF-8 bytes). Bounds, not exact
     values: rows deleted later or merged by compaction only make them looser, never wrong.
 
-    A named tuple, not a frozen dataclass: a manifest of 3,500 fragments holds ~17,500 of them, and
-    decoding its segments took 69 ms with dataclasses against 51 ms with these."""
+    A named tuple, not a frozen dataclass: a manifest holds several per fragment, and named tuples
+    are markedly cheaper to make when its segments are decoded."""
 
     column: str
     kind: str  # the key domain (``lamina.prune._kind`` of the column's type when it was written)
@@ -159,7 +159,7 @@ class ZoneText(NamedTuple):
 class _LazyZones:
     """``Fragment.zones``: a tuple of zones, None, or a ``ZoneText`` decoded on first read. Most
     reads never look at zone maps (a ``take``, an index lookup, a commit that keeps a fragment), and
-    decoding them was over half of the cost of reading a manifest segment (issue 12)."""
+    decoding them was over half of the cost of reading a manifest segment."""
 
     def __get__(self, obj: Any, owner: Any = None) -> "tuple[Zone, ...] | None":
         if obj is None:
@@ -1273,8 +1273,8 @@ def write_segments(store: ObjectStore, writes: list[tuple[str, bytes]]) -> None:
 def _collector_paused() -> Iterator[None]:
     """Pauses Python's cyclic garbage collector while many objects are made at once: decoding segments
     creates only acyclic objects (fragments, tuples), yet each young-generation pass walks them all
-    and the full passes it triggers walk every object of the process (measured: a 100,000-fragment
-    table opened in 8.5 s with the collector running, 2.0 s paused)."""
+    and the full passes it triggers walk every object of the process, which made opening a large
+    table several times slower with the collector running than paused."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -1474,7 +1474,7 @@ def latest_version(store: ObjectStore) -> int | None:
     if hint is not None and store.is_local:
         # Versions are contiguous from any version still there (each is put only after the one before it,
         # and cleanup removes the oldest first): a few stats from the hint instead of reading the whole
-        # directory's listing (~1.3 ms at 1,000 versions, paid by every cold open).
+        # directory's listing, whose cost grows with the versions kept and is paid by every cold open.
         if store.exists(manifest_path(hint)):
             version = hint
             while store.exists(manifest_path(version + 1)):

@@ -625,9 +625,9 @@ def _value_key(kind: str, t: pa.DataType, v: Any) -> Any:
 
 
 def zones_of_many(chunks: Sequence[Sequence[pa.RecordBatch]], schema: pa.Schema) -> list[tuple[Zone, ...]]:
-    """``zones_of`` of each of many files' batches, in one grouped aggregation over all of them: a
-    file of ten rows spent ~20 µs in ``zones_of`` (two compute calls per column, under the GIL),
-    64 such files take ~100 µs together (issue 18: 10,000 small files in one append)."""
+    """``zones_of`` of each of many files' batches, in one grouped aggregation over all of them: for a
+    tiny file ``zones_of``'s fixed cost (two compute calls per column, under the GIL) outweighs its rows,
+    and a bulk append may write thousands of such files."""
     rows = [sum(b.num_rows for b in c) for c in chunks]
     if len(chunks) < 2 or not all(rows):  # the aggregation has no group for an empty file
         return [zones_of(c, schema) for c in chunks]
@@ -638,7 +638,7 @@ def zones_of_many(chunks: Sequence[Sequence[pa.RecordBatch]], schema: pa.Schema)
         kind = _kind(fld.type)
         if kind is None:
             continue
-        # one contiguous array: the aggregation costs ~10x more over one chunk per file
+        # one contiguous array: the aggregation costs many times more over one chunk per file
         col = pa.chunked_array([b.column(i) for c in chunks for b in c], type=fld.type).combine_chunks()
         if kind in ("ts", "date64"):
             col = col.cast(pa.int64())  # keys are the integers (_scalar_key's ``.value``)

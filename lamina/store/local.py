@@ -87,8 +87,8 @@ class LocalStore(ObjectStore):
 
         One system call besides the writer's own when the directory is known (the ``deferring_sync``
         view remembers the directories it made): the rename; a stat and an unlink only on failure. A
-        bulk write of 10,000 small files paid a failing ``mkdir``, two stats and a failing ``unlink``
-        for each (issue 18)."""
+        bulk write of many small files used to pay a failing ``mkdir``, two stats and a failing ``unlink``
+        for each."""
         parent, name = self._split(path)
         self._make_dir(parent)
         full = os.path.join(parent, name)
@@ -110,8 +110,8 @@ class LocalStore(ObjectStore):
 
     @contextlib.contextmanager
     def staged_new_output(self, path: str) -> Iterator[str]:
-        """The object's own file, written in place: no temp file, no rename (~15-20 µs of CPU and a
-        hold of the directory's lock less per file; issue 18). Only for a fresh, unique name nothing
+        """The object's own file, written in place: no temp file, no rename (per file, a system call
+        less and one hold of the directory's lock less, which other threads creating files wait on). Only for a fresh, unique name nothing
         refers to yet (``ObjectStore.staged_new_output``): the file is invisible until a commit names
         it, the caller makes it durable first, and a partial file left by a crash is unreferenced, so
         cleanup removes it like any other. Removed if the block raises."""
@@ -310,8 +310,7 @@ class LocalStore(ObjectStore):
         """Makes objects written without their own fsync (``write_data_file(sync=False)`` inside
         ``staged_output``) durable, before anything refers to them. A few files: an fsync each, as a
         synced write would have done. Many (``SYNCFS_MIN_FILES``): one ``syncfs(2)`` of the table's
-        filesystem (an fsync costs ~0.3 ms on a local disk, so 10,000 small files spent ~3 s on
-        them); an fsync each where syncfs is unavailable or fails. Either way then an fsync of each
+        filesystem (fsyncs one by one dominate a bulk write of many small files); an fsync each where syncfs is unavailable or fails. Either way then an fsync of each
         directory holding them, so their entries are durable too. ``StorageError`` naming the file if one cannot be synced; a file already gone (a
         cleanup raced a long write) has nothing to sync: the commit's check of old files reports it."""
         full = [self._full(p) for p in paths]

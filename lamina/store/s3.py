@@ -93,7 +93,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
-#: One boto3 client per process and configuration: creating one costs ~300 ms (botocore parses its
+#: One boto3 client per process and configuration: creating one is slow (botocore parses its
 #: service model), and clients are thread-safe. Keyed by everything that shapes the client,
 #: including the credential environment, so a changed environment gets a new client.
 _CLIENTS: dict[tuple, Any] = {}
@@ -106,7 +106,7 @@ _CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TO
 
 def _session_for(o: dict[str, Any], uri: str) -> Any:
     """The process's boto3 session for these options (MissingCredentials, naming ``uri``, if there are none):
-    credentials and region, without the S3 client (whose service model costs ~0.1 s to load)."""
+    credentials and region, without the S3 client (whose service model is slow to load)."""
     key = (tuple(sorted((k, str(v)) for k, v in o.items())), tuple(os.environ.get(k) for k in _CREDENTIAL_ENV))
     session = _SESSIONS.get(key)
     if session is not None:
@@ -145,7 +145,7 @@ class StaticCredentials(NamedTuple):
 
 def _credentials_and_region(o: dict[str, Any], uri: str) -> tuple[Any, str]:
     """(credentials, region) for direct requests. Keys and a region given in the options, or else in the
-    environment, are used as they are, without importing boto3 (~70 ms of a new process's first S3 call); that is
+    environment, are used as they are, without importing boto3 (an import that would dominate a new process's first S3 call); that is
     where botocore's chain looks first too (explicit keys, then ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``).
     Anything else (a profile, a region only in ~/.aws/config, an instance role, SSO) goes through botocore's
     chain, as it always did."""
@@ -496,8 +496,8 @@ class S3Store(ObjectStore):
 
     def _direct(self, operation: str, url: str, headers: dict[str, str] | None = None, method: str = "GET") -> Any:
         """One GET, HEAD or LIST signed by :func:`sign_v4` and sent by urllib3, without botocore's request pipeline
-        (its events, endpoint rules and response parsing cost ~2 ms of CPU per GET, which bounded scattered reads;
-        the seed of issue 12), its client (~0.1 s to make) or its import. Failures are raised as
+        (its events, endpoint rules and response parsing cost CPU on every GET, which bounded reads of many small
+        objects), its client (slow to make) or its import. Failures are raised as
         :class:`DirectError` / :class:`DirectConnectionError`, which ``_call`` retries and translates exactly as
         the client's own."""
         import urllib3

@@ -141,7 +141,7 @@ class Scheduler:
 
     def run(self, fn: Callable[[], T], priority: int = SCAN) -> T:
         """``fn()`` through the scheduler, waiting for it. When nothing is queued and a request slot is free
-        it runs on the calling thread (a thread hop less: ~0.1 ms of a warm catalog read's one request)."""
+        it runs on the calling thread (a thread hop less, a visible share of a warm catalog read's one request)."""
         if getattr(self._local, "worker", False):
             return fn()
         with self._cond:
