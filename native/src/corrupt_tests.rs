@@ -1,5 +1,5 @@
 //! Corrupt-input corpus and bounded fuzzing of the data-file, WAL and deletion readers
-//! (issue 16, defect 8), and the regression corpus of damaged files in `native/corpus/`; index
+//! and the regression corpus of damaged files in `native/corpus/`; index
 //! segments are in `index::corrupt_tests`. See `testkit`.
 
 use std::path::Path;

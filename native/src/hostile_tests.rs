@@ -1,4 +1,4 @@
-//! Property tests of the native decoders against hostile files (issue 13, item 3): for data files
+//! Property tests of the native decoders against hostile files: for data files
 //! (point reads through `take` and `take_many` from a local file or from an object's bytes, the
 //! decoded-chunk cache, rewrite in copy and encode mode), deletion bitmaps and WAL rows, proptest
 //! draws random truncation points, random multi-bit flips, and huge values (u32::MAX, i32::MAX,

@@ -4,7 +4,7 @@
 //! every read is positional (`pread`), so any number of threads may read one
 //! file at once. `parquet`'s own `ChunkReader for File` seeks a descriptor
 //! (and `File::try_clone` shares that offset), so two readers of one file
-//! moved each other's cursor (issue 16, defect 0). Reads are also checked
+//! moved each other's cursor. Reads are also checked
 //! against the file's size before a buffer is allocated: a length field in a
 //! corrupt footer or page header cannot make us allocate more than the file.
 

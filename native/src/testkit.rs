@@ -1,4 +1,4 @@
-//! Test support for the corrupt-input corpus and the bounded fuzz loop (issue 16, defect 8):
+//! Test support for the corrupt-input corpus and the bounded fuzz loop:
 //! seeded mutations of valid stored bytes, a runner that turns a panic into a test failure,
 //! and an allocator probe that records the largest single allocation request.
 //!
@@ -213,7 +213,7 @@ pub fn mutate(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
 }
 
 /// Seconds of random mutations per reader and input kind: `LAMINA_FUZZ_SECONDS` (default 0.25;
-/// there are about 30 of them, so `cargo test` spends ~8 s fuzzing).
+/// it is spent once per reader and input kind, so keep it small for `cargo test`).
 pub fn fuzz_budget() -> Duration {
     let secs = std::env::var("LAMINA_FUZZ_SECONDS").ok().and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.25);
     Duration::from_secs_f64(secs.max(0.0))

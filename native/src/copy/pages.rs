@@ -14,8 +14,8 @@
 //!   piece is the whole source row group (no deleted row in it, not cut by an output boundary);
 //! - the chunk is zstd, has no dictionary page and only non-dictionary encodings, and has an offset
 //!   index whose pages tile the chunk exactly;
-//! - its pages are not small: at least [`MIN_PAGE_ROWS`] rows on average (seed 003's review: tiny
-//!   pages must not be carried into compacted files). Smaller ones are re-encoded with the rest.
+//! - its pages are not small: at least [`MIN_PAGE_ROWS`] rows on average (tiny pages
+//!   must not be carried into compacted files: they would be read slowly forever). Smaller ones are re-encoded with the rest.
 //!
 //! Pages of a spliced chunk hold at most what the writer puts in a page (`DATA_PAGE_ROWS` rows,
 //! give or take a write batch), like any re-encoded page.

@@ -340,7 +340,7 @@ fn write_noisy(dir: &Path, name: &str, start: i64, n: usize, rg: usize) -> PathB
     path
 }
 
-/// Issue 16, defect 0: a hybrid rewrite copies row groups of a source on one thread while
+/// A hybrid rewrite copies row groups of a source on one thread while
 /// another decodes other row groups of that same source. Both once went through one shared
 /// file offset, so either read could land elsewhere in the file: failed splices, undecodable
 /// pages, or chunks copied from the wrong place into a file that then read back wrong.
@@ -423,7 +423,7 @@ fn read_all(path: &Path, selection: Option<RowSelection>) -> RecordBatch {
     arrow::compute::concat_batches(&rich_schema(), &batches).unwrap()
 }
 
-/// Issue 14 item 1: whole source row groups of fixed-width leaves are spliced page for page into
+/// Whole source row groups of fixed-width leaves are spliced page for page into
 /// full-size row groups; everything else (strings, a row group with deleted rows) is re-encoded.
 #[test]
 fn full_rewrite_splices_the_pages_of_whole_numeric_chunks() {
@@ -491,7 +491,7 @@ fn full_rewrite_splices_the_pages_of_whole_numeric_chunks() {
     }
 }
 
-/// Pages too small to carry into a compacted file (seed 003's review) are re-encoded, not spliced.
+/// Pages too small to carry into a compacted file (a file of tiny pages reads slowly forever) are re-encoded, not spliced.
 #[test]
 fn small_pages_are_re_encoded_not_spliced() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! Corrupt-input corpus and bounded fuzzing of the index-segment readers (issue 16, defect 8).
+//! Corrupt-input corpus and bounded fuzzing of the index-segment readers.
 //!
 //! Three layers, because directories and blocks are checksummed: (1) the whole stored file
 //! mutated (the checksums catch most of it), (2) the directory mutated and its checksum
@@ -198,7 +198,7 @@ fn corrupt_blocks_with_valid_checksums_fail_without_panicking() {
     assert_clean(failures);
 }
 
-/// Property tests (issue 13, item 3): random truncations, multi-bit flips and huge values where the
+/// Property tests: random truncations, multi-bit flips and huge values where the
 /// container keeps lengths (the footer's directory offset and length; in a directory resealed with a
 /// valid checksum, every block's offset and length and every count it records), for every kind.
 #[test]
