@@ -12,9 +12,11 @@ filter, indices and deletions as there.
 Writes (``LaminaDatasink``)::
 
     driver: check uri/mode/schema ─► Ray write tasks: conform blocks ─► write_fragments ─► [Fragment]
-                                       (each registers its files with a _WrittenFiles actor)
-            ─► on_write_complete: one Append / Overwrite through lamina.commit (a Create first if no table)
-            ─► on failure: nothing committed; every registered file is removed (best effort)
+                                       (each tells a _WrittenFiles actor it began, its files, and that it ended)
+            ─► on_write_complete: one Append / Overwrite through lamina.commit (a Create first if no table;
+                                  if another writer created it meanwhile, the mode decides: see write_table)
+            ─► on failure: nothing committed; no task may begin; the running ones are waited for;
+                           then every file a task reported is removed
 
 This is the one module besides ``workers/runtime.py`` that imports Ray (tests/test_layout.py):
 a Ray Data Datasource/Datasink must subclass Ray's classes. ``import lamina`` does not import it.
@@ -24,6 +26,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import threading
+import time
+import uuid
 from typing import Any, Iterable, Iterator, Sequence
 
 import pyarrow as pa
@@ -35,7 +41,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask
 
 from lamina.commit import commit
 from lamina.datafile import WriteOptions, output_schema, read_fragment, write_fragments
-from lamina.errors import CommitStateUnknown, InvalidArgument, LaminaError, TableExists
+from lamina.errors import CommitStateUnknown, InvalidArgument, LaminaError, SchemaMismatch, TableExists
 from lamina.filter import Filter, parse_filter
 from lamina.io_pool import map_fragments
 from lamina.manifest import Fragment, Manifest, latest_version, load_manifest
@@ -47,6 +53,11 @@ from lamina.transaction import Append, Create, Overwrite
 log = logging.getLogger("lamina.ray")
 
 MODES = ("append", "overwrite")
+
+#: A failed write waits this long at most for its tasks still running (they remove their own files).
+TASK_WAIT_SECONDS = 600.0
+#: While it waits, it looks this often for tasks whose process died (they will never say they ended).
+LIVENESS_CHECK_SECONDS = 1.0
 
 
 # -- reads ---------------------------------------------------------------------
@@ -205,24 +216,83 @@ def read_table(uri: str, *, columns: Sequence[str] | None = None, filter: "str |
 
 # -- writes --------------------------------------------------------------------
 class _WrittenFiles:
-    """Paths of the data files the write tasks wrote, so a failed write can remove them.
+    """The write's tasks and the data files they wrote, so a failed write can wait for its tasks and remove every file.
 
-    ``close`` ends registration: a task finishing after it removes its own files (``add`` answers False).
+    A task ``begin``s before writing (refused once the write is abandoned: it writes nothing),
+    reports its files with ``add`` (accepted until ``close``: those may be committed) and ``end``s,
+    whatever happened. ``wait_for_tasks`` returns once no task that began is still running (or the
+    time asked has passed: it says which are). Every path ever reported is kept, accepted or not.
+    Safe to call from several threads (the actor runs its calls concurrently, so a wait holds no one up).
     """
 
     def __init__(self) -> None:
-        self._paths: list[str] = []
+        self._changed = threading.Condition()
+        self._paths: list[str] = []  # every path reported
+        self._accepted = 0  # the first ``_accepted`` of ``_paths`` were reported before ``close``
+        self._running: dict[str, tuple[str, int]] = {}  # task id -> (node id, process id) of a running task
+        self._ended: set[str] = set()  # an ``end`` may overtake its ``begin``: the actor runs calls concurrently
         self._closed = False
 
+    def begin(self, task: str, node_id: str, pid: int) -> bool:
+        """Whether ``task`` (a fresh id) may write: False once the write is abandoned."""
+        with self._changed:
+            if self._closed:
+                return False
+            if task not in self._ended:
+                self._running[task] = (node_id, pid)
+            return True
+
     def add(self, paths: list[str]) -> bool:
-        if self._closed:
-            return False
-        self._paths.extend(paths)
-        return True
+        """Records ``paths``; False if the write was abandoned first (the files are not to be committed)."""
+        with self._changed:
+            self._paths.extend(paths)
+            if self._closed:
+                return False
+            self._accepted = len(self._paths)
+            return True
+
+    def end(self, task: str) -> None:
+        with self._changed:
+            self._ended.add(task)
+            self._running.pop(task, None)
+            self._changed.notify_all()
+
+    def forget(self, tasks: list[str]) -> None:
+        """Stops waiting for ``tasks`` (their processes are gone)."""
+        for task in tasks:
+            self.end(task)
 
     def close(self) -> list[str]:
-        self._closed = True
-        return list(self._paths)
+        """Ends registration; the paths accepted until now."""
+        with self._changed:
+            self._closed = True
+            return self._paths[:self._accepted]
+
+    def wait_for_tasks(self, timeout: float) -> dict[str, tuple[str, int]]:
+        """The tasks still running after waiting up to ``timeout`` seconds for them all to end."""
+        with self._changed:
+            self._changed.wait_for(lambda: not self._running, timeout)
+            return dict(self._running)
+
+    def paths(self) -> list[str]:
+        """Every path reported, accepted or not."""
+        with self._changed:
+            return list(self._paths)
+
+
+def _process_gone(node_id: str, pid: int, alive_nodes: set[str]) -> bool:
+    """Whether the worker process ``pid`` on ``node_id`` is known to be dead (only checkable on this node)."""
+    if node_id not in alive_nodes:
+        return True
+    if node_id != ray.get_runtime_context().get_node_id():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def align_types(block: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -272,7 +342,8 @@ class LaminaDatasink(Datasink):
             self.schema = self._explicit_schema  # None: write_table takes the dataset's
             config = {}
         self.options = WriteOptions.from_config(config, max_rows_per_file=max_rows_per_file)
-        self._files: Any = ray.remote(num_cpus=0)(_WrittenFiles).remote()
+        # Threads, so that the driver's wait for the tasks does not hold up the tasks' own calls.
+        self._files: Any = ray.remote(num_cpus=0, max_concurrency=64)(_WrittenFiles).remote()
         self._settled = False  # the files' fate is decided (committed, removed, or unknown)
         self.result: Table | None = None
 
@@ -289,11 +360,26 @@ class LaminaDatasink(Datasink):
         return self._min_rows
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> list[Fragment]:
-        """One task: the blocks conformed to the table's schema, written as data files; their fragments."""
+        """One task: the blocks conformed to the table's schema, written as data files; their fragments.
+
+        The task tells the file registry when it begins and ends, so a failed write can wait for it."""
         store = open_store(self.uri, self.storage_options)
         schema = self.schema
         if schema is None:
             raise InvalidArgument(f"writing to the new table {self.uri}: no schema known; pass schema=")
+        task = uuid.uuid4().hex
+        try:
+            if not ray.get(self._files.begin.remote(task, ray.get_runtime_context().get_node_id(), os.getpid())):
+                raise LaminaError(f"writing to table {self.uri}: the write was abandoned (another task failed) "
+                                  f"before this task began; it wrote nothing")
+            return self._write_files(store, schema, blocks)
+        finally:
+            try:
+                ray.get(self._files.end.remote(task))
+            except Exception:  # the registry is gone: nobody waits for this task any more
+                pass
+
+    def _write_files(self, store: ObjectStore, schema: pa.Schema, blocks: Iterable[Block]) -> list[Fragment]:
         batches = itertools.chain.from_iterable(
             conform(align_types(BlockAccessor.for_block(b).to_arrow(), schema), schema) for b in blocks)
         try:
@@ -306,7 +392,7 @@ class LaminaDatasink(Datasink):
         except BaseException:
             store.delete(paths)
             raise
-        if not accepted:  # the write already failed elsewhere and was cleaned up
+        if not accepted:  # the write already failed elsewhere
             store.delete(paths)
             raise LaminaError(f"writing to table {self.uri}: the write was abandoned (another task failed); "
                               f"this task's files were removed")
@@ -333,39 +419,73 @@ class LaminaDatasink(Datasink):
         self._settled = True
 
     def _commit(self, store: ObjectStore, fragments: list[Fragment]) -> Table:
-        base = self._base
+        base, created = self._base, False
         if base is None:
-            if self.schema is None:
-                raise InvalidArgument(f"cannot create table {self.uri} from an empty dataset without schema=")
-            txn = Create(self.schema, config=self.options.to_config())
-            try:
-                base = commit(store, txn, txn.base)
-            except TableExists:  # created meanwhile: write into it
-                latest = latest_version(store)
-                assert latest is not None
-                base = load_manifest(store, latest)
-            if not fragments:
+            base, created = self._create(store)
+            if created and not fragments:
                 return Table(store, base, self.storage_options)
-            txn = Append(base.version, fragments)
-        elif self.mode == "overwrite":
-            txn = Overwrite(base.version, fragments, self._explicit_schema)
+            if not created and self.mode == "append" and not base.schema.equals(self.schema):
+                raise SchemaMismatch(
+                    f"table {self.uri} was created by another writer during this append, with schema ({base.schema}) "
+                    f"where this write has ({self.schema}); nothing was committed and this write's files are "
+                    f"removed: append again in the table's schema, or overwrite it (mode='overwrite')")
+        if self.mode == "overwrite":
+            # Over this write's own empty create or over what a racing creator committed: the table holds
+            # exactly these rows (in this write's schema if it meant to create the table).
+            txn = Overwrite(base.version, fragments, self.schema if self._base is None else self._explicit_schema)
         elif not fragments:
             return Table(store, base, self.storage_options)
         else:
             txn = Append(base.version, fragments)
         return Table(store, commit(store, txn, base), self.storage_options)
 
+    def _create(self, store: ObjectStore) -> tuple[Manifest, bool]:
+        """The table this write creates (True), or the version found if another writer created it first (False)."""
+        if self.schema is None:
+            raise InvalidArgument(f"cannot create table {self.uri} from an empty dataset without schema=")
+        txn = Create(self.schema, config=self.options.to_config())
+        try:
+            return commit(store, txn, txn.base), True
+        except TableExists:
+            latest = latest_version(store)
+            if latest is None:  # created and dropped again meanwhile
+                raise
+            return load_manifest(store, latest), False
+
     def on_write_failed(self, error: Exception) -> None:
-        """Nothing is committed: every file a task registered is removed (late tasks remove their own)."""
+        """Nothing is committed. No task may begin any more; the tasks still running are waited for
+        (each removes its files when it learns the write was abandoned); then every file any task
+        reported is removed."""
         if self._settled:
             return
         self._settled = True
         try:
-            paths = ray.get(self._files.close.remote())
-            open_store(self.uri, self.storage_options).delete(paths)
+            ray.get(self._files.close.remote())
+            self._wait_for_tasks()
+            open_store(self.uri, self.storage_options).delete(ray.get(self._files.paths.remote()))
         except Exception as e:  # best effort: the write's own error is what the caller sees
             log.warning("writing to table %s failed and its data files could not all be removed (%s); "
                         "table.cleanup() removes them later", self.uri, e)
+
+    def _wait_for_tasks(self) -> None:
+        """Returns once no write task is running: each ended, or its process died (the files it wrote
+        before dying are left for ``table.cleanup()``), or after ``TASK_WAIT_SECONDS``."""
+        running = ray.get(self._files.wait_for_tasks.remote(0.0))
+        if not running:
+            return
+        log.info("writing to table %s failed: waiting for %d write task(s) still running to end and remove their files",
+                 self.uri, len(running))
+        deadline = time.monotonic() + TASK_WAIT_SECONDS
+        while running:
+            alive_nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+            gone = [t for t, (node, pid) in running.items() if _process_gone(node, pid, alive_nodes)]
+            if gone:
+                ray.get(self._files.forget.remote(gone))
+            if time.monotonic() > deadline:
+                log.warning("writing to table %s failed and %d of its write tasks still run; files they write later "
+                            "are left for table.cleanup()", self.uri, len(running))
+                return
+            running = ray.get(self._files.wait_for_tasks.remote(LIVENESS_CHECK_SECONDS))
 
     def close(self) -> None:
         """Stops the file registry actor."""
@@ -389,9 +509,19 @@ def write_table(dataset: "ray.data.Dataset", uri: str, *, mode: str = "append", 
 
     ``mode="append"`` adds the rows; ``"overwrite"`` replaces every row (and the schema, given
     ``schema=``). A missing table is created (schema from ``schema=`` or the dataset). Ray tasks
-    write the data files; the driver commits once, after every task succeeded; if any fails,
-    nothing is committed and the files written are removed. ``write_args`` go to
+    write the data files; the driver commits once, after every task succeeded. If any fails,
+    nothing is committed, and ``write_table`` raises only once every task it started has ended
+    (or its process died) and the files written are removed. ``write_args`` go to
     ``Dataset.write_datasink`` (``concurrency``, ``ray_remote_args``).
+
+    When the table was missing at the start and another writer creates it before this write
+    commits (the commit happens after every task ended):
+
+    * ``"append"``: the rows are appended to the version found, next to the other writer's; if
+      that table's schema differs, ``SchemaMismatch`` and nothing of this write is left.
+    * ``"overwrite"``: an ``Overwrite`` over the version found: the table holds exactly this
+      write's rows, in its schema. Two overwrites of a new table at once: each commits, the later
+      one's rows are the table's (never both).
 
     >>> t = lamina.ray.write_table(ray.data.from_arrow(tbl), "/tmp/t", mode="overwrite")
     """

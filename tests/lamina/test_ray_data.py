@@ -351,3 +351,195 @@ def test_bad_arguments_are_refused_before_anything_is_written(ray_cluster, tmp_p
     with pytest.raises(InvalidArgument, match="an append keeps the table's schema"):
         lamina.ray.write_table(ds, uri, schema=pa.schema([("id", pa.int64())]))
     assert _data_files(uri, None) == [] and lamina.open_table(uri).version == 1
+
+
+# -- writes racing other writers and their own tasks --------------------------------
+class _Events:
+    """Named one-shot events shared by a test and its Ray tasks (an asyncio actor: waits do not block sets)."""
+
+    def __init__(self) -> None:
+        self._events: dict = {}
+
+    def _event(self, name: str):
+        import asyncio
+
+        return self._events.setdefault(name, asyncio.Event())
+
+    async def set(self, name: str) -> None:
+        self._event(name).set()
+
+    async def wait(self, name: str) -> None:
+        await self._event(name).wait()
+
+
+def _events():
+    import ray
+
+    return ray.remote(num_cpus=0)(_Events).remote()
+
+
+def _hold(events, name: str) -> None:
+    """Waits for ``name``, through cancellation: like a task busy in native code, it does not stop when Ray cancels it."""
+    import ray
+
+    while True:
+        try:
+            ray.get(events.wait.remote(name))
+            return
+        except (KeyboardInterrupt, ray.exceptions.TaskCancelledError):
+            continue
+
+
+def _creating_the_table(uri: str, options, schema: pa.Schema, theirs: pa.Table):
+    """A pipeline step that has another writer create the table, with rows of its own, while the write runs
+    (after the write found no table, before it commits: the write commits only after every task ended)."""
+    from lamina.errors import TableExists
+
+    def step(batch):
+        try:
+            other = lamina.create_table(uri, schema, storage_options=options)
+        except TableExists:
+            return batch
+        other.append(theirs)
+        return batch
+
+    return step
+
+
+@pytest.mark.parametrize("their_schema", ["same", "other"])
+@pytest.mark.parametrize("mode", ["append", "overwrite"])
+def test_a_table_created_during_the_write_is_written_as_the_mode_says(ray_cluster, table_location, mode, their_schema):
+    import lamina.ray
+
+    uri, options = table_location
+    schema = SCHEMA if their_schema == "same" else pa.schema([("id", pa.int64()), ("name", pa.string())])
+    theirs = rows(10_000, 300) if their_schema == "same" else pa.table({"id": [1, 2], "name": ["x", "y"]}, schema=schema)
+    ours = rows(0, 1000)
+    ds = _dataset(ours, 2).map_batches(_creating_the_table(uri, options, schema, theirs), batch_size=None,
+                                       batch_format="pyarrow")
+    if mode == "append" and their_schema == "other":  # an append keeps the table it found: ours cannot join it
+        with pytest.raises(SchemaMismatch, match=f"table {uri} was created by another writer during this append"):
+            lamina.ray.write_table(ds, uri, mode=mode, schema=SCHEMA, storage_options=options)
+        t = lamina.open_table(uri, storage_options=options)
+        assert [v.operation for v in t.versions()] == ["create", "append"]
+        assert t.to_arrow().equals(theirs)
+        assert _data_files(uri, options) == sorted(f.path for f in t.manifest.fragments)  # nothing of ours left
+        return
+    t = lamina.ray.write_table(ds, uri, mode=mode, schema=SCHEMA, storage_options=options)
+    assert [v.operation for v in t.versions()] == ["create", "append", mode]
+    assert t.manifest.record.operation == mode and t.schema.equals(SCHEMA)
+    expected = ours if mode == "overwrite" else pa.concat_tables([theirs, ours])  # overwrite: exactly our rows
+    assert _by_id(t.to_arrow()).equals(_by_id(expected))
+    assert _by_id(lamina.open_table(uri, storage_options=options).to_arrow()).equals(_by_id(expected))
+
+
+def test_two_overwrites_of_a_new_table_at_once_leave_exactly_one_of_them(ray_cluster, table_location):
+    """Both jobs find no table before either commits (each waits in its pipeline for the other to have started);
+    the loser of the create overwrites the winner's table, so each version holds one job's rows, never both."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import ray
+
+    import lamina.ray
+
+    uri, options = table_location
+    events = _events()
+    data = {"a": rows(0, 300), "b": rows(5000, 200)}
+
+    def job(me: str, other: str) -> lamina.Table:
+        def meet(batch):  # runs after write_table looked for the table: the sink is made before the pipeline runs
+            ray.get(events.set.remote(me))
+            ray.get(events.wait.remote(other))
+            return batch
+
+        ds = _dataset(data[me], 1).map_batches(meet, batch_size=None, batch_format="pyarrow", num_cpus=0.5)
+        return lamina.ray.write_table(ds, uri, mode="overwrite", schema=SCHEMA, storage_options=options,
+                                      ray_remote_args={"num_cpus": 0.5})
+
+    with ThreadPoolExecutor(2) as pool:
+        done = [f.result() for f in [pool.submit(job, "a", "b"), pool.submit(job, "b", "a")]]
+    t = lamina.open_table(uri, storage_options=options)
+    assert [v.operation for v in t.versions()] == ["create", "overwrite", "overwrite"]
+    second, third = (_by_id(t.checkout(v).to_arrow()) for v in (2, 3))
+    assert {second.num_rows, third.num_rows} == {300, 200}
+    assert any(second.equals(d) for d in data.values()) and any(third.equals(d) for d in data.values())
+    assert _by_id(t.to_arrow()).equals(third)
+    assert sorted(r.version for r in done) == [2, 3]
+
+
+def _late_writer(sink, events, files_before: int):
+    """A write task that has a data file on storage and is still running when the write fails."""
+    import ray
+
+    def blocks():
+        yield rows(0, 100)  # one file's rows: written while the next block is awaited
+        store = open_store(sink.uri, sink.storage_options)
+        while len(list(store.list(DATA_DIR))) <= files_before:  # until that first file is on storage
+            pass
+        ray.get(events.set.remote("written"))
+        _hold(events, "release")
+        yield rows(100, 100)
+
+    return sink.write(blocks(), None)
+
+
+class _ReleaseOnLog:
+    """A logging handler that sets an event when the Ray writer says it waits for tasks still running."""
+
+    def __init__(self, events, name: str):
+        import logging
+
+        self.events, self.name = events, name
+        self.handler = logging.Handler()
+        self.handler.emit = self._emit
+
+    def _emit(self, record) -> None:
+        import ray
+
+        if "still running" in record.getMessage():
+            ray.get(self.events.set.remote(self.name))
+
+
+@pytest.mark.parametrize("existing", [True, False])
+def test_a_failed_write_returns_only_after_its_running_tasks_removed_their_files(ray_cluster, table_location, existing):
+    """The failure protocol driven by hand, as Ray Data drives it: a task still writing when the write fails
+    (one that outlives Ray's cancellation) has ended and its files are gone when the failure is handled."""
+    import logging
+
+    import ray
+
+    from lamina.ray import LaminaDatasink
+
+    uri, options = table_location
+    if existing:
+        _table(uri, options, batches=1)
+    files_before = _data_files(uri, options)
+    sink = LaminaDatasink(uri, "append", schema=None if existing else SCHEMA, storage_options=options,
+                          max_rows_per_file=100)
+    events = _events()
+    logger = logging.getLogger("lamina.ray")
+    release = _ReleaseOnLog(events, "release")
+    level = logger.level
+    task = ray.remote(num_cpus=0, max_retries=0)(_late_writer).remote(sink, events, len(files_before))
+    try:
+        written = events.wait.remote("written")
+        ray.wait([written, task], num_returns=1)
+        assert ray.wait([written], timeout=0)[0], ray.get(task)  # else the task ended early: say why
+        assert len(_data_files(uri, options)) == len(files_before) + 1
+        logger.addHandler(release.handler)
+        logger.setLevel(logging.INFO)
+        sink.on_write_failed(RuntimeError("another task failed"))
+        assert _data_files(uri, options) == files_before
+        with pytest.raises(LaminaError, match=f"writing to table {uri}: the write was abandoned"):
+            ray.get(task)
+        assert _data_files(uri, options) == files_before
+    finally:
+        logger.removeHandler(release.handler)
+        logger.setLevel(level)
+        ray.get(events.set.remote("release"))
+        sink.close()
+    if existing:
+        assert lamina.open_table(uri, storage_options=options).version == 2
+    else:
+        with pytest.raises(TableNotFound):
+            lamina.open_table(uri, storage_options=options)
