@@ -44,6 +44,11 @@ be FALSE, so ``x IN (1, NULL)`` returns the rows where ``x = 1`` and
 ``x NOT IN (1, NULL)`` returns none.
 Every filter gives the same rows with and without indices (``lamina.index.query``).
 
+A filter is parsed once, into the bound tree of ``lamina.expr``; the scan's expression, the
+index conjuncts and pruning (``lamina.prune``) are read from that tree. A pyarrow Expression
+filter is evaluated as given, and read into the same tree (``from_expression``) for pruning and
+indices: the same filter as text or as an Expression prunes the same.
+
 Limits: a filter string has at most ``MAX_FILTER_LENGTH`` (10,000,000) characters,
 ``MAX_FILTER_TERMS`` (100,000) predicates (an IN list is one, whatever its length)
 and ``MAX_FILTER_DEPTH`` (100) levels of nested parentheses; past one of them
@@ -61,9 +66,7 @@ import datetime as dt
 import functools
 import math
 import re
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -72,6 +75,8 @@ import pyarrow.compute as pc
 
 from lamina import arrays
 from lamina.errors import InvalidFilter
+from lamina.expr import (And, ArrowCall, ArrowField, ArrowLiteral, Between, Column, Compare, Conjunct, Const, In,
+                         IsNull, Like, Literal, Node, Not, Opaque, Or, Relation, conjuncts, read_arrow, to_arrow)
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -94,21 +99,10 @@ _CACHED_TEXT = 65_536
 _KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "NULL", "TRUE", "FALSE", "BETWEEN", "LIKE", "TIMESTAMP", "DATE"}
 
 
-Bound = "tuple[pa.Scalar | None, bool, pa.Scalar | None, bool]"
+__all__ = ["Conjunct", "Filter", "parse_filter", "from_expression"]
 
 
-@dataclass(frozen=True)
-class Conjunct:
-    """A top-level AND term an index can answer: ``column`` within any of ``ranges``
-    ((lo, lo_inclusive, hi, hi_inclusive), bounds of the column's type, None = open)."""
-
-    column: str
-    ranges: tuple[tuple[Any, bool, Any, bool], ...]
-    text: str
-    is_range: bool  # False: equality / IN (every range is a point)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Filter:
     """A parsed filter: the expression, the top-level columns it reads (None: unknown), and
     the conjuncts an index may answer (the expression is always re-applied to their rows)."""
@@ -119,6 +113,17 @@ class Filter:
     conjuncts: tuple[Conjunct, ...] = ()
     #: The expression is exactly the AND of ``conjuncts`` (an index answering all of them is exact).
     pure: bool = False
+    #: The bound tree (``lamina.expr``) every reader of the filter starts from; None: not known.
+    tree: Node | None = None
+    _derived: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def derived(self, key: Any, make: Any) -> Any:
+        """``make()``, computed once per ``key`` for this filter (what a reader derives from the tree, such
+        as ``lamina.prune``'s terms): a filter is immutable, and a pickled one carries what was derived."""
+        found = self._derived.get(key)
+        if found is None:
+            found = self._derived[key] = make()
+        return found
 
 
 class _Tok:
@@ -141,12 +146,6 @@ class _Ints:
 
 
 @dataclass
-class _Col:
-    path: tuple[str, ...]
-    type: pa.DataType
-
-
-@dataclass
 class _Lit:
     value: Any
     explicit_type: pa.DataType | None = None
@@ -154,8 +153,6 @@ class _Lit:
 
 _OPS = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-_CMP = {"=": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
-        "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 
 
 def _is_nan(s: pa.Scalar) -> bool:
@@ -289,21 +286,6 @@ def _signed_zeros(t: pa.DataType) -> pa.Array:
     return arrays.array([0.0, -0.0], pa.float64()).cast(t)
 
 
-def _in(ref: pc.Expression, values: pa.Array, null: bool) -> pc.Expression:
-    """``ref IN values`` (``values`` without nulls; ``null``: the list also held NULL) in three-valued
-    logic: TRUE where ``ref`` is one of ``values``, else NULL where ``ref`` is NULL or the list held
-    NULL, else FALSE. (Arrow's ``is_in`` is never NULL: a null row matches a NULL in the set.)"""
-    found = pc.is_in(ref, value_set=values)  # FALSE on null rows: the set holds no null
-    if null:
-        return pc.if_else(found, arrays.scalar(True, pa.bool_()), arrays.scalar(None, pa.bool_()))
-    return pc.if_else(pc.is_null(ref), arrays.scalar(None, pa.bool_()), found)
-
-
-def _const(ref: pc.Expression, value: bool) -> pc.Expression:
-    """TRUE or FALSE on the non-null rows of ``ref``, NULL on its null rows (as a comparison is)."""
-    return pc.if_else(pc.is_null(ref), arrays.scalar(None, pa.bool_()), arrays.scalar(value, pa.bool_()))
-
-
 def _by_value(t: pa.DataType, op: str, v: Number) -> tuple[str, int | None]:
     """``op v`` on type ``t`` (``_counted``) where no value of ``t`` equals ``v`` (a fraction of the
     unit, NaN, ±inf, or out of range), as a comparison with a value of ``t``: ``i > 5.5`` is ``i >= 6``,
@@ -360,78 +342,21 @@ def _tokenize(text: str) -> list[_Tok]:
     return toks
 
 
-_TOKENS: "OrderedDict[str, list[_Tok]]" = OrderedDict()
-_TOKENS_LOCK = threading.Lock()
-
-
-def _tokens(text: str) -> list[_Tok]:
-    """``_tokenize(text)``: a filter is parsed twice (its expression, then its pruning tree), and tokenizing a long IN
-    list is a visible share of a lookup, so a long text's tokens are kept for its next parse and handed
-    over then (not kept longer: thousands of live objects bring the next full garbage collection closer,
-    and with a large manifest in memory that collection is slow). At most a few texts' are held; the lists are never changed."""
-    if len(text) < 4096:
-        return _tokenize(text)
-    with _TOKENS_LOCK:
-        found = _TOKENS.pop(text, None)
-    if found is None:
-        found = _tokenize(text)
-        with _TOKENS_LOCK:
-            _TOKENS[text] = found
-            while len(_TOKENS) > 4:
-                _TOKENS.popitem(last=False)
-    return found
-
-
 def _short(text: str) -> str:
     """``text`` quoted for an error message, cut to its start when long."""
     return repr(text) if len(text) <= 200 else f"{text[:160]!r}... ({len(text):,} characters)"
 
 
-@dataclass
-class _Part:
-    """A parsed (sub)expression: its pyarrow expression and the indexable terms whose AND it
-    implies (a None entry: some term is not one of them, so "no None" means the expression IS
-    their AND); ``root``: "and" / "or" when its root is that Arrow function; ``eq``: a
-    ``column = literal`` term (exact, not NULL or NaN), which an OR may fold into an IN."""
-
-    expr: pc.Expression
-    conj: list[Conjunct | None]
-    root: str = ""
-    eq: tuple[_Col, pa.Scalar] | None = None
-
-
-def _join(op: str, exprs: list[tuple[pc.Expression, str]]) -> tuple[pc.Expression, str]:
-    """``exprs`` (expression, root) joined by ``op`` ("and" / "or") as a balanced tree where no
-    ``op`` node is the direct operand of another: where one would be, the node is written by De
-    Morgan (``a AND b`` as ``NOT (NOT a OR NOT b)``, equal in three-valued logic). Arrow flattens
-    directly nested AND (OR) calls into one chain and recurses once per operand, which crashed the
-    process (stack overflow) at about 10,000 ORed terms and took seconds well below that."""
-    level = exprs
-    while len(level) > 1:
-        nxt = []
-        for i in range(0, len(level) - 1, 2):
-            (a, ra), (b, rb) = level[i], level[i + 1]
-            if ra != op and rb != op:
-                nxt.append(((a & b) if op == "and" else (a | b), op))
-            else:
-                nxt.append((~((~a) | (~b)) if op == "and" else ~((~a) & (~b)), "not"))
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    return level[0]
-
-
 class _Parser:
-    #: Whether the indexable terms (``_Part.conj``) are wanted: a parser that builds something else from the
-    #: grammar (``lamina.prune``) skips them (a long IN list's values as scalars would cost more than the pruning they serve).
-    conjuncts = True
+    """The grammar, building the bound tree of ``lamina.expr``: columns are looked up in the schema and
+    literals put into the type of the column they are compared with as they are read."""
 
     def __init__(self, text: str, schema: pa.Schema):
         self.text, self.schema = text, schema
         if len(text) > MAX_FILTER_LENGTH:
             raise InvalidFilter(f"filter {_short(text)} is longer than {MAX_FILTER_LENGTH:,} characters; split it into "
                                 "several calls, or pass an Expression such as pyarrow.compute.field('id').isin(values)")
-        self.toks = _tokens(text)
+        self.toks = _tokenize(text)
         self.i = 0
         self.columns: set[str] = set()
         self.depth = 0
@@ -461,7 +386,7 @@ class _Parser:
         return t
 
     # -- grammar
-    def parse(self) -> _Part:
+    def parse(self) -> Node:
         if not self.toks:
             raise InvalidFilter("empty filter: pass a condition such as \"id < 100\"")
         e = self.or_()
@@ -470,58 +395,33 @@ class _Parser:
             raise InvalidFilter(f"cannot parse filter {_short(self.text)}: unexpected {t.value!r} at position {t.pos}")
         return e
 
-    def or_(self) -> _Part:
+    def or_(self) -> Node:
         parts = [self.and_()]
         while self.accept("kw", "OR"):
             parts.append(self.and_())
         if len(parts) == 1:
             return parts[0]
-        parts = self.fold_equalities(parts)
-        if len(parts) == 1:  # all folded into one set lookup (no index answers it: conj [None])
-            return parts[0]
-        expr, root = _join("or", [(p.expr, p.root) for p in parts])
-        return _Part(expr, [None], root)
+        parts = _fold_equalities(parts)
+        return parts[0] if len(parts) == 1 else Or(tuple(parts))  # one part: all folded into one set lookup
 
-    def and_(self) -> _Part:
+    def and_(self) -> Node:
         parts = [self.not_()]
         while self.accept("kw", "AND"):
             parts.append(self.not_())
-        if len(parts) == 1:
-            return parts[0]
-        expr, root = _join("and", [(p.expr, p.root) for p in parts])
-        return _Part(expr, [c for p in parts for c in p.conj], root)
+        return parts[0] if len(parts) == 1 else And(tuple(parts))
 
-    def not_(self) -> _Part:
+    def not_(self) -> Node:
         n = 0
         while self.accept("kw", "NOT"):  # a loop, not recursion: NOT NOT ... is not nesting
             n += 1
-        part = self.predicate()
-        return _Part(~part.expr, [None], "not") if n % 2 else part
-
-    def fold_equalities(self, parts: list[_Part]) -> list[_Part]:
-        """ORed ``column = literal`` terms on one column as one set lookup (NULL on null rows, as
-        the comparisons give); the other terms as they are."""
-        groups: dict[tuple[str, ...], list[_Part]] = {}
-        for p in parts:
-            if p.eq is not None:
-                groups.setdefault(p.eq[0].path, []).append(p)
-        folded = {path: g for path, g in groups.items() if len(g) > 1}
-        if not folded:
-            return parts
-        out = [p for p in parts if p.eq is None or p.eq[0].path not in folded]
-        for group in folded.values():
-            col = group[0].eq[0]
-            values = arrays.array_of_scalars([p.eq[1] for p in group], col.type)
-            if pa.types.is_floating(col.type) and _has_zero(values):
-                values = pa.concat_arrays([values, _signed_zeros(col.type)])
-            out.append(_Part(_in(self.ref(col), values, False), [None]))
-        return out
+        node = self.predicate()
+        return Not(node) if n % 2 else node
 
     def _span(self, start: int) -> str:
         end_tok = self.toks[self.i - 1]
         return self.text[self.toks[start].pos:end_tok.pos + len(end_tok.value)]
 
-    def predicate(self) -> _Part:
+    def predicate(self) -> Node:
         t = self.peek()
         start = self.i
         if t and t.kind == "op" and t.value == "(":
@@ -542,10 +442,8 @@ class _Parser:
             nxt = self.peek(1)
             if nxt is None or (nxt.kind == "kw" and nxt.value in ("AND", "OR")) or (nxt.kind == "op" and nxt.value == ")"):
                 self.i += 1
-                return _Part(pc.scalar(arrays.scalar(t.value == "TRUE", pa.bool_())), [None])
-        ranges: list[tuple[Any, bool, Any, bool]] | None = None  # None: no index can answer this term
-        point = True
-        root = ""
+                return Const(t.value == "TRUE")
+        node: Node
         left = self.operand()
         negate = bool(self.accept("kw", "NOT"))
         if self.accept("kw", "IN"):
@@ -562,31 +460,24 @@ class _Parser:
             self.expect("op", ")")
             col = self.need_column(left, "IN")
             arr, null = self.value_set(col, values)
-            e = _in(self.ref(col), arr, null)
-            if self.conjuncts:  # TRUE exactly on these keys, whether the list held NULL or not
-                ranges = [(v, True, v, True) for v in arr]
+            node = In(col, arr, null, self._span(start))
         elif self.accept("kw", "BETWEEN"):
             lo = self.literal()
             self.expect("kw", "AND")
             hi = self.literal()
             col = self.need_column(left, "BETWEEN")
-            e_lo, r_lo = self.compare(col, ">=", lo)
-            e_hi, r_hi = self.compare(col, "<=", hi)
-            e, root = e_lo & e_hi, "and"
-            if r_lo is not None and r_hi is not None:
-                ranges, point = [(r_lo[0][0], r_lo[0][1], r_hi[0][2], r_hi[0][3])], False
+            node = Between(self.compare(col, ">=", lo), self.compare(col, "<=", hi), self._span(start))
         elif self.accept("kw", "LIKE"):
             pattern = self.literal()
             col = self.need_column(left, "LIKE")
             self.unchecked |= not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type))
             if not isinstance(pattern.value, str):
                 raise InvalidFilter(f"LIKE needs a string pattern in {_short(self.text)}")
-            e = pc.match_like(self.ref(col), pattern.value)
+            node = Like(col, pattern.value)
         elif not negate and self.accept("kw", "IS"):
             is_not = bool(self.accept("kw", "NOT"))
             self.expect("kw", "NULL")
-            e = self.value(left, None).is_valid() if is_not else self.value(left, None).is_null()
-            return _Part(e, [None])
+            return IsNull(self.value(left, None), is_not)
         else:
             if negate:
                 raise InvalidFilter(f"cannot parse filter {_short(self.text)}: NOT must precede IN, BETWEEN or LIKE here")
@@ -596,40 +487,24 @@ class _Parser:
                                     "is not a comparison")
             cmp = _OPS[op.value]
             right = self.operand()
-            if isinstance(left, _Lit) and isinstance(right, _Col):
+            if isinstance(left, _Lit) and isinstance(right, Column):
                 left, cmp, right = right, _FLIP[cmp], left
-            if isinstance(left, _Col) and isinstance(right, _Lit):
-                e, ranges = self.compare(left, cmp, right)
-                point = cmp == "="
+            if isinstance(left, Column) and isinstance(right, _Lit):
+                node = self.compare(left, cmp, right, self._span(start))
             else:
                 self.unchecked = True
-                ltype = left.type if isinstance(left, _Col) else None
-                rtype = right.type if isinstance(right, _Col) else None
-                e = _CMP[cmp](self.value(left, rtype), self.value(right, ltype))
-        if negate:
-            return _Part(~e, [None], "not")
-        eq = None
-        if ranges is not None and point and len(ranges) == 1 and isinstance(left, _Col) and not _is_nan(ranges[0][0]):
-            eq = (left, ranges[0][0])
-        if ranges is None or not isinstance(left, _Col) or len(left.path) != 1:
-            return _Part(e, [None], root, eq)
-        return _Part(e, [Conjunct(left.path[0], tuple(ranges), self._span(start), not point)], root, eq)
+                ltype = left.type if isinstance(left, Column) else None
+                rtype = right.type if isinstance(right, Column) else None
+                node = Relation(cmp, self.value(left, rtype), self.value(right, ltype))
+        return Not(node) if negate else node
 
-    def compare(self, col: _Col, op: str, lit: _Lit) -> tuple[pc.Expression, list | None]:
-        """``col op lit`` (op one of = != < <= > >=): the expression, and the key range it selects
-        (None for ``!=``, a NULL literal, and comparisons that reduce to TRUE or FALSE)."""
-        ref = self.ref(col)
+    def compare(self, col: Column, op: str, lit: _Lit, text: str = "") -> Compare:
+        """``col op lit`` (op one of = != < <= > >=), bound (``comparison``)."""
         self.unchecked |= not _plain(col.type)
         op, s = self.comparison(col, op, lit)
-        if s is None:
-            return _const(ref, op == "always"), None
-        e = _CMP[op](ref, pc.scalar(s))
-        if not s.is_valid or op == "!=":
-            return e, None
-        return e, [{"=": (s, True, s, True), "<": (None, False, s, False), "<=": (None, False, s, True),
-                    ">": (s, False, None, False), ">=": (s, True, None, False)}[op]]
+        return Compare(col, op, s, text)
 
-    def comparison(self, col: _Col, op: str, lit: _Lit) -> tuple[str, pa.Scalar | None]:
+    def comparison(self, col: Column, op: str, lit: _Lit) -> tuple[str, pa.Scalar | None]:
         """``col op lit`` as the exact comparison every reader of the filter applies (the scan's
         expression, index key ranges and pruning all start here): (op, a scalar of the column's type,
         NULL for a NULL literal), or ("never" | "always", None) where it is FALSE / TRUE on every
@@ -646,7 +521,7 @@ class _Parser:
                 return op, None
         return op, self.cast(_Lit(x), t)
 
-    def value_set(self, col: _Col, values: "list[_Lit] | _Ints") -> tuple[pa.Array, bool]:
+    def value_set(self, col: Column, values: "list[_Lit] | _Ints") -> tuple[pa.Array, bool]:
         """The values of an IN list that rows of ``col`` can equal, as one array of its type, so
         that IN means what ORed ``=`` would: a NaN equals nothing and is left out, 0.0 and -0.0
         are both in when either is, a literal no value of the column equals (``_by_value``: 5.5 on an
@@ -691,7 +566,7 @@ class _Parser:
                 arr = pa.concat_arrays([arr, _signed_zeros(t)])
         return arr, null
 
-    def operand(self) -> _Col | _Lit:
+    def operand(self) -> Column | _Lit:
         t = self.peek()
         if t is None:
             raise InvalidFilter(f"cannot parse filter {_short(self.text)}: unexpected end")
@@ -699,7 +574,7 @@ class _Parser:
             return self.column()
         return self.literal()
 
-    def column(self) -> _Col:
+    def column(self) -> Column:
         names = [self.name()]
         while self.accept("op", "."):
             names.append(self.name())
@@ -714,7 +589,7 @@ class _Parser:
                 raise InvalidFilter(f"filter {_short(self.text)}: {'.'.join(names)!r} is not a field of the table")
             field_type = field_type.field(field_type.get_field_index(part)).type
         self.columns.add(names[0])
-        return _Col(tuple(names), field_type)
+        return Column(tuple(names), field_type)
 
     def name(self) -> str:
         t = self.peek()
@@ -751,13 +626,10 @@ class _Parser:
                 raise InvalidFilter(f"filter {_short(self.text)}: {s!r} is not an ISO-8601 {t.value.lower()}") from None
         raise InvalidFilter(f"cannot parse filter {_short(self.text)}: expected a value at position {t.pos}, got {t.value!r}")
 
-    def need_column(self, operand: _Col | _Lit, what: str) -> _Col:
-        if not isinstance(operand, _Col):
+    def need_column(self, operand: Column | _Lit, what: str) -> Column:
+        if not isinstance(operand, Column):
             raise InvalidFilter(f"filter {_short(self.text)}: the left side of {what} must be a column")
         return operand
-
-    def ref(self, col: _Col) -> pc.Expression:
-        return pc.field(col.path[0]) if len(col.path) == 1 else pc.field(col.path)
 
     def cast(self, lit: _Lit, target: pa.DataType) -> pa.Scalar:
         if lit.value is None:
@@ -770,12 +642,46 @@ class _Parser:
             raise InvalidFilter(f"filter {_short(self.text)}: value {lit.value!r} cannot be compared with a column "
                                 f"of type {target}") from None
 
-    def value(self, operand: _Col | _Lit, other_type: pa.DataType | None) -> pc.Expression:
-        if isinstance(operand, _Col):
-            return self.ref(operand)
+    def value(self, operand: Column | _Lit, other_type: pa.DataType | None) -> Column | Literal:
+        """An operand of a comparison that does not bind to one column (``Relation``, ``IsNull``): a
+        literal is put into the other operand's type, if that is a column."""
+        if isinstance(operand, Column):
+            return operand
         if other_type is not None:
-            return pc.scalar(self.cast(operand, other_type))
-        return pc.scalar(operand.value)
+            return Literal(self.cast(operand, other_type))
+        return Literal(operand.value)
+
+
+def _equality(node: Node) -> tuple[Column, pa.Scalar] | None:
+    """``node`` as ``column = value`` when it is exactly that (not NULL, not NaN, no NULL in the list)."""
+    if isinstance(node, Compare):
+        s = node.value
+        if node.op == "=" and s is not None and s.is_valid and not _is_nan(s):
+            return node.column, s
+    elif isinstance(node, In) and not node.null and len(node.values) == 1:
+        return node.column, node.values[0]
+    return None
+
+
+def _fold_equalities(parts: list[Node]) -> list[Node]:
+    """ORed ``column = literal`` terms on one column as one set lookup (NULL on null rows, as the
+    comparisons give); the other terms as they are."""
+    eqs = [_equality(p) for p in parts]
+    groups: dict[tuple[str, ...], list[tuple[Column, pa.Scalar]]] = {}
+    for eq in eqs:
+        if eq is not None:
+            groups.setdefault(eq[0].path, []).append(eq)
+    folded = {path: g for path, g in groups.items() if len(g) > 1}
+    if not folded:
+        return parts
+    out = [p for p, eq in zip(parts, eqs) if eq is None or eq[0].path not in folded]
+    for group in folded.values():
+        col = group[0][0]
+        values = arrays.array_of_scalars([v for _, v in group], col.type)
+        if pa.types.is_floating(col.type) and _has_zero(values):
+            values = pa.concat_arrays([values, _signed_zeros(col.type)])
+        out.append(In(col, values, False))
+    return out
 
 
 def _parse_text(text: str, schema: pa.Schema) -> Filter:
@@ -784,22 +690,170 @@ def _parse_text(text: str, schema: pa.Schema) -> Filter:
 
 def _parse_uncached(text: str, schema: pa.Schema) -> Filter:
     p = _Parser(text, schema)
-    part = p.parse()
+    tree = p.parse()
+    expression = to_arrow(tree)
     if p.unchecked:
         try:  # binds every function to its argument types: a type error is the filter's, not the read's
-            pa.Table.from_batches([], schema=schema).filter(part.expr)
+            pa.Table.from_batches([], schema=schema).filter(expression)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
             raise InvalidFilter(f"filter {_short(text)} does not apply to this table: {e}") from None
-    found = tuple(c for c in part.conj if c is not None)
-    return Filter(part.expr, frozenset(p.columns), text, found, pure=bool(found) and None not in part.conj)
+    found, pure = conjuncts(tree)
+    return Filter(expression, frozenset(p.columns), text, found, pure, tree)
 
 
 #: Parsed filters are immutable, and repeated queries are common (point lookups): cache them.
 _parse_cached = functools.lru_cache(maxsize=512)(_parse_uncached)
 
 
+# -- from a pyarrow expression ----------------------------------------------------------------------
+_ARROW_CMP = {"equal": "=", "not_equal": "!=", "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">="}
+_TEXT_TYPES = (pa.string(), pa.large_string())
+_BINARY_TYPES = (pa.binary(), pa.large_binary())
+
+
+def _resolve(path: tuple[str, ...], schema: pa.Schema) -> Column | None:
+    idx = schema.get_field_index(path[0])
+    if idx < 0:
+        return None
+    t = schema.field(idx).type
+    for part in path[1:]:
+        if not pa.types.is_struct(t) or t.get_field_index(part) < 0:
+            return None
+        t = t.field(t.get_field_index(part)).type
+    return Column(path, t)
+
+
+def _arrow_value(t: pa.DataType, s: pa.Scalar) -> pa.Scalar | None:
+    """The value of type ``t`` that Arrow's comparison of a ``t`` column with literal ``s`` compares exactly
+    with (Arrow compares in a common type; where that type holds both sides exactly, comparing in ``t``
+    with ``s`` put into it is the same), or None where that is not certain (the term stays opaque)."""
+    st = s.type
+    if st == t:
+        return s
+    if not s.is_valid:
+        return arrays.scalar(None, t) if st == pa.null() else None
+    if pa.types.is_integer(t) and pa.types.is_integer(st):
+        t_signed, s_signed = pa.types.is_signed_integer(t), pa.types.is_signed_integer(st)
+        if t_signed != s_signed and not (s_signed and st.bit_width > t.bit_width):
+            return None  # no common integer type holds both exactly
+        x = _exact_int(s.as_py(), t)
+        return None if x is None else arrays.scalar(x, t)
+    if t in (pa.float32(), pa.float64()) and pa.types.is_integer(st):
+        v = s.as_py()
+        if abs(v) > 2**53:
+            return None
+        try:
+            c = arrays.scalar(float(v), pa.float64()).cast(t)
+        except pa.ArrowException:
+            return None
+        return c if c.as_py() == v else None
+    if (t in _TEXT_TYPES and st in _TEXT_TYPES) or (t in _BINARY_TYPES and st in _BINARY_TYPES):
+        return s.cast(t)
+    if pa.types.is_timestamp(t) and pa.types.is_timestamp(st) and t.tz == st.tz:
+        try:
+            c = s.cast(t)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        return c if c.value * _UNIT_NS[t.unit] == s.value * _UNIT_NS[st.unit] else None
+    return None
+
+
+def _arrow_values(t: pa.DataType, values: pa.Array) -> pa.Array | None:
+    """An ``is_in`` value set as Arrow matches it against a ``t`` column (it casts the set to the column's
+    type), or None where that is not certain."""
+    if values.type == t:
+        return values
+    integers = pa.types.is_integer(t) and pa.types.is_integer(values.type)
+    if integers or (t in _TEXT_TYPES and values.type in _TEXT_TYPES) or (t in _BINARY_TYPES and values.type in _BINARY_TYPES):
+        try:
+            return values.cast(t)  # a checked cast: a value out of the type's range fails it
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+    return None
+
+
+def _flatten(call: ArrowCall) -> list:
+    """The operands of a chain of one associative call (``a & b & c`` nests ``and_kleene``), without recursion."""
+    out, stack = [], [call]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ArrowCall) and n.function == call.function:
+            stack.extend(reversed(n.args))
+        else:
+            out.append(n)
+    return out
+
+
+def _bind_arrow(raw: "ArrowCall | ArrowField | ArrowLiteral", schema: pa.Schema) -> Node:
+    if isinstance(raw, ArrowLiteral):
+        s = raw.value
+        return Const(s.as_py()) if s.type == pa.bool_() and s.is_valid else Opaque(pc.scalar(s))
+    if isinstance(raw, ArrowField):
+        return Opaque(pc.field(raw.path[0]) if len(raw.path) == 1 else pc.field(raw.path))
+    fn, args, opts = raw.function, raw.args, raw.options or {}
+    if fn in ("and_kleene", "or_kleene"):
+        kids = tuple(_bind_arrow(k, schema) for k in _flatten(raw))
+        return And(kids) if fn == "and_kleene" else Or(kids)
+    if fn == "invert" and len(args) == 1:
+        n, inner = 1, args[0]
+        while isinstance(inner, ArrowCall) and inner.function == "invert" and len(inner.args) == 1:
+            n, inner = n + 1, inner.args[0]
+        node = _bind_arrow(inner, schema)
+        return Not(node) if n % 2 else node
+    col = _resolve(args[0].path, schema) if args and isinstance(args[0], ArrowField) else None
+    if fn in _ARROW_CMP and len(args) == 2:
+        op, (a, b) = _ARROW_CMP[fn], args
+        if isinstance(a, ArrowLiteral) and isinstance(b, ArrowField):
+            a, b, op = b, a, _FLIP[op]
+            col = _resolve(a.path, schema)
+        if col is not None and isinstance(b, ArrowLiteral):
+            value = _arrow_value(col.type, b.value)
+            if value is not None:
+                return Compare(col, op, value)
+    elif col is not None and len(args) == 1:
+        if fn in ("is_null", "is_valid") and not (opts.get("nan_is_null") is not None and opts["nan_is_null"].as_py()):
+            return IsNull(col, fn == "is_valid")
+        if fn == "match_like" and "pattern" in opts and not opts["ignore_case"].as_py():
+            return Like(col, opts["pattern"].as_py())
+        if fn == "is_in" and "value_set" in opts:
+            node = _arrow_in(col, opts)
+            if node is not None:
+                return node
+    return Opaque(raw.expression())
+
+
+def _arrow_in(col: Column, opts: dict) -> Node | None:
+    """Arrow's ``is_in`` (never NULL: a null row is TRUE when the set holds null, else FALSE) as three-valued
+    ``In`` and ``IS NULL`` terms; None when its options ask for another null behaviour."""
+    nulls = opts.get("null_matching_behavior")
+    skip = opts.get("skip_nulls")
+    if (nulls is not None and nulls.as_py() != 0) or (skip is not None and skip.as_py()):
+        return None  # only MATCH, the default
+    values = _arrow_values(col.type, opts["value_set"].values)
+    if values is None:
+        return None
+    null = values.null_count > 0
+    values = values.drop_null()
+    if pa.types.is_floating(col.type) and len(values) and (
+            _has_zero(values) or pc.any(pc.is_nan(values)).as_py()):
+        return None  # Arrow's set lookup tells NaN from NaN and -0.0 from 0.0; comparisons do not
+    found = In(col, values, False)
+    return Or((found, IsNull(col))) if null else And((found, IsNull(col, True)))
+
+
+def from_expression(expression: pc.Expression, schema: pa.Schema) -> Node:
+    """A pyarrow expression as the bound tree of ``lamina.expr``: each call read where its meaning in Arrow
+    is exactly a node's (comparisons of a column with a literal Arrow compares exactly, ``is_in`` with its
+    default null matching, ``is_null`` / ``is_valid``, ``match_like``, ``&``, ``|``, ``~``); anything else is
+    an ``Opaque`` node, which prunes nothing."""
+    try:
+        return _bind_arrow(read_arrow(expression), schema)
+    except Exception:  # noqa: BLE001 - what cannot be read evaluates as given, and prunes nothing
+        return Opaque(expression)
+
+
 def parse_filter(flt: "str | pc.Expression | Filter", schema: pa.Schema) -> Filter:
-    """Parses a string filter, or checks an Expression against ``schema``."""
+    """Parses a string filter, or checks an Expression against ``schema`` (and reads it into the tree)."""
     if isinstance(flt, Filter):
         return flt
     if isinstance(flt, str):
@@ -809,5 +863,7 @@ def parse_filter(flt: "str | pc.Expression | Filter", schema: pa.Schema) -> Filt
             pa.Table.from_batches([], schema=schema).filter(flt)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
             raise InvalidFilter(f"filter {flt} does not apply to this table ({e}); columns: {', '.join(schema.names)}") from None
-        return Filter(flt, None, str(flt))
+        tree = from_expression(flt, schema)
+        found, _ = conjuncts(tree)  # evaluated as given: index candidates are always re-checked
+        return Filter(flt, None, str(flt), found, False, tree)
     raise InvalidFilter(f"a filter is a string such as \"id < 100\" or a pyarrow.compute.Expression, not {type(flt).__name__}")

@@ -12,9 +12,10 @@ row group:
 - terms pruned: ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` against a literal, ``BETWEEN``,
   ``IN`` (NULL in the list included), ``IS [NOT] NULL``, ``TRUE``/``FALSE``, and any
   AND / OR / NOT of them, on top-level columns of integer, float32/64, boolean, string, binary,
-  timestamp and date types; a term of any other shape (LIKE, column against column, nested
-  fields, other types, an Expression filter) is "anything" and keeps the group unless the rest
-  of the filter rules it out;
+  timestamp and date types, read from the filter's bound tree (``lamina.expr``), whether it was
+  parsed from text or read from a pyarrow Expression; a term of any other shape (LIKE, column
+  against column, nested fields, other types, an opaque Arrow expression) is "anything" and keeps
+  the group unless the rest of the filter rules it out;
 - float columns may hold NaN whatever their statistics say (writers leave NaN out of min/max);
 - string and binary maxima may be truncated by the writer: a maximum ``m`` is read as "below
   the next string after every string starting with ``m``";
@@ -41,11 +42,8 @@ Decoded footers are cached per data file (paths are never reused), in the ``foot
 from __future__ import annotations
 
 import bisect
-import functools
 import json
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -54,6 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lamina import expr as E
 from lamina import filter as _filter
 from lamina.cache import MiB, cache
 from lamina.filter import Filter
@@ -104,7 +103,7 @@ class Chunk:
 UNKNOWN = Chunk()
 
 
-# -- filters as trees --------------------------------------------------------------------------
+# -- terms: the filter's tree (lamina.expr) with literals as keys of the statistics' domain ------
 @dataclass(frozen=True)
 class Const:
     outcomes: int
@@ -355,92 +354,55 @@ class _Decoder:
             return None
 
 
-# -- from filter text to a tree ----------------------------------------------------------------
-class _TreeParser(_filter._Parser):
-    """The filter grammar of ``lamina.filter`` (its parser, so literals cast exactly as the
-    filter's expression does), building a pruning tree instead of an expression."""
+# -- from the filter's tree to terms over statistics ------------------------------------------
+def _cmp(name: str, kind: str, c: E.Compare) -> Cmp:
+    """A bound comparison in the key domain (``lamina.filter`` made its literal exact)."""
+    if c.value is None:  # TRUE / FALSE on every non-null value (``i = 5.5``, ``i < 1e30``)
+        return Cmp(name, c.op, 0)
+    return Cmp(name, c.op, _scalar_key(kind, c.column.type, c.value) if c.value.is_valid else None)
 
-    conjuncts = False
 
-    def __init__(self, text: str, schema: pa.Schema):
-        super().__init__(text, schema)
-        self.events: list[tuple] = []
+def _column(node: Any) -> E.Column | None:
+    if isinstance(node, (E.Compare, E.In)):
+        return node.column
+    if isinstance(node, E.Between):
+        return node.low.column
+    if isinstance(node, E.IsNull) and isinstance(node.operand, E.Column):
+        return node.operand
+    return None
 
-    def or_(self) -> Any:
-        kids = [self.and_()]
-        while self.accept("kw", "OR"):
-            kids.append(self.and_())
-        return kids[0] if len(kids) == 1 else Or(tuple(kids))
 
-    def and_(self) -> Any:
-        kids = [self.not_()]
-        while self.accept("kw", "AND"):
-            kids.append(self.not_())
-        return kids[0] if len(kids) == 1 else And(tuple(kids))
-
-    def not_(self) -> Any:
-        n = 0
-        while self.accept("kw", "NOT"):
-            n += 1
-        node = self.predicate()
-        return Not(node) if n % 2 else node
-
-    def predicate(self) -> Any:
-        start = self.i
-        self.events = []
-        got = super().predicate()
-        if not isinstance(got, _filter._Part):  # a parenthesised expression: already a tree
-            return got
-        events, self.events = self.events, []
-        words = {t.value for t in self.toks[start:self.i] if t.kind == "kw"}
-        try:
-            return self.atom(words, events, self.toks[start:self.i])
-        except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError, KeyError):
-            return OPAQUE
-
-    def atom(self, words: set[str], events: list[tuple], toks: list) -> Any:
-        cols = [e[1] for e in events if e[0] == "col"]
-        if not cols:  # TRUE / FALSE, or literals only
-            if len(toks) == 1 and toks[0].kind == "kw" and toks[0].value in ("TRUE", "FALSE"):
-                return Const(T if toks[0].value == "TRUE" else F)
-            return OPAQUE
-        col = cols[0]
-        kind = _kind(col.type)
-        if len(cols) != 1 or len(col.path) != 1 or kind is None or "LIKE" in words:
-            return OPAQUE
-        name, negate = col.path[0], "NOT" in words
-        if "IS" in words:
-            return IsNull(name, negate)
-        if "IN" in words:
-            arr, null = next(e[2:] for e in events if e[0] == "in")
-            node: Any = In(name, tuple(sorted(set(_array_keys(kind, col.type, arr)))), null)
-            return Not(node) if negate else node
-        cmps = [self.cmp_node(name, kind, e[1].type, e[2], e[3]) for e in events if e[0] == "cmp"]
-        if "BETWEEN" in words and len(cmps) == 2:
-            return Not(And(tuple(cmps))) if negate else And(tuple(cmps))
-        return cmps[0] if len(cmps) == 1 and not negate else OPAQUE
-
-    def cmp_node(self, name: str, kind: str, t: pa.DataType, op: str, s: "pa.Scalar | None") -> Any:
-        """A comparison as the filter's parser made it exact (``_Parser.comparison``)."""
-        if s is None:  # TRUE / FALSE on every non-null value (``i = 5.5``, ``i < 1e30``)
-            return Cmp(name, op, 0)
-        return Cmp(name, op, _scalar_key(kind, t, s) if s.is_valid else None)
-
-    # hooks: what the filter's parser saw, in order
-    def column(self) -> Any:
-        col = super().column()
-        self.events.append(("col", col))
-        return col
-
-    def comparison(self, col: Any, op: str, lit: Any) -> Any:
-        op, s = super().comparison(col, op, lit)
-        self.events.append(("cmp", col, op, s))
-        return op, s
-
-    def value_set(self, col: Any, values: list) -> tuple[pa.Array, bool]:
-        arr, null = super().value_set(col, values)
-        self.events.append(("in", col, arr, null))
-        return arr, null
+def _terms(node: Any, schema: pa.Schema) -> Any:
+    """The filter's bound tree (``lamina.expr``) with its literals as keys of the statistics' domain, once
+    per filter (an IN list's keys sorted for bisection): what ``_eval`` reads per row group. A node this
+    cannot put into the key domain (LIKE, column against column, a nested field, a type statistics are
+    not kept for, an opaque Arrow expression) is ``OPAQUE``."""
+    if isinstance(node, E.Const):
+        return Const(T if node.value else F)
+    if isinstance(node, E.And):
+        return And(tuple(_terms(k, schema) for k in node.kids))
+    if isinstance(node, E.Or):
+        return Or(tuple(_terms(k, schema) for k in node.kids))
+    if isinstance(node, E.Not):
+        return Not(_terms(node.kid, schema))
+    col = _column(node)
+    if col is None or len(col.path) != 1:
+        return OPAQUE
+    name = col.path[0]
+    idx = schema.get_field_index(name)
+    kind = _kind(col.type)
+    if kind is None or idx < 0 or schema.field(idx).type != col.type:  # bound to another type: unknown
+        return OPAQUE
+    try:
+        if isinstance(node, E.IsNull):
+            return IsNull(name, node.negate)
+        if isinstance(node, E.In):
+            return In(name, tuple(sorted(set(_array_keys(kind, col.type, node.values)))), node.null)
+        if isinstance(node, E.Between):
+            return And((_cmp(name, kind, node.low), _cmp(name, kind, node.high)))
+        return _cmp(name, kind, node)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError, KeyError):
+        return OPAQUE
 
 
 @dataclass(frozen=True)
@@ -464,36 +426,14 @@ def _columns(node: Any) -> set[str]:
     return {node.column} if hasattr(node, "column") else set()
 
 
-def _compile(text: str, schema: pa.Schema) -> Pruner:
-    try:
-        p = _TreeParser(text, schema)
-        tree = p.parse()
-    except Exception:  # noqa: BLE001 - whatever fails to compile prunes nothing (the scan still filters)
-        return Pruner(OPAQUE, frozenset())
-    return Pruner(tree, frozenset(_columns(tree)))
-
-
-_compile_cached = functools.lru_cache(maxsize=512)(_compile)
-_LONG: "OrderedDict[int, tuple[Filter, pa.Schema, Pruner]]" = OrderedDict()
-_LONG_LOCK = threading.Lock()
+def _compile(tree: Any, schema: pa.Schema) -> Pruner:
+    terms = OPAQUE if tree is None else _terms(tree, schema)
+    return Pruner(terms, frozenset(_columns(terms)))
 
 
 def compile_filter(flt: Filter, schema: pa.Schema) -> Pruner:
-    """``flt`` as a pruning tree (cached: by text, or for long filters by the Filter object)."""
-    if flt.columns is None:  # an Expression filter: not introspectable
-        return Pruner(OPAQUE, frozenset())
-    if len(flt.text) <= _filter._CACHED_TEXT:
-        return _compile_cached(flt.text, schema)
-    with _LONG_LOCK:
-        hit = _LONG.get(id(flt))
-        if hit is not None and hit[0] is flt and hit[1] == schema:
-            return hit[2]
-    found = _compile(flt.text, schema)
-    with _LONG_LOCK:
-        _LONG[id(flt)] = (flt, schema, found)
-        while len(_LONG) > 8:
-            _LONG.popitem(last=False)
-    return found
+    """``flt``'s tree as terms over statistics (once per filter and schema)."""
+    return flt.derived(("prune", schema), lambda: _compile(flt.tree, schema))
 
 
 # -- deciding for one file ---------------------------------------------------------------------

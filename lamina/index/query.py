@@ -83,6 +83,15 @@ def _keys(scalars: Sequence[pa.Scalar]) -> list[Any]:
     return [k.encode() if isinstance(k, str) else k for k in keys]
 
 
+def _point_keys(points: pa.Array) -> list[Any]:
+    """An IN list's values (an array of the column's type) as keys, in one conversion."""
+    try:
+        keys = key_array(points).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
+        return [key_value(s) for s in points]
+    return [k.encode() if isinstance(k, str) else k for k in keys]
+
+
 def _is_point(r: tuple[Any, bool, Any, bool]) -> bool:
     return r[0] is not None and r[1] and r[3] and (r[0] is r[2] or r[0] == r[2])
 
@@ -139,7 +148,9 @@ def _column_ranges(conjs: Sequence[Conjunct]) -> tuple[list[tuple[Any, bool, Any
     its rows are then re-checked)."""
     acc, used = _KeySet(), []
     for c in conjs:
-        if len(c.ranges) == 1:
+        if c.points is not None:
+            acc.add_points(_point_keys(c.points))
+        elif len(c.ranges) == 1:
             lo, lo_inc, hi, hi_inc = c.ranges[0]
             lo_k, hi_k = _keys([lo])[0] if lo is not None else None, _keys([hi])[0] if hi is not None else None
             if (lo is not None and lo_k is None) or (hi is not None and hi_k is None):

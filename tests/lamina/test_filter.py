@@ -326,7 +326,7 @@ def test_a_long_integer_in_list_is_one_token_and_means_what_its_values_mean(type
     import re
 
     import lamina.filter as F
-    from lamina.prune import _compile
+    from lamina.prune import compile_filter
 
     values = [0, -1, 5, 127, 128, -129, 300, 2**63 - 1, 2**63, 2**64 - 1, -(2**63)] + list(range(7, 19))
     if not pa.types.is_integer(type_):  # a double cannot hold the largest exactly: refused either way (below)
@@ -341,14 +341,15 @@ def test_a_long_integer_in_list_is_one_token_and_means_what_its_values_mean(type
     schema = pa.schema([("x", type_)])
     table = pa.table({"x": pa.array(col, type=type_)})
     fast = F._parse_uncached(text, schema)
-    tree = _compile(text, schema).tree
+    tree = compile_filter(fast, schema).tree
     monkeypatch.setattr(F, "_INTS", re.compile(r"(?!)"))
     assert "ints" not in [t.kind for t in F._tokenize(text)]
     slow = F._parse_uncached(text, schema)
     assert table.filter(fast.expression).equals(table.filter(slow.expression))
     assert table.filter(fast.expression).num_rows == sum(1 for v in col if v in values)
     assert fast.conjuncts == slow.conjuncts and fast.pure == slow.pure
-    assert _compile(text, schema).tree == tree and tree != _compile('x IN (1, 2)', schema).tree
+    assert fast.tree == slow.tree and compile_filter(slow, schema).tree == tree
+    assert tree != compile_filter(F._parse_uncached("x IN (1, 2)", schema), schema).tree
 
 
 def test_a_long_in_list_that_is_not_all_integers_is_parsed_value_by_value():
@@ -509,6 +510,7 @@ IN_CASES = [
     "i NOT IN (7, NULL) OR cat IS NULL", "cat NOT IN ('c1', 'c2')", "cat IN ('c1', NULL)", "cat NOT IN ('c1', NULL) OR i = 5",
     "x NOT IN (0.5, 17)", "x IN (0.5, NULL) AND i < 100", "i NOT IN (5.5, 6) AND i < 20", "NOT (i = 1 OR i = 2) AND i < 9",
     "i NOT IN (3, 4) AND i BETWEEN 0 AND 10", "i IN (3, 4, NULL) AND i IN (4, 5)",
+    "NOT (i IN (7, NULL) OR i = 8)", "NOT (i IN (7) OR i = 8 OR i IN (9, NULL))",
 ]
 
 
@@ -538,3 +540,48 @@ def test_in_and_not_in_follow_three_valued_logic_as_duckdb(edge_tables, text):
     kept = _duckdb_rows(everything, f"({text}) IS NOT TRUE")
     for t in (indexed, plain):
         assert collections.Counter(_canon(t.to_arrow().to_pylist())) == kept, t.uri
+
+
+# -- pyarrow expressions read into the filter tree ------------------------------------------------
+ARROW_EXPRESSIONS = [
+    pc.field("id") < 100,
+    (pc.field("id") > 450) | (pc.field("category") == "b"),
+    ~((pc.field("id") >= 10) & (pc.field("id") <= 490)),
+    pc.field("category").isin(["a", None]),
+    ~pc.field("category").isin(["a", "b"]),
+    pc.field("category").is_null() | pc.field(("meta", "a")).is_valid(),
+    pc.match_like(pc.field(("meta", "b")), "b1%"),
+    pc.field("ts") >= TS("2024-01-01T00:05:00"),
+    pc.field(("meta", "a")) == 5,
+    pc.field("score") > 0,
+    pc.field("id") < 2.5,  # compared in double by Arrow: left opaque
+    pc.field("id").cast(pa.float64()) < pc.field("score") * 300,
+    pc.scalar(True),
+    pc.Expression._call("and", [pc.field("id") < 300, ~pc.field("category").isin(["a"])]),
+]
+
+
+@pytest.mark.parametrize("expression", ARROW_EXPRESSIONS, ids=str)
+def test_a_pyarrow_expression_read_into_the_tree_means_what_arrow_does(expression):
+    """The tree read from an expression converts back to an expression that selects the same rows, opaque
+    parts included (Arrow's set lookup is never NULL: ``~isin`` keeps null rows, unlike SQL's NOT IN)."""
+    from lamina.expr import to_arrow
+    from lamina.filter import from_expression
+
+    tree = from_expression(expression, SCHEMA)
+    assert DATA.filter(to_arrow(tree)).equals(DATA.filter(expression))
+
+
+def test_what_a_pyarrow_expression_is_read_as():
+    from lamina.expr import And, Compare, In, IsNull, Opaque, Or
+    from lamina.filter import from_expression
+
+    tree = from_expression((pc.field("id") < 5) & pc.field("category").isin(["a", None]), SCHEMA)
+    assert isinstance(tree, And) and isinstance(tree.kids[0], Compare) and isinstance(tree.kids[1], Or)
+    assert isinstance(tree.kids[1].kids[0], In) and isinstance(tree.kids[1].kids[1], IsNull)
+    assert isinstance(from_expression(pc.field("id") < 2.5, SCHEMA), Opaque)
+    assert isinstance(from_expression(pc.field(("meta", "a")) == 5, SCHEMA), Compare)  # int64 literal, int32 field
+    chain = pc.field("id") == 0
+    for i in range(1, 2000):  # nested 2,000 deep: read without recursion
+        chain = chain | (pc.field("id") == i)
+    assert isinstance(from_expression(chain, SCHEMA), Or) and len(from_expression(chain, SCHEMA).kids) == 2000

@@ -21,6 +21,7 @@ from fractions import Fraction
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import lamina
@@ -337,6 +338,25 @@ def test_fixed_shapes_equal_scan(indexed_table):
         a = _canon(indexed_table.to_arrow(filter=text, use_index=True))
         b = _canon(indexed_table.to_arrow(filter=text, use_index=False))
         assert a == b, f"{text!r}: {len(a)} rows through indices, {len(b)} by a scan"
+
+
+#: pyarrow expressions, read into the filter tree: indices answer their top-level terms as they answer text.
+EXPRESSIONS = [
+    (pc.field("id") == 7) & pc.field("cat").is_null(),
+    pc.field("id").isin([3, 5, 9, 40]) & (pc.field("x") > 0),
+    (pc.field("id") >= 10) & (pc.field("id") < 20) & ~(pc.field("k") == 1),
+    pc.field("cat").isin(["c1", None]) & (pc.field("k") <= 2),
+    ~pc.field("id").isin([1, 2]) & (pc.field("k") == 3),
+    (pc.field("x") == 0.0) & (pc.field("id") > 5),
+]
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS, ids=str)
+def test_pyarrow_expressions_use_indices_and_read_what_arrow_evaluates(indexed_table, expression):
+    want = _canon(indexed_table.to_arrow().filter(expression))
+    assert _canon(indexed_table.to_arrow(filter=expression, use_index=True)) == want
+    assert _canon(indexed_table.to_arrow(filter=expression, use_index=False)) == want
+    assert "index lookups for 0 fragment" not in indexed_table.explain(expression)
 
 
 @pytest.mark.parametrize("seed", _seeds())
