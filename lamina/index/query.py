@@ -33,7 +33,8 @@ from lamina import arrays, prune
 from lamina.datafile import open_parquet, read_fragment, read_rows_many
 from lamina.deletion import among, read_deleted
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound
-from lamina.filter import Conjunct, Filter
+from lamina.expr import Conjunct
+from lamina.filter import Filter
 from lamina.index.segments import fetch_blocks, on_broken, open_segment
 from lamina.keys import key_array, key_value
 from lamina.manifest import ADDRESS_SHIFT, Fragment, FragmentList, IndexEntry, Manifest
