@@ -678,8 +678,13 @@ class Catalog:
         """Drops a table the catalog no longer lists and removes its files (``lamina.drop.purge``: a tombstone
         version first, so a writer still holding it stops): its own layout only, never another catalog table's."""
         location = self._location(entry)
+        key = _location_key(location)
+        catalog = f"{self.root.rstrip('/')}/{CATALOG_DIR}"
+        if _overlap(key, _location_key(catalog)) is not None:  # an entry an older catalog accepted
+            raise InvalidArgument(f"not purging {location}: it overlaps catalog {self.root}'s own location {catalog}; "
+                                  f"the entry {entry['object_id']!r} was dropped, its files were kept")
         others = [self._location(e) for e in self._rows("object_type = 'table'").to_pylist()]
-        inside = [o for o in others if o.rstrip("/").startswith(location.rstrip("/") + "/") or o.rstrip("/") == location.rstrip("/")]
+        inside = [o for o in others if _overlap(_location_key(o), key) in ("is", "lies inside")]
         if inside:
             raise InvalidArgument(f"not purging {location}: table(s) of catalog {self.root} live there ({inside[0]}); "
                                   f"the entry {entry['object_id']!r} was dropped, its files were kept")

@@ -171,6 +171,26 @@ def test_purge_never_removes_another_tables_files(local_table_uri):
     assert cat.open_table("n.inner").count_rows() == 1 and lamina.open_table(outer_uri).count_rows() == 1
 
 
+def test_purge_compares_locations_resolved_and_never_touches_the_catalog(local_table_uri):
+    """Entries an older catalog accepted (the location check is bypassed to make them): a location spelled with
+    '..' or doubled slashes that holds another table, or that is the catalog's own, is not purged."""
+    cat = lamina.connect(local_table_uri)
+    cat.create_namespace("n")
+    inner = cat.create_table("n.inner", SCHEMA_T)
+    inner.append(pa.table({"id": [1], "name": ["x"]}))
+    ns_dir = os.path.dirname(inner.uri)
+    lamina.create_table(ns_dir, SCHEMA_T)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lamina.catalog, "_check_location", lambda *args: None)
+        cat.register_table("spelled", f"{ns_dir}/../{os.path.basename(ns_dir)}//")
+        cat.register_table("own", f"{local_table_uri}/_catalog")
+    for name in ("spelled", "own"):
+        with pytest.raises(InvalidArgument, match="not purging"):
+            cat.drop_table(name, purge=True)
+    assert cat.open_table("n.inner").count_rows() == 1
+    assert cat.list_namespaces() == ["n"] and cat.list_tables("n") == ["n.inner"]
+
+
 def test_two_handles_see_each_others_writes(root):
     uri, opts = root
     a = lamina.connect(uri, storage_options=opts)
