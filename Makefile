@@ -1,9 +1,10 @@
 # Lamina: two commands on a fresh machine.
 #   make demo   – set everything up, then run the main job on a local table with local Ray
 #   make test   – set everything up, then run the whole test suite (cargo test + pytest)
-# Set-up is idempotent and incremental: a virtualenv in .venv, then `maturin develop`
-# builds the native extension and installs it with the dependencies and test extras
-# that pyproject.toml lists (the one place they are written down).
+# Set-up is idempotent and incremental: a virtualenv in .venv, then an editable install
+# (setuptools + setuptools-rust) builds the native extension and installs one package, `lamina`
+# (planner/, workers/ and jobs/ as lamina.planner, lamina.workers, lamina.jobs), with the
+# dependencies and test extras that pyproject.toml lists (the one place they are written down).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,7 +17,7 @@ PYTEST_ARGS ?=
 .PHONY: demo test setup native pytest cargo-test bench mutation soak clean
 
 demo: setup
-	$(BIN)/python -m jobs.demo
+	$(BIN)/python -m lamina.jobs.demo
 
 test: setup cargo-test pytest
 
@@ -26,11 +27,12 @@ $(VENV)/.deps: pyproject.toml
 	@command -v cargo >/dev/null || { echo "cargo not found: install the Rust toolchain (rustup) first"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "maturin>=1.16,<2"
+	$(BIN)/python -m pip install -q "setuptools>=77" "setuptools-rust>=1.11,<2"  # pyproject.toml's build-system
 	touch $@
 
+# The build tools are in the venv already: no isolated build environment to set up on every run.
 native: $(VENV)/.deps
-	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --quiet --extras test
+	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test]"
 
 cargo-test:
 	cargo test --quiet --manifest-path native/Cargo.toml
@@ -50,31 +52,38 @@ bench: setup
 # Mutation testing of the data-protecting modules (docs/RELIABILITY.md, "Mutation testing").
 # Slow (hours on 2 cores: ~4,600 mutants), so never part of `make test` or CI. Config:
 # [tool.mutmut] in pyproject.toml; one module:  make mutation MUTATION_MODULES=lamina.commit
-# Afterwards `$(BIN)/mutmut show NAME` prints a surviving mutant's diff.
+# Afterwards `cd build/mutation && ../../.venv/bin/mutmut show NAME` prints a surviving mutant's diff.
 MUTATION_MODULES ?= lamina.commit lamina.transaction lamina.records lamina.manifest lamina.deletion lamina.cleanup \
-	lamina.filter lamina.index.query lamina.ingest planner
+	lamina.filter lamina.index.query lamina.ingest lamina.planner
 MUTATION_JOBS ?= 2
+# mutmut names a mutant after its file's path and the tests import lamina.planner, so it runs on a
+# copy of the tree laid out as installed: planner/, workers/ and jobs/ inside lamina/.
+MUTATION_DIR := build/mutation
+MUTMUT := $(abspath $(BIN))/mutmut
 
 mutation: setup
 	$(BIN)/python -m pip install -q "mutmut>=3"  # the `mutation` extra
-	rm -rf mutants && mkdir -p mutants/lamina && cp lamina/_native*.so mutants/lamina/
-	@for m in $(MUTATION_MODULES); do \
-		echo "mutation: $$m (log: mutants/$$m.log)"; \
-		$(BIN)/mutmut run --max-children $(MUTATION_JOBS) "$$m.*" > mutants/$$m.log 2>&1 \
+	rm -rf $(MUTATION_DIR) && mkdir -p $(MUTATION_DIR)/mutants/lamina
+	cp -r lamina tests pyproject.toml $(MUTATION_DIR)/
+	for d in planner workers jobs; do cp -r $$d $(MUTATION_DIR)/lamina/$$d; done
+	cp lamina/_native*.so $(MUTATION_DIR)/mutants/lamina/
+	@cd $(MUTATION_DIR) && for m in $(MUTATION_MODULES); do \
+		echo "mutation: $$m (log: $(MUTATION_DIR)/mutants/$$m.log)"; \
+		$(MUTMUT) run --max-children $(MUTATION_JOBS) "$$m.*" > mutants/$$m.log 2>&1 \
 			|| { tail -40 mutants/$$m.log; exit 1; }; \
 	done
 	@echo "module                      mutants   killed survived    other   score"
-	@$(BIN)/mutmut results --all true | sed -nE 's/^ *([A-Za-z0-9_.]+)\.x(_|ǁ).*: ([a-z ]+)$$/\1 \3/p' | awk ' \
+	@cd $(MUTATION_DIR) && $(MUTMUT) results --all true | sed -nE 's/^ *([A-Za-z0-9_.]+)\.x(_|ǁ).*: ([a-z ]+)$$/\1 \3/p' | awk ' \
 		{ m = $$1; st = substr($$0, length(m) + 2) } st == "not checked" { next } { n[m]++; N++ } \
 		st == "killed" || st == "timeout" { k[m]++; K++ } \
 		st == "survived" { s[m]++; S++ } \
 		END { for (m in n) printf "%-26s %8d %8d %8d %8d %6.1f%%\n", m, n[m], k[m], s[m], n[m] - k[m] - s[m], 100 * k[m] / n[m] | "sort"; \
 		      close("sort"); \
 		      if (N) printf "%-26s %8d %8d %8d %8d %6.1f%%\n", "total", N, K, S, N - K - S, 100 * K / N }'
-	@$(BIN)/mutmut results
+	@cd $(MUTATION_DIR) && $(MUTMUT) results
 
 clean:
-	rm -rf $(VENV) demo_table mutants
+	rm -rf $(VENV) demo_table mutants $(MUTATION_DIR)
 
 # The chaos soak (docs/RELIABILITY.md, "Chaos soak"): writers, WAL producers and appliers, compaction,
 # index builds and cleanup on one table under S3 faults and SIGKILLs, then a check of every row
