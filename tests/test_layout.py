@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("lamina", "workers", "jobs", "planner")
+# The folders planner/, workers/ and jobs/ are installed as lamina.planner, lamina.workers and
+# lamina.jobs (pyproject.toml): `lamina` is the only import root.
+MAPPED = ("planner", "workers", "jobs")
 
 
-def _modules():
-    for package in PACKAGES:
+def _modules(folders=PACKAGES):
+    for package in folders:
         for path in sorted((ROOT / package).rglob("*.py")):
             yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), str(path))
 
@@ -23,6 +27,24 @@ def _imports(tree: ast.AST) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
     return names
+
+
+def test_planner_workers_and_jobs_are_imported_only_under_lamina():
+    """`import planner` works only from the repository's root (the current directory on sys.path),
+    never from an installed Lamina, and Ray would pickle a task by that path: nothing may use it."""
+    module_path = re.compile(r"(%s)(\.\w*)+(:\w+)?" % "|".join(MAPPED))  # "jobs." of f"jobs.{name}" too
+    run_module = re.compile(r"-m\s+(%s)\." % "|".join(MAPPED))
+    bad = []
+    for name, tree in _modules(PACKAGES + ("tests", "benchmarks")):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                bad += [f"{name}:{node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in MAPPED]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.split(".")[0] in MAPPED:
+                bad.append(f"{name}:{node.lineno}: from {node.module} import ...")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                    module_path.fullmatch(node.value) or run_module.search(node.value)):
+                bad.append(f"{name}:{node.lineno}: {node.value!r}")  # "jobs.cli:main", "python -m jobs.x"
+    assert bad == [], "use lamina.planner / lamina.workers / lamina.jobs:\n" + "\n".join(bad)
 
 
 def test_only_the_runtime_module_talks_to_ray():
@@ -46,7 +68,8 @@ def test_import_lamina_does_not_import_ray():
 def test_the_planner_does_no_io_and_needs_no_workers():
     for name, tree in _modules():
         if name.startswith("planner/"):
-            bad = {m for m in _imports(tree) if m.split(".")[0] in ("workers", "jobs", "boto3", "ray")
+            bad = {m for m in _imports(tree) if m.split(".")[0] in ("boto3", "ray")
+                   or m.startswith(("lamina.workers", "lamina.jobs"))
                    or m in ("lamina.store", "lamina.datafile", "lamina.commit", "lamina.table")}
             assert not bad, f"{name} imports {sorted(bad)}"
 
@@ -68,7 +91,7 @@ def test_jobs_only_parse_show_progress_and_print():
     for name, tree in _modules():
         if name.startswith("jobs/"):
             bad = {m for m in _imports(tree) if m in ("lamina.commit", "lamina.transaction", "lamina.store")
-                   or m.startswith("workers.") and m != "workers.runtime"}
+                   or m.startswith("lamina.workers.") and m != "lamina.workers.runtime"}
             assert not bad, f"{name} imports {sorted(bad)}"
 
 
