@@ -32,9 +32,9 @@ import numpy as np
 import pyarrow as pa
 
 import lamina
-from jobs.demo import sample_rows
-from planner import CompactionOptions, plan_compaction
-from workers.compaction import GroupCompactor, GroupTask, tasks_for
+from lamina.jobs.demo import sample_rows
+from lamina.planner import CompactionOptions, plan_compaction
+from lamina.workers.compaction import GroupCompactor, GroupTask, tasks_for
 
 MiB = 1 << 20
 
@@ -267,7 +267,7 @@ def bench_c(uri: str) -> list[dict]:
 
 def bench_d(root: str, uri: str) -> dict:
     from lamina.compaction import compact
-    from workers import runtime
+    from lamina.workers import runtime
 
     out = {}
     runtime.connect(num_cpus=2)

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.full_rewrite [--runs 3] [--fragments 400] [--rows 5000] [--only demo|flat]
 
 Each table is 400 fragments of 5,000 rows. One run times, back to back on the same rows, Lamina's
-full-rewrite task (`workers.compaction.GroupCompactor`, one group, as in `benchmarks.compaction` (b))
+full-rewrite task (`lamina.workers.compaction.GroupCompactor`, one group, as in `benchmarks.compaction` (b))
 and pylance's `compact_files` (reencode) on a fresh copy of the same rows written as a Lance
 dataset. Every run prints both times, their ratio and the load average; the summary gives the
 median and the spread of the ratios. Issue 14 item 1 asks for >= 2x on the demo schema and >= 1.5x
@@ -23,9 +23,9 @@ import pyarrow as pa
 
 import lamina
 from benchmarks.compaction import local_file, one_group_task, timed
-from jobs.demo import sample_rows
-from planner import CompactionOptions
-from workers.compaction import GroupCompactor
+from lamina.jobs.demo import sample_rows
+from lamina.planner import CompactionOptions
+from lamina.workers.compaction import GroupCompactor
 
 MiB = 1 << 20
 

@@ -49,9 +49,9 @@ import lamina
 from lamina.index import IndexOptions
 from lamina.index.build import merge_segments
 from lamina.index.segments import BuiltPart, build_local, merge_parts, part_path, read_key_column, segment_path
-from planner.index import plan_index
-from workers.index import build_part, tasks_for
-from workers.runtime import run_local
+from lamina.planner.index import plan_index
+from lamina.workers.index import build_part, tasks_for
+from lamina.workers.runtime import run_local
 
 VOCAB = 20_000
 CATEGORIES = 20
@@ -225,7 +225,7 @@ def profile(path: str, column: str, kind: str) -> dict[str, float]:
 
 def ray_job(uri: str) -> dict[str, float]:
     from lamina.index import build_index
-    from workers import runtime
+    from lamina.workers import runtime
 
     start_s, _ = timed(lambda: runtime.connect(num_cpus=os.cpu_count()))
     try:
@@ -326,7 +326,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="10x smaller data, a smoke run (under a minute)")
     ap.add_argument("--repeat", type=int, default=None, help="builds: best of N (default 3; --quick 2)")
     ap.add_argument("--no-profile", action="store_true", help="skip the per-phase profile of Lamina's builds")
-    ap.add_argument("--ray", action="store_true", help="also time the Ray job (jobs.index) for the btree")
+    ap.add_argument("--ray", action="store_true", help="also time the Ray job (lamina.jobs.index) for the btree")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir under /tmp)")
     ap.add_argument("--fts-queries", action="store_true",
                     help="only the full-text queries (docs data, fts indices built once untimed, no other builds or lookups)")
@@ -437,7 +437,7 @@ def main() -> None:
                 emit(f"profile {kind} (lamina, serial phases, no commit)",
                      **in_child(dict(op="profile", path=paths[f"lamina-{data}"], column=column, kind=kind)))
         if args.ray and not fts_only:
-            emit("ray job btree (jobs.index.run)", **ray_job(lamina.open_table(paths["lamina-keyed"]).uri))
+            emit("ray job btree (lamina.jobs.index.run)", **ray_job(lamina.open_table(paths["lamina-keyed"]).uri))
 
         # summary
         print("\nsummary (ratio = pylance / lamina: above 1 means Lamina is faster)")

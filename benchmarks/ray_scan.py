@@ -19,7 +19,7 @@ import tempfile
 import time
 
 import lamina
-from jobs.demo import sample_rows
+from lamina.jobs.demo import sample_rows
 
 
 def build(uri: str, fragments: int, rows: int) -> lamina.Table:

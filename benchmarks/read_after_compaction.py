@@ -6,7 +6,7 @@ The question of ../shared/seeds/003_1f3261702f8c4de5.txt: binary copy keeps the 
 pages of the small files it merges; how do its outputs read, on local disk and on object storage,
 next to a hybrid or a full rewrite of the same rows and next to the uncompacted table?
 
-One table of the demo schema (``jobs.demo.sample_rows``), ``--fragments`` appends (default 400; --quick
+One table of the demo schema (``lamina.jobs.demo.sample_rows``), ``--fragments`` appends (default 400; --quick
 100) of 2,000 or 8,000 rows (half each, seeded order: 5,000 on average, 2M rows at full size), is copied
 four times and three copies are compacted, each mode forced through ``CompactionOptions`` (the summary
 must say every group got it):
@@ -75,7 +75,7 @@ def fragment_sizes(fragments: int) -> list[int]:
 def build_source(uri: str, fragments: int) -> int:
     """The uncompacted table: one append (one fragment, one row group) per size; its row count."""
     import lamina
-    from jobs.demo import SCHEMA, sample_rows
+    from lamina.jobs.demo import SCHEMA, sample_rows
 
     t = lamina.create_table(uri, SCHEMA)
     start = 0
@@ -89,7 +89,7 @@ def build_source(uri: str, fragments: int) -> int:
 def mode_options(mode: str, source_uri: str):
     """The CompactionOptions that force ``mode`` on the source table."""
     import lamina
-    from planner import CompactionOptions
+    from lamina.planner import CompactionOptions
 
     if mode == "binary_copy":
         return CompactionOptions(min_row_group_bytes=0)
@@ -105,7 +105,7 @@ def mode_options(mode: str, source_uri: str):
 def compact_copies(root: str, source: str) -> dict[str, dict[str, Any]]:
     """The three compacted copies of ``source``; per mode what the summary said."""
     from lamina.compaction import compact
-    from workers import runtime
+    from lamina.workers import runtime
 
     out = {}
     runtime.connect(num_cpus=2)

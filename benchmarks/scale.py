@@ -17,7 +17,7 @@ and a short string ``s``) is written once by Lamina and once by pylance, then on
               cold = in a new process (spawned; imports not timed), p50 of --cold processes;
               warm = a new handle in a process that opened it before, p50 of 10.
   count_rows  ``count_rows()`` right after that open (cold and warm as above).
-  plan        compaction plan on a new handle, default options: Lamina ``planner.plan_compaction`` (what
+  plan        compaction plan on a new handle, default options: Lamina ``lamina.planner.plan_compaction`` (what
               ``lamina.compaction.compact`` calls after opening the table); pylance
               ``lance.optimize.Compaction.plan``. p50 of 3.
   append      --appends (20) one-row appends on the open handle (Lamina ``Table.append``; pylance
@@ -157,7 +157,7 @@ class LaminaSide:
         return h.count_rows()
 
     def plan(self) -> int:
-        from planner import CompactionOptions, plan_compaction
+        from lamina.planner import CompactionOptions, plan_compaction
 
         h = self.open()
         return len(plan_compaction(h.manifest, CompactionOptions(), h.uri).groups)

@@ -13,7 +13,7 @@ RSS it had after imports:
 
   open        ``lamina.open_table`` of the latest version, then ``count_rows()``.
   iterate     ``Table.iter_fragments()`` over every fragment (streams the manifest segments).
-  plan        ``planner.plan_compaction`` with default options (binpack) on a new handle: every synthetic
+  plan        ``lamina.planner.plan_compaction`` with default options (binpack) on a new handle: every synthetic
               fragment is small, so the plan takes them all (it holds what it groups).
   append      --appends one-row appends on one handle: p50, p95, bytes written under ``_versions/`` and
               ``_segments/`` per commit (p50).
@@ -81,7 +81,7 @@ def _reset_peak_rss() -> int:
 def _measure(op: str, uri: str, appends: int) -> dict[str, Any]:
     """One operation in this (new) process: seconds, and peak RSS above the RSS after imports (KiB)."""
     import lamina
-    from planner import CompactionOptions, plan_compaction
+    from lamina.planner import CompactionOptions, plan_compaction
 
     base_rss = _reset_peak_rss()
     out: dict[str, Any] = {}

@@ -211,7 +211,7 @@ def _producer(spec: dict) -> None:
 def _compactor(spec: dict) -> None:
     """Compacts the table on Ray again and again, committing each group as it finishes."""
     from lamina.compaction import compact
-    from planner import CompactionOptions
+    from lamina.planner import CompactionOptions
 
     rng = random.Random(spec["seed"])
     log = OpLog(spec["log"])

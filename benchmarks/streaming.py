@@ -31,10 +31,10 @@ import pyarrow as pa
 
 import lamina
 from benchmarks.write_read import best_of
-from jobs.demo import SCHEMA, sample_rows
+from lamina.jobs.demo import SCHEMA, sample_rows
 from lamina.compaction import CompactionSummary, commit_results
-from planner import CompactionOptions, plan_compaction
-from workers.compaction import GroupCompactor, tasks_for
+from lamina.planner import CompactionOptions, plan_compaction
+from lamina.workers.compaction import GroupCompactor, tasks_for
 
 MiB = 1 << 20
 LOOKUPS = 3
@@ -322,7 +322,7 @@ def main() -> None:
     args = ap.parse_args()
     cases = args.cases or ("10x5000,30x500" if args.quick else "40x25000,400x2500")
     if args.runner == "ray":
-        from workers import runtime
+        from lamina.workers import runtime
 
         runtime.connect(num_cpus=2)
     root = tempfile.mkdtemp(prefix="lamina-bench-streaming-")
@@ -342,7 +342,7 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
         if args.runner == "ray":
-            from workers import runtime
+            from lamina.workers import runtime
 
             runtime.shutdown()
 

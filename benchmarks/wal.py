@@ -131,7 +131,7 @@ def bench_end_to_end(root: str, rows_per_producer: int, txn_rows: int) -> dict:
 
     uri = os.path.join(root, "e2e")
     lamina.create_table(uri, SCHEMA, primary_key="id")
-    from workers import runtime
+    from lamina.workers import runtime
 
     runtime.connect(num_cpus=2)
     try:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import lamina
-from jobs.demo import SCHEMA, sample_rows
+from lamina.jobs.demo import SCHEMA, sample_rows
 
 
 def best_of(n: int, fn) -> float:

@@ -1,6 +1,6 @@
 """Command-line pieces shared by the jobs, and the ``lamina`` console script that dispatches to them.
 
-    lamina compact|index|ingest|maintain|verify|upgrade|demo ARGS...   ==   python -m jobs.<command> ARGS...
+    lamina compact|index|ingest|maintain|verify|upgrade|demo ARGS...   ==   python -m lamina.jobs.<command> ARGS...
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``lamina`` console script: ``lamina <command> ARGS`` runs ``python -m jobs.<command> ARGS``."""
+    """The ``lamina`` console script: ``lamina <command> ARGS`` runs ``python -m lamina.jobs.<command> ARGS``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
         width = max(map(len, COMMANDS))
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(usage, file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
-    job = importlib.import_module(f"jobs.{args[0]}")
+    job = importlib.import_module(f"lamina.jobs.{args[0]}")
     return job.main(args[1:], prog=f"lamina {args[0]}")
 
 

@@ -1,6 +1,6 @@
 """Compaction job: plan, rewrite groups on Ray workers, commit with rebase and retry.
 
-    python -m jobs.compact URI [--config FILE] [--set key=value ...] [--dry-run] [--json]
+    python -m lamina.jobs.compact URI [--config FILE] [--set key=value ...] [--dry-run] [--json]
                                [--max-concurrency N] [--partial-commit-every N] [--storage-option k=v ...]
 
 Parses the options, shows progress and prints the plan and summary; the work is
@@ -19,11 +19,11 @@ import json
 import sys
 from typing import Any
 
-from jobs.cli import Progress, failed, log_to_stderr, storage_options
+from lamina.jobs.cli import Progress, failed, log_to_stderr, storage_options
 from lamina.compaction import compact
 from lamina.errors import InvalidConfig, LaminaError
-from planner import CompactionOptions
-from planner.options import parse_assignment
+from lamina.planner import CompactionOptions
+from lamina.planner.options import parse_assignment
 
 
 def load_options(config: str | None, assignments: list[str], **flags: Any) -> CompactionOptions:
@@ -47,7 +47,7 @@ def load_options(config: str | None, assignments: list[str], **flags: Any) -> Co
     return CompactionOptions.from_mapping(values)
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.compact") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.compact") -> int:
     ap = argparse.ArgumentParser(prog=prog, description="Compact a Lamina table on Ray.")
     ap.add_argument("uri", help="table location: a local path or s3://bucket/prefix")
     ap.add_argument("--config", help="YAML options file (see configs/compaction.yaml)")

@@ -1,9 +1,9 @@
 """The README's main job on the embedded default: a local directory table and a local Ray.
 
-    python -m jobs.demo [--uri DIR] [--fragments N] [--rows-per-fragment N]
+    python -m lamina.jobs.demo [--uri DIR] [--fragments N] [--rows-per-fragment N]
 
 Ray tasks append about 400 small fragments concurrently (each a real commit
-racing the others), the driver deletes some rows, then ``jobs.compact`` compacts
+racing the others), the driver deletes some rows, then ``lamina.jobs.compact`` compacts
 the table on the same local Ray with a progress bar; the job prints the
 before/after summary and checks that the rows are unchanged, in order.
 """
@@ -22,11 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import lamina
-from jobs.cli import Progress
+from lamina.jobs.cli import Progress
 from lamina.compaction import compact
 from lamina.index import build_index
-from planner import CompactionOptions
-from workers import runtime
+from lamina.planner import CompactionOptions
+from lamina.workers import runtime
 
 SCHEMA = pa.schema([
     ("id", pa.int64()),
@@ -72,7 +72,7 @@ def write_fragments(task: WriterTask) -> list[int]:
             for f in range(task.first, task.fragments, task.step)]
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.demo") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.demo") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--uri", default="demo_table", help="table location (default: ./demo_table, recreated)")
     ap.add_argument("--fragments", type=int, default=400)

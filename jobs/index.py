@@ -1,6 +1,6 @@
 """Index job: build a btree, bitmap or full-text index on Ray and commit it.
 
-    python -m jobs.index URI --column C --kind btree|bitmap|fts [--name N] [--update] [--json]
+    python -m lamina.jobs.index URI --column C --kind btree|bitmap|fts [--name N] [--update] [--json]
                              [--stem] [--task-rows N] [--segment-rows N] [--max-concurrency N]
                              [--storage-option k=v ...]
 
@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from jobs.cli import Progress, failed, log_to_stderr, storage_options
+from lamina.jobs.cli import Progress, failed, log_to_stderr, storage_options
 from lamina.errors import InvalidArgument, LaminaError
 from lamina.index import KINDS, IndexBuild, IndexOptions, build_index
 
@@ -35,7 +35,7 @@ def run(uri: str, column: str | None, kind: str | None, *, name: str | None = No
                        progress=Progress(f"index {name or column}", "build tasks", enabled=progress))
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.index") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.index") -> int:
     ap = argparse.ArgumentParser(prog=prog, description="Build or update an index of a Lamina table on Ray.")
     ap.add_argument("uri", help="table location: a local path or s3://bucket/prefix")
     ap.add_argument("--column", help="column to index")

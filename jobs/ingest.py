@@ -1,6 +1,6 @@
 """Ingestion job: one WAL applier actor per shard, kept running; progress on stderr.
 
-    python -m jobs.ingest URI --shards N [--flush-rows N] [--flush-seconds S] [--retention-seconds S]
+    python -m lamina.jobs.ingest URI --shards N [--flush-rows N] [--flush-seconds S] [--retention-seconds S]
                               [--until-idle S] [--json] [--storage-option k=v ...]
 
 Producers write with ``lamina.wal.WalWriter(URI, shard)`` (route a key with
@@ -20,7 +20,7 @@ import logging
 import sys
 import time
 
-from jobs.cli import failed, log_to_stderr, storage_options
+from lamina.jobs.cli import failed, log_to_stderr, storage_options
 from lamina.errors import LaminaError
 from lamina.ingest import IngestOptions
 from lamina.ingestion import Ingestion
@@ -28,7 +28,7 @@ from lamina.ingestion import Ingestion
 log = logging.getLogger("lamina.ingest")
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.ingest") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.ingest") -> int:
     ap = argparse.ArgumentParser(prog=prog, description="Apply a Lamina table's WAL with Ray actors.")
     ap.add_argument("uri")
     ap.add_argument("--shards", type=int, required=True)

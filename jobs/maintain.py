@@ -1,6 +1,6 @@
 """Maintenance job: every table of a catalog compacted, indexed and cleaned as its policy says, in one scheduled run.
 
-    python -m jobs.maintain ROOT [--config FILE] [--namespace NS] [--table NAME ...] [--max-tables N]
+    python -m lamina.jobs.maintain ROOT [--config FILE] [--namespace NS] [--table NAME ...] [--max-tables N]
                                  [--max-concurrency N] [--dry-run] [--json] [--storage-option k=v ...]
 
 Parses the options, shows progress and prints the report; the work is
@@ -18,10 +18,10 @@ import json
 import sys
 from typing import Any
 
-from jobs.cli import Progress, failed, log_to_stderr, storage_options
+from lamina.jobs.cli import Progress, failed, log_to_stderr, storage_options
 from lamina.errors import InvalidConfig, LaminaError
 from lamina.maintenance import maintain
-from planner.maintenance import MaintenancePolicy
+from lamina.planner.maintenance import MaintenancePolicy
 
 
 def load_policy(config: str | None) -> MaintenancePolicy:
@@ -45,7 +45,7 @@ def load_policy(config: str | None) -> MaintenancePolicy:
         raise InvalidConfig(f"config {config}: {e}") from None
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.maintain") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.maintain") -> int:
     ap = argparse.ArgumentParser(prog=prog, description="Maintain every table of a Lamina catalog: compaction, index "
                                                         "updates, WAL retirement and cleanup, as its policy says.")
     ap.add_argument("root", help="catalog root: a local directory or s3://bucket/prefix")

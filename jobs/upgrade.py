@@ -1,6 +1,6 @@
 """Upgrade job: convert a table's latest version to the current manifest format.
 
-    python -m jobs.upgrade URI [--dry-run] [--json] [--storage-option k=v ...]
+    python -m lamina.jobs.upgrade URI [--dry-run] [--json] [--storage-option k=v ...]
 
 A table written by an older Lamina (manifest format 1: every fragment in each version's root)
 gets one new version that changes no row, its fragments laid out in manifest segments
@@ -19,11 +19,11 @@ import sys
 import time
 
 import lamina
-from jobs.cli import failed, log_to_stderr, storage_options
+from lamina.jobs.cli import failed, log_to_stderr, storage_options
 from lamina.errors import LaminaError
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.upgrade") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.upgrade") -> int:
     ap = argparse.ArgumentParser(prog=prog, description="Convert a Lamina table to the current manifest format.")
     ap.add_argument("uri", help="table location: a local path or s3://bucket/prefix")
     ap.add_argument("--dry-run", action="store_true", help="say which format the table is in; change nothing")

@@ -1,6 +1,6 @@
 """Verify job: read every file a table version needs and check it against the manifest.
 
-    python -m jobs.verify URI [--version N] [--threads N] [--json] [--storage-option k=v ...]
+    python -m lamina.jobs.verify URI [--version N] [--threads N] [--json] [--storage-option k=v ...]
 
 Prints one line per damaged object (manifest root, segment list, segment, data, deletion or index
 file) and a summary: every damage it can find, then the exit status: 0 when everything checks out,
@@ -16,7 +16,7 @@ import logging
 import sys
 import time
 
-from jobs.cli import failed, log_to_stderr, storage_options
+from lamina.jobs.cli import failed, log_to_stderr, storage_options
 from lamina.errors import InvalidArgument, LaminaError, TableNotFound
 from lamina.manifest import latest_version
 from lamina.table import open_store
@@ -25,7 +25,7 @@ from lamina.verify import verify_version
 log = logging.getLogger("lamina.verify")
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m jobs.verify") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.verify") -> int:
     ap = argparse.ArgumentParser(prog=prog, description="Check every file of a Lamina table version.")
     ap.add_argument("uri", help="table location: a local path or s3://bucket/prefix")
     ap.add_argument("--version", type=int, help="the version to check (default: the latest)")

@@ -1,4 +1,4 @@
-"""Compaction from plan to commit: the driver behind ``python -m jobs.compact`` and ``lamina.compaction.compact``.
+"""Compaction from plan to commit: the driver behind ``python -m lamina.jobs.compact`` and ``lamina.compaction.compact``.
 
 This module's step: the groups' results (new fragment, old→new row mapping, index segments)
 become one typed ``Rewrite`` transaction (``rewrite_transaction``), committed by ``lamina.commit``.
@@ -25,7 +25,7 @@ from lamina.transaction import AddressMapping, Rewrite, RewriteGroup
 
 if TYPE_CHECKING:
     from lamina.table import Table
-    from planner import CompactionOptions, CompactionPlan
+    from lamina.planner import CompactionOptions, CompactionPlan
 
 log = logging.getLogger("lamina.compact")
 
@@ -168,9 +168,9 @@ def compact(uri: str, options: "CompactionOptions | None" = None, *, storage_opt
     (412, 9, 0)
     """
     from lamina.table import open_table
-    from planner import CompactionOptions, plan_compaction
-    from workers.compaction import compact_group, tasks_for
-    from workers.runtime import TaskFailed, run_tasks
+    from lamina.planner import CompactionOptions, plan_compaction
+    from lamina.workers.compaction import compact_group, tasks_for
+    from lamina.workers.runtime import TaskFailed, run_tasks
 
     options = options if options is not None else CompactionOptions()
     started = time.perf_counter()

@@ -18,8 +18,8 @@ table (a tombstone, its location emptied, another table created there) stops the
 ``TableDropped``: nothing is committed, nothing is written to the location, and the rows read but
 not flushed are reported as not applied (they went with the table).
 
-``ShardApplier`` is plain Python (tests drive it directly); ``workers.ingest`` wraps it
-in a Ray actor and ``jobs.ingest`` runs one per shard.
+``ShardApplier`` is plain Python (tests drive it directly); ``lamina.workers.ingest`` wraps it
+in a Ray actor and ``lamina.jobs.ingest`` runs one per shard.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The client of a table's WAL ingestion: one applier actor per shard, started or attached by name.
 
     producers ──► lamina.wal.WalWriter(uri, shard)         (route a key: lamina.ingest.shard_for(key, shards))
-    Ingestion.start(uri, shards) ──► workers.ingest.applier_actor(uri, shard) per shard
+    Ingestion.start(uri, shards) ──► lamina.workers.ingest.applier_actor(uri, shard) per shard
                                      (named, detached, restarted when its process dies)
     get / get_many                   point reads of rows applied but not yet flushed, and older ones
     flush / flush_each / stop        apply and flush what is committed now; stop removes the actors
 
-``python -m jobs.ingest`` runs the same with progress on stderr.
+``python -m lamina.jobs.ingest`` runs the same with progress on stderr.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ class Ingestion:
               actor_cpus: float = 0.25) -> "Ingestion":
         """Starts the appliers of shards ``0..shards-1`` (or attaches to those already running) on the
         Ray cluster of this process (``RAY_ADDRESS``), or on a local Ray it starts."""
-        from workers.ingest import applier_actor
-        from workers.runtime import wait_ready
+        from lamina.workers.ingest import applier_actor
+        from lamina.workers.runtime import wait_ready
 
         if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
             raise InvalidArgument(f"shards must be a positive integer, got {shards!r}")
@@ -40,13 +40,13 @@ class Ingestion:
 
     def get(self, pk: Any) -> dict | None:
         """The newest row of key ``pk`` (None: no such row)."""
-        from workers.runtime import get
+        from lamina.workers.runtime import get
 
         return get(self.handles[shard_for(pk, len(self.handles))].get.remote(pk))
 
     def get_many(self, pks: Sequence[Any]) -> list[dict | None]:
         """``get`` for many keys, one call per shard."""
-        from workers.runtime import get
+        from lamina.workers.runtime import get
 
         by_shard: dict[int, list[int]] = {}
         for i, pk in enumerate(pks):
@@ -62,20 +62,20 @@ class Ingestion:
         """Applies and flushes what is committed now, in every shard; the version each flush made.
         Raises a stopped shard's error: ``ShardStopped`` (a schema change), ``TableDropped`` (the table
         was dropped: its producers' writers raise it too)."""
-        from workers.runtime import get
+        from lamina.workers.runtime import get
 
         return get([h.flush.remote() for h in self.handles])
 
     def stats(self) -> list[dict[str, Any]]:
         """Each shard's counters (``lamina.ingest.ApplierStats`` as a dict)."""
-        from workers.runtime import get
+        from lamina.workers.runtime import get
 
         return get([h.stats.remote() for h in self.handles])
 
     def flush_each(self) -> dict[int, str]:
         """Flushes every running shard; returns the error of each shard that is stopped or could
         not flush (its unflushed rows stay in the WAL for the next run), by shard."""
-        from workers.runtime import get
+        from lamina.workers.runtime import get
 
         errors: dict[int, str] = {}
         flushes = {}
@@ -94,7 +94,7 @@ class Ingestion:
     def stop(self, flush: bool = True) -> dict[int, str]:
         """Flushes (by default) and removes the actors, whatever a shard's state; returns the
         errors ``flush_each`` found."""
-        from workers.runtime import get, kill
+        from lamina.workers.runtime import get, kill
 
         errors: dict[int, str] = {}
         try:

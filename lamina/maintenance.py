@@ -1,6 +1,6 @@
 """Keeping every table of a catalog healthy in one scheduled run: the driver behind ``lamina maintain``.
 
-Each table in turn is planned by ``planner.maintenance.plan_table`` from its properties and
+Each table in turn is planned by ``lamina.planner.maintenance.plan_table`` from its properties and
 listings, and its actions run through the library that already does each one (``compact``,
 ``build_index(update=True)``, ``remove_applied_segments``, ``Table.cleanup``); then the catalog
 is cleaned up and one catalog commit records every report. The flow: docs/ARCHITECTURE.md ("Data flow").
@@ -23,7 +23,7 @@ from lamina.errors import InvalidArgument
 from lamina.manifest import MANIFEST_SUFFIX, VERSIONS_DIR, WAL_DIR, Manifest
 from lamina.store.scheduler import io_stats, stats_delta
 from lamina.wal import SEALED, read_sealed
-from planner.maintenance import CLEANUP, COMPACT, RETIRE_WAL, UPDATE_INDEX, MaintenancePolicy, TablePlan, WalSegment, plan_table
+from lamina.planner.maintenance import CLEANUP, COMPACT, RETIRE_WAL, UPDATE_INDEX, MaintenancePolicy, TablePlan, WalSegment, plan_table
 
 if TYPE_CHECKING:
     from lamina.catalog import Catalog

@@ -294,7 +294,7 @@ class Table:
     def create_index(self, column: str, kind: str, *, name: str | None = None, stem: bool = False,
                      options: "IndexOptions | None" = None) -> int:
         """Builds a ``btree``, ``bitmap`` or ``fts`` index on ``column`` in this process (threads)
-        and commits it; returns the new version. For a cluster build use ``python -m jobs.index``.
+        and commits it; returns the new version. For a cluster build use ``python -m lamina.jobs.index``.
 
         ``name`` defaults to ``<column>_<kind>``; ``stem`` turns on English stemming (fts).
         """
@@ -388,7 +388,7 @@ class Table:
     def verify(self, *, threads: int = 4, progress=None) -> "VerifyReport":
         """Reads every file this version needs and checks it against the manifest (presence, size,
         CRC32C checksum, Parquet row count, deletion counts); returns a report naming each damaged
-        file. Changes nothing. ``python -m jobs.verify URI`` runs it from the command line.
+        file. Changes nothing. ``python -m lamina.jobs.verify URI`` runs it from the command line.
 
         >>> report = table.verify()
         >>> report.ok, report.files_checked, report.problems

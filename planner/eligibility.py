@@ -1,7 +1,7 @@
 """The eligibility rules: which fragments are compaction candidates, and how a group is rewritten.
 
 Every decision carries a machine-readable reason (the constants below), shown by
-``jobs.compact --dry-run`` and in the JSON summary.
+``lamina.jobs.compact --dry-run`` and in the JSON summary.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import NamedTuple, Sequence
 
 from lamina import _native
 from lamina.manifest import Fragment
-from planner.options import CompactionOptions
+from lamina.planner.options import CompactionOptions
 
 # Modes
 BINARY_COPY = "binary_copy"

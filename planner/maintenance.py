@@ -23,8 +23,8 @@ from lamina.cleanup import MIN_RETENTION
 from lamina.errors import InvalidConfig
 from lamina.manifest import Manifest
 from lamina.wal import watermark_key
-from planner.options import FALSE_WORDS, TRUE_WORDS, CompactionOptions, typed_value
-from planner.plan import CompactionPlan, plan_compaction
+from lamina.planner.options import FALSE_WORDS, TRUE_WORDS, CompactionOptions, typed_value
+from lamina.planner.plan import CompactionPlan, plan_compaction
 
 #: The actions, in the order a plan runs them: rewrites first (their outputs are indexed by the
 #: compaction), cleanup last (it removes what the other actions left behind, after the retention).

@@ -11,8 +11,8 @@ from lamina.errors import InvalidConfig
 MiB = 1024 * 1024
 
 #: Compaction policies (``CompactionOptions.policy``): which fragments are merged with which.
-BINPACK = "binpack"  # every fragment below the target, packed with its neighbours up to it (planner.plan)
-TIERED = "tiered"  # fragments merge with peers of their own size tier (planner.tiered)
+BINPACK = "binpack"  # every fragment below the target, packed with its neighbours up to it (lamina.planner.plan)
+TIERED = "tiered"  # fragments merge with peers of their own size tier (lamina.planner.tiered)
 POLICIES = (BINPACK, TIERED)
 
 

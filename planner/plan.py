@@ -2,7 +2,7 @@
 
 The candidates (``eligibility.candidate_reason``) are grouped by the policy (``binpack``: runs of
 adjacent candidates packed up to the targets, lone fragments without deletions skipped; ``tiered``:
-``planner.tiered``), then each group gets a mode and reason (``eligibility.choose_mode``) and each
+``lamina.planner.tiered``), then each group gets a mode and reason (``eligibility.choose_mode``) and each
 source row group an action with its reason (``eligibility.actions``): a ``CompactionPlan`` in table
 order. The steps after planning are drawn in docs/ARCHITECTURE.md ("Data flow").
 
@@ -21,14 +21,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
 from lamina.manifest import Fragment, Manifest, find_fragments
-from planner.bin_packing import pack_adjacent
-from planner.eligibility import (
+from lamina.planner.bin_packing import pack_adjacent
+from lamina.planner.eligibility import (
     COPY, COPY_IF_CLEAN, ENCODE, FULL_REWRITE, RowGroupAction, actions, candidate_reason, choose_mode, encode_all, resolve,
     row_group_actions,
     WHY_LARGE, WHY_SMALL,
 )
-from planner.options import TIERED, CompactionOptions
-from planner.tiered import TierReport, plan_tiers
+from lamina.planner.options import TIERED, CompactionOptions
+from lamina.planner.tiered import TierReport, plan_tiers
 
 
 @dataclass(frozen=True)

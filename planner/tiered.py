@@ -42,15 +42,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from lamina.manifest import Fragment
-from planner.bin_packing import pack_adjacent
-from planner.eligibility import DELETIONS, candidate_reason
-from planner.options import CompactionOptions
+from lamina.planner.bin_packing import pack_adjacent
+from lamina.planner.eligibility import DELETIONS, candidate_reason
+from lamina.planner.options import CompactionOptions
 
 #: Why a unit was formed (the trigger of a merge).
 SIZE = "size"  # >= min_merge_width adjacent peers of one tier
 TOP = "top"  # adjacent unsettled tier-1 fragments reaching half the target
 MAX_FRAGMENTS = "max_fragments"  # the valve: too many unsettled fragments
-# DELETIONS (planner.eligibility): a deleted share at or over the threshold, rewritten alone
+# DELETIONS (lamina.planner.eligibility): a deleted share at or over the threshold, rewritten alone
 
 #: What happens to a fragment on this pass.
 MERGE = "merge"

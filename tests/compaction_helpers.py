@@ -10,7 +10,7 @@ import lamina
 from lamina.commit import commit
 from lamina.manifest import Fragment, RowGroup
 from lamina.transaction import Append
-from planner import CompactionOptions
+from lamina.planner import CompactionOptions
 from tests.lamina.helpers import SCHEMA, rows
 
 #: Groups of two adjacent 4,000-row fragments; row groups of 4,000 rows are "large", of 500 "small".

@@ -11,7 +11,7 @@ Two decisions are the worker's, both by a fixed rule and both reported in the re
 take its own fallback, every row group re-encoded.
 
 ``GroupCompactor`` is plain Python (unit-testable without Ray); ``compact_group`` is the
-task body that ``workers.runtime.run_tasks`` ships to Ray. A worker that dies is retried by
+task body that ``lamina.workers.runtime.run_tasks`` ships to Ray. A worker that dies is retried by
 Ray; an error in a group (a corrupt source, say) is returned as a failed result so other
 groups go on. Memory per task: ``read_batch_bytes`` of I/O buffer plus one output row group
 (decoded rows + encoded pages), whatever the group's size; with indices, also the indexed
@@ -43,8 +43,8 @@ from lamina.index.segments import segment_for_outputs
 from lamina.manifest import DATA_DIR, Fragment, Manifest, RowGroup, find_fragments, merge_zones
 from lamina.rewrite import id_ranges, live_offsets, mapping_runs
 from lamina.store import ObjectStore, open_store
-from planner.eligibility import COPY_IF_CLEAN, FULL_REWRITE
-from planner.plan import CompactionGroup, CompactionPlan
+from lamina.planner.eligibility import COPY_IF_CLEAN, FULL_REWRITE
+from lamina.planner.plan import CompactionGroup, CompactionPlan
 
 
 class IndexToExtend(NamedTuple):
@@ -189,5 +189,5 @@ def _check_sources(store: ObjectStore, staged: list[tuple[Fragment, str]]) -> No
 
 
 def compact_group(task: GroupTask) -> GroupResult:
-    """The task body ``workers.runtime.run_tasks`` runs on Ray."""
+    """The task body ``lamina.workers.runtime.run_tasks`` runs on Ray."""
     return GroupCompactor().run(task)

@@ -3,7 +3,7 @@
 A task reads the indexed column of its part's fragments, builds the part natively and writes it
 through ``ObjectStore.staged_output``; the pipeline it belongs to is drawn in docs/ARCHITECTURE.md.
 
-``PartBuilder`` is plain Python; ``build_part`` is the task body that ``workers.runtime``
+``PartBuilder`` is plain Python; ``build_part`` is the task body that ``lamina.workers.runtime``
 runs on Ray (``run_tasks``) or on threads in this process (``run_local``). A task whose
 worker dies is retried by Ray (its part is rewritten under the same name); an error in a
 task fails the build, and the driver removes the parts already written.
@@ -20,7 +20,7 @@ from lamina.index import segments
 from lamina.index.options import IndexOptions
 from lamina.manifest import Fragment
 from lamina.store import open_store
-from planner.index import IndexPlan
+from lamina.planner.index import IndexPlan
 
 
 @dataclass(frozen=True)
@@ -57,5 +57,5 @@ class PartBuilder:
 
 
 def build_part(task: BuildTask) -> segments.BuiltPart:
-    """The task body ``workers.runtime`` runs."""
+    """The task body ``lamina.workers.runtime`` runs."""
     return PartBuilder().run(task)

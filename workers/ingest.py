@@ -1,7 +1,7 @@
 """The WAL applier actor: one named, get-or-create Ray actor per (table, shard).
 
 ``WalApplier`` is the plain class; ``applier_actor`` is the thin Ray wrapper (through
-``workers.runtime.named_actor``); ``lamina.ingestion.Ingestion`` is the client.
+``lamina.workers.runtime.named_actor``); ``lamina.ingestion.Ingestion`` is the client.
 
 The actor runs ``ShardApplier.step`` in a background thread every ``poll_seconds`` and
 serves ``get``/``get_many``/``flush``/``stats`` concurrently (the applier has a lock).
@@ -86,7 +86,7 @@ def applier_actor(uri: str, shard: int, storage_options: dict[str, Any] | None =
                   options: IngestOptions | None = None, runtime_env: dict[str, Any] | None = None,
                   actor_cpus: float = 0.25) -> Any:
     """The applier actor of (uri, shard), created if it does not exist (detached: it outlives the caller)."""
-    from workers.runtime import named_actor
+    from lamina.workers.runtime import named_actor
 
     return named_actor(WalApplier, actor_name(uri, shard), (uri, shard, storage_options, options),
                        runtime_env=runtime_env, num_cpus=actor_cpus, max_concurrency=4)

@@ -25,7 +25,7 @@ from lamina.store.scheduler import io_stats, stats_delta
 
 if TYPE_CHECKING:
     from lamina.table import Table
-    from planner.index import IndexPlan
+    from lamina.planner.index import IndexPlan
 
 
 @dataclass
@@ -60,7 +60,7 @@ def merge_segments(store: ObjectStore, plan: "IndexPlan", built: Iterable[tuple[
     total = len(plan.parts)
     try:
         for n, (_, part) in enumerate(built, 1):
-            if not isinstance(part, BuiltPart):  # a task Ray could not run (workers.runtime.TaskFailed)
+            if not isinstance(part, BuiltPart):  # a task Ray could not run (lamina.workers.runtime.TaskFailed)
                 raise LaminaError(f"building index {plan.name!r} of {plan.table}: {getattr(part, 'error', part)}; "
                                   f"nothing was committed, run the build again")
             written.append(part.path)
@@ -118,9 +118,9 @@ def build_index(table: "Table | str", column: str | None = None, kind: str | Non
     """
     from lamina.commit import commit
     from lamina.table import Table, open_table
-    from planner.index import NOTHING, plan_index
-    from workers.index import build_part, tasks_for
-    from workers.runtime import run_local, run_tasks
+    from lamina.planner.index import NOTHING, plan_index
+    from lamina.workers.index import build_part, tasks_for
+    from lamina.workers.runtime import run_local, run_tasks
 
     if not isinstance(table, Table):
         table = open_table(table, storage_options=storage_options)

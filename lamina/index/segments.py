@@ -68,7 +68,7 @@ def on_broken(index: IndexEntry, e: Exception, what: str) -> None:
 def _fail(store: ObjectStore, seg: IndexSegment, index: str, e: Exception) -> Exception:
     where = store.describe(seg.path)
     if isinstance(e, ObjectNotFound):
-        return ObjectNotFound(f"index {index!r}: segment file {where} is missing; drop and re-create the index (or run jobs.index --update after dropping)")
+        return ObjectNotFound(f"index {index!r}: segment file {where} is missing; drop and re-create the index (or run lamina.jobs.index --update after dropping)")
     return CorruptFile(f"index {index!r}: segment file {where} is unreadable: {e}. Drop and re-create the index")
 
 

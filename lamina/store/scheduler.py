@@ -66,7 +66,7 @@ def count(domain: str, kind: str, requests: int = 1, nbytes: int = 0) -> None:
 
 
 def add_remote(part: dict[str, dict[str, int]]) -> None:
-    """Adds the requests a Ray task made in its worker process (``workers.runtime.run_tasks`` does, as
+    """Adds the requests a Ray task made in its worker process (``lamina.workers.runtime.run_tasks`` does, as
     each result arrives), so this process's ``io_stats()`` cover the work it ran elsewhere."""
     with _STATS_LOCK:
         for domain, entry in part.items():

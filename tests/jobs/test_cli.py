@@ -10,9 +10,9 @@ import tomllib
 from pathlib import Path
 
 import lamina
-from jobs import cli, compact as compact_job
+from lamina.jobs import cli, compact as compact_job
 from lamina.compaction import compact
-from planner import plan_compaction
+from lamina.planner import plan_compaction
 from tests.compaction_helpers import MIXED_OPTIONS, mixed_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_pyproject_installs_the_lamina_script():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["scripts"] == {"lamina": "jobs.cli:main"}
+    assert project["scripts"] == {"lamina": "lamina.jobs.cli:main"}
 
 
 def test_installed_script_lists_every_job():

@@ -1,4 +1,4 @@
-"""jobs.compact on a real Ray cluster: every mode end to end, races, killed workers and drivers, failures."""
+"""lamina.jobs.compact on a real Ray cluster: every mode end to end, races, killed workers and drivers, failures."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 
 import lamina
-from jobs.compact import main
+from lamina.jobs.compact import main
 from lamina.compaction import compact
 from lamina.faults import FAULT_KILL_DRIVER_BEFORE_COMMIT
-from planner import CompactionOptions
+from lamina.planner import CompactionOptions
 from tests.compaction_helpers import (
     DELETION_AWARE_COPIES, DELETION_AWARE_OPTIONS, MIXED_MODES, MIXED_OPTIONS, deletion_aware_table, mixed_table,
 )
@@ -135,7 +135,7 @@ def test_killed_worker_is_retried_and_orphans_are_cleaned(ray_cluster, local_tab
 def test_driver_killed_before_commit_leaves_table_unchanged(ray_cluster, local_table_uri):
     t = mixed_table(local_table_uri)
     address = ray_cluster.get_runtime_context().gcs_address
-    proc = subprocess.run([sys.executable, "-m", "jobs.compact", local_table_uri, "--json", "--set", "target_rows_per_fragment=8000"],
+    proc = subprocess.run([sys.executable, "-m", "lamina.jobs.compact", local_table_uri, "--json", "--set", "target_rows_per_fragment=8000"],
                           cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address, FAULT_KILL_DRIVER_BEFORE_COMMIT: "1"})
     assert proc.returncode == -9, proc.stderr[-2000:]

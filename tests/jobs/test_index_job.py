@@ -1,4 +1,4 @@
-"""jobs.index on a real Ray cluster: builds over local and S3 tables, updates, every compaction
+"""lamina.jobs.index on a real Ray cluster: builds over local and S3 tables, updates, every compaction
 mode keeping indices exact and covering, a racing compaction, a killed build worker."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 
 import lamina
-from jobs.compact import compact
-from jobs.index import main, run
+from lamina.jobs.compact import compact
+from lamina.jobs.index import main, run
 from lamina.faults import FAULT_KILL_WORKER
 from lamina.filter import parse_filter
 from lamina.index import IndexOptions
@@ -107,7 +107,7 @@ def test_index_build_racing_a_compaction_is_never_stale(ray_cluster, local_table
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.compact", local_table_uri, "--json", "--set", "target_rows_per_fragment=8000"],
+    proc = subprocess.Popen([sys.executable, "-m", "lamina.jobs.compact", local_table_uri, "--json", "--set", "target_rows_per_fragment=8000"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address})
     builder = threading.Thread(target=build)

@@ -1,4 +1,4 @@
-"""jobs.maintain over a catalog of tables in mixed states, on a real Ray cluster, locally and on S3.
+"""lamina.jobs.maintain over a catalog of tables in mixed states, on a real Ray cluster, locally and on S3.
 
 Each table is built in one state (healthy, many small fragments, heavy deletions, an index with
 uncovered fragments, old versions, applied WAL segments, maintenance switched off by its namespace
@@ -15,13 +15,13 @@ from typing import Any, Callable
 import pyarrow as pa
 
 import lamina
-from jobs.maintain import main
+from lamina.jobs.maintain import main
 from lamina.ingest import ShardApplier
 from lamina.maintenance import FAILED, OK, SKIPPED, maintain
 from lamina.store import open_store
 from lamina.wal import WalWriter, list_segments, segment_prefix
-from planner import CompactionOptions
-from planner.maintenance import MaintenancePolicy
+from lamina.planner import CompactionOptions
+from lamina.planner.maintenance import MaintenancePolicy
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64()), ("tags", pa.list_(pa.string()))])
 #: What the WAL's row codec can carry (no lists).
@@ -326,7 +326,7 @@ def test_unknown_table_fails_alone_and_dry_run_text(local_table_uri, capsys):
 
 
 def test_lamina_maintain_is_python_m_jobs_maintain(local_table_uri, capsys):
-    from jobs.cli import main as lamina_main
+    from lamina.jobs.cli import main as lamina_main
 
     cat = lamina.connect(local_table_uri)
     cat.create_namespace("ns")

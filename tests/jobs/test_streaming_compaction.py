@@ -14,7 +14,7 @@ from lamina.compaction import compact
 from lamina.ingest import IngestOptions
 from lamina.ingestion import Ingestion
 from lamina.wal import WalWriter
-from planner import CompactionOptions
+from lamina.planner import CompactionOptions
 
 SCHEMA = pa.schema([("id", pa.int64()), ("host", pa.string()), ("v", pa.float64()),
                     ("ts", pa.timestamp("us", tz="UTC")), ("note", pa.string())])

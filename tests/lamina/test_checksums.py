@@ -106,8 +106,8 @@ def test_flipped_bit_in_a_deletion_file_is_corrupt_not_other_deletions(local_tab
 
 def test_compaction_never_copies_a_damaged_source_under_a_fresh_checksum(table_location, tmp_path):
     from lamina.datafile import WriteOptions
-    from planner import CompactionOptions, plan_compaction
-    from workers.compaction import GroupCompactor, tasks_for
+    from lamina.planner import CompactionOptions, plan_compaction
+    from lamina.workers.compaction import GroupCompactor, tasks_for
 
     uri, opts = table_location
     t = lamina.create_table(uri, SCHEMA, storage_options=opts)
@@ -142,20 +142,20 @@ def test_verify_names_missing_truncated_and_corrupt_files(local_table_uri):
     text = "\n".join(report.problems)
     assert f"{a.name} is missing" in text and f"{b.name} is" in text and "truncated" in text
     assert "index segment" in text and "corrupt" in text
-    out = subprocess.run([sys.executable, "-m", "jobs.verify", local_table_uri], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "lamina.jobs.verify", local_table_uri], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 1 and "3 problem(s)" in out.stdout and a.name in out.stdout
 
 
 def test_verify_job_on_a_healthy_table(local_table_uri):
     t = lamina.create_table(local_table_uri, SCHEMA)
     t.append(rows(0, 10))
-    out = subprocess.run([sys.executable, "-m", "jobs.verify", local_table_uri, "--json"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "lamina.jobs.verify", local_table_uri, "--json"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     import json
 
     report = json.loads(out.stdout)
     assert report["ok"] and report["files_checked"] == 1
-    bad = subprocess.run([sys.executable, "-m", "jobs.verify", local_table_uri, "--threads", "0"], cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "lamina.jobs.verify", local_table_uri, "--threads", "0"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "--threads" in bad.stderr
 
 
@@ -187,7 +187,7 @@ def test_verify_reports_missing_and_corrupt_manifest_segments_and_keeps_going(lo
     assert f"{Path(victim.path).name} is missing" in text
     assert report.manifest_objects_checked == len(m.segments) + len(m.segment_lists)
 
-    out = subprocess.run([sys.executable, "-m", "jobs.verify", local_table_uri], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "lamina.jobs.verify", local_table_uri], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 1, out.stderr
     assert gone.path in out.stdout and bad.path in out.stdout and Path(victim.path).name in out.stdout
     assert "3 problem(s)" in out.stdout
@@ -202,7 +202,7 @@ def test_verify_reports_a_missing_manifest_segment_list(local_table_uri):
     report = t.verify()
     assert not report.ok and any(f"manifest segment list {t.store.describe(lst.path)} is missing" in p for p in report.problems)
     # A fresh process cannot list what the list named: the report says so, and the job exits 1.
-    out = subprocess.run([sys.executable, "-m", "jobs.verify", local_table_uri, "--json"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "lamina.jobs.verify", local_table_uri, "--json"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 1, out.stderr
     import json
 

@@ -262,8 +262,8 @@ def test_write_that_began_long_before_its_transaction_was_built_rechecks_its_fil
 
 def test_compaction_outputs_carry_when_their_writing_began(local_table_uri):
     from lamina.datafile import WriteOptions
-    from planner import CompactionOptions, plan_compaction
-    from workers.compaction import GroupCompactor, GroupTask
+    from lamina.planner import CompactionOptions, plan_compaction
+    from lamina.workers.compaction import GroupCompactor, GroupTask
 
     t = lamina.create_table(local_table_uri, SCHEMA)
     for start in range(0, 200, 100):

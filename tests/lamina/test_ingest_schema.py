@@ -12,7 +12,7 @@ from lamina.errors import SchemaMismatch
 from lamina.errors import ShardStopped
 from lamina.ingest import ShardApplier
 from lamina.wal import WalWriter, read_segment
-from workers.ingest import WalApplier
+from lamina.workers.ingest import WalApplier
 
 KEYED = pa.schema([("id", pa.int64()), ("name", pa.string()), ("v", pa.float64())])
 

@@ -396,7 +396,7 @@ def test_an_append_reads_only_the_segments_its_tail_merges_with(local_table_uri,
 
 
 def test_lamina_upgrade_converts_a_version_1_table_once(local_table_uri, capsys):
-    from jobs.cli import main as lamina_cli
+    from lamina.jobs.cli import main as lamina_cli
     t = lamina.create_table(local_table_uri, SCHEMA)
     _grow(t, 12)
     v1, rows_v1 = t.version, _all_rows(t)

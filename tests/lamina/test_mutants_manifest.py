@@ -17,8 +17,8 @@ import pytest
 import lamina
 from lamina.errors import CorruptFile
 from lamina.manifest import DeletionFile, encode_manifest, manifest_path
-from planner import CompactionOptions, plan_compaction
-from planner.eligibility import BINARY_COPY
+from lamina.planner import CompactionOptions, plan_compaction
+from lamina.planner.eligibility import BINARY_COPY
 from tests.lamina.helpers import SCHEMA, ids_of, put_next_version, rows
 
 # Fragments held in the root and fragments in manifest segments are checked by different code: both.

@@ -87,12 +87,12 @@ def test_operation_this_version_cannot_replay_over_is_a_conflict(local_table_uri
 
 
 def _compact_locally(t, fragment_ids):
-    """What jobs.compact does for one group, without Ray: GroupCompactor then one Rewrite commit."""
+    """What lamina.jobs.compact does for one group, without Ray: GroupCompactor then one Rewrite commit."""
     from lamina.compaction import rewrite_transaction
-    from planner import CompactionOptions
-    from planner.eligibility import actions
-    from planner.plan import CompactionGroup, CompactionPlan
-    from workers.compaction import GroupCompactor, tasks_for
+    from lamina.planner import CompactionOptions
+    from lamina.planner.eligibility import actions
+    from lamina.planner.plan import CompactionGroup, CompactionPlan
+    from lamina.workers.compaction import GroupCompactor, tasks_for
 
     base = t.manifest
     frags = base.fragment_map()

@@ -19,9 +19,9 @@ import pytest
 import lamina
 from lamina import _native
 from lamina.errors import CorruptFile, LaminaError
-from planner import CompactionOptions, plan_compaction
+from lamina.planner import CompactionOptions, plan_compaction
 from tests.lamina.helpers import SCHEMA, rows
-from workers.compaction import GroupCompactor, GroupTask
+from lamina.workers.compaction import GroupCompactor, GroupTask
 
 
 def first_page_offset_moved_before_its_chunk(data: bytes) -> bytes:

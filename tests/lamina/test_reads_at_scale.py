@@ -253,7 +253,7 @@ def test_job_reports_count_the_requests_of_their_ray_tasks(ray_cluster, s3_table
     """The jobs' --json summaries carry io: the requests of the driver and of every Ray task it ran."""
     from lamina.compaction import compact
     from lamina.index import build_index
-    from planner import CompactionOptions
+    from lamina.planner import CompactionOptions
 
     t = many_fragments(s3_table_uri, s3_options, fragments=12, per=30)
     bucket = t.store.io_domain

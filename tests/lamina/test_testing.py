@@ -282,7 +282,7 @@ def test_lamina_operations_over_ten_percent_faults_give_the_results_of_a_run_wit
 
 def test_compaction_on_ray_over_faults_keeps_every_row(ray_cluster, lamina_moto):
     from lamina.compaction import compact
-    from planner import CompactionOptions
+    from lamina.planner import CompactionOptions
 
     with moto_s3(server=lamina_moto, fault_rate=0.1, seed=5, delay_seconds=0.02) as s3:
         t = make_table(s3.uri("t"), SCHEMA, _rows(range(10)), storage_options=s3.storage_options)

@@ -22,7 +22,7 @@ from lamina.manifest import latest_version, load_manifest
 from lamina.store import open_store
 from lamina.transaction import Drop
 from lamina.wal import WalWriter, list_segments
-from workers.ingest import WalApplier
+from lamina.workers.ingest import WalApplier
 
 REPO = Path(__file__).resolve().parents[2]
 KEYED = pa.schema([("id", pa.int64()), ("name", pa.string())])

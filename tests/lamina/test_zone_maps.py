@@ -18,10 +18,10 @@ from lamina import datafile, prune
 from lamina.compaction import CompactionSummary, commit_results
 from lamina.filter import parse_filter
 from lamina.manifest import Zone
-from planner import CompactionOptions, plan_compaction
+from lamina.planner import CompactionOptions, plan_compaction
 from tests.lamina.test_filter_property import _seeds
 from tests.lamina.test_prune import WIDE, _canon, _lamina_rows, assert_random_filters_equal_brute_force
-from workers.compaction import GroupCompactor, tasks_for
+from lamina.workers.compaction import GroupCompactor, tasks_for
 
 FRAGMENTS = 24
 ROWS = 20

@@ -10,8 +10,8 @@ import pytest
 from lamina import _native
 from lamina.errors import InvalidConfig
 from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, RowGroup
-from planner import CompactionOptions
-from planner.maintenance import (
+from lamina.planner import CompactionOptions
+from lamina.planner.maintenance import (
     CLEANUP, COMPACT, RETIRE_WAL, UPDATE_INDEX, MaintenancePolicy, WalSegment, expired_versions, plan_table,
 )
 

@@ -1,6 +1,6 @@
 """Planner behaviours that survived mutation testing (docs/RELIABILITY.md, "Mutation testing").
 
-Each test pins something a user of ``jobs.compact`` sees: which fragments are grouped at the exact
+Each test pins something a user of ``lamina.jobs.compact`` sees: which fragments are grouped at the exact
 targets, the mode at the exact row-group threshold, the ``--set`` spellings accepted and refused,
 option bounds, and the plan as printed by ``--dry-run`` and written to the JSON summary.
 """
@@ -12,10 +12,10 @@ import json
 import pytest
 
 from lamina.errors import InvalidConfig
-from planner import CompactionOptions, plan_compaction
-from planner.bin_packing import pack_adjacent
-from planner.eligibility import BINARY_COPY, HYBRID, actions, candidate_reason, choose_mode, ELIGIBLE
-from planner.options import parse_assignment
+from lamina.planner import CompactionOptions, plan_compaction
+from lamina.planner.bin_packing import pack_adjacent
+from lamina.planner.eligibility import BINARY_COPY, HYBRID, actions, candidate_reason, choose_mode, ELIGIBLE
+from lamina.planner.options import parse_assignment
 from tests.planner.test_plan import MiB, OPTS, frag, manifest
 
 # -- exact thresholds ---------------------------------------------------------------------------

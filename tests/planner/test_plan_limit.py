@@ -3,10 +3,10 @@ are bounded by configuration on tables of millions of small fragments); the rest
 
 from __future__ import annotations
 
-from planner import plan_compaction
-from planner.options import TIERED
-from planner.plan import _binpack
-from planner.tiered import WAIT
+from lamina.planner import plan_compaction
+from lamina.planner.options import TIERED
+from lamina.planner.plan import _binpack
+from lamina.planner.tiered import WAIT
 from tests.planner.test_plan import OPTS, frag, manifest
 
 

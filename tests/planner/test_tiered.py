@@ -14,11 +14,11 @@ import pytest
 from lamina import _native
 from lamina.errors import InvalidConfig
 from lamina.manifest import DeletionFile, Fragment, Manifest, RowGroup
-from planner import CompactionOptions, plan_compaction
-from planner.eligibility import FULL_REWRITE, HAS_DELETIONS
-from planner.maintenance import MaintenancePolicy
-from planner.options import parse_assignment
-from planner.tiered import AT_TARGET, BOTTOM_TIER, DELETIONS, MAX_FRAGMENTS, MERGE, SETTLED, SIZE, TOP, WAIT
+from lamina.planner import CompactionOptions, plan_compaction
+from lamina.planner.eligibility import FULL_REWRITE, HAS_DELETIONS
+from lamina.planner.maintenance import MaintenancePolicy
+from lamina.planner.options import parse_assignment
+from lamina.planner.tiered import AT_TARGET, BOTTOM_TIER, DELETIONS, MAX_FRAGMENTS, MERGE, SETTLED, SIZE, TOP, WAIT
 
 MiB = 1 << 20
 T = 4096  # rows target of the simulations

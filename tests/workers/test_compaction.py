@@ -8,13 +8,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import lamina
-from planner import plan_compaction
+from lamina.planner import plan_compaction
 from lamina.compaction import CompactionSummary, commit_results
 from lamina.filter import parse_filter
 from tests.compaction_helpers import (
     DELETION_AWARE_COPIES, DELETION_AWARE_OPTIONS, MIXED_MODES, MIXED_OPTIONS, deletion_aware_table, mixed_table,
 )
-from workers.compaction import GroupCompactor, tasks_for as group_tasks
+from lamina.workers.compaction import GroupCompactor, tasks_for as group_tasks
 
 
 def tasks_for(t, options=MIXED_OPTIONS, storage_options=None):
@@ -136,8 +136,8 @@ def test_full_rewrite_splices_the_pages_of_numeric_columns(table_location):
     """Issue 14 item 1: a full rewrite of small fragments carries the pages of fixed-width columns
     as they are (the output chunk is the sources' chunks one after the other), re-encodes the
     strings, and every reader gets every value back (pyarrow here, statistics and page index too)."""
-    from jobs.demo import SCHEMA, sample_rows
-    from planner import CompactionOptions
+    from lamina.jobs.demo import SCHEMA, sample_rows
+    from lamina.planner import CompactionOptions
 
     uri, opts = table_location
     t = lamina.create_table(uri, SCHEMA, storage_options=opts)

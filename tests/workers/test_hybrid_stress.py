@@ -16,10 +16,10 @@ import pyarrow.compute as pc
 
 import lamina
 from lamina.compaction import CompactionSummary, commit_results
-from planner import CompactionOptions, plan_compaction
-from planner.eligibility import HYBRID
+from lamina.planner import CompactionOptions, plan_compaction
+from lamina.planner.eligibility import HYBRID
 from tests.lamina.helpers import SCHEMA, rows
-from workers.compaction import GroupCompactor, tasks_for
+from lamina.workers.compaction import GroupCompactor, tasks_for
 
 #: Row groups of 3,000 rows are "large" (copied), smaller ones are re-encoded. Every fragment
 #: appended ends in a short row group, and chains of fragments are compacted together until they
