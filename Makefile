@@ -23,7 +23,8 @@ test: setup cargo-test pytest
 
 setup: $(VENV)/.deps native
 
-$(VENV)/.deps: pyproject.toml
+# Re-run when the build tools change (they are named here and in pyproject.toml).
+$(VENV)/.deps: pyproject.toml Makefile
 	@command -v cargo >/dev/null || { echo "cargo not found: install the Rust toolchain (rustup) first"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
