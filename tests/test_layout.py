@@ -107,3 +107,65 @@ def test_every_error_class_lives_in_lamina_errors():
                     for b in node.bases):
                 defined.append(f"{name}:{node.name}")
     assert all(d.startswith("lamina/errors.py:") for d in defined), defined
+
+
+# Layers, lowest first; a module imports its own layer and those below only. The drivers run a job
+# from plan to commit (docs/ARCHITECTURE.md); lamina.testing serves users' tests, like a job.
+DRIVERS = ("lamina/compaction.py", "lamina/index/build.py", "lamina/maintenance.py", "lamina/ingestion.py", "lamina/ray.py")
+LAYERS = ("format core", "planner", "workers", "drivers", "jobs")
+# Upward imports that stay for now, each to be turned around; a new one fails the test.
+KNOWN_UPWARD = {
+    ("lamina/index/__init__.py", "lamina.index.build"),  # re-exports build_index
+    ("workers/compaction.py", "lamina.compaction"),  # GroupResult lives in the driver
+}
+# Conveniences that import upward lazily, inside the function (Table.to_ray).
+LAZY_CONVENIENCES = {("lamina/table.py", "lamina.ray")}
+
+
+def _layer_of_file(name: str) -> int:
+    if name.startswith(("jobs/", "lamina/testing/")):
+        return 4
+    if name in DRIVERS:
+        return 3
+    return 2 if name.startswith("workers/") else 1 if name.startswith("planner/") else 0
+
+
+def _file_of_module(module: str) -> str | None:
+    """lamina.planner.plan -> planner/plan.py; None for a module outside Lamina."""
+    parts = module.split(".")
+    if parts[0] != "lamina":
+        return None
+    if len(parts) > 1 and parts[1] in MAPPED:
+        parts = parts[1:]
+    path = Path(*parts)
+    return (path.with_suffix(".py") if (ROOT / path.with_suffix(".py")).exists() else path / "__init__.py").as_posix()
+
+
+def _module_of_file(path: str) -> str:
+    """planner/plan.py -> lamina.planner.plan, lamina/index/__init__.py -> lamina.index."""
+    parts = Path(path).with_suffix("").parts
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join(parts if parts[0] == "lamina" else ("lamina", *parts))
+
+
+def test_layers_point_one_way():
+    upward = []
+    for name, tree in _modules():
+        in_functions = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for target in {f for f in map(_file_of_module, modules) if f and (ROOT / f).exists()}:
+                if _layer_of_file(target) <= _layer_of_file(name):
+                    continue
+                key = (name, _module_of_file(target))
+                if key in KNOWN_UPWARD or key in LAZY_CONVENIENCES and id(node) in in_functions:
+                    continue
+                upward.append(f"{name}:{node.lineno} ({LAYERS[_layer_of_file(name)]}) imports {key[1]} "
+                              f"({LAYERS[_layer_of_file(target)]})")
+    assert upward == [], "\n".join(upward)
