@@ -79,6 +79,16 @@ def table_location(request, tmp_path):
     return s3.uri("warehouse/table"), s3.storage_options
 
 
+@pytest.fixture
+def proxy(moto_server):
+    """A fault-injecting proxy in front of the session's moto server (hand-driven rules; no random faults)."""
+    from lamina.testing import FaultProxy
+
+    p = FaultProxy(moto_server)
+    yield p
+    p.close()
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(moto_server, lamina_ray):
     """A small local Ray cluster (2 CPUs) whose workers can reach the moto server."""

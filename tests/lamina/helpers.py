@@ -60,3 +60,42 @@ class BeatenOnce:
             self.fired += 1
             self._other()
         return self._inner.put_if_absent(path, data)
+
+
+def delete_every_object(uri: str, opts: dict | None) -> None:
+    """What a user does to a table's location behind Lamina's back: ``rm -r``, or an S3 prefix delete."""
+    import shutil
+
+    import boto3
+
+    if opts is None:
+        shutil.rmtree(uri)
+        return
+    bucket, prefix = uri[len("s3://"):].split("/", 1)
+    s3 = boto3.client("s3", endpoint_url=opts["endpoint_url"], region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        for obj in page.get("Contents", []):
+            s3.delete_object(Bucket=bucket, Key=obj["Key"])
+
+
+def hold_catalog_turn(cat) -> int:
+    """Takes the host's writer turn of a local catalog, as another writer at work would: the descriptor."""
+    import fcntl
+    import os
+
+    import lamina.catalog
+
+    fd = os.open(os.path.join(cat.table.store.root, lamina.catalog.LOCK_FILE), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def catalog_queue_files(cat) -> list[str]:
+    """The names in a local catalog's request queue (temporary files left out)."""
+    import os
+
+    import lamina.catalog
+
+    d = os.path.join(cat.table.store.root, lamina.catalog.QUEUE_DIR)
+    return sorted(n for n in os.listdir(d) if not n.startswith(".tmp-")) if os.path.isdir(d) else []

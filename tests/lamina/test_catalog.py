@@ -16,6 +16,7 @@ import pytest
 
 import lamina
 import lamina.catalog
+from tests.lamina.helpers import catalog_queue_files, hold_catalog_turn
 from lamina.catalog import CATALOG_DIR, CONFIG_KEY, SCHEMA, SCHEMA_V1, SCHEMA_VERSION
 from lamina.errors import (
     InvalidArgument,
@@ -310,7 +311,7 @@ def test_local_writers_killed_while_queued_or_holding_the_turn_lose_nothing_ackn
             r.join(timeout=60)
     assert all(p.returncode == -signal.SIGKILL for p in procs), [p.returncode for p in procs]
     cat.create_namespace("after")  # has the turn: settles what the killed writers left (and applies their queued calls)
-    left = _queue_files(cat)
+    left = catalog_queue_files(cat)
     assert all(n.endswith(".out") for n in left), left  # outcomes of killed writers (removed after an hour)
     ids = cat.table.to_arrow(columns=["object_id"], use_index=False).column("object_id").to_pylist()
     assert len(ids) == len(set(ids)), "no entry twice"
@@ -443,18 +444,8 @@ def test_a_failed_index_build_removes_the_rewrites_files(root, monkeypatch):
     assert_indices_exact(cat.table)
 
 
-def _hold_turn(cat):
-    """Takes the host's writer turn of a local catalog, as another writer at work would: the descriptor."""
-    import fcntl
-
-    fd = os.open(os.path.join(cat.table.store.root, lamina.catalog.LOCK_FILE), os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
 
 
-def _queue_files(cat):
-    d = os.path.join(cat.table.store.root, lamina.catalog.QUEUE_DIR)
-    return sorted(n for n in os.listdir(d) if not n.startswith(".tmp-")) if os.path.isdir(d) else []
 
 
 def test_local_writers_take_turns_but_never_need_the_lock(local_table_uri, monkeypatch):
@@ -471,12 +462,12 @@ def test_local_writers_take_turns_but_never_need_the_lock(local_table_uri, monke
     assert waits == [] and os.path.exists(lock_path), "a free turn is taken at once"
 
     monkeypatch.setattr(lamina.catalog, "LOCK_WAIT_SECONDS", 0.01)
-    fd = _hold_turn(cat)  # another writer holding it (and stuck)
+    fd = hold_catalog_turn(cat)  # another writer holding it (and stuck)
     try:
         other = lamina.connect(local_table_uri)
         other.create_namespace("without_lock")
         assert waits == [False], "waited, then went ahead without the lock"
-        assert _queue_files(cat) == [], "the request it queued was withdrawn"
+        assert catalog_queue_files(cat) == [], "the request it queued was withdrawn"
         assert cat.list_namespaces() == ["free", "without_lock"]
     finally:
         os.close(fd)
@@ -499,7 +490,7 @@ def test_the_writer_with_the_turn_applies_every_queued_request_in_one_rewrite(lo
     cat.create_namespace("a")
     cat.create_table("a.old", SCHEMA_T)
     before = cat.table.version
-    fd = _hold_turn(cat)  # the writer at work, for now
+    fd = hold_catalog_turn(cat)  # the writer at work, for now
     results = {}
 
     def waiter(key, call):
@@ -517,9 +508,9 @@ def test_the_writer_with_the_turn_applies_every_queued_request_in_one_rewrite(lo
             calls[key] = threading.Thread(target=waiter, args=(key, call))
             calls[key].start()
             deadline = time.monotonic() + 30
-            while len([n for n in _queue_files(cat) if n.endswith(".req")]) <= i and time.monotonic() < deadline:
+            while len([n for n in catalog_queue_files(cat) if n.endswith(".req")]) <= i and time.monotonic() < deadline:
                 time.sleep(0.005)
-        assert len([n for n in _queue_files(cat) if n.endswith(".req")]) == 4
+        assert len([n for n in catalog_queue_files(cat) if n.endswith(".req")]) == 4
         queue = lamina.catalog._Queue(cat.table.store)
         # This writer has the turn (the descriptor above): its own request and the four queued, one rewrite.
         cat._commit_batch(queue, {"op": "create_namespace", "name": "own", "row": {"metadata": "{}"}}, None)
@@ -533,7 +524,7 @@ def test_the_writer_with_the_turn_applies_every_queued_request_in_one_rewrite(lo
     assert results["table"][0] == "ok" and results["table"][1].count_rows() == 0
     assert cat.list_namespaces() == ["a", "b", "own"] and cat.list_tables("a") == ["a.new", "a.t"]
     assert cat.describe_namespace("b").properties == {"team": "x"}
-    assert _queue_files(cat) == [], "every outcome collected"
+    assert catalog_queue_files(cat) == [], "every outcome collected"
     assert_indices_exact(cat.table)
 
 
@@ -553,7 +544,7 @@ def test_a_claim_left_by_a_stopped_writer_is_settled_by_the_next(local_table_uri
     with pytest.raises(KeyboardInterrupt):
         cat._commit_batch(queue, None, None, own=committed)  # a waiting writer that got the turn
     monkeypatch.undo()
-    assert _queue_files(cat) == [f"{committed}.claimed"]
+    assert catalog_queue_files(cat) == [f"{committed}.claimed"]
     version = cat.table.version
     assert "committed" in cat.list_namespaces()
 
@@ -564,15 +555,15 @@ def test_a_claim_left_by_a_stopped_writer_is_settled_by_the_next(local_table_uri
     queue.claim({rid: {"result": None, "request": body}}, "f" * 32, version + 1)
     taken = queue.post({"op": "create_namespace", "name": "taken", "row": {"metadata": "{}"}})
     assert [r for r, _ in queue.take(10)] == [taken]
-    assert _queue_files(cat) == sorted([f"{committed}.claimed", f"{uncommitted}.claimed", f"{taken}.taken"])
+    assert catalog_queue_files(cat) == sorted([f"{committed}.claimed", f"{uncommitted}.claimed", f"{taken}.taken"])
 
     cat.create_namespace("next")  # has the turn: settles the claims and the taken request first
     assert cat.list_namespaces() == ["base", "committed", "next", "taken", "uncommitted"]
     assert cat.table.version == version + 1, "the requests never committed were applied with the next writer's own"
-    assert _queue_files(cat) == sorted(f"{r}.out" for r in (committed, uncommitted, taken)), "outcomes wait for their writers"
+    assert catalog_queue_files(cat) == sorted(f"{r}.out" for r in (committed, uncommitted, taken)), "outcomes wait for their writers"
     for r in (committed, uncommitted, taken):
         assert lamina.catalog._result(queue.collect(r)) is None
-    assert _queue_files(cat) == []
+    assert catalog_queue_files(cat) == []
     assert_indices_exact(cat.table)
 
 

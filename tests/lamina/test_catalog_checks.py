@@ -13,10 +13,10 @@ import pytest
 
 import lamina
 import lamina.catalog
+from tests.lamina.helpers import catalog_queue_files, hold_catalog_turn
 from lamina.catalog import CATALOG_DIR, MAX_DEPTH, MAX_LEVEL_CHARS, MAX_NAME_CHARS
 from lamina.errors import CommitStateUnknown, InvalidArgument, LaminaError, TableNotFound
 from lamina.store import open_store
-from lamina.testing import FaultProxy
 
 SCHEMA_T = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
@@ -209,13 +209,6 @@ def test_a_registration_racing_past_the_first_check_is_refused_by_the_rewrite(tm
 # -- a create whose catalog commit has an unknown outcome ----------------------------------------
 
 @pytest.fixture
-def proxy(moto_server):
-    p = FaultProxy(moto_server)
-    yield p
-    p.close()
-
-
-@pytest.fixture
 def s3_catalogs(proxy, lamina_s3):
     """(direct handle, handle through the proxy making one attempt per request, the proxied version regex)."""
     root, opts = lamina_s3.uri("warehouse/cat"), lamina_s3.storage_options
@@ -273,18 +266,8 @@ def test_create_whose_outcome_cannot_be_read_back_keeps_the_files_and_says_what_
     assert direct.open_table("u.t").count_rows() == 0, "the entry names files that are still there"
 
 
-def _hold_turn(cat):
-    """Takes the host's writer turn of a local catalog, as another writer at work would: the descriptor."""
-    import fcntl
-
-    fd = os.open(os.path.join(cat.table.store.root, lamina.catalog.LOCK_FILE), os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
 
 
-def _queue_files(cat):
-    d = os.path.join(cat.table.store.root, lamina.catalog.QUEUE_DIR)
-    return sorted(n for n in os.listdir(d) if not n.startswith(".tmp-")) if os.path.isdir(d) else []
 
 
 def test_a_queued_create_whose_commit_outcome_is_unknown_is_withdrawn_not_applied_later(local_table_uri, monkeypatch):
@@ -312,20 +295,20 @@ def test_a_queued_create_whose_commit_outcome_is_unknown_is_withdrawn_not_applie
         except Exception as e:  # asserted below
             outcome["error"] = e
 
-    fd = _hold_turn(cat)  # another writer at work: the create queues its request
+    fd = hold_catalog_turn(cat)  # another writer at work: the create queues its request
     writer = threading.Thread(target=create)
     try:
         writer.start()
         deadline = time.monotonic() + 60
-        while not any(n.endswith(".req") for n in _queue_files(cat)) and time.monotonic() < deadline:
+        while not any(n.endswith(".req") for n in catalog_queue_files(cat)) and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert any(n.endswith(".req") for n in _queue_files(cat)), "the create queued its request"
+        assert any(n.endswith(".req") for n in catalog_queue_files(cat)), "the create queued its request"
     finally:
         os.close(fd)
     writer.join(120)
     assert len(unknown) == 1, "the create's own rewrite claimed its request and met the unknown outcome"
     cat.create_namespace("later")  # the next writer with the turn settles whatever was left
     assert cat.list_tables("u") == [], "a create whose files were removed was applied after all"
-    assert _queue_files(cat) == [] and _objects(os.path.join(cat.root, "u")) == [], "no files left behind"
+    assert catalog_queue_files(cat) == [] and _objects(os.path.join(cat.root, "u")) == [], "no files left behind"
     assert "error" in outcome and not isinstance(outcome["error"], CommitStateUnknown), outcome
     assert "nothing was committed" in str(outcome["error"])

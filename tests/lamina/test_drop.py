@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import boto3
 import pytest
 
 import lamina
@@ -22,7 +20,7 @@ from lamina.errors import CommitConflict, TableDropped, TableExists, TableNotFou
 from lamina.manifest import SEGMENTS_DIR, TABLE_DIRS, latest_version, list_versions, load_manifest
 from lamina.store import open_store
 from lamina.transaction import Drop
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from tests.lamina.helpers import SCHEMA, delete_every_object, ids_of, rows
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -224,17 +222,6 @@ def test_a_writer_whose_history_the_purge_already_removed_meets_the_tombstone(lo
 
 
 # -- the location's objects deleted behind Lamina's back --------------------------------------------
-def _delete_everything(uri, opts):
-    """What a user does with ``rm -r`` / ``aws s3 rm --recursive``."""
-    if opts is None:
-        shutil.rmtree(uri)
-        return
-    bucket, prefix = uri[len("s3://"):].split("/", 1)
-    s3 = boto3.client("s3", endpoint_url=opts["endpoint_url"], region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-        for obj in page.get("Contents", []):
-            s3.delete_object(Bucket=bucket, Key=obj["Key"])
 
 
 def test_a_writer_stops_once_its_tables_objects_were_deleted(table_location):
@@ -242,7 +229,7 @@ def test_a_writer_stops_once_its_tables_objects_were_deleted(table_location):
     _appended(uri, opts, 3)
     writer = lamina.open_table(uri, storage_options=opts)  # another handle, as another process holds one
     writer.append(rows(100, 1))
-    _delete_everything(uri, opts)
+    delete_every_object(uri, opts)
     with pytest.raises(TableReplaced, match=rf"{uri} .*Nothing was committed"):
         writer.append(rows(200, 1))
     assert _objects(uri, opts) == [], "the refused append left objects"

@@ -20,19 +20,11 @@ from lamina.ingest import ShardApplier
 from lamina.manifest import list_versions
 from lamina.store import open_store
 from lamina.wal import WalWriter, list_segments
-from lamina.testing import FaultProxy
 
 SIMPLE = pa.schema([("id", pa.int64())])
 MIB = 2**20
 MULTIPART = {"multipart_threshold": 5 * MIB, "multipart_chunk_size": 5 * MIB}
 COMPLETE = r"\?uploadId="  # CompleteMultipartUpload is POST <key>?uploadId=...
-
-
-@pytest.fixture
-def proxy(moto_server):
-    p = FaultProxy(moto_server)
-    yield p
-    p.close()
 
 
 @pytest.fixture

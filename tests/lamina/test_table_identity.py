@@ -3,27 +3,14 @@ one (cached manifests, open Table objects) is ever served as, or committed into,
 
 from __future__ import annotations
 
-import shutil
 
-import boto3
 import pytest
 
 import lamina
 from lamina.errors import CommitConflict, TableReplaced
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from tests.lamina.helpers import SCHEMA, delete_every_object, ids_of, rows
 
 
-def _drop(uri, opts):
-    """What a user does to drop a table: remove every object under its root (rm -r / an S3 prefix delete)."""
-    if opts is None:
-        shutil.rmtree(uri)
-        return
-    bucket, prefix = uri[len("s3://"):].split("/", 1)
-    s3 = boto3.client("s3", endpoint_url=opts["endpoint_url"], region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-        for obj in page.get("Contents", []):
-            s3.delete_object(Bucket=bucket, Key=obj["Key"])
 
 
 def test_recreated_table_is_never_read_through_the_old_tables_cache(table_location):
@@ -32,7 +19,7 @@ def test_recreated_table_is_never_read_through_the_old_tables_cache(table_locati
     old.append(rows(0, 10))
     old.append(rows(10, 10))  # versions 1..3 of the old table are now cached in this process
     assert ids_of(lamina.open_table(uri, storage_options=opts)) == list(range(20))
-    _drop(uri, opts)
+    delete_every_object(uri, opts)
     new = lamina.create_table(uri, SCHEMA, storage_options=opts)
     new.append(rows(1000, 5))
     new.append(rows(2000, 5))  # the same version numbers as the old table's
@@ -50,7 +37,7 @@ def test_open_view_of_a_dropped_table_cannot_commit_into_its_successor(table_loc
     old = lamina.create_table(uri, SCHEMA, storage_options=opts)
     old.append(rows(0, 10))
     old.append(rows(10, 10))  # the old view sits at version 3
-    _drop(uri, opts)
+    delete_every_object(uri, opts)
     new = lamina.create_table(uri, SCHEMA, storage_options=opts)
     for start in (100, 200, 300):
         new.append(rows(start, 3))  # the new table reaches version 4
@@ -65,7 +52,7 @@ def test_open_view_of_a_dropped_table_cannot_extend_a_shorter_successor(local_ta
     old = lamina.create_table(local_table_uri, SCHEMA)
     for start in (0, 10, 20):
         old.append(rows(start, 10))  # version 4
-    _drop(local_table_uri, None)
+    delete_every_object(local_table_uri, None)
     new = lamina.create_table(local_table_uri, SCHEMA)
     new.append(rows(500, 2))  # version 2: the old view's next version (5) is free
     with pytest.raises(TableReplaced, match="dropped"):
@@ -83,7 +70,7 @@ def test_pickled_view_reopens_only_its_own_table_in_another_process(local_table_
     old = lamina.create_table(local_table_uri, SCHEMA)
     old.append(rows(0, 3))
     (tmp_path / "view.pickle").write_bytes(pickle.dumps(old))
-    _drop(local_table_uri, None)
+    delete_every_object(local_table_uri, None)
     new = lamina.create_table(local_table_uri, SCHEMA)
     new.append(rows(7, 1))
     code = (
@@ -102,7 +89,7 @@ def test_open_view_of_a_dropped_table_cannot_commit_onto_a_successor_at_the_same
     uri, opts = table_location
     old = lamina.create_table(uri, SCHEMA, storage_options=opts)
     old.append(rows(0, 10))  # the old view sits at version 2
-    _drop(uri, opts)
+    delete_every_object(uri, opts)
     new = lamina.create_table(uri, SCHEMA, storage_options=opts)
     new.append(rows(0, 10))  # the same operations: version 2 again, a manifest of the same shape
     with pytest.raises(TableReplaced):
