@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from lamina.errors import InvalidArgument
+from lamina.errors import InvalidArgument, TableReplaced
 from lamina.manifest import (
     TABLE_DIRS,
     VERSIONS_DIR,
@@ -90,8 +90,11 @@ def cleanup(store: ObjectStore, older_than: "dt.timedelta | dt.datetime | float 
     # goes (stop at the first version kept), so what is left is always contiguous.
     expired: list[int] = []
     for v, successor in zip(versions, versions[1:]):
-        if load_manifest(store, successor, table_uuid).timestamp_ms / 1000 >= cutoff:
-            break
+        try:
+            if load_manifest(store, successor, table_uuid).timestamp_ms / 1000 >= cutoff:
+                break
+        except TableReplaced:  # a table dropped here before this one was created (docs/FORMAT.md §9.1)
+            pass
         expired.append(v)
     expired_set = set(expired)
     for v in expired:  # oldest first: a crash leaves a contiguous suffix of versions
@@ -101,7 +104,10 @@ def cleanup(store: ObjectStore, older_than: "dt.timedelta | dt.datetime | float 
     kept = [v for v in list_versions(store) if v not in expired_set]
     referenced: set[str] = set()
     for v in kept:
-        referenced |= load_manifest(store, v, table_uuid).referenced_paths()
+        try:
+            referenced |= load_manifest(store, v, table_uuid).referenced_paths()
+        except TableReplaced:  # a version of the table dropped here before (its tombstone): nothing of it is kept
+            pass
     doomed, doomed_bytes = [], 0
     for prefix in _OWNED_DIRS:
         for obj in store.list(prefix):

@@ -105,14 +105,16 @@ def _commit(store: ObjectStore, txn: Transaction, base: Manifest, backoff: Backo
         try:
             won = store.put_if_absent(path, encode_manifest(new, laid_out=True))
         except StorageError as e:
-            won = _resolve_unknown(store, txn, new.version, _incarnation(base), e)
+            won = _resolve_unknown(store, txn, new.version, _incarnation(base, current), e)
         if won:
+            if base.version and not current.creates and not store.exists(manifest_path(base.version)):
+                _check_not_dropped(store, txn, new, [p for p, _ in segments])
             remember_manifest(store, new, [p for p, _ in segments])
             write_latest_hint(store, new.version)
             if attempt:
                 log.debug("%s committed version %d of %s after %d lost races", txn.operation, new.version, store.uri, attempt)
             return new
-        theirs = try_load_manifest(store, new.version, _incarnation(base))
+        theirs = try_load_manifest(store, new.version, _incarnation(base, current))
         if theirs is not None and theirs.record.uuid == txn.uuid:
             return theirs  # an earlier attempt of this very request had landed
         if segments:  # another's version: nothing can name this attempt's segments (fresh uuids)
@@ -134,7 +136,8 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
     the next one, ``cleanup`` removed history this operation read (or the table was dropped):
     writing the next number would put a manifest into history that is gone.
 
-    The empty base of a create (version 0) is the head only while the URI holds no version at all.
+    The empty base of a create (version 0, or a dropped table's tombstone) is the head only while no
+    version follows it.
     A tombstone (a dropped table, ``Manifest.dropped``) is never a base: meeting one, as ``base`` or
     after it, or as the latest version once the history before it was removed (a purge in progress),
     is ``TableDropped``.
@@ -142,10 +145,10 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
     while True:
         if base.dropped:
             raise table_dropped(txn, store.uri, base.version)
-        theirs = try_load_manifest(store, base.version + 1, _incarnation(base))
-        if theirs is None and base.version == 0:
-            # A table is there if any version is (its first ones may have been cleaned up).
-            listed = versions_from(store, 1, 1)
+        theirs = try_load_manifest(store, base.version + 1, _incarnation(base, txn))
+        if theirs is None and txn.creates:
+            # A table is there if any version follows (its first ones may have been cleaned up).
+            listed = versions_from(store, base.version + 1, 1)
             if not listed:
                 return base, txn
             theirs = try_load_manifest(store, listed[0])
@@ -178,6 +181,14 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
                     raise table_dropped(txn, store.uri, dropped_at)
                 first_removed = base.version + 1 if listed[0] == base.version else base.version
                 first_kept = next(v for v in listed if v > base.version)
+                kept = try_load_manifest(store, first_kept)
+                if kept is not None and kept.table_uuid != base.table_uuid:
+                    raise TableReplaced(
+                        f"{txn.operation} on table {store.uri} read version {txn.read_version}, but the table was dropped and "
+                        f"created again at this URI (version {first_kept} belongs to another table). Nothing was committed; "
+                        f"open the table again (lamina.open_table)")
+                if kept is not None and kept.dropped:
+                    raise table_dropped(txn, store.uri, first_kept)
                 raise CommitConflict(
                     f"{txn.operation} on table {store.uri} read version {txn.read_version}, but versions from "
                     f"{first_removed} up to {first_kept - 1} were cleaned up since; nothing was committed: reload the table "
@@ -198,10 +209,34 @@ def _dropped_at(store: ObjectStore, table_uuid: str) -> int | None:
     return head.version if head is not None and head.dropped and head.table_uuid == table_uuid else None
 
 
-def _incarnation(base: Manifest) -> str | None:
+def _incarnation(base: Manifest, txn: Transaction) -> str | None:
     """The table uuid the versions after ``base`` must carry; none for the empty base of a create,
     whose table does not exist yet (whatever is stored there is read as it is)."""
-    return base.table_uuid if base.version else None
+    return None if txn.creates or not base.version else base.table_uuid
+
+
+def _check_not_dropped(store: ObjectStore, txn: Transaction, new: Manifest, segments: list[str]) -> None:
+    """After ``new`` landed though its base is gone: returns if cleanup removed the base (ours is the
+    table's latest version, or one of its versions follows); raises ``TableDropped`` (or
+    ``TableReplaced``) after removing ``new`` if the put landed below a drop's tombstone.
+
+    That is a put whose check ran before the drop committed and which landed after the purge had removed
+    that version number (docs/FORMAT.md §9.1). The tombstone stays, so ``new`` is below it: no reader
+    sees it and no writer reads it, and removing it makes "nothing was committed" true; left there, its
+    writer would go on extending it up to the tombstone.
+    """
+    latest = latest_version(store)
+    head = try_load_manifest(store, latest) if latest is not None else None
+    if head is None or head.version <= new.version or (head.table_uuid == new.table_uuid and not head.dropped):
+        return
+    log.warning("%s on %s landed version %d after a drop removed its base; removing it", txn.operation, store.uri, new.version)
+    _discard(store, txn, [manifest_path(new.version), *segments])
+    if head.dropped and head.table_uuid == new.table_uuid:
+        raise table_dropped(txn, store.uri, head.version)
+    raise TableReplaced(
+        f"{txn.operation} on table {store.uri} (read at version {txn.read_version}) cannot commit: the table was "
+        f"dropped and created again at this URI (version {head.version} belongs to another table). Nothing was "
+        f"committed; open the table again (lamina.open_table)")
 
 
 def _resolve_unknown(store: ObjectStore, txn: Transaction, version: int, table_uuid: str | None, error: StorageError) -> bool:

@@ -1,19 +1,22 @@
-"""Dropping a table: a tombstone version committed like any write, then every object of the table, the tombstone last.
+"""Dropping a table: a tombstone version committed like any write, then every other object of the table.
 
     purge(store)
       1. commit Drop: put-if-absent of version D over the latest  (the same race every writer runs,
                       so each commit lands before D or meets it)
       2. remove every other object of the layout (``TABLE_DIRS``): data, manifest segments, deletion
          files, indices, WAL, transaction sidecars, temp files (but a live writer's), the latest-version
-         hint, then the versions before D, oldest first; listed again until a listing finds nothing
-      3. remove the tombstone D
+         hint, then the versions before D, oldest first; listed again until a listing finds nothing,
+         each round only while D is still the latest version
+      the tombstone D stays: the location's one object
 
-While step 2 runs every commit meets the tombstone (``TableDropped``); after step 3 a writer's base is
-gone with nothing after it (``TableReplaced``), and the location is empty: a table created there is a
-new one (version 1, another table uuid). A purge that stopped after step 1 is finished by running it
-again (the latest version is then the tombstone). The one commit this cannot stop is one whose check
-ran before D was committed and whose put lands after the purge removed that version number
-(docs/FORMAT.md §9): a pause spanning the whole purge.
+While step 2 runs, and after it, every commit meets the tombstone (``TableDropped``). The tombstone is
+what closes the last window: a commit whose check ran before D was committed and whose put lands after
+the purge removed that version number lands below D, finds its base gone, sees the tombstone above it,
+removes its version and raises ``TableDropped`` (``lamina.commit``); had D been removed too, its version
+would stand alone at the location and its writer would go on extending it. A table created at the URI
+afterwards continues the numbering after D (``free_after``: version numbers are never reused at a URI).
+A purge that stopped after step 1 is finished by running it again (the latest version is then the
+tombstone).
 """
 
 from __future__ import annotations
@@ -23,13 +26,12 @@ import time
 from dataclasses import dataclass
 
 from lamina.commit import commit
-from lamina.errors import TableReplaced
+from lamina.errors import TableExists, TableReplaced
 from lamina.manifest import (
     LATEST_HINT,
     TABLE_DIRS,
     VERSIONS_DIR,
     Manifest,
-    belongs_to,
     forget_table,
     latest_version,
     load_manifest,
@@ -51,7 +53,7 @@ FRESH_TEMP_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class DropStats:
-    """What a purge did: the tombstone's version, and the objects it removed (the tombstone included)."""
+    """What a purge did: the tombstone's version, and the objects it removed (the tombstone stays)."""
 
     uri: str
     version: int
@@ -60,7 +62,8 @@ class DropStats:
 
 
 def purge(store: ObjectStore) -> DropStats | None:
-    """Drops the table at ``store`` and removes every object of its layout; None if there is no table.
+    """Drops the table at ``store`` and removes every object of its layout but the tombstone; None if
+    there is no table (no version, or a dropped one whose purge finished).
 
     Safe to run again after a purge that stopped: a table whose latest version is a tombstone is not
     dropped again, only emptied. Objects outside the layout (a deeper table's) are never touched.
@@ -69,10 +72,39 @@ def purge(store: ObjectStore) -> DropStats | None:
     if latest is None:
         return None
     head = load_manifest(store, latest)
+    if head.dropped and not leftovers(store, head):
+        return None
     tomb = head if head.dropped else _commit_drop(store, head)
     if tomb is None:
         return None
     return _remove(store, tomb)
+
+
+def free_after(store: ObjectStore) -> int:
+    """The version a table created at ``store`` follows: 0 on an empty location, a dropped table's
+    tombstone once its drop finished. ``TableExists`` while a table is there or its drop has not finished."""
+    latest = latest_version(store)
+    if latest is None:
+        return 0
+    head = load_manifest(store, latest)
+    if not head.dropped:
+        raise TableExists(f"a Lamina table already exists at {store.uri}; open it with lamina.open_table")
+    left = leftovers(store, head)
+    if left:  # never removes anything itself: a purge may be running
+        raise TableExists(
+            f"the table at {store.uri} is being dropped (its version {latest} is a tombstone) and {len(left)} of its "
+            f"objects are not removed yet (e.g. {left[0].path}): run lamina.drop_table({store.uri!r}) to finish the "
+            f"drop (safe while another drop runs), then create the table")
+    return head.version
+
+
+def leftovers(store: ObjectStore, tomb: Manifest) -> list[ObjectInfo]:
+    """What a drop at ``tomb`` has still to remove: every object of the layout but the tombstone and the
+    temp files live writers may still hold."""
+    tomb_path = manifest_path(tomb.version)
+    fresh = time.time() - FRESH_TEMP_SECONDS
+    return [o for prefix in TABLE_DIRS for o in store.list(prefix)
+            if o.path != tomb_path and not (o.path.rsplit("/", 1)[-1].startswith(".tmp-") and o.modified > fresh)]
 
 
 def _commit_drop(store: ObjectStore, head: Manifest) -> Manifest | None:
@@ -89,45 +121,46 @@ def _commit_drop(store: ObjectStore, head: Manifest) -> Manifest | None:
 
 
 def _remove(store: ObjectStore, tomb: Manifest) -> DropStats:
-    tomb_path = manifest_path(tomb.version)
     removed = size = 0
     for _ in range(PURGE_ROUNDS):
-        doomed = _listed(store, tomb_path)
+        doomed = leftovers(store, tomb)
         if not doomed:
             break
-        # Listed while the tombstone stood, so nothing listed can be a table created here since; if it
-        # is gone, another purge of this drop finished first and the location is no longer ours.
-        if not belongs_to(store, tomb.version, tomb.table_uuid):
-            log.info("drop of %s: finished by another purge; %d objects removed here", store.uri, removed)
+        # Listed while the tombstone was the latest version, so nothing listed can be a table created here
+        # since (a create writes no file before its version, which follows the tombstone).
+        if store.exists(manifest_path(tomb.version + 1)):
+            log.info("drop of %s: a table was created there meanwhile; %d objects removed here", store.uri, removed)
             return DropStats(store.uri, tomb.version, removed, size)
-        store.delete(o.path for o in sorted(doomed, key=_order))
+        ordered = [o.path for o in sorted(doomed, key=_order)]
+        versions = [p for p in ordered if _order_of(p)[0] == 2]
+        store.delete(ordered[:len(ordered) - len(versions)])
+        for path in versions:  # one at a time, oldest first: a request removing many keys promises no order
+            store.delete([path])
         removed += len(doomed)
         size += sum(o.size for o in doomed)
     else:
-        left = len(_listed(store, tomb_path))
+        left = len(leftovers(store, tomb))
         if left:
-            log.warning("drop of %s: %d objects written while it ran are left (unreferenced: a table created here "
-                        "removes them at its cleanup)", store.uri, left)
-    store.delete([tomb_path])
+            log.warning("drop of %s: %d objects written while it ran are left (unreferenced: run lamina.drop_table "
+                        "again to remove them)", store.uri, left)
     forget_table(store, tomb.table_uuid)
-    log.info("dropped %s at version %d: removed %d objects (%d bytes)", store.uri, tomb.version, removed + 1, size)
-    return DropStats(store.uri, tomb.version, removed + 1, size)
-
-
-def _listed(store: ObjectStore, tomb_path: str) -> list[ObjectInfo]:
-    """Every object of the layout but the tombstone and the temp files live writers may still hold."""
-    fresh = time.time() - FRESH_TEMP_SECONDS
-    return [o for prefix in TABLE_DIRS for o in store.list(prefix)
-            if o.path != tomb_path and not (o.path.rsplit("/", 1)[-1].startswith(".tmp-") and o.modified > fresh)]
+    log.info("dropped %s at version %d: removed %d objects (%d bytes); the tombstone stays", store.uri, tomb.version,
+             removed, size)
+    return DropStats(store.uri, tomb.version, removed, size)
 
 
 def _order(o: ObjectInfo) -> tuple[int, int, str]:
+    return _order_of(o.path)
+
+
+def _order_of(path: str) -> tuple[int, int, str]:
     """Files first, then the latest-version hint (a hint surviving a gap in the versions would have a
-    reader stop short of the tombstone), then the versions oldest first."""
-    if not o.path.startswith(VERSIONS_DIR):
-        return (0, 0, o.path)
-    if o.path == LATEST_HINT:
-        return (1, 0, o.path)
-    name = o.path[len(VERSIONS_DIR):]
+    reader stop short of the tombstone), then the versions oldest first: a writer whose put lands after
+    its version number was removed then always finds its base gone (``lamina.commit``)."""
+    if not path.startswith(VERSIONS_DIR):
+        return (0, 0, path)
+    if path == LATEST_HINT:
+        return (1, 0, path)
+    name = path[len(VERSIONS_DIR):]
     number = name[: -len(".manifest")] if name.endswith(".manifest") else ""
-    return (2, int(number), o.path) if number.isdigit() else (1, 1, o.path)
+    return (2, int(number), path) if number.isdigit() else (1, 1, path)

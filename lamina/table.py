@@ -101,10 +101,14 @@ class Table:
 
     # -- versions -----------------------------------------------------------
     def versions(self) -> list[VersionInfo]:
-        """Every version still on storage, oldest first."""
+        """Every version of this table still on storage, oldest first (not those of a table dropped at
+        this URI before it was created, which may precede them)."""
         out = []
         for v in list_versions(self._store):
-            m = load_manifest(self._store, v, self._manifest.table_uuid)
+            try:
+                m = load_manifest(self._store, v, self._manifest.table_uuid)
+            except TableReplaced:
+                continue
             out.append(VersionInfo(v, dt.datetime.fromtimestamp(m.timestamp_ms / 1000, dt.timezone.utc),
                                    m.record.operation, m.rows, len(m.fragments)))
         return out
@@ -415,20 +419,15 @@ class Table:
 def create_table(uri: str, schema: pa.Schema, *, primary_key: str | Sequence[str] | None = None,
                  stable_row_ids: bool = False, storage_options: dict[str, Any] | None = None,
                  max_rows_per_file: int | None = None, row_group_rows: int | None = None) -> Table:
-    """Creates an empty table at ``uri`` (a local path or ``s3://bucket/prefix``); version 1."""
+    """Creates an empty table at ``uri`` (a local path or ``s3://bucket/prefix``): version 1, or at a URI
+    where a table was dropped, the version after the drop's tombstone (docs/FORMAT.md §9.1)."""
+    from lamina.drop import free_after
+
     schema = validate_schema(schema)
     pk = check_primary_key(schema, primary_key)
     options = WriteOptions.from_config({}, max_rows_per_file=max_rows_per_file, row_group_rows=row_group_rows)
     store = open_store(uri, storage_options)
-    latest = latest_version(store)
-    if latest is not None:
-        if load_manifest(store, latest).dropped:  # never removes anything itself: a purge may be running
-            raise TableExists(
-                f"the table at {store.uri} is being dropped (its version {latest} is a tombstone) and its files are "
-                f"not all removed yet: run lamina.drop_table({store.uri!r}) to finish the drop (safe while another "
-                f"drop runs), then create the table")
-        raise TableExists(f"a Lamina table already exists at {store.uri}; open it with lamina.open_table")
-    txn = Create(schema, primary_key=pk, stable_row_ids=stable_row_ids, config=options.to_config())
+    txn = Create(schema, primary_key=pk, stable_row_ids=stable_row_ids, config=options.to_config(), after=free_after(store))
     return Table(store, commit(store, txn, txn.base), storage_options)
 
 
@@ -459,26 +458,28 @@ def _live(store: ObjectStore, m: Manifest) -> Manifest:
     """``m``, unless it is a tombstone: then the table was dropped (``TableNotFound``)."""
     if m.dropped:
         raise TableNotFound(
-            f"the table at {store.uri} was dropped at version {m.version}; its files are being removed, or the drop "
-            f"stopped before it finished: run lamina.drop_table({store.uri!r}) to finish it, then create the table again")
+            f"no Lamina table at {store.uri}: the table there was dropped at version {m.version}; create one with "
+            f"lamina.create_table (if the drop stopped before it finished, run lamina.drop_table({store.uri!r}) first)")
     return m
 
 
 def drop_table(uri: str, *, storage_options: dict[str, Any] | None = None) -> "DropStats":
-    """Drops the table at ``uri`` and removes every object of it; the URI is then free for a new table.
+    """Drops the table at ``uri`` and removes every object of it but one, the drop's tombstone (a small
+    manifest); the URI is then free for a new table, whose versions follow the tombstone.
 
     The drop is a commit (a tombstone version): a writer racing it stops with ``TableDropped`` and commits
     nothing. Run it again to finish a drop that stopped midway. ``TableNotFound`` if there is no table.
 
     >>> lamina.drop_table("/tmp/t")
-    DropStats(uri='/tmp/t', version=4, objects_removed=9, bytes_removed=4821)
+    DropStats(uri='/tmp/t', version=4, objects_removed=8, bytes_removed=4521)
     """
     from lamina.drop import purge
 
     store = open_store(uri, storage_options)
     done = purge(store)
     if done is None:
-        raise TableNotFound(f"no Lamina table at {store.uri} to drop (no manifests under _versions/; dropped already?)")
+        raise TableNotFound(f"no Lamina table at {store.uri} to drop (no manifests under _versions/, or its latest "
+                            f"version is the tombstone of a drop that finished)")
     return done
 
 

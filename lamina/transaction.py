@@ -143,7 +143,7 @@ def table_dropped(mine: "Transaction", table: str, drop_version: int) -> TableDr
     """The error of ``mine`` meeting the tombstone committed as ``drop_version``."""
     return TableDropped(
         f"{mine.operation} on table {table} (read at version {mine.read_version}) cannot commit: the table was dropped at "
-        f"version {drop_version} and its files are being removed. Nothing was committed; create the table again "
+        f"version {drop_version} and its files are removed (or being removed). Nothing was committed; create the table again "
         f"(lamina.create_table), or open the one created at this URI since (lamina.open_table)"
     )
 
@@ -161,6 +161,8 @@ class Transaction(abc.ABC):
     """
 
     operation: ClassVar[str]
+    #: A create: its base is the empty table, not a stored version (``Create``).
+    creates: ClassVar[bool] = False
 
     def __init__(self, read_version: int, started: float | None = None):
         self.uuid = uuid.uuid4().hex
@@ -266,27 +268,31 @@ def assign_ids(base: Manifest, fragments: Iterable[Fragment], schema: Any = None
 
 
 class Create(Transaction):
-    """A new table: version 1, without rows, committed on the empty table ``base`` (version 0).
+    """A new table without rows, committed on the empty table ``base``: version 1 on an empty location;
+    after a dropped table's tombstone (``after``, its version), the version after it (docs/FORMAT.md §9.1:
+    version numbers are never reused at a URI, so no writer of the dropped table can land a version in
+    the new table's history).
 
     A create is never replayed: any version where it would commit means a table is there.
     """
 
     operation = "create"
+    creates = True
 
     def __init__(self, schema: Any, *, primary_key: Iterable[str] = (), stable_row_ids: bool = False,
-                 config: dict[str, Any] | None = None):
-        super().__init__(0)
-        #: Version 0: the table before it existed, with this create's settings and a new table uuid.
-        self.base = Manifest(version=0, timestamp_ms=0, schema=schema, fragments=(), next_fragment_id=0, next_row_id=0,
-                             primary_key=tuple(primary_key), stable_row_ids=bool(stable_row_ids),
+                 config: dict[str, Any] | None = None, after: int = 0):
+        super().__init__(after)
+        #: The table before it existed (version ``after``), with this create's settings and a new table uuid.
+        self.base = Manifest(version=after, timestamp_ms=0, schema=schema, fragments=(), next_fragment_id=0,
+                             next_row_id=0, primary_key=tuple(primary_key), stable_row_ids=bool(stable_row_ids),
                              config=dict(config or {}), table_uuid=uuid.uuid4().hex)
 
     def rebase(self, theirs: Manifest, files: DeletionFiles) -> "Create":
         raise TableExists(f"a Lamina table was created at {files.uri} concurrently; open it with lamina.open_table")
 
     def apply(self, base: Manifest) -> Manifest:
-        if base.version != 0:
-            raise CommitConflict(f"a create commits on the empty table (version 0), not on version {base.version}")
+        if base.version != self.read_version:
+            raise CommitConflict(f"a create commits on the empty table (version {self.read_version}), not on version {base.version}")
         return self._next(base, CreateRecord(**self._header()))
 
 

@@ -22,6 +22,7 @@ from lamina.ingestion import Ingestion
 from lamina.ingest import FAULT_KILL_IN_FLUSH, IngestOptions
 from lamina.wal import WalWriter
 from lamina.planner import CompactionOptions
+from tests.lamina.helpers import left_after_drop
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = pa.schema([("id", pa.int64()), ("host", pa.string()), ("v", pa.float64())])
@@ -124,4 +125,4 @@ def test_applier_actor_stops_its_shard_when_the_table_is_dropped(ray_cluster, ta
     finally:
         errors = ing.stop()
     assert "dropped" in errors[0]
-    assert list(open_store(uri, opts).list("")) == [], "the appliers wrote nothing into the dropped location"
+    assert left_after_drop(uri, opts) == [], "the appliers wrote nothing into the dropped location"

@@ -99,3 +99,14 @@ def catalog_queue_files(cat) -> list[str]:
 
     d = os.path.join(cat.table.store.root, lamina.catalog.QUEUE_DIR)
     return sorted(n for n in os.listdir(d) if not n.startswith(".tmp-")) if os.path.isdir(d) else []
+
+
+def left_after_drop(uri: str, opts: dict | None) -> list[str]:
+    """Every object at ``uri`` but the tombstone a drop leaves there (its latest version, docs/FORMAT.md §9.1)."""
+    from lamina.manifest import latest_version, load_manifest, manifest_path
+    from lamina.store import open_store
+
+    store = open_store(uri, opts)
+    latest = latest_version(store)
+    tomb = manifest_path(latest) if latest is not None and load_manifest(store, latest).dropped else None
+    return sorted(o.path for o in store.list("") if o.path != tomb)

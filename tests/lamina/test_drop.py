@@ -1,6 +1,7 @@
 """Dropping a table: a tombstone version first (the same put-if-absent every writer uses), then every
-object of the table's layout, the tombstone last. A writer racing the drop stops with TableDropped /
-TableReplaced and commits nothing; the location ends empty and a new table can be created there."""
+other object of the table's layout; the tombstone stays. A writer racing the drop stops with TableDropped /
+TableReplaced and commits nothing; the location ends holding the tombstone alone, and a new table can be
+created there (its versions follow the tombstone)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ REPO = Path(__file__).resolve().parents[2]
 def _objects(uri, opts):
     """Every object under ``uri`` (what ``aws s3 ls --recursive`` / ``find -type f`` shows)."""
     return sorted(o.path for o in open_store(uri, opts).list(""))
+
+
+def _tombstone(version):
+    """What a finished drop leaves: its tombstone alone."""
+    return [f"_versions/{version:020d}.manifest"]
 
 
 def _appended(uri, opts, appends):
@@ -95,11 +101,61 @@ def test_purge_stops_a_writer_appending_in_another_process(table_location, tmp_p
     name, is_replaced, message = json.loads(last[len("error "):])
     assert is_replaced and name in ("TableDropped", "TableReplaced"), (name, message)
     assert location in message and "Nothing was committed" in message
-    assert _objects(location, opts) == [], "the purge (and the stopped writer) left objects behind"
+    tomb = latest_version(open_store(location, opts))
+    assert _objects(location, opts) == _tombstone(tomb), "the purge (and the stopped writer) left objects behind"
+    assert load_manifest(open_store(location, opts), tomb).dropped
     again = lamina.create_table(location, SCHEMA, storage_options=opts)
-    assert again.version == 1 and again.manifest.table_uuid != old_uuid
+    assert again.version == tomb + 1 and again.manifest.table_uuid != old_uuid
     again.append(rows(7, 2))
     assert ids_of(lamina.open_table(location, storage_options=opts)) == [7, 8]
+
+
+# -- the window FORMAT §9.1 closes: a put that lands after the purge removed its version number --------
+@pytest.mark.parametrize("others_commit_first", [False, True], ids=["its-number-is-the-tombstone", "below-the-tombstone"])
+def test_a_put_landing_after_the_whole_purge_commits_nothing_and_cannot_be_extended(local_table_uri, others_commit_first):
+    t = _appended(local_table_uri, None, 3)  # versions 1..4
+    writer = lamina.open_table(local_table_uri)
+    real_put, purged = writer.store.put_if_absent, []
+
+    def put_after_the_purge(path, data):  # the writer's check of its base is done; its put is late
+        if path.startswith("_versions/") and path.endswith(".manifest") and not purged:
+            purged.append(True)
+            if others_commit_first:
+                lamina.open_table(local_table_uri).append(rows(50, 1))  # takes version 5, the writer's number
+            purged.append(lamina.drop_table(local_table_uri))  # the whole purge, tombstone and all
+        return real_put(path, data)
+
+    writer.store.put_if_absent = put_after_the_purge
+    try:
+        with pytest.raises(TableDropped, match=rf"append on table {local_table_uri} .*dropped at version .*Nothing was committed"):
+            writer.append(rows(100, 1))
+    finally:
+        writer.store.put_if_absent = real_put
+    tomb = purged[1].version
+    assert tomb == (6 if others_commit_first else 5)
+    assert _objects(local_table_uri, None) == _tombstone(tomb), "the late put's version or files were left"
+    with pytest.raises(TableDropped):  # the writer's view can never extend anything
+        writer.append(rows(200, 1))
+    assert _objects(local_table_uri, None) == _tombstone(tomb)
+    again = lamina.create_table(local_table_uri, SCHEMA)
+    assert again.version == tomb + 1
+    again.append(rows(7, 2))
+    assert ids_of(lamina.open_table(local_table_uri)) == [7, 8]
+    with pytest.raises(TableReplaced):
+        writer.append(rows(300, 1))
+
+
+def test_cleanup_and_history_of_a_table_created_over_a_tombstone(local_table_uri):
+    _appended(local_table_uri, None, 2)
+    tomb = lamina.drop_table(local_table_uri).version
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    t.append(rows(0, 3))
+    assert [v.version for v in t.versions()] == [tomb + 1, tomb + 2], "the dropped table's tombstone is not its history"
+    with pytest.raises(TableReplaced, match="dropped and created again"):
+        t.checkout(tomb)
+    t.cleanup(older_than=0, enforce_retention=False)
+    assert list_versions(t.store) == [tomb + 2]
+    assert ids_of(lamina.open_table(local_table_uri)) == [0, 1, 2]
 
 
 # -- every directory of the layout goes, manifest segments included ------------------------------
@@ -112,24 +168,24 @@ def test_catalog_purge_removes_every_object_segments_included(table_location):
     t.create_index("id", "btree")
     assert any(p.startswith(SEGMENTS_DIR) for p in _objects(t.uri, opts)), "the scene needs manifest segments"
     cat.drop_table("t", purge=True)
-    assert _objects(t.uri, opts) == []
-    assert lamina.create_table(t.uri, SCHEMA, storage_options=opts).version == 1
+    assert _objects(t.uri, opts) == _tombstone(t.version + 1)
+    assert lamina.create_table(t.uri, SCHEMA, storage_options=opts).version == t.version + 2
 
 
-def test_drop_table_of_a_plain_table_leaves_nothing_and_the_uri_is_free(table_location):
+def test_drop_table_of_a_plain_table_leaves_its_tombstone_alone_and_the_uri_is_free(table_location):
     uri, opts = table_location
     t = _appended(uri, opts, 12)
     t.delete("id < 3")
     old_uuid = t.manifest.table_uuid
     dropped = lamina.drop_table(uri, storage_options=opts)
     assert dropped.version == t.version + 1 and dropped.objects_removed > 0
-    assert _objects(uri, opts) == []
-    with pytest.raises(TableNotFound, match=f"no Lamina table at {uri}"):
+    assert _objects(uri, opts) == _tombstone(dropped.version)
+    with pytest.raises(TableNotFound, match=f"no Lamina table at {uri}: the table there was dropped at version {dropped.version}"):
         lamina.open_table(uri, storage_options=opts)
-    with pytest.raises(TableNotFound, match=f"no Lamina table at {uri}"):
+    with pytest.raises(TableNotFound, match=f"no Lamina table at {uri} to drop"):
         lamina.drop_table(uri, storage_options=opts)
     new = lamina.create_table(uri, SCHEMA, storage_options=opts)
-    assert new.version == 1 and new.manifest.table_uuid != old_uuid
+    assert new.version == dropped.version + 1 and new.manifest.table_uuid != old_uuid
     with pytest.raises(TableReplaced):
         t.append(rows(500, 1))  # a view of the dropped table: its base is gone and nothing follows it
     assert lamina.open_table(uri, storage_options=opts).count_rows() == 0
@@ -154,7 +210,7 @@ def test_a_failed_catalog_create_removes_what_it_made_segments_included(local_ta
     monkeypatch.setattr(Catalog, "_mutate", failing_mutate)
     with pytest.raises(CommitConflict, match="injected"):
         cat.create_table("t", SCHEMA)
-    assert made and _objects(made[0], None) == []
+    assert made and _objects(made[0], None) == _tombstone(14)
 
 
 def test_table_dirs_are_every_directory_of_the_format():
@@ -198,7 +254,7 @@ def test_a_tombstone_that_still_holds_fragments_is_corrupt(local_table_uri):
 def test_open_and_create_on_a_dropped_table_whose_purge_did_not_finish(local_table_uri):
     t = _appended(local_table_uri, None, 3)
     commit(t.store, Drop(t.version), t.manifest)  # a purge that stopped right after its drop committed
-    with pytest.raises(TableNotFound, match=rf"{local_table_uri} was dropped at version 5.*lamina.drop_table"):
+    with pytest.raises(TableNotFound, match=rf"{local_table_uri}: the table there was dropped at version 5.*lamina.drop_table"):
         lamina.open_table(local_table_uri)
     with pytest.raises(TableNotFound, match="dropped at version 5"):
         t.reload()
@@ -207,8 +263,8 @@ def test_open_and_create_on_a_dropped_table_whose_purge_did_not_finish(local_tab
     assert list_versions(t.store) == [1, 2, 3, 4, 5], "create_table removed nothing"
     dropped = lamina.drop_table(local_table_uri)  # finishes the drop
     assert dropped.version == 5
-    assert _objects(local_table_uri, None) == []
-    assert lamina.create_table(local_table_uri, SCHEMA).version == 1
+    assert _objects(local_table_uri, None) == _tombstone(5)
+    assert lamina.create_table(local_table_uri, SCHEMA).version == 6
 
 
 def test_a_writer_whose_history_the_purge_already_removed_meets_the_tombstone(local_table_uri):

@@ -23,6 +23,7 @@ from lamina.store import open_store
 from lamina.transaction import Drop
 from lamina.wal import WalWriter, list_segments
 from lamina.workers.ingest import WalApplier
+from tests.lamina.helpers import left_after_drop
 
 REPO = Path(__file__).resolve().parents[2]
 KEYED = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -30,10 +31,6 @@ KEYED = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 def _rows(start: int, n: int) -> list[dict]:
     return [{"id": i, "name": f"n{i}"} for i in range(start, start + n)]
-
-
-def _objects(uri, opts):
-    return sorted(o.path for o in open_store(uri, opts).list(""))
 
 
 def _started(uri, opts, key="id"):
@@ -73,7 +70,7 @@ def test_applier_stops_its_shard_when_the_table_is_purged(table_location, key):
         with pytest.raises(TableDropped) as again:  # stopped for good: the same error, no reload, no retry
             call()
         assert again.value is stopped.value
-    assert _objects(uri, opts) == [], "nothing written into the dropped location (no stop record, no data file)"
+    assert left_after_drop(uri, opts) == [], "nothing written into the dropped location (no stop record, no data file)"
     w.close()
 
 
@@ -89,7 +86,7 @@ def test_applier_meeting_a_tombstone_commits_nothing_after_it(table_location):
     with pytest.raises(TableDropped):
         applier.flush()
     lamina.drop_table(uri, storage_options=opts)  # finishing the drop leaves nothing
-    assert _objects(uri, opts) == []
+    assert left_after_drop(uri, opts) == []
 
 
 def test_applier_whose_flush_meets_the_drop_stops_instead_of_reloading(local_table_uri, monkeypatch):
@@ -127,7 +124,7 @@ def test_idle_applier_notices_the_drop_and_the_actor_loop_ends(local_table_uri):
     actor._thread.join(timeout=120)
     assert not actor._thread.is_alive() and actor._errors == 0
     assert "dropped" in actor.stats()["error"]
-    assert _objects(local_table_uri, None) == []
+    assert left_after_drop(local_table_uri, None) == []
 
 
 def test_writer_refuses_to_write_after_the_drop(table_location):
@@ -149,7 +146,7 @@ def test_writer_refuses_to_write_after_the_drop(table_location):
     with pytest.raises(TableDropped):
         w.commit()  # stays refused
     w.close(), idle.close()  # no seal written into the dropped location
-    assert _objects(uri, opts) == []
+    assert left_after_drop(uri, opts) == []
 
 
 def test_writer_stops_at_its_next_segment_on_a_tombstone(local_table_uri):
@@ -164,7 +161,7 @@ def test_writer_stops_at_its_next_segment_on_a_tombstone(local_table_uri):
     assert list_segments(open_store(local_table_uri), 0) == [0], "no segment claimed in the dropped table"
     w.close()
     lamina.drop_table(local_table_uri)
-    assert _objects(local_table_uri, None) == []
+    assert left_after_drop(local_table_uri, None) == []
 
 
 PRODUCER = r"""
@@ -220,4 +217,4 @@ def test_drop_while_producers_and_an_applier_run_leaves_nothing(table_location):
         for p in producers:
             if p.poll() is None:
                 p.kill()
-    assert _objects(uri, opts) == [], "producers or the applier left objects in the dropped location"
+    assert left_after_drop(uri, opts) == [], "producers or the applier left objects in the dropped location"
