@@ -224,7 +224,7 @@ def profile(path: str, column: str, kind: str) -> dict[str, float]:
 
 
 def ray_job(uri: str) -> dict[str, float]:
-    from lamina.index import build_index
+    from lamina.index.build import build_index
     from lamina.workers import runtime
 
     start_s, _ = timed(lambda: runtime.connect(num_cpus=os.cpu_count()))

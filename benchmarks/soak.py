@@ -232,7 +232,7 @@ def _compactor(spec: dict) -> None:
 
 def _indexer(spec: dict) -> None:
     """Brings every index up to date on Ray (``build_index(update=True)``), again and again."""
-    from lamina.index import build_index
+    from lamina.index.build import build_index
 
     rng = random.Random(spec["seed"])
     log = OpLog(spec["log"])

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import lamina
 from lamina.jobs.cli import Progress
 from lamina.compaction import compact
-from lamina.index import build_index
+from lamina.index.build import build_index
 from lamina.planner import CompactionOptions
 from lamina.workers import runtime
 

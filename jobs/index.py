@@ -4,7 +4,7 @@
                              [--stem] [--task-rows N] [--segment-rows N] [--max-concurrency N]
                              [--storage-option k=v ...]
 
-Parses the request, shows progress and prints; the work is ``lamina.index.build_index``
+Parses the request, shows progress and prints; the work is ``lamina.index.build.build_index``
 (its pipeline: docs/ARCHITECTURE.md, "Data flow").
 
 ``--update`` indexes only the fragments the index does not cover (appended or
@@ -22,14 +22,15 @@ from typing import Any
 
 from lamina.jobs.cli import Progress, failed, log_to_stderr, storage_options
 from lamina.errors import InvalidArgument, LaminaError
-from lamina.index import KINDS, IndexBuild, IndexOptions, build_index
+from lamina.index import KINDS, IndexOptions
+from lamina.index.build import IndexBuild, build_index
 
 
 def run(uri: str, column: str | None, kind: str | None, *, name: str | None = None, update: bool = False,
         options: IndexOptions | None = None, storage_options: dict[str, Any] | None = None,
         max_concurrency: int | None = None, runtime_env: dict[str, Any] | None = None,
         progress: bool = False) -> IndexBuild:
-    """``lamina.index.build_index`` on Ray with the job's progress display."""
+    """``lamina.index.build.build_index`` on Ray with the job's progress display."""
     return build_index(uri, column, kind, name=name, update=update, options=options, storage_options=storage_options,
                        ray=True, max_concurrency=max_concurrency, runtime_env=runtime_env,
                        progress=Progress(f"index {name or column}", "build tasks", enabled=progress))

@@ -275,7 +275,7 @@ class Catalog:
         t = self._table
         now = time.monotonic()
         if self._seen_at is not None and now - self._seen_at <= CONFIRM_SECONDS:
-            if _read_forward(t):
+            if t.catch_up(FORWARD_READS):
                 self._seen_at = now
                 return t
         elif not t.store.exists(manifest_path(t.version + 1)) and t.store.exists(manifest_path(t.version)):
@@ -424,7 +424,7 @@ class Catalog:
                     queue.claim(claimed, txn.uuid, base.version + 1)  # (again, on a retry: the new transaction)
                 seen_at = time.monotonic()
                 try:
-                    new = commit(t.store, txn, base, backoff=Backoff(0, 0, 1))  # removes its files on a conflict
+                    new = t.commit_transaction(txn, backoff=Backoff(0, 0, 1))  # removes its files on a conflict
                 except CommitConflict:
                     took = max(REWRITE_BACKOFF.base_seconds, time.monotonic() - started)
                     time.sleep(random.uniform(0, min(REWRITE_BACKOFF.cap_seconds, took * 2 ** min(attempt, 8))))
@@ -434,7 +434,6 @@ class Catalog:
                     queued, claimed = [], {}
                     if own is not None:
                         queue.collect(own)
-                t._move_to(new)
                 self._seen_at = seen_at
                 _ROWS.pop(_key(t.uri, base))  # superseded: readers go to the latest version
                 forget_superseded(t.store, base)
@@ -643,7 +642,7 @@ class Catalog:
         if kept is not None and now - kept[1] <= CONFIRM_SECONDS:
             t = kept[0]
             try:
-                if _read_forward(t):
+                if t.catch_up(FORWARD_READS):
                     self._described[location] = (t, now)
                     return t
             except TableReplaced:
@@ -688,7 +687,7 @@ class Catalog:
         if inside:
             raise InvalidArgument(f"not purging {location}: table(s) of catalog {self.root} live there ({inside[0]}); "
                                   f"the entry {entry['object_id']!r} was dropped, its files were kept")
-        _remove_table_files(open_store(location, self.storage_options))
+        purge_table(open_store(location, self.storage_options))  # the tombstone stays: writers may hold the table
 
     def search(self, text: str, k: int = 10) -> list[str]:
         """Names of the namespaces and tables whose properties best match ``text`` (BM25), best first."""
@@ -962,23 +961,6 @@ def _append(rows: pa.Table, ids: list[str], row: dict[str, Any]) -> pa.Table:
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 _POOL_LOCK = threading.Lock()
-
-
-def _read_forward(t: Table) -> bool:
-    """Moves ``t``, whose version was the latest recently, to the latest version by reading the versions after
-    it until one is absent (versions are written in order); False when more than ``FORWARD_READS`` are new
-    (the caller lists them). When nothing changed — the usual answer — that is one HEAD (a stat locally),
-    cheaper than a GET that misses."""
-    m = t.manifest
-    if not t.store.exists(manifest_path(m.version + 1)):
-        return True
-    for _ in range(FORWARD_READS):
-        nxt = try_load_manifest(t.store, m.version + 1, m.table_uuid)
-        if nxt is None:
-            t._move_to(m)
-            return True
-        m = nxt
-    return False
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -1321,9 +1303,10 @@ def _wait_turn(fd: int) -> bool:
 
 
 def _remove_table_files(store: ObjectStore) -> None:
-    """Drops the Lamina table at ``store``'s root and removes every object of its layout (not deeper tables'
-    files): ``lamina.drop.purge``, the one purge, so a writer racing it stops instead of extending it."""
-    purge_table(store)
+    """Drops the Lamina table at ``store``'s root, which a failed create made and no entry ever named, and
+    removes every object of its layout (not deeper tables' files), its tombstone included: no other process
+    can know of the location, so no writer can race the drop (``lamina.drop.purge``, the one purge)."""
+    purge_table(store, keep_tombstone=False)
 
 
 def connect(root: str, *, storage_options: dict[str, Any] | None = None, create: bool = True) -> Catalog:

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from lamina.commit import commit
 from lamina.errors import CommitConflict
 from lamina.faults import FAULT_KILL_DRIVER_BEFORE_COMMIT, maybe_kill_driver
-from lamina.manifest import Fragment, IndexSegment, Manifest
+from lamina.manifest import Manifest
 from lamina.store.scheduler import io_stats, stats_delta
-from lamina.transaction import AddressMapping, Rewrite, RewriteGroup
+from lamina.transaction import GroupResult, rewrite_transaction
 
 if TYPE_CHECKING:
     from lamina.table import Table
@@ -31,37 +31,6 @@ log = logging.getLogger("lamina.compact")
 
 __all__ = ["GroupResult", "CompactionSummary", "rewrite_transaction", "commit_results", "compact",
            "FAULT_KILL_DRIVER_BEFORE_COMMIT"]
-
-
-@dataclass
-class GroupResult:
-    """What a worker returns for one planned group (``ok=False``: ``error`` says why, nothing to commit)."""
-
-    index: int
-    fragment_ids: tuple[int, ...]
-    mode: str
-    reason: str
-    ok: bool
-    error: str | None = None
-    fragment: Fragment | None = None
-    #: Old → new rows as runs ``(old fragment, old offset, output, new offset, length)``.
-    mapping: list[tuple[int, int, int, int, int]] = field(default_factory=list)
-    #: Deletion file of each source when it was read (None: none): a concurrent delete is carried over.
-    source_deletions: dict[int, str | None] = field(default_factory=dict)
-    rows_in: int = 0
-    rows_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    row_groups_copied: int = 0
-    row_groups_encoded: int = 0
-    get_requests: int = 0
-    #: How the worker resolved each planned ``copy_if_clean`` row group from the deletion file:
-    #: ``(fragment id, row group, "copy" | "encode", why)``, e.g. ``(12, 3, "encode", "deleted (12 rows)")``.
-    resolved: list[tuple[int, int, str, str]] = field(default_factory=list)
-    seconds: float = 0.0
-    #: Index name -> (index uuid, segment over the output); fragment ids are set at commit.
-    index_segments: dict[str, tuple[str, IndexSegment]] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -112,15 +81,6 @@ class CompactionSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def rewrite_transaction(read_version: int, results: Sequence[GroupResult]) -> Rewrite:
-    """The one transaction that replaces each result's source fragments with its output."""
-    return Rewrite(read_version, [
-        RewriteGroup(r.fragment_ids, [r.fragment], AddressMapping.from_runs(r.mapping), dict(r.source_deletions),
-                     index_segments=dict(r.index_segments))
-        for r in results
-    ])
 
 
 def commit_results(table: "Table", base: Manifest, results: Sequence[GroupResult], summary: CompactionSummary) -> None:

@@ -21,6 +21,7 @@ tombstone).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -61,9 +62,12 @@ class DropStats:
     bytes_removed: int
 
 
-def purge(store: ObjectStore) -> DropStats | None:
+def purge(store: ObjectStore, *, keep_tombstone: bool = True) -> DropStats | None:
     """Drops the table at ``store`` and removes every object of its layout but the tombstone; None if
     there is no table (no version, or a dropped one whose purge finished).
+
+    ``keep_tombstone=False`` removes the tombstone too, last: only for a table no other process can know of
+    (a catalog's create that failed before any entry named its location), where no writer can race the drop.
 
     Safe to run again after a purge that stopped: a table whose latest version is a tombstone is not
     dropped again, only emptied. Objects outside the layout (a deeper table's) are never touched.
@@ -77,7 +81,11 @@ def purge(store: ObjectStore) -> DropStats | None:
     tomb = head if head.dropped else _commit_drop(store, head)
     if tomb is None:
         return None
-    return _remove(store, tomb)
+    stats = _remove(store, tomb)
+    if not keep_tombstone and not store.exists(manifest_path(tomb.version + 1)):
+        store.delete([manifest_path(tomb.version)])
+        stats = dataclasses.replace(stats, objects_removed=stats.objects_removed + 1)
+    return stats
 
 
 def free_after(store: ObjectStore) -> int:

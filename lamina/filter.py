@@ -198,7 +198,7 @@ def _integral(v: Number) -> bool:
     return isinstance(v, int) or v.is_integer()
 
 
-def _int_bounds(t: pa.DataType) -> tuple[int, int]:
+def int_bounds(t: pa.DataType) -> tuple[int, int]:
     """The least and greatest integer a value of ``t`` (``_counted``) is stored as: ``t.bit_width`` bits,
     signed but for unsigned integers (temporal counts are signed: date32 and time32 in 32 bits)."""
     if pa.types.is_unsigned_integer(t):
@@ -212,7 +212,7 @@ def _exact_int(v: Number, t: pa.DataType) -> int | None:
     if not _integral(v):  # also NaN and ±inf
         return None
     v = int(v)
-    lo, hi = _int_bounds(t)
+    lo, hi = int_bounds(t)
     return v if lo <= v <= hi else None
 
 
@@ -295,7 +295,7 @@ def _by_value(t: pa.DataType, op: str, v: Number) -> tuple[str, int | None]:
         return ("never" if op == "=" else "always"), None
     if isinstance(v, float) and math.isnan(v):
         return "never", None
-    lo, hi = _int_bounds(t)
+    lo, hi = int_bounds(t)
     if op in ("<", "<="):  # i <= m
         if v == math.inf or v == -math.inf:
             return ("always" if v > 0 else "never"), None
@@ -532,7 +532,7 @@ class _Parser:
         counted, floating = _counted(t), pa.types.is_floating(t)
         if isinstance(values, _Ints):
             if counted:  # what _exact_int does to each value, for the whole run
-                lo, hi = _int_bounds(t)
+                lo, hi = int_bounds(t)
                 return arrays.array([v for v in values.ints() if lo <= v <= hi], t), False
             values = [_Lit(v) for v in values.ints()]
         text = pa.types.is_string(t) or pa.types.is_large_string(t)

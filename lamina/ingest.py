@@ -38,7 +38,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lamina import _native
-from lamina.commit import commit
 from lamina.datafile import write_fragments
 from lamina.errors import (
     CommitConflict,
@@ -562,7 +561,7 @@ class ShardApplier:
                 raise
             watch = _PutWatch(self.store)
             try:
-                self.table._move_to(commit(watch, txn, base))
+                self.table.commit_transaction(txn, store=watch)
             except (TableReplaced, TableNotFound) as e:  # dropped: nothing committed; commit() removed the files
                 self._dropped(e)
             except CommitConflict as e:  # nothing committed; commit() removed the files

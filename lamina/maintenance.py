@@ -238,7 +238,7 @@ def _compact(table: "Table", plan: TablePlan, budget: int | None) -> dict[str, A
 
 
 def _update_index(table: "Table", name: str, budget: int | None) -> dict[str, Any]:
-    from lamina.index import build_index
+    from lamina.index.build import build_index
 
     table.reload()
     if not any(ix.name == name for ix in table.manifest.indices):

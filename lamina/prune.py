@@ -53,9 +53,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lamina import expr as E
-from lamina import filter as _filter
 from lamina.cache import MiB, cache
-from lamina.filter import Filter
+from lamina.filter import Filter, int_bounds
 from lamina.manifest import Fragment, Zone
 from lamina.store import ObjectStore
 
@@ -292,7 +291,7 @@ class _Decoder:
             signed = pa.types.is_signed_integer(t)
             self.ok = physical == ("INT64" if width == 64 else "INT32") and (
                 signed or (ltype == "Int" and logical.get("isSigned") is False))
-            self.bounds = _filter._int_bounds(t)
+            self.bounds = int_bounds(t)
         elif kind == "float":
             self.ok = physical == ("FLOAT" if t == pa.float32() else "DOUBLE")
         elif kind == "bool":

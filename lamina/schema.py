@@ -29,6 +29,18 @@ def validate_schema(schema: Any) -> pa.Schema:
     return schema.remove_metadata()
 
 
+def check_column_names(schema: pa.Schema, columns: Sequence[str] | None, table: str) -> list[str] | None:
+    """``columns`` as a list, each a column of ``schema`` (``table`` names it in the error); None for all."""
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        raise InvalidArgument(f"columns must be a list of names, e.g. [{columns!r}]")
+    unknown = [c for c in columns if c not in schema.names]
+    if unknown:
+        raise InvalidArgument(f"unknown column(s) {unknown} in table {table}; columns: {', '.join(schema.names)}")
+    return list(columns)
+
+
 def check_primary_key(schema: pa.Schema, primary_key: str | Sequence[str] | None) -> tuple[str, ...]:
     """The primary-key columns, each in ``schema`` and of a type that can be a key (``lamina.keys``)."""
     if primary_key is None:

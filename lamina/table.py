@@ -2,7 +2,7 @@
 
 A ``Table`` is a view of one version. Writes (create included) commit a
 transaction (see ``lamina.commit``) and move the view to the version they created
-(``Table._move_to``, the one place a view's manifest changes); reads never change
+(``Table.commit_transaction``; ``Table._move_to`` is the one place a view's manifest changes); reads never change
 it. Everything a user can get wrong is checked before data is written.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from lamina.commit import commit
+from lamina.commit import COMMIT_BACKOFF, commit
 from lamina.arrays import from_numpy
 from lamina.datafile import ROWADDR, ROWID, WriteOptions, read_fragment, take_many, write_fragments
 from lamina.deletion import among, read_deleted
@@ -23,7 +23,6 @@ from lamina.errors import (
     IndexNotFound,
     InvalidArgument,
     RowNotFound,
-    TableExists,
     TableNotFound,
     TableReplaced,
 )
@@ -38,9 +37,12 @@ from lamina.manifest import (
     latest_version,
     list_versions,
     load_manifest,
+    manifest_path,
+    try_load_manifest,
 )
 from lamina.records import DeleteRecord
-from lamina.schema import DataLike, check_primary_key, conform, validate_schema
+from lamina.retry import Backoff
+from lamina.schema import DataLike, check_column_names, check_primary_key, conform, validate_schema
 from lamina.store import ObjectStore, open_store
 from lamina.index.query import select
 from lamina.transaction import Append, ChangeIndex, Create, Delete, Overwrite, Transaction
@@ -159,9 +161,31 @@ class Table:
             )
         self._manifest = manifest
 
-    def _commit(self, txn: Transaction) -> Manifest:
-        self._move_to(commit(self._store, txn, self._manifest))
+    def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:  # TEMPORARY until ray.py moves
+        return check_column_names(self.schema, columns, self.uri)
+
+    def commit_transaction(self, txn: Transaction, *, store: ObjectStore | None = None,
+                           backoff: Backoff = COMMIT_BACKOFF) -> Manifest:
+        """Commits ``txn``, read at this view's version, and moves the view to the version it made; returns
+        that manifest. ``store``: a view of this table's store to commit through (e.g. one that records
+        its requests); ``backoff``: how lost races are retried (``lamina.commit``)."""
+        self._move_to(commit(self._store if store is None else store, txn, self._manifest, backoff=backoff))
         return self._manifest
+
+    def catch_up(self, max_reads: int) -> bool:
+        """Moves this view forward over the versions committed after it, read one by one (versions are
+        written in order): one existence check when none is new. False, and the view unmoved, when more
+        than ``max_reads`` are new (``reload`` lists them instead)."""
+        m = self._manifest
+        if not self._store.exists(manifest_path(m.version + 1)):
+            return True
+        for _ in range(max_reads):
+            nxt = try_load_manifest(self._store, m.version + 1, m.table_uuid)
+            if nxt is None:
+                self._move_to(m)
+                return True
+            m = nxt
+        return False
 
     def append(self, data: DataLike, *, max_rows_per_file: int | None = None, row_group_rows: int | None = None) -> int:
         """Appends rows; returns the new version (the current one if ``data`` is empty).
@@ -174,14 +198,14 @@ class Table:
         fragments = write_fragments(self._store, self.schema, conform(data, self.schema), options)
         if not fragments:
             return self.version
-        return self._commit(Append(self.version, fragments)).version
+        return self.commit_transaction(Append(self.version, fragments)).version
 
     def overwrite(self, data: DataLike, *, schema: pa.Schema | None = None) -> int:
         """Replaces every row (optionally with a new schema); returns the new version."""
         target = validate_schema(schema) if schema is not None else self.schema
         options = self.write_options
         fragments = write_fragments(self._store, target, conform(data, target), options)
-        return self._commit(Overwrite(self.version, fragments, target if schema is not None else None)).version
+        return self.commit_transaction(Overwrite(self.version, fragments, target if schema is not None else None)).version
 
     def delete(self, filter: "str | pa.compute.Expression") -> int:
         """Deletes the rows matching ``filter``; returns how many were deleted (0: no commit).
@@ -196,7 +220,7 @@ class Table:
         deltas = {f.id: t.column("_offset").to_numpy() for f, t in zip(sel.fragments, sel.tables) if t.num_rows}
         if not deltas:
             return 0
-        record = self._commit(Delete(base.version, deltas, predicate=flt.text)).record
+        record = self.commit_transaction(Delete(base.version, deltas, predicate=flt.text)).record
         assert isinstance(record, DeleteRecord)
         return record.rows
 
@@ -208,7 +232,7 @@ class Table:
         A filter is answered through btree/bitmap indices where its shape allows
         (see ``explain``); the result is the same with ``use_index=False``.
         """
-        cols = self._check_columns(columns)
+        cols = check_column_names(self.schema, columns, self.uri)
         flt = parse_filter(filter, self.schema) if filter is not None else None
         if with_row_id and not self._manifest.stable_row_ids:
             raise InvalidArgument(f"table {self.uri} does not keep stable row ids; create it with stable_row_ids=True")
@@ -245,7 +269,7 @@ class Table:
 
     def take(self, row_addresses: Iterable[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
         """Rows at ``row_addresses`` (as returned in ``_rowaddr``), in the order asked; repeats allowed."""
-        cols = self._check_columns(columns) or list(self.schema.names)
+        cols = check_column_names(self.schema, columns, self.uri) or list(self.schema.names)
         if isinstance(row_addresses, (pa.Array, pa.ChunkedArray)):
             row_addresses = row_addresses.to_numpy(zero_copy_only=False)
         try:
@@ -276,16 +300,6 @@ class Table:
         rows = take_many(self._store, self.schema, chosen, offs, counts, cols)
         return rows.take(from_numpy(inverse.ravel(), pa.int64()))
 
-    def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
-        if columns is None:
-            return None
-        if isinstance(columns, str):
-            raise InvalidArgument(f"columns must be a list of names, e.g. [{columns!r}]")
-        unknown = [c for c in columns if c not in self.schema.names]
-        if unknown:
-            raise InvalidArgument(f"unknown column(s) {unknown} in table {self.uri}; columns: {', '.join(self.schema.names)}")
-        return list(columns)
-
     def _output_schema(self, cols: list[str] | None, with_row_address: bool, with_row_id: bool) -> pa.Schema:
         fields = [self.schema.field(c) for c in (cols if cols is not None else self.schema.names)]
         if with_row_address:
@@ -302,7 +316,8 @@ class Table:
 
         ``name`` defaults to ``<column>_<kind>``; ``stem`` turns on English stemming (fts).
         """
-        from lamina.index import IndexOptions, build_index
+        from lamina.index import IndexOptions
+        from lamina.index.build import build_index
 
         if options is None:
             options = IndexOptions(stem=bool(stem))
@@ -312,7 +327,7 @@ class Table:
 
     def update_index(self, name: str) -> int:
         """Indexes the fragments ``name`` does not cover yet (appended or compacted since); returns the version."""
-        from lamina.index import build_index
+        from lamina.index.build import build_index
 
         return build_index(self, None, None, name=name, update=True).version
 
@@ -332,7 +347,7 @@ class Table:
         if ix is None:
             raise IndexNotFound(f"table {self.uri} has no index named {name!r} at version {self.version}; "
                                 f"indices: {', '.join(i.name for i in self._manifest.indices) or 'none'}")
-        return self._commit(ChangeIndex(self.version, ix, "drop")).version
+        return self.commit_transaction(ChangeIndex(self.version, ix, "drop")).version
 
     def explain(self, filter: "str | pa.compute.Expression") -> str:
         """Which index serves which part of ``filter``, which fragments are scanned, and which of
@@ -351,7 +366,7 @@ class Table:
         """
         from lamina.index.search import hit_rows, search
 
-        cols = self._check_columns(columns)
+        cols = check_column_names(self.schema, columns, self.uri)
         cols = list(self.schema.names) if cols is None else cols
         addrs, scores, _ = search(self._store, self._manifest, text, column, k, self.uri, map_fn=map_fragments)
         out = hit_rows(self._store, self._manifest, self.schema, addrs, cols)

@@ -24,7 +24,7 @@ import dataclasses
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Protocol, TypeVar
+from typing import Any, ClassVar, Iterable, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -489,6 +489,47 @@ class RewriteGroup:
                 carried[out] = np.union1d(prev, offs[outs == out]).astype(np.uint32)
             sources[old] = now_path
         return dataclasses.replace(self, source_deletions=sources, carried=carried)
+
+
+@dataclass
+class GroupResult:
+    """What a compaction worker returns for one planned group; ``rewrite_transaction`` turns the
+    results into the one ``Rewrite`` they become (``ok=False``: ``error`` says why, nothing to commit)."""
+
+    index: int
+    fragment_ids: tuple[int, ...]
+    mode: str
+    reason: str
+    ok: bool
+    error: str | None = None
+    fragment: Fragment | None = None
+    #: Old → new rows as runs ``(old fragment, old offset, output, new offset, length)``.
+    mapping: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    #: Deletion file of each source when it was read (None: none): a concurrent delete is carried over.
+    source_deletions: dict[int, str | None] = field(default_factory=dict)
+    rows_in: int = 0
+    rows_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    row_groups_copied: int = 0
+    row_groups_encoded: int = 0
+    get_requests: int = 0
+    #: How the worker resolved each planned ``copy_if_clean`` row group from the deletion file:
+    #: ``(fragment id, row group, "copy" | "encode", why)``, e.g. ``(12, 3, "encode", "deleted (12 rows)")``.
+    resolved: list[tuple[int, int, str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    #: Index name -> (index uuid, segment over the output); fragment ids are set at commit.
+    index_segments: dict[str, tuple[str, IndexSegment]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def rewrite_transaction(read_version: int, results: Sequence[GroupResult]) -> Rewrite:
+    """The one transaction that replaces each result's source fragments with its output."""
+    return Rewrite(read_version, [
+        RewriteGroup(r.fragment_ids, [r.fragment], AddressMapping.from_runs(r.mapping), dict(r.source_deletions),
+                     index_segments=dict(r.index_segments))
+        for r in results
+    ])
 
 
 class Rewrite(Transaction):

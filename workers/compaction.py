@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from lamina import _native
 from lamina.checksum import check, of_file
-from lamina.compaction import GroupResult
+from lamina.transaction import GroupResult
 from lamina.datafile import WriteOptions
 from lamina.deletion import read_deleted
 from lamina.errors import InvalidArgument, LaminaError

@@ -7,10 +7,12 @@
     search.py     full-text search (BM25)
 
 Key types and their encodings are shared with primary keys and the memtable: ``lamina.keys``.
+
+The build driver (``lamina.index.build``: ``build_index``, ``IndexBuild``) is a layer above this package's
+format code and is imported from its module, never re-exported here (tests/test_layout.py).
 """
 
-from lamina.index.build import IndexBuild, build_index
 from lamina.index.options import KINDS, IndexOptions
 from lamina.index.segments import clear_caches
 
-__all__ = ["IndexBuild", "IndexOptions", "KINDS", "build_index", "clear_caches"]
+__all__ = ["IndexOptions", "KINDS", "clear_caches"]

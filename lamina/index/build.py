@@ -116,7 +116,6 @@ def build_index(table: "Table | str", column: str | None = None, kind: str | Non
     >>> build_index("s3://lake/events", "user_id", "btree", ray=True).to_dict()
     {'name': 'user_id_btree', 'action': 'create', 'version': 42, 'segments': 3, ...}
     """
-    from lamina.commit import commit
     from lamina.table import Table, open_table
     from lamina.planner.index import NOTHING, plan_index
     from lamina.workers.index import build_part, tasks_for
@@ -137,8 +136,7 @@ def build_index(table: "Table | str", column: str | None = None, kind: str | Non
     else:
         built = run_local(build_part, tasks, concurrency=max_concurrency)
     segments = merge_segments(table.store, plan, built, progress)
-    new = commit(table.store, index_transaction(plan, base, segments, started), base)
-    table._move_to(new)
+    new = table.commit_transaction(index_transaction(plan, base, segments, started))
     ix = next(i for i in new.indices if i.name == plan.name)
     result.version = new.version
     result.segments = len(segments)

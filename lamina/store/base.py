@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from lamina.cache import cache
 from lamina.errors import CorruptFile, InvalidArgument, StorageError
-from lamina.store.scheduler import POINT, _env_int, fetch_ranges
+from lamina.store.scheduler import POINT, env_int, fetch_ranges
 
 #: Small objects fetched whole for point reads, by (store URI, path, size): paths are never reused
 #: (docs/FORMAT.md), so an entry never goes stale (``LAMINA_OBJECT_CACHE_BYTES``, default 128 MiB).
@@ -35,7 +35,7 @@ OBJECTS = cache("objects", "LAMINA_OBJECT_CACHE_BYTES", 128 * 1024 * 1024)
 def point_object_bytes() -> int:
     """Objects up to this size are fetched whole for a point read, one GET each, instead of footer + pages
     (``LAMINA_POINT_OBJECT_BYTES``, default 1 MiB)."""
-    return _env_int("LAMINA_POINT_OBJECT_BYTES", 1024 * 1024, 0, 1 << 34)
+    return env_int("LAMINA_POINT_OBJECT_BYTES", 1024 * 1024, 0, 1 << 34)
 
 
 #: Default GET size of ``staged_input`` (also the memory it holds).
@@ -212,7 +212,7 @@ class ObjectStore(abc.ABC):
         try:
             local = os.path.join(scratch, posixpath.basename(path) or "object")
             yield local
-            self.put_file(path, _written(local, self.describe(path)))
+            self.put_file(path, staged_file(local, self.describe(path)))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -230,7 +230,7 @@ class ObjectStore(abc.ABC):
         return f"{self.uri.rstrip('/')}/{path}"
 
 
-def _written(local: str, where: str) -> str:
+def staged_file(local: str, where: str) -> str:
     """``local``, once the block that was to write it has: a missing file is the caller's bug."""
     if not os.path.isfile(local):
         raise InvalidArgument(f"nothing was written at {local}, the staged file for {where}: write it inside the block")

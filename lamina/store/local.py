@@ -20,7 +20,7 @@ import uuid
 from typing import Iterable, Iterator, Sequence
 
 from lamina.errors import CorruptFile, ObjectNotFound, StorageError
-from lamina.store.base import STAGE_BATCH_BYTES, ObjectInfo, ObjectStore, StagedInput, _written, remove_quietly
+from lamina.store.base import STAGE_BATCH_BYTES, ObjectInfo, ObjectStore, StagedInput, remove_quietly, staged_file
 from lamina.store.scheduler import count
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class LocalStore(ObjectStore):
             try:
                 os.replace(tmp, full)
             except FileNotFoundError:
-                _written(tmp, self.describe(path))  # nothing written: the caller's bug, said plainly
+                staged_file(tmp, self.describe(path))  # nothing written: the caller's bug, said plainly
                 raise
             published = True
             if self.sync_each_write:  # the renamed entry is durable before anything can name it

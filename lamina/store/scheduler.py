@@ -38,7 +38,7 @@ POINT, SCAN, BACKGROUND = 0, 1, 2
 KINDS = ("GET", "PUT", "LIST", "HEAD", "DELETE", "bytes_read", "bytes_written")
 
 
-def _env_int(name: str, default: int, lo: int, hi: int) -> int:
+def env_int(name: str, default: int, lo: int, hi: int) -> int:
     raw = os.environ.get(name)
     if raw is None:
         return default
@@ -204,7 +204,7 @@ def scheduler_for(domain: str) -> Scheduler:
 
 def concurrency() -> int:
     """Requests in flight per object store (``LAMINA_S3_CONCURRENCY``, default 32)."""
-    return _env_int("LAMINA_S3_CONCURRENCY", 32, 1, 4096)
+    return env_int("LAMINA_S3_CONCURRENCY", 32, 1, 4096)
 
 
 def _forget_after_fork() -> None:  # a forked child has none of its parent's threads
@@ -234,11 +234,11 @@ def coalesce(ranges: Sequence[tuple[int, int]], gap: int, limit: int) -> list[tu
 
 
 def coalesce_gap() -> int:
-    return _env_int("LAMINA_COALESCE_GAP", 64 * 1024, 0, 1 << 30)
+    return env_int("LAMINA_COALESCE_GAP", 64 * 1024, 0, 1 << 30)
 
 
 def coalesce_bytes() -> int:
-    return _env_int("LAMINA_COALESCE_BYTES", 8 * 1024 * 1024, 1, 1 << 34)
+    return env_int("LAMINA_COALESCE_BYTES", 8 * 1024 * 1024, 1, 1 << 34)
 
 
 def fetch_ranges(store: Any, requests: Sequence[tuple[str, int, int]], priority: int = POINT) -> list[bytes]:

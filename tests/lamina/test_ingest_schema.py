@@ -114,14 +114,14 @@ def test_applier_converts_rows_when_the_table_only_gained_nullable_columns(table
 def test_applier_stops_when_the_commit_refuses_its_fragment_schema(local_table_uri, monkeypatch):
     """The commit path's own check (a fragment in another schema than the table's) stops the
     shard too: no retry loop, the written file removed, the WAL kept."""
-    import lamina.ingest as ingest
+    import lamina.table
 
     w, applier = _setup(local_table_uri)
 
     def refuse(*_a, **_k):
         raise SchemaMismatch("data file x was written with schema (a) but the table has schema (b)")
 
-    monkeypatch.setattr(ingest, "commit", refuse)
+    monkeypatch.setattr(lamina.table, "commit", refuse)  # the flush commits through Table.commit_transaction
     with pytest.raises(ShardStopped, match="shard 0"):
         applier.flush()
     with pytest.raises(ShardStopped):

@@ -252,7 +252,7 @@ def test_a_waited_request_runs_on_the_calling_thread_when_a_slot_is_free_and_sti
 def test_job_reports_count_the_requests_of_their_ray_tasks(ray_cluster, s3_table_uri, s3_options):
     """The jobs' --json summaries carry io: the requests of the driver and of every Ray task it ran."""
     from lamina.compaction import compact
-    from lamina.index import build_index
+    from lamina.index.build import build_index
     from lamina.planner import CompactionOptions
 
     t = many_fragments(s3_table_uri, s3_options, fragments=12, per=30)
