@@ -74,9 +74,8 @@ DUMMY_AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testi
 def lance_available() -> str | None:
     """The pylance / lance-namespace versions, or None when they are not installed."""
     try:
-        from importlib.metadata import version
-
         import importlib
+        from importlib.metadata import version
 
         importlib.import_module("lance.namespace")  # the directory namespace
         importlib.import_module("lance_namespace")
@@ -451,7 +450,8 @@ def report_backend(run: Run, name: str, seed: dict, cold: dict, warm: dict, writ
           f"{len(catalog_names(run.entries)[2])} tables)")
 
     print("\nSeeding through the API, one call at a time (concurrency 1):")
-    print(f"  {'':18s} {'lamina ops/s':>13s} {'p50 ms':>8s} {'p95 ms':>8s}   {'lance ops/s':>12s} {'p50 ms':>8s} {'p95 ms':>8s}   lamina/lance ops/s")
+    print(f"  {'':18s} {'lamina ops/s':>13s} {'p50 ms':>8s} {'p95 ms':>8s}   "
+          f"{'lance ops/s':>12s} {'p50 ms':>8s} {'p95 ms':>8s}   lamina/lance ops/s")
     for op in WRITE_OPS:
         row = {}
         for s in run.systems:
@@ -495,7 +495,8 @@ def report_backend(run: Run, name: str, seed: dict, cold: dict, warm: dict, writ
         elif has_lance:
             print("  every listing returned the same names in both")
 
-    print(f"\nWrites: {run.write_calls} calls per level, split over N processes with a handle each; then a fresh handle lists them")
+    print(f"\nWrites: {run.write_calls} calls per level, split over N processes with a handle each; "
+          "then a fresh handle lists them")
     print(f"  {'operation':18s} {'N':>2s}  {'lamina ops/s':>12s} {'p50 ms':>8s} {'p95 ms':>8s} {'lost':>5s}"
           f"   {'lance ops/s':>11s} {'p50 ms':>8s} {'p95 ms':>8s} {'lost':>5s}   lamina/lance ops/s   target >= 1x, 0 lost")
     for op in WRITE_OPS:
@@ -515,7 +516,8 @@ def report_backend(run: Run, name: str, seed: dict, cold: dict, warm: dict, writ
                 checks.append({"backend": name, "what": f"write {op} x{level}", "ratio": r, "met": met, "lost": lost,
                                "lance_lost": llost})
                 line += f"   {lw['throughput']:11.1f} {ms(pct(lw['lat'], 50)) if lw['lat'] else '-':>8s} " \
-                        f"{ms(pct(lw['lat'], 95)) if lw['lat'] else '-':>8s} {llost:5d}   {r:17.2f}x   {'met' if met else 'MISSED'}"
+                        f"{ms(pct(lw['lat'], 95)) if lw['lat'] else '-':>8s} {llost:5d}   {r:17.2f}x   " \
+                        f"{'met' if met else 'MISSED'}"
             else:
                 line += f"   {lance_note}"
             print(line)
@@ -528,7 +530,8 @@ def report_backend(run: Run, name: str, seed: dict, cold: dict, warm: dict, writ
         print(f"\nMaintenance overhead: maintain(root) over {run.maint_tables} healthy tables (one fragment each), fresh process")
         for i, r in enumerate(maint["runs"], 1):
             per = r["seconds"] / max(1, r["tables"]) * 1e3
-            print(f"  run {i}: {r['seconds']:.2f} s for {r['tables']} tables = {per:.1f} ms/table; actions {r['actions'] or 'none'}; "
+            print(f"  run {i}: {r['seconds']:.2f} s for {r['tables']} tables = {per:.1f} ms/table; "
+                  f"actions {r['actions'] or 'none'}; "
                   f"ok={r['ok']}{'; failed ' + str(r['failed']) if r['failed'] else ''}   target < 50 ms/table: "
                   f"{'met' if per < 50 else 'MISSED'}")
         per = max(r["seconds"] / max(1, r["tables"]) for r in maint["runs"]) * 1e3
@@ -561,7 +564,8 @@ def main() -> None:
     lance_note = "" if lance_version else "lance: not installed"
     import lamina
 
-    print(f"Catalog benchmark: Lamina {lamina.__version__} vs {lance_version or 'Lance: not installed'}; pyarrow {pa.__version__}, "
+    print(f"Catalog benchmark: Lamina {lamina.__version__} vs {lance_version or 'Lance: not installed'}; "
+          f"pyarrow {pa.__version__}, "
           f"Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     run = Run(args.quick, systems, args.cold_forkserver)
     tmp = tempfile.mkdtemp(prefix="lamina-bench-catalog-")
@@ -592,8 +596,8 @@ def main() -> None:
                     if c["backend"] == name and c["met"] is False and "op" in c:
                         calls = 1 if c["kind"] == "cold" else 50
                         text = run.one(profile_worker, backend, c["op"], plan[c["op"]][0], c["kind"] == "cold", calls)
-                        profiles.append((f"{kind}: {c['kind']} {c['op']} (Lamina, "
-                                         f"{'connect() + 1 call, fresh process' if c['kind'] == 'cold' else f'{calls} warm calls'})",
+                        how = "connect() + 1 call, fresh process" if c["kind"] == "cold" else f"{calls} warm calls"
+                        profiles.append((f"{kind}: {c['kind']} {c['op']} (Lamina, {how})",
                                          text))
     finally:
         if server is not None:
@@ -611,7 +615,8 @@ def main() -> None:
             print(f"  {c['backend']:40s} {c['what']:40s} lamina/lance throughput {c['ratio']:.2f}x (>= 1x), lost {c['lost']}"
                   f" (lance lost {c['lance_lost']}): {'met' if c['met'] else 'MISSED'}")
         else:
-            print(f"  {c['backend']:40s} {c['what']:40s} {c['ms_per_table']:.1f} ms/table (< 50): {'met' if c['met'] else 'MISSED'}")
+            print(f"  {c['backend']:40s} {c['what']:40s} {c['ms_per_table']:.1f} ms/table (< 50): "
+                  f"{'met' if c['met'] else 'MISSED'}")
     if not lance_version:
         print("  lance: not installed: the Lamina/Lance targets could not be checked")
     for title, text in profiles:

@@ -93,7 +93,7 @@ def bench_a(root: str, fragments: int, rows: int) -> dict:
         best = None
         for _ in range(3 if mode == "binary_copy" else 1):
             task = one_group_task(t, o)
-            s, r = timed(lambda: GroupCompactor().run(task))
+            s, r = timed(lambda task=task: GroupCompactor().run(task))
             assert r.ok and r.mode == mode, (r.mode, r.error)
             os.remove(local_file(t, r.fragment.path))
             best = s if best is None else min(best, s)
@@ -104,9 +104,10 @@ def bench_a(root: str, fragments: int, rows: int) -> dict:
 
 def bench_s3(root: str, uri: str, fragments: int, rows: int) -> dict:
     """(a)'s table uploaded to a moto S3 bucket: binary copy of it vs GET every file + PUT the concatenation."""
+    import boto3
+
     from benchmarks.read_after_compaction import DUMMY, lamina_options, upload
     from lamina.testing import MotoServer
-    import boto3
 
     os.environ.update(DUMMY)
     server = MotoServer().start()
@@ -134,7 +135,7 @@ def bench_s3(root: str, uri: str, fragments: int, rows: int) -> dict:
         plan = plan_compaction(t.manifest, opts, t.uri)
         [task] = tasks_for(plan, t.manifest, t.uri, options, t.write_options, opts.read_batch_bytes)
         before = server.requests("bench-a")
-        s, r = timed(lambda: GroupCompactor().run(task))
+        s, r = timed(lambda task=task: GroupCompactor().run(task))
         assert r.ok and r.mode == "binary_copy", (r.mode, r.error)
         after = server.requests("bench-a")
         t.store.delete(r.fragment.path)
@@ -164,7 +165,7 @@ def bench_e(root: str, quick: bool) -> dict:
     out: dict = {"rows": t.count_rows(), "fragments": len(t.manifest.fragments)}
     for mode, o in (("hybrid", opts), ("full_rewrite", opts.with_overrides(enable_binary_copy=False))):
         task = one_group_task(t, o)
-        s, r = timed(lambda: GroupCompactor().run(task))
+        s, r = timed(lambda task=task: GroupCompactor().run(task))
         assert r.ok and r.mode == mode, (r.mode, r.reason, r.error)
         assert r.rows_out == out["rows"]
         os.remove(local_file(t, r.fragment.path))
@@ -206,7 +207,7 @@ def bench_b(root: str, uri: str, data: pa.Table, fragments: int, rows: int) -> d
             if mode == "binary_copy":
                 kwargs["compaction_mode"] = "try_binary_copy"
             try:
-                out[f"pylance_{mode}_s"], _ = timed(lambda: ds.optimize.compact_files(**kwargs))
+                out[f"pylance_{mode}_s"], _ = timed(lambda ds=ds, kwargs=kwargs: ds.optimize.compact_files(**kwargs))
             except (TypeError, ValueError) as e:
                 out[f"pylance_{mode}_s"] = f"unsupported: {e}"
     except ImportError:
@@ -276,7 +277,7 @@ def bench_d(root: str, uri: str) -> dict:
             copy = os.path.join(root, f"d{workers}")
             shutil.copytree(uri, copy)
             opts = CompactionOptions(target_rows_per_fragment=500_000, max_concurrency=workers)
-            s, (_, summary) = timed(lambda: compact(copy, opts))
+            s, (_, summary) = timed(lambda copy=copy, opts=opts: compact(copy, opts))
             assert summary.failed_groups == 0
             out[f"job_{workers}_workers_s"] = s
             out["groups"] = len(summary.groups)
@@ -336,12 +337,14 @@ def main() -> None:
             base = b["lamina_full_rewrite_worker_s"]
             print(f"\n(b) {fb * rb:,} rows in {fb} fragments of {rb:,} rows")
             for k, v in b.items():
-                ratio = f"  lamina full rewrite is {v / base:.2f}x faster" if isinstance(v, float) and k != "lamina_full_rewrite_worker_s" else ""
+                faster = isinstance(v, float) and k != "lamina_full_rewrite_worker_s"
+                ratio = f"  lamina full rewrite is {v / base:.2f}x faster" if faster else ""
                 print(f"    {k:32s} {v if isinstance(v, str) else f'{v:7.3f} s'}{ratio}")
 
             print("\n(c) peak RSS growth of one compaction task (full rewrite), by group size")
             for c in bench_c(uri) if not args.quick else []:
-                print(f"    {c['fragments']:4d} fragments, {c['input_bytes'] / MiB:6.1f} MiB in: peak +{c['peak_growth_mib']:.0f} MiB, "
+                print(f"    {c['fragments']:4d} fragments, {c['input_bytes'] / MiB:6.1f} MiB in: "
+                      f"peak +{c['peak_growth_mib']:.0f} MiB, "
                       f"bound {c['bound_mib']:.0f} MiB ({c['peak_growth_mib'] / c['bound_mib']:.2f} of it)")
 
             d = bench_d(root, uri)

@@ -182,7 +182,7 @@ def interleaved(items: list, warmup: list, fns: dict) -> dict[str, tuple[list[fl
     names = list(fns)
     for i, q in enumerate(items):
         for name in (names if i % 2 == 0 else names[::-1]):
-            s, r = timed(lambda: fns[name](q))
+            s, r = timed(lambda name=name, q=q: fns[name](q))
             out[name][0].append(s)
             out[name][1].append(r)
     return out
@@ -203,15 +203,15 @@ def profile(path: str, column: str, kind: str) -> dict[str, float]:
     for seg in plan.segments:
         parts = []
         for part in seg.parts:
-            s, inputs = timed(lambda: [(o, read_key_column(store, f, column, kind)) for o, f in part.fragments])
+            s, inputs = timed(lambda part=part: [(o, read_key_column(store, f, column, kind)) for o, f in part.fragments])
             read_s += s
             rel = segment_path(seg.uuid) if len(seg.parts) == 1 else part_path(seg.uuid, part.part)
             with store.staged_output(rel) as out:  # the native build alone is timed
-                s, meta = timed(lambda: build_local(kind, inputs, out, opts))
+                s, meta = timed(lambda inputs=inputs: build_local(kind, inputs, out, opts))
             build_s += s
             parts.append(BuiltPart(seg.uuid, part.part, rel, int(meta["bytes"]), int(meta["rows"]), meta.get("checksum")))
             inputs = None  # free the column before the next task
-        s, done = timed(lambda: merge_parts(store, seg.uuid, seg.fragment_ids, kind, opts, parts))
+        s, done = timed(lambda seg=seg, parts=parts: merge_parts(store, seg.uuid, seg.fragment_ids, kind, opts, parts))
         merge_s += s
         written.append(done.path)
     plan = plan_index(t.manifest, column, kind, name=f"{column}_{kind}_profiled", options=opts, table=t.uri)  # not committed
@@ -316,7 +316,8 @@ def builds_and_lookups(args, lance, paths: dict[str, str], keyed: pa.Table, repe
         checks["lookup_counts_agree"] = f"{sum(a == b for a, b in zip(lam_counts, lance_counts))}/{len(look)}"
     for name, (xs, _) in lat.items():
         results.setdefault("point lookup", {})[name] = latency_fields(xs)
-    emit(f"point lookup id = X, {len(look)} ids", **{f"{k}_{f}": v for k, d in results["point lookup"].items() for f, v in d.items()})
+    emit(f"point lookup id = X, {len(look)} ids",
+         **{f"{k}_{f}": v for k, d in results["point lookup"].items() for f, v in d.items()})
 
     return checks
 
@@ -360,7 +361,8 @@ def main() -> None:
         vocab = vocabulary()
         docs = doc_rows(n_docs, vocab)
         tokens = pc.sum(pc.list_value_length(pc.split_pattern(docs.column("doc"), " "))).as_py()
-        print(f"data generated in {time.perf_counter() - t0:.1f} s: keyed {keyed.num_rows:,} rows ({keyed.nbytes / 2**20:.0f} MiB), "
+        print(f"data generated in {time.perf_counter() - t0:.1f} s: "
+              f"keyed {keyed.num_rows:,} rows ({keyed.nbytes / 2**20:.0f} MiB), "
               f"docs {n_docs:,} rows, {tokens:,} words ({docs.nbytes / 2**20:.0f} MiB); files of {per_file:,} rows; "
               f"builds best of {repeat}, each in a fresh process", flush=True)
         print(f"versions: lamina {lamina.__version__} at {git_state()}, pyarrow {pa.__version__}, "
@@ -383,7 +385,8 @@ def main() -> None:
             if lance:
                 dd = lance.dataset(paths["lance-docs"])
                 dd.create_scalar_index("doc", index_type="INVERTED", replace=True, **LANCE_FTS)
-            print(f"lamina indices: {json.dumps({i.name: {'segments': i.segments, 'bytes': i.bytes} for i in td.list_indices()})}")
+            ix = {i.name: {"segments": i.segments, "bytes": i.bytes} for i in td.list_indices()}
+            print(f"lamina indices: {json.dumps(ix)}")
         elif args.fts_build:
             checks = {}
             specs = {"lamina": dict(lib="lamina", path=paths["lamina-docs"], column="doc", kind="fts")}
@@ -392,12 +395,14 @@ def main() -> None:
             b = builds(specs, repeat)
             r = {"lamina_s": b["lamina"]["wall_s"], "lamina_cpu_s": b["lamina"]["cpu_s"]}
             if lance:
-                r.update(lance_s=b["lance"]["wall_s"], lance_cpu_s=b["lance"]["cpu_s"], ratio=b["lance"]["wall_s"] / r["lamina_s"])
+                r.update(lance_s=b["lance"]["wall_s"], lance_cpu_s=b["lance"]["cpu_s"],
+                         ratio=b["lance"]["wall_s"] / r["lamina_s"])
             results["build fts"] = r
             emit(f"build fts (doc, {n_docs:,} rows)", **r)
             td = lamina.open_table(paths["lamina-docs"])
             dd = lance.dataset(paths["lance-docs"]) if lance else None
-            print(f"lamina indices: {json.dumps({i.name: {'segments': i.segments, 'bytes': i.bytes} for i in td.list_indices()})}")
+            ix = {i.name: {"segments": i.segments, "bytes": i.bytes} for i in td.list_indices()}
+            print(f"lamina indices: {json.dumps(ix)}")
         else:
             checks = builds_and_lookups(args, lance, paths, keyed, repeat, n_keyed, n_docs, n_lookups, results)
             td = lamina.open_table(paths["lamina-docs"])
@@ -429,7 +434,8 @@ def main() -> None:
                 same = sum(np.allclose(a.column("_score").to_numpy(), b.column("_score").to_numpy(), rtol=1e-3)
                            for a, b in zip(la, lb) if a.num_rows == b.num_rows)
                 extra["top10_scores_match"] = f"{same}/{len(la)}"
-            emit(f"{key}, {n_fts} queries top-10", **{f"{k}_{f}": v for k, d in results[key].items() for f, v in d.items()}, **extra)
+            emit(f"{key}, {n_fts} queries top-10",
+                 **{f"{k}_{f}": v for k, d in results[key].items() for f, v in d.items()}, **extra)
         emit("correctness", **checks)
 
         if not args.no_profile and not fts_only:

@@ -206,8 +206,10 @@ def report(results: list[dict], have_peer: bool) -> None:
         n = r["n"]
         print(f"{r['label']} keys, {n:,} rows of {VALUE_BYTES} bytes; Lamina arena {r['ours_arena_mib']:.0f} MiB"
               + (f", RocksDB memtables {r['peer_memtable_mib']:.0f} MiB ({r['peer_l0_files']} L0 files)" if have_peer else ""))
-        print(f"    inserts/s   put_many {n / r['ours_put_many_s'] / 1e6:6.2f} M   put loop {n / r['ours_put_loop_s'] / 1e6:6.2f} M"
-              + (f"   | rocksdict WriteBatch {n / r['peer_write_batch_s'] / 1e6:6.2f} M   put loop {n / r['peer_put_loop_s'] / 1e6:6.2f} M" if have_peer else ""))
+        print(f"    inserts/s   put_many {n / r['ours_put_many_s'] / 1e6:6.2f} M   "
+              f"put loop {n / r['ours_put_loop_s'] / 1e6:6.2f} M"
+              + (f"   | rocksdict WriteBatch {n / r['peer_write_batch_s'] / 1e6:6.2f} M   "
+                 f"put loop {n / r['peer_put_loop_s'] / 1e6:6.2f} M" if have_peer else ""))
         print(f"    get         mean {r['ours_get_mean_ns']:6.0f} ns   p50 {r['ours_get_p50_ns']:6.0f} ns"
               + (f"   | rocksdict mean {r['peer_get_mean_ns']:6.0f} ns   p50 {r['peer_get_p50_ns']:6.0f} ns" if have_peer else "")
               + f"   (p50 net of the timer's {r['timer_ns']:.0f} ns)")
@@ -221,8 +223,10 @@ def report(results: list[dict], have_peer: bool) -> None:
         rows = [
             ("get mean ns", r["ours_get_mean_ns"], r["peer_get_mean_ns"], "<= 0.5", lambda x: x <= 0.5),
             ("get p50 ns", r["ours_get_p50_ns"], r["peer_get_p50_ns"], "<= 0.5", lambda x: x <= 0.5),
-            ("inserts/s: put_many vs WriteBatch", r["n"] / r["ours_put_many_s"], r["n"] / r["peer_write_batch_s"], ">= 1", lambda x: x >= 1),
-            ("inserts/s: put loop vs put loop", r["n"] / r["ours_put_loop_s"], r["n"] / r["peer_put_loop_s"], ">= 1", lambda x: x >= 1),
+            ("inserts/s: put_many vs WriteBatch", r["n"] / r["ours_put_many_s"], r["n"] / r["peer_write_batch_s"], ">= 1",
+             lambda x: x >= 1),
+            ("inserts/s: put loop vs put loop", r["n"] / r["ours_put_loop_s"], r["n"] / r["peer_put_loop_s"], ">= 1",
+             lambda x: x >= 1),
             ("get_many vs multi_get ns/key", r["ours_get_many_ns"], r["peer_multi_get_ns"], "-", None),
         ]
         for name, ours, peer, target, ok in rows:

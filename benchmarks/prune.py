@@ -56,7 +56,7 @@ def main() -> None:
             for r in range(args.rounds):  # interleaved, alternating which goes first: a busy machine slows both alike
                 for pruning in ((True, False) if r % 2 else (False, True)):
                     with mock.patch.object(prune, "plan_fragment", prune.plan_fragment if pruning else (lambda *a, **k: None)):
-                        took, n = best_of(1, lambda: t.to_arrow(filter=text).num_rows)
+                        took, n = best_of(1, lambda text=text: t.to_arrow(filter=text).num_rows)
                     if pruning:
                         on, rows = min(on, took), n
                     else:

@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     uri = os.path.join(root, "demo")
     try:
         t0 = time.perf_counter()
-        t = lamina.open_table(uri) if os.path.isdir(os.path.join(uri, "_versions")) else build(uri, args.fragments, args.rows_per_fragment)
+        if os.path.isdir(os.path.join(uri, "_versions")):
+            t = lamina.open_table(uri)
+        else:
+            t = build(uri, args.fragments, args.rows_per_fragment)
         files = [os.path.join(uri, f.path) for f in t.manifest.fragments]
         size = sum(f.file_bytes for f in t.manifest.fragments)
         print(f"table: {t.count_rows():,} rows in {len(files)} fragments, {size / 2**20:.0f} MiB on disk "
@@ -85,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         ratio = med["ray.data.read_parquet"] / med["lamina.ray.read_table"]
         print(f"ratio read_parquet / lamina = {ratio:.2f} (target >= 1.0: {'met' if ratio >= 1.0 else 'missed'})")
         if args.profile:  # where each spends its time: Ray Data's own per-operator stats of one more run
-            for name, ds in (("lamina.ray.read_table", lamina.ray.read_table(uri)), ("ray.data.read_parquet", ray.data.read_parquet(files))):
+            for name, ds in (("lamina.ray.read_table", lamina.ray.read_table(uri)),
+                             ("ray.data.read_parquet", ray.data.read_parquet(files))):
                 print(f"\n{name}, per operator:")
                 for line in ds.materialize().stats().splitlines():
                     if line.startswith("Operator") or "Remote wall time" in line or "Remote cpu time" in line:

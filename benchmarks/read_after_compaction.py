@@ -276,7 +276,8 @@ def layout(uri: str) -> dict[str, Any]:
             for c in range(rg.num_columns):
                 col = rg.column(c)
                 chunks += 1
-                start = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset else col.data_page_offset
+                dictionary = col.has_dictionary_page and col.dictionary_page_offset
+                start = col.dictionary_page_offset if dictionary else col.data_page_offset
                 for ptype, size in chunk_pages(raw[start:start + col.total_compressed_size]):
                     if ptype == 2:
                         dict_pages += 1
@@ -322,7 +323,9 @@ def _worker(conn, uri: str, options: dict[str, str] | None, op: str, addrs: list
         conn.send((elapsed, check, io))
 
 
-def measure(uri: str, options: dict[str, str] | None, op: str, addrs: list[int], server: Any, bucket: str | None) -> dict[str, Any]:
+def measure(
+    uri: str, options: dict[str, str] | None, op: str, addrs: list[int], server: Any, bucket: str | None
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_worker, args=(child, uri, options, op, addrs))
@@ -345,8 +348,9 @@ def measure(uri: str, options: dict[str, str] | None, op: str, addrs: list[int],
             "cold_io": calls[0][2], "warm_io": calls[1][2]}
 
 
-def run_store(store: str, specs: dict[str, tuple[str, dict[str, str] | None, str | None]], points: dict[str, dict[str, list[int]]],
-              expected: dict[str, Any], rounds: int, server: Any) -> list[dict[str, Any]]:
+def run_store(store: str, specs: dict[str, tuple[str, dict[str, str] | None, str | None]],
+              points: dict[str, dict[str, list[int]]], expected: dict[str, Any], rounds: int,
+              server: Any) -> list[dict[str, Any]]:
     """Every (table, operation) on one store, ``rounds`` rotating rounds; medians per (table, operation)."""
     rows = []
     for op in OPS:
@@ -358,7 +362,10 @@ def run_store(store: str, specs: dict[str, tuple[str, dict[str, str] | None, str
                 key = "take1" if op == "take1" else "take"
                 m = measure(uri, options, op, points[name][key], server, bucket)
                 want = expected[op] if op in ("scan", "column") else expected[key]
-                same = (m["check"][0] == want[0] and abs(m["check"][1] - want[1]) < 1e-6) if op == "column" else m["check"] == want
+                if op == "column":
+                    same = m["check"][0] == want[0] and abs(m["check"][1] - want[1]) < 1e-6
+                else:
+                    same = m["check"] == want
                 assert same, f"[{store}] {name} {op}: result differs from the expected rows"
                 per[name].append(m)
         base = {ph: float(np.median([m[ph] for m in per["uncompacted"]])) for ph in ("cold", "warm")}
@@ -424,7 +431,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"'value' pages {lay['value_pages']:5d} (median {lay['value_page_bytes_median'] / KiB:,.1f} KiB)",
                   flush=True)
 
-        live = np.setdiff1d(np.arange(rows), np.sort(np.random.default_rng(7).choice(rows, int(rows * DELETED_SHARE), replace=False)))
+        gone = np.random.default_rng(7).choice(rows, int(rows * DELETED_SHARE), replace=False)
+        live = np.setdiff1d(np.arange(rows), np.sort(gone))
         rng = np.random.default_rng(1000)
         picked = rng.choice(live, 1100, replace=False)
         ids = {"take": picked[:1000], "take1": picked[1000:]}
@@ -437,8 +445,9 @@ def main(argv: list[str] | None = None) -> None:
             specs["local"] = {name: (uri, None, None) for name, uri in local.items()}
         if "s3" in stores:
             os.environ.update(DUMMY)
-            from lamina.testing import MotoServer
             import boto3
+
+            from lamina.testing import MotoServer
 
             server = MotoServer().start()
             client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1")

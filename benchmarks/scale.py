@@ -52,7 +52,8 @@ import pstats
 import shutil
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -71,8 +72,9 @@ def rows(lo: int, hi: int) -> pa.Table:
 def lance_version() -> str | None:
     """pylance's version, or None when it is not installed (an optional benchmark extra)."""
     try:
-        import lance  # noqa: F401
         from importlib.metadata import version
+
+        import lance  # noqa: F401
 
         return version("pylance")
     except ImportError:
@@ -232,7 +234,7 @@ def _cold_open(system: str, uri: str, warm: int) -> dict[str, Any]:
     out: dict[str, Any] = {"open": [], "count": []}
     for _ in range(1 + warm):
         t_open, h = timed(side.open)
-        t_count, n = timed(lambda: side.count(h))
+        t_count, n = timed(lambda h=h: side.count(h))
         out["open"].append(t_open)
         out["count"].append(t_count)
         out["rows"] = n
@@ -309,7 +311,7 @@ def run_size(n: int, systems: tuple[str, ...], args: argparse.Namespace, where: 
             one = rows(next_id, next_id + 1)
             next_id += 1
             before, io_before = snapshot(side.uri, meta), side.io_put_bytes() if side.name == "lamina" else 0
-            took, _ = timed(lambda: side.append(one))
+            took, _ = timed(lambda one=one: side.append(one))
             after = snapshot(side.uri, meta)
             times.append(took)
             sizes.append(written(before, after))
@@ -336,7 +338,7 @@ def run_size(n: int, systems: tuple[str, ...], args: argparse.Namespace, where: 
     def delete(side: Any) -> None:
         times = []
         for k in keys:
-            took, deleted = timed(lambda: side.delete(k))
+            took, deleted = timed(lambda k=k: side.delete(k))
             assert deleted == 1, (side.name, k, deleted)
             times.append(took)
         res[side.name].update({"delete_s": p(times, 50), "delete_times_s": times})
@@ -387,11 +389,16 @@ def report(size: dict[str, Any]) -> None:
     for label, key, scale, unit in ROWS:
         a = size["lamina"].get(key)
         b = size["lance"].get(key) if has_lance else None
-        cell = lambda v: "-" if v is None else f"{v * scale:,.{3 if unit == 's' else 2 if v * scale < 10 else 1}f} {unit}"
+
+        def cell(v: float | None, scale: float = scale, unit: str = unit) -> str:
+            return "-" if v is None else f"{v * scale:,.{3 if unit == 's' else 2 if v * scale < 10 else 1}f} {unit}"
+
         ratio = f"{a / b:.2f}x" if (a is not None and b) else ""
         print(f"{label:36} {cell(a):>14} {cell(b) if has_lance else '':>14} {ratio:>8}")
-    extra = [f"Lamina segments+lists {size['lamina'].get('manifest_segment_objects', 0)} (root {size['lamina'].get('manifest_root_bytes', 0):,} B)",
-             f"plan groups Lamina {size['lamina']['plan_groups']}" + (f" / pylance tasks {size['lance']['plan_groups']}" if has_lance else "")]
+    extra = [f"Lamina segments+lists {size['lamina'].get('manifest_segment_objects', 0)} "
+             f"(root {size['lamina'].get('manifest_root_bytes', 0):,} B)",
+             f"plan groups Lamina {size['lamina']['plan_groups']}"
+             + (f" / pylance tasks {size['lance']['plan_groups']}" if has_lance else "")]
     print("  " + "; ".join(extra), flush=True)
 
 
@@ -424,7 +431,8 @@ def targets(sizes: list[dict[str, Any]]) -> list[str]:
         for key, label in (("open_cold_s", "open latest (new process)"), ("count_cold_s", "count_rows (new process)"),
                            ("open_warm_s", "open latest (warm process)"), ("count_warm_s", "count_rows (warm process)")):
             a, b = by[100_000]["lamina"][key], by[100_000]["lance"][key]
-            out.append(f"{label} at 100,000: {a * 1e3:.2f} ms vs {b * 1e3:.2f} ms, {a / b:.2f}x (<= 1.0x: {'met' if a <= b else 'MISSED'})")
+            out.append(f"{label} at 100,000: {a * 1e3:.2f} ms vs {b * 1e3:.2f} ms, {a / b:.2f}x "
+                       f"(<= 1.0x: {'met' if a <= b else 'MISSED'})")
     return out
 
 

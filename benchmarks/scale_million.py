@@ -140,10 +140,12 @@ def report(s: dict[str, Any]) -> None:
     print(f"\n{n:,} fragments (built in {s['build_s']:.1f} s)")
     print(f"  open latest      {o['open_s'] * 1e3:9.2f} ms   count_rows {o['count_s'] * 1e3:.3f} ms ({o['rows']:,} rows)"
           f"   peak RSS +{o['rss_above_imports_mib']:.1f} MiB")
-    print(f"  iterate          {it['iterate_s']:9.2f} s    {it['fragments']:,} fragments   peak RSS +{it['rss_above_imports_mib']:.1f} MiB")
+    print(f"  iterate          {it['iterate_s']:9.2f} s    {it['fragments']:,} fragments   "
+          f"peak RSS +{it['rss_above_imports_mib']:.1f} MiB")
     print(f"  1-row append     p50 {ap['append_p50_s'] * 1e3:.2f} ms, p95 {ap['append_p95_s'] * 1e3:.2f} ms, "
           f"{ap['commit_bytes_p50'] / 1024:.1f} KiB per commit   peak RSS +{ap['rss_above_imports_mib']:.1f} MiB")
-    print(f"  delete one key   {de['delete_s']:9.2f} s    ({de['deleted']} row)   peak RSS +{de['rss_above_imports_mib']:.1f} MiB")
+    print(f"  delete one key   {de['delete_s']:9.2f} s    ({de['deleted']} row)   "
+          f"peak RSS +{de['rss_above_imports_mib']:.1f} MiB")
     print(f"  compaction plan  {pl['plan_s']:9.2f} s    {pl['groups']} groups   peak RSS +{pl['rss_above_imports_mib']:.1f} MiB")
 
 
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         ap.error("--sizes takes at least two counts of 2 or more (the smallest is the baseline)")
     load = os.getloadavg()
     print(f"benchmarks.scale_million: sizes {sizes}, {args.appends} appends; {os.cpu_count()} CPUs, "
-          f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; Python {platform.python_version()}, numpy {np.__version__}", flush=True)
+          f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; Python {platform.python_version()}, numpy {np.__version__}",
+          flush=True)
     where = tempfile.mkdtemp(prefix="lamina-scale-million-")
     out = []
     try:

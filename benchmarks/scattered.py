@@ -55,6 +55,7 @@ def lamina_options(endpoint: str) -> dict[str, str]:
 def build(where: str, endpoint: str | None, fragments: int) -> dict[str, Any]:
     """Writes the same rows as a Lamina table and a Lance dataset, each with a btree on ``id``."""
     import lance
+
     import lamina
 
     if endpoint:
@@ -82,8 +83,9 @@ def build(where: str, endpoint: str | None, fragments: int) -> dict[str, Any]:
 
 def _worker(conn, system: str, spec: Any, op: str, ids: list[int]) -> None:
     """One system, one operation, in a fresh process: 'open', then 'run' calls, each timed."""
-    import lamina  # noqa: F401  (imports are not timed)
     import lance
+
+    import lamina  # imports are not timed
 
     ids_arr = np.asarray(ids, dtype=np.int64)
     handle: Any = None
@@ -151,7 +153,8 @@ def run(store: str, fragments: int, lookups: int, rounds: int) -> list[dict[str,
                 client.create_bucket(Bucket=b)
         t0 = time.perf_counter()
         specs = build(where, endpoint, fragments)
-        print(f"[{store}] wrote {fragments} fragments x {ROWS_PER_FRAGMENT} rows twice in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"[{store}] wrote {fragments} fragments x {ROWS_PER_FRAGMENT} rows twice in {time.perf_counter() - t0:.1f} s",
+              flush=True)
         ids = np.random.default_rng(12).choice(fragments * ROWS_PER_FRAGMENT, lookups, replace=False).tolist()
         rows = []
         for op in ("take", "index"):

@@ -1,4 +1,5 @@
-"""Chaos soak (issue 13): everything that writes a table, at once, under S3 faults and SIGKILLs; a model of every write checks the end.
+"""Chaos soak (issue 13): everything that writes a table, at once, under S3 faults and SIGKILLs;
+a model of every write checks the end.
 
     python -m benchmarks.soak [--backend local|s3|both] [--seconds 180] [--seed 1] [--writers 8]
                               [--producers 2] [--fault-rate 0.03] [--kill-every 3] [--retention 120] [--json]
@@ -144,7 +145,7 @@ def _writer(spec: dict) -> None:
         if len(live) < 20 or rng.random() < 0.7:
             ids = list(range(nxt, nxt + rng.randint(1, 40)))
             nxt += len(ids)
-            ok, out = log.call("append", lambda: table.append(rows_for(ids)), ids=[ids[0], ids[-1] + 1])
+            ok, out = log.call("append", lambda table=table, ids=ids: table.append(rows_for(ids)), ids=[ids[0], ids[-1] + 1])
             if ok:
                 live += ids
         else:
@@ -158,7 +159,7 @@ def _writer(spec: dict) -> None:
                 chosen = srt[i:i + rng.randint(1, 30)]
                 flt = f"id >= {chosen[0]} AND id <= {chosen[-1]}"
                 rng_ids = [chosen[0], chosen[-1]]
-            ok, out = log.call("delete", lambda: table.delete(flt), ids=chosen, range=rng_ids)
+            ok, out = log.call("delete", lambda table=table, flt=flt: table.delete(flt), ids=chosen, range=rng_ids)
             if ok or isinstance(out, CommitStateUnknown):
                 gone = set(chosen)
                 live = [i for i in live if i not in gone]
@@ -220,7 +221,7 @@ def _compactor(spec: dict) -> None:
         options = CompactionOptions(target_rows_per_fragment=spec["target_rows"], partial_commit_every=1,
                                     max_concurrency=2, policy=policy, min_merge_width=4)
 
-        def run():
+        def run(options=options):
             _, s = compact(spec["uri"], options, storage_options=spec["storage_options"])
             return {"groups": len(s.groups), "committed": sum(g["status"] == "committed" for g in s.groups),
                     "failed": s.failed_groups, "retries": s.retries,
@@ -238,7 +239,7 @@ def _indexer(spec: dict) -> None:
     log = OpLog(spec["log"])
     while not _stopped(spec):
         for _, _, name in INDICES:
-            log.call("index_update", lambda: build_index(spec["uri"], name=name, update=True, ray=True,
+            log.call("index_update", lambda name=name: build_index(spec["uri"], name=name, update=True, ray=True,
                                                          storage_options=spec["storage_options"]).to_dict().get("action"),
                      index=name)
         time.sleep(rng.uniform(1.0, 3.0))
@@ -603,7 +604,8 @@ def _build_model(logs: list[tuple[str, int, str]], uri: str, result: SoakResult)
                     result.anomalies.append(f"{where} raised {end['type']}, not a LaminaError: {end['msg'][:300]} "
                                             f"{(end.get('tb') or '')[-1500:]}")
                 elif not _names_table(end["msg"], uri):
-                    result.anomalies.append(f"{where} raised {end['type']} without naming the table or an object: {end['msg'][:300]}")
+                    result.anomalies.append(f"{where} raised {end['type']} without naming the table or an object: "
+                                            f"{end['msg'][:300]}")
             if op == "cleanup" and end is not None and end["ok"]:
                 cleaned["versions_removed"] += end["result"]["versions_removed"]
                 cleaned["files_removed"] += end["result"]["files_removed"]
@@ -811,7 +813,7 @@ def _sorted(t: pa.Table) -> pa.Table:
 # -- command line -------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=["s3", "local", "both"], default="both")
     ap.add_argument("--seconds", type=float, default=180.0, help="chaos time per backend")
     ap.add_argument("--seed", type=int, default=1)

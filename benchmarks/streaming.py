@@ -23,16 +23,16 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
 import lamina
 from benchmarks.write_read import best_of
-from lamina.jobs.demo import SCHEMA, sample_rows
 from lamina.compaction import CompactionSummary, commit_results
+from lamina.jobs.demo import SCHEMA, sample_rows
 from lamina.planner import CompactionOptions, plan_compaction
 from lamina.workers.compaction import GroupCompactor, tasks_for
 
@@ -246,8 +246,9 @@ def run_case(root: str, passes: int, rows: int, runner: str, every: int) -> dict
         lance_version = engines[-1].lance.__version__
     except ImportError:
         lance_version = None
+    via = "lamina.compaction.compact on a local Ray" if runner == "ray" else "plan -> GroupCompactor -> commit_results in process"
     print(f"\n{passes} passes x {rows:,} rows (demo schema; Lamina compaction via "
-          f"{'lamina.compaction.compact on a local Ray' if runner == 'ray' else 'plan -> GroupCompactor -> commit_results in process'}"
+          f"{via}"
           f"; pylance {lance_version or 'not installed'} compact_files())")
     print(f"{'pass':>5} {'engine':8} {'WA':>6} {'frags':>5} {'max':>4} {'scan ms':>8} {'vs ref':>6} {'lookup ms':>9} "
           f"{'vs ref':>6} {'storage MiB':>11} {'compact s':>9}")

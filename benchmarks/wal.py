@@ -42,7 +42,8 @@ def cpu_rows(start: int, n: int) -> pa.Table:
     cols = {"id": np.arange(start, start + n, dtype=np.int64),
             "ts": pa.array(np.datetime64("2016-01-01", "ns") + (np.arange(n) * 10**10).astype("timedelta64[ns]"))}
     choices = {"hostname": [f"host_{i}" for i in range(4000)], "region": ["us-east-1", "us-west-1", "eu-central-1", "ap-south-1"],
-               "datacenter": [f"dc{i}" for i in range(12)], "rack": [str(i) for i in range(100)], "os": ["Ubuntu16.04LTS", "Ubuntu15.10"],
+               "datacenter": [f"dc{i}" for i in range(12)], "rack": [str(i) for i in range(100)],
+               "os": ["Ubuntu16.04LTS", "Ubuntu15.10"],
                "arch": ["x64", "x86"], "team": ["SF", "NYC", "LON", "CHI"], "service": [str(i) for i in range(20)],
                "service_version": ["0", "1"], "service_environment": ["production", "staging", "test"]}
     for t in TAGS:
@@ -126,8 +127,8 @@ w.close()
 
 
 def bench_end_to_end(root: str, rows_per_producer: int, txn_rows: int) -> dict:
-    from lamina.ingestion import Ingestion
     from lamina.ingest import IngestOptions
+    from lamina.ingestion import Ingestion
 
     uri = os.path.join(root, "e2e")
     lamina.create_table(uri, SCHEMA, primary_key="id")
@@ -138,7 +139,8 @@ def bench_end_to_end(root: str, rows_per_producer: int, txn_rows: int) -> dict:
         ing = Ingestion.start(uri, 2, options=IngestOptions(flush_rows=200_000, flush_seconds=1.0))
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         t0 = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, "-c", PRODUCER.format(repo=repo, uri=uri, shard=s, rows=rows_per_producer, txn=txn_rows)])
+        procs = [subprocess.Popen([sys.executable, "-c",
+                                   PRODUCER.format(repo=repo, uri=uri, shard=s, rows=rows_per_producer, txn=txn_rows)])
                  for s in range(2)]
         for p in procs:
             p.wait()

@@ -19,9 +19,9 @@ import json
 import sys
 from typing import Any
 
-from lamina.jobs.cli import Progress, failed, log_to_stderr, storage_options
 from lamina.compaction import compact
 from lamina.errors import InvalidConfig, LaminaError
+from lamina.jobs.cli import Progress, failed, log_to_stderr, storage_options
 from lamina.planner import CompactionOptions
 from lamina.planner.options import parse_assignment
 

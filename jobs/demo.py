@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import lamina
-from lamina.jobs.cli import Progress
 from lamina.compaction import compact
 from lamina.index.build import build_index
+from lamina.jobs.cli import Progress
 from lamina.planner import CompactionOptions
 from lamina.workers import runtime
 
@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.demo"
     probes = [int(x) for x in np.random.default_rng(1).choice(ids, 20)] + [total + 5]
     lookups_ok = index.uncovered_fragments == 0 and all(
         final.to_arrow(filter=f"id = {i}").equals(after.filter(pc.equal(after.column("id"), i))) for i in probes)
-    print(f"  index {index.name}: {index.covered_fragments} fragments covered, {index.uncovered_fragments} uncovered after compaction")
+    print(f"  index {index.name}: {index.covered_fragments} fragments covered, "
+          f"{index.uncovered_fragments} uncovered after compaction")
     print(f"  check: rows written exactly once: {'OK' if written_ok else 'FAILED'}")
     print(f"  check: rows unchanged by compaction, in order: {'OK' if same else 'FAILED'}")
     print(f"  check: index covers the compacted table, lookups equal a scan: {'OK' if lookups_ok else 'FAILED'}")

@@ -20,10 +20,10 @@ import sys
 import time
 from typing import Any
 
-from lamina.jobs.cli import Progress, failed, log_to_stderr, storage_options
 from lamina.errors import InvalidArgument, LaminaError
 from lamina.index import KINDS, IndexOptions
 from lamina.index.build import IndexBuild, build_index
+from lamina.jobs.cli import Progress, failed, log_to_stderr, storage_options
 
 
 def run(uri: str, column: str | None, kind: str | None, *, name: str | None = None, update: bool = False,
@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.index
         sizes = {k: v for k, v in (("task_rows", args.task_rows), ("segment_rows", args.segment_rows)) if v is not None}
         options = IndexOptions(stem=args.stem, **sizes)
         result = run(args.uri, args.column, args.kind, name=args.name, update=args.update, options=options,
-                     storage_options=storage_options(args.storage_option), max_concurrency=args.max_concurrency, progress=not args.json)
+                     storage_options=storage_options(args.storage_option), max_concurrency=args.max_concurrency,
+                     progress=not args.json)
     except LaminaError as e:
         return failed(e)
     seconds = time.perf_counter() - started

@@ -20,10 +20,10 @@ import logging
 import sys
 import time
 
-from lamina.jobs.cli import failed, log_to_stderr, storage_options
 from lamina.errors import LaminaError
 from lamina.ingest import IngestOptions
 from lamina.ingestion import Ingestion
+from lamina.jobs.cli import failed, log_to_stderr, storage_options
 
 log = logging.getLogger("lamina.ingest")
 

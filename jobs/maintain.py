@@ -18,8 +18,8 @@ import json
 import sys
 from typing import Any
 
-from lamina.jobs.cli import Progress, failed, log_to_stderr, storage_options
 from lamina.errors import InvalidConfig, LaminaError
+from lamina.jobs.cli import Progress, failed, log_to_stderr, storage_options
 from lamina.maintenance import maintain
 from lamina.planner.maintenance import MaintenancePolicy
 

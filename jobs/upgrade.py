@@ -19,8 +19,8 @@ import sys
 import time
 
 import lamina
-from lamina.jobs.cli import failed, log_to_stderr, storage_options
 from lamina.errors import LaminaError
+from lamina.jobs.cli import failed, log_to_stderr, storage_options
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.upgrade") -> int:

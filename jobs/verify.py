@@ -16,8 +16,8 @@ import logging
 import sys
 import time
 
-from lamina.jobs.cli import failed, log_to_stderr, storage_options
 from lamina.errors import InvalidArgument, LaminaError, TableNotFound
+from lamina.jobs.cli import failed, log_to_stderr, storage_options
 from lamina.manifest import latest_version
 from lamina.table import open_store
 from lamina.verify import verify_version

@@ -14,9 +14,22 @@
 """
 
 from lamina import errors
-from lamina.table import FragmentInfo, IndexInfo, Table, TableStats, VersionInfo, create_table, drop_table, open_table, upgrade_table
 from lamina.catalog import Catalog, connect
 from lamina.store.scheduler import io_stats
+from lamina.table import (
+    FragmentInfo,
+    IndexInfo,
+    Table,
+    TableStats,
+    VersionInfo,
+    create_table,
+    drop_table,
+    open_table,
+    upgrade_table,
+)
 
 __version__ = "0.1.0"
-__all__ = ["errors", "io_stats", "connect", "Catalog", "create_table", "drop_table", "open_table", "upgrade_table", "Table", "FragmentInfo", "IndexInfo", "TableStats", "VersionInfo", "__version__"]
+__all__ = [
+    "errors", "io_stats", "connect", "Catalog", "create_table", "drop_table", "open_table", "upgrade_table",
+    "Table", "FragmentInfo", "IndexInfo", "TableStats", "VersionInfo", "__version__",
+]

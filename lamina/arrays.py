@@ -36,7 +36,7 @@ def to_numpy(array: pa.Array) -> np.ndarray:
     return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
 
 
-def array(values: "list[Any]", type: pa.DataType) -> pa.Array:
+def array(values: list[Any], type: pa.DataType) -> pa.Array:
     """``pa.array(values, type=type)`` for Python ints into an integer type (in range), floats into
     float64, bools into bool, str into string and bytes into binary (large or not), None anywhere;
     built from buffers. Any other value or type, or an int out of range, goes to ``pa.array`` (which
@@ -51,7 +51,7 @@ def scalar(value: Any, type: pa.DataType) -> pa.Scalar:
     return pa.scalar(value, type) if built is None else built[0]
 
 
-def _built(values: "list[Any]", type: pa.DataType) -> "pa.Array | None":
+def _built(values: list[Any], type: pa.DataType) -> pa.Array | None:
     """``values`` as an array of ``type`` from buffers, or None when ``array`` leaves them to pyarrow."""
     n = len(values)
     valid = [v is not None for v in values]
@@ -67,7 +67,7 @@ def _built(values: "list[Any]", type: pa.DataType) -> "pa.Array | None":
     return pa.Array.from_buffers(type, n, [None, *data], null_count=0)
 
 
-def array_of_scalars(scalars: "list[pa.Scalar]", type: pa.DataType) -> pa.Array:
+def array_of_scalars(scalars: list[pa.Scalar], type: pa.DataType) -> pa.Array:
     """``pa.array(scalars, type=type)``: through ``array`` for the types it builds (their ``as_py`` values are
     exact); any other type (a timestamp in ns, a decimal, ...) from the scalars themselves by pyarrow."""
     if type in _INT_TYPES or type in _TEXT_TYPES or type == pa.float64() or type == pa.bool_():
@@ -75,7 +75,7 @@ def array_of_scalars(scalars: "list[pa.Scalar]", type: pa.DataType) -> pa.Array:
     return pa.array(scalars, type=type)
 
 
-def _buffers(values: "list[Any]", type: pa.DataType) -> "list[pa.Buffer] | None":
+def _buffers(values: list[Any], type: pa.DataType) -> list[pa.Buffer] | None:
     """The data buffers of non-null ``values`` as ``type``, or None when ``array`` leaves them to pyarrow."""
     if type in _INT_TYPES:
         if not all(v.__class__ is int for v in values):
@@ -107,7 +107,7 @@ def _buffers(values: "list[Any]", type: pa.DataType) -> "list[pa.Buffer] | None"
     return None
 
 
-def _spread(data: "list[pa.Buffer]", valid: "list[bool]", type: pa.DataType) -> "list[pa.Buffer]":
+def _spread(data: list[pa.Buffer], valid: list[bool], type: pa.DataType) -> list[pa.Buffer]:
     """Buffers of the present values laid out over every slot (a null slot: zero, or an empty string)."""
     mask = np.asarray(valid, dtype=np.bool_)
     if type in _TEXT_TYPES:

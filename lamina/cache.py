@@ -21,11 +21,12 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 MiB = 1 << 20
 
-_REGISTRY: "dict[str, ByteLRU]" = {}
+_REGISTRY: dict[str, ByteLRU] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 

@@ -48,7 +48,7 @@ class CleanupStats:
 MIN_RETENTION = dt.timedelta(hours=1)
 
 
-def _retention_seconds(older_than: "dt.timedelta | dt.datetime | float | int") -> float:
+def _retention_seconds(older_than: dt.timedelta | dt.datetime | float | int) -> float:
     if isinstance(older_than, dt.timedelta):
         seconds = older_than.total_seconds()
     elif isinstance(older_than, dt.datetime):
@@ -63,7 +63,7 @@ def _retention_seconds(older_than: "dt.timedelta | dt.datetime | float | int") -
     return seconds
 
 
-def cleanup(store: ObjectStore, older_than: "dt.timedelta | dt.datetime | float | int", *,
+def cleanup(store: ObjectStore, older_than: dt.timedelta | dt.datetime | float | int, *,
             enforce_retention: bool = True) -> CleanupStats:
     """Removes versions that stopped being the latest more than ``older_than`` ago, then the files
     that no remaining version references and that are older than ``older_than``.

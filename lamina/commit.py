@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 
+from lamina.deletion import StoredDeletionFiles
 from lamina.errors import (
     CommitConflict,
     CommitStateUnknown,
@@ -34,13 +35,12 @@ from lamina.manifest import (
     manifest_path,
     remember_manifest,
     try_load_manifest,
-    write_latest_hint,
     versions_from,
+    write_latest_hint,
     write_segments,
 )
 from lamina.retry import Backoff
 from lamina.store import ObjectStore
-from lamina.deletion import StoredDeletionFiles
 from lamina.transaction import DeletionFiles, Transaction, table_dropped
 
 log = logging.getLogger("lamina.commit")
@@ -195,7 +195,7 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
                     f"and re-run the {txn.operation} (or run cleanup with an older_than longer than your longest write)"
                 )
         try:
-            theirs.record  # decoded once, here, so that a malformed one names the table
+            _ = theirs.record  # decoded once, here, so that a malformed one names the table
         except CorruptFile as e:
             raise CorruptFile(f"{txn.operation} on table {store.uri}: {e}. Nothing was committed") from None
         txn = txn.rebase(theirs, files)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -65,7 +65,8 @@ def read_deleted(store: ObjectStore, fragment: Fragment) -> np.ndarray:
 
         raise CorruptFile(
             f"deletion file {store.describe(fragment.deletion.path)} of fragment {fragment.id} holds {len(offsets)} offsets "
-            f"(max {offsets[-1] if len(offsets) else '-'}), the manifest says {fragment.deletion.deleted_rows} of {fragment.rows} rows"
+            f"(max {offsets[-1] if len(offsets) else '-'}), "
+            f"the manifest says {fragment.deletion.deleted_rows} of {fragment.rows} rows"
         )
     return offsets
 

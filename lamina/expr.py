@@ -32,7 +32,7 @@ from __future__ import annotations
 import ctypes
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -104,7 +104,7 @@ class Like:
 class IsNull:
     """``operand IS NULL`` (``negate``: IS NOT NULL)."""
 
-    operand: Union[Column, Literal]
+    operand: Column | Literal
     negate: bool = False
 
 
@@ -113,8 +113,8 @@ class Relation:
     """Any other comparison (column with column, literal with literal): evaluated, never pruned."""
 
     op: str
-    left: Union[Column, Literal]
-    right: Union[Column, Literal]
+    left: Column | Literal
+    right: Column | Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +144,7 @@ class Opaque:
     expression: pc.Expression
 
 
-Node = Union[Column, Compare, In, Between, Like, IsNull, Relation, Const, And, Or, Not, Opaque]
+Node = Column | Compare | In | Between | Like | IsNull | Relation | Const | And | Or | Not | Opaque
 
 
 # -- to Arrow -------------------------------------------------------------------------------------
@@ -192,7 +192,7 @@ def _join(op: str, exprs: list[tuple[pc.Expression, str]]) -> tuple[pc.Expressio
     return level[0]
 
 
-def _operand(o: Union[Column, Literal]) -> pc.Expression:
+def _operand(o: Column | Literal) -> pc.Expression:
     return ref(o) if isinstance(o, Column) else pc.scalar(o.value)
 
 
@@ -313,7 +313,7 @@ class ArrowCall:
     function: str
     args: tuple
     options: dict | None
-    source: "_Serialized"
+    source: _Serialized
     span: tuple[int, int]
 
     def expression(self) -> pc.Expression:
@@ -390,7 +390,7 @@ class _Serialized:
         return self.load(sink.getvalue())
 
 
-def read_arrow(expression: pc.Expression) -> "ArrowCall | ArrowField | ArrowLiteral":
+def read_arrow(expression: pc.Expression) -> ArrowCall | ArrowField | ArrowLiteral:
     """The structure of a pyarrow expression (calls, field references, literals), read from Arrow's
     serialization of it without recursion (long AND / OR chains nest deeply). Raises on what Arrow does
     not serialize (a field referenced by position)."""

@@ -75,8 +75,29 @@ import pyarrow.compute as pc
 
 from lamina import arrays
 from lamina.errors import InvalidFilter
-from lamina.expr import (And, ArrowCall, ArrowField, ArrowLiteral, Between, Column, Compare, Conjunct, Const, In,
-                         IsNull, Like, Literal, Node, Not, Opaque, Or, Relation, conjuncts, read_arrow, to_arrow)
+from lamina.expr import (
+    And,
+    ArrowCall,
+    ArrowField,
+    ArrowLiteral,
+    Between,
+    Column,
+    Compare,
+    Conjunct,
+    Const,
+    In,
+    IsNull,
+    Like,
+    Literal,
+    Node,
+    Not,
+    Opaque,
+    Or,
+    Relation,
+    conjuncts,
+    read_arrow,
+    to_arrow,
+)
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -216,7 +237,7 @@ def _exact_int(v: Number, t: pa.DataType) -> int | None:
     return v if lo <= v <= hi else None
 
 
-def _units(v: Any, t: pa.DataType) -> "Number | None":
+def _units(v: Any, t: pa.DataType) -> Number | None:
     """A literal's exact value counted in the unit of type ``t`` (``_counted``), or None when it is not
     one the type compares by value (it is cast instead). A number is such a count already; a date, a
     datetime or a timestamp string is an instant, counted from the epoch and kept whole: on a
@@ -227,7 +248,7 @@ def _units(v: Any, t: pa.DataType) -> "Number | None":
     if _is_number(v):
         return v
     if pa.types.is_time(t):
-        ns: "int | Fraction | None" = _time_of_day_ns(v) if isinstance(v, str) else None
+        ns: int | Fraction | None = _time_of_day_ns(v) if isinstance(v, str) else None
         if ns is None:
             return None
     elif not (pa.types.is_timestamp(t) or pa.types.is_date(t)):
@@ -249,7 +270,7 @@ def _units(v: Any, t: pa.DataType) -> "Number | None":
 _TIME_OF_DAY = re.compile(r"\s*(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?\s*", re.ASCII)
 
 
-def _time_of_day_ns(text: str) -> "int | Fraction | None":
+def _time_of_day_ns(text: str) -> int | Fraction | None:
     """A time of day ``hh:mm[:ss[.fraction]]`` (any number of fractional digits) as exact nanoseconds
     past midnight, or None when it is not one. (Arrow casts no string to a time type.)"""
     m = _TIME_OF_DAY.fullmatch(text)
@@ -449,7 +470,7 @@ class _Parser:
         if self.accept("kw", "IN"):
             self.expect("op", "(")
             run = self.peek()
-            values: "list[_Lit] | _Ints"
+            values: list[_Lit] | _Ints
             if run is not None and run.kind == "ints":
                 self.i += 1
                 values = _Ints(run.value)
@@ -521,7 +542,7 @@ class _Parser:
                 return op, None
         return op, self.cast(_Lit(x), t)
 
-    def value_set(self, col: Column, values: "list[_Lit] | _Ints") -> tuple[pa.Array, bool]:
+    def value_set(self, col: Column, values: list[_Lit] | _Ints) -> tuple[pa.Array, bool]:
         """The values of an IN list that rows of ``col`` can equal, as one array of its type, so
         that IN means what ORed ``=`` would: a NaN equals nothing and is left out, 0.0 and -0.0
         are both in when either is, a literal no value of the column equals (``_by_value``: 5.5 on an
@@ -555,7 +576,10 @@ class _Parser:
                 kept.append(self.cast(lit, t))
                 scalars = True
         try:
-            arr = pa.array([x if isinstance(x, pa.Scalar) else pa.scalar(x, t) for x in kept], type=t) if scalars else arrays.array(kept, t)
+            if scalars:
+                arr = pa.array([x if isinstance(x, pa.Scalar) else pa.scalar(x, t) for x in kept], type=t)
+            else:
+                arr = arrays.array(kept, t)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
             for lit in values:
                 self.cast(lit, t)  # raises naming the literal that does not fit
@@ -784,7 +808,7 @@ def _flatten(call: ArrowCall) -> list:
     return out
 
 
-def _bind_arrow(raw: "ArrowCall | ArrowField | ArrowLiteral", schema: pa.Schema) -> Node:
+def _bind_arrow(raw: ArrowCall | ArrowField | ArrowLiteral, schema: pa.Schema) -> Node:
     if isinstance(raw, ArrowLiteral):
         s = raw.value
         return Const(s.as_py()) if s.type == pa.bool_() and s.is_valid else Opaque(pc.scalar(s))
@@ -848,11 +872,11 @@ def from_expression(expression: pc.Expression, schema: pa.Schema) -> Node:
     an ``Opaque`` node, which prunes nothing."""
     try:
         return _bind_arrow(read_arrow(expression), schema)
-    except Exception:  # noqa: BLE001 - what cannot be read evaluates as given, and prunes nothing
+    except Exception:  # what cannot be read evaluates as given, and prunes nothing
         return Opaque(expression)
 
 
-def parse_filter(flt: "str | pc.Expression | Filter", schema: pa.Schema) -> Filter:
+def parse_filter(flt: str | pc.Expression | Filter, schema: pa.Schema) -> Filter:
     """Parses a string filter, or checks an Expression against ``schema`` (and reads it into the tree)."""
     if isinstance(flt, Filter):
         return flt

@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from lamina.errors import InvalidArgument
 from lamina.ingest import IngestOptions, shard_for
@@ -26,7 +27,7 @@ class Ingestion:
     @classmethod
     def start(cls, uri: str, shards: int, *, storage_options: dict[str, Any] | None = None,
               options: IngestOptions | None = None, runtime_env: dict[str, Any] | None = None,
-              actor_cpus: float = 0.25) -> "Ingestion":
+              actor_cpus: float = 0.25) -> Ingestion:
         """Starts the appliers of shards ``0..shards-1`` (or attaches to those already running) on the
         Ray cluster of this process (``RAY_ADDRESS``), or on a local Ray it starts."""
         from lamina.workers.ingest import applier_actor

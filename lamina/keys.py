@@ -8,7 +8,8 @@ lookup. Each type maps to one of four key domains, the encodings of the native k
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -79,7 +80,7 @@ def supported() -> str:
     return ", ".join(k.what for k in KEY_TYPES)
 
 
-def key_array(values: "pa.Array | pa.ChunkedArray") -> pa.Array:
+def key_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """``values`` in the key domain the native code takes (int64, uint64, float64, binary, dictionary)."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)

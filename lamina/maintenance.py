@@ -16,14 +16,24 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from lamina.errors import InvalidArgument
 from lamina.manifest import MANIFEST_SUFFIX, VERSIONS_DIR, WAL_DIR, Manifest
+from lamina.planner.maintenance import (
+    CLEANUP,
+    COMPACT,
+    RETIRE_WAL,
+    UPDATE_INDEX,
+    MaintenancePolicy,
+    TablePlan,
+    WalSegment,
+    plan_table,
+)
 from lamina.store.scheduler import io_stats, stats_delta
 from lamina.wal import SEALED, read_sealed
-from lamina.planner.maintenance import CLEANUP, COMPACT, RETIRE_WAL, UPDATE_INDEX, MaintenancePolicy, TablePlan, WalSegment, plan_table
 
 if TYPE_CHECKING:
     from lamina.catalog import Catalog
@@ -185,7 +195,7 @@ def _error_text(e: BaseException) -> str:
 
 
 # -- inputs: what the planner needs, from listings ------------------------------------------------
-def table_inputs(table: "Table", retention_seconds: float, now: float) -> tuple[list[tuple[int, float]], list[WalSegment]]:
+def table_inputs(table: Table, retention_seconds: float, now: float) -> tuple[list[tuple[int, float]], list[WalSegment]]:
     """The table's versions on storage as ``(version, committed at)`` and its WAL segments, from
     one listing of ``_versions/`` and one of ``_wal/`` (plus one read per sealed segment old enough
     to retire). A manifest object's time is never earlier than the commit time cleanup goes by, so
@@ -217,7 +227,7 @@ def table_inputs(table: "Table", retention_seconds: float, now: float) -> tuple[
 
 
 # -- actions ----------------------------------------------------------------------------------
-def _compact(table: "Table", plan: TablePlan, budget: int | None) -> dict[str, Any]:
+def _compact(table: Table, plan: TablePlan, budget: int | None) -> dict[str, Any]:
     from lamina.compaction import compact
 
     options = plan.policy.compaction
@@ -237,7 +247,7 @@ def _compact(table: "Table", plan: TablePlan, budget: int | None) -> dict[str, A
     return detail
 
 
-def _update_index(table: "Table", name: str, budget: int | None) -> dict[str, Any]:
+def _update_index(table: Table, name: str, budget: int | None) -> dict[str, Any]:
     from lamina.index.build import build_index
 
     table.reload()
@@ -247,7 +257,7 @@ def _update_index(table: "Table", name: str, budget: int | None) -> dict[str, An
                        storage_options=table.storage_options).to_dict()
 
 
-def _retire_wal(table: "Table", plan: TablePlan) -> dict[str, Any]:
+def _retire_wal(table: Table, plan: TablePlan) -> dict[str, Any]:
     from lamina.ingest import remove_applied_segments
 
     watermarks = table.reload().manifest.wal_watermarks
@@ -260,7 +270,7 @@ def _retire_wal(table: "Table", plan: TablePlan) -> dict[str, Any]:
     return {"removed": removed}
 
 
-def _cleanup(table: "Table", plan: TablePlan) -> dict[str, Any]:
+def _cleanup(table: Table, plan: TablePlan) -> dict[str, Any]:
     stats = table.cleanup(older_than=plan.policy.retention_seconds, enforce_retention=plan.policy.enforce_retention)
     return dict(stats.__dict__)
 
@@ -273,7 +283,7 @@ class _ActionFailed(Exception):
         self.detail = detail
 
 
-def run_actions(table: "Table", plan: TablePlan, report: TableReport, *, max_concurrency: int | None = None) -> None:
+def run_actions(table: Table, plan: TablePlan, report: TableReport, *, max_concurrency: int | None = None) -> None:
     """Runs ``plan``'s actions on ``table`` in order, noting each in ``report``; stops at the first
     failure (the rest are ``not run``) and marks the table failed."""
     for entry, action in zip(report.actions, plan.actions):
@@ -317,7 +327,7 @@ class _Budget:
         return True
 
 
-def _maintain_one(name: str, open_table: Callable[[str], "Table"], properties: Callable[[str], dict[str, Any]],
+def _maintain_one(name: str, open_table: Callable[[str], Table], properties: Callable[[str], dict[str, Any]],
                   policy: MaintenancePolicy, budget: _Budget, max_concurrency: int | None, dry_run: bool) -> TableReport:
     report = TableReport(name)
     started = time.perf_counter()
@@ -366,7 +376,7 @@ def _check_limits(max_tables: int | None, max_concurrency: int | None) -> None:
             raise InvalidArgument(f"{what} must be a positive integer, got {value!r}")
 
 
-def _run(names: Sequence[str], open_table: Callable[[str], "Table"], properties: Callable[[str], dict[str, Any]],
+def _run(names: Sequence[str], open_table: Callable[[str], Table], properties: Callable[[str], dict[str, Any]],
          policy: MaintenancePolicy, report: MaintenanceReport, max_tables: int | None, max_concurrency: int | None,
          dry_run: bool, progress: Callable[[int, int], None] | None) -> None:
     budget = _Budget(max_tables)
@@ -397,7 +407,7 @@ def maintain_tables(uris: Iterable[str], policy: MaintenancePolicy | None = None
     return report
 
 
-def open_catalog(root: str, storage_options: dict[str, Any] | None = None) -> "Catalog":
+def open_catalog(root: str, storage_options: dict[str, Any] | None = None) -> Catalog:
     """The catalog under ``root``; ``InvalidArgument`` if there is none (maintenance never creates one)."""
     from lamina.catalog import connect
 

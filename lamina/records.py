@@ -13,8 +13,9 @@ format's.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ class AddressMapping:
     length: np.ndarray
 
     @classmethod
-    def from_runs(cls, runs: Iterable[tuple[int, int, int, int, int]]) -> "AddressMapping":
+    def from_runs(cls, runs: Iterable[tuple[int, int, int, int, int]]) -> AddressMapping:
         arr = np.array(list(runs), dtype=np.int64).reshape(-1, 5)
         return cls(*(arr[:, i].copy() for i in range(5)))
 
@@ -93,7 +94,7 @@ class TransactionRecord:
         return out
 
     @classmethod
-    def _fields_from(cls, f: "_Fields") -> dict[str, Any]:
+    def _fields_from(cls, f: _Fields) -> dict[str, Any]:
         """The operation's own fields, read from a stored record."""
         return {}
 
@@ -116,7 +117,7 @@ class _NewFragments(TransactionRecord):
     rows: int = 0
 
     @classmethod
-    def _fields_from(cls, f: "_Fields") -> dict[str, Any]:
+    def _fields_from(cls, f: _Fields) -> dict[str, Any]:
         return {"fragment_ids": f.id_run("fragment_ids"), "rows": f.number("rows")}
 
     def _details(self) -> dict[str, Any]:
@@ -160,7 +161,7 @@ class DeleteRecord(TransactionRecord):
     rows: int = 0
 
     @classmethod
-    def _fields_from(cls, f: "_Fields") -> dict[str, Any]:
+    def _fields_from(cls, f: _Fields) -> dict[str, Any]:
         return {"predicate": f.text("predicate"), "fragment_ids": f.numbers("fragment_ids"),
                 "removed_fragment_ids": f.numbers("removed_fragment_ids"), "rows": f.number("rows")}
 
@@ -196,7 +197,7 @@ class RewriteRecord(TransactionRecord):
         return {i for g in self.groups for i in g.old_fragment_ids}
 
     @classmethod
-    def _fields_from(cls, f: "_Fields") -> dict[str, Any]:
+    def _fields_from(cls, f: _Fields) -> dict[str, Any]:
         groups = []
         for g in f.objects("groups"):
             new_ids = g.numbers("new_fragment_ids")
@@ -219,7 +220,7 @@ class IndexChangeRecord(TransactionRecord):
     segments: tuple[str, ...] = ()
 
     @classmethod
-    def _fields_from(cls, f: "_Fields") -> dict[str, Any]:
+    def _fields_from(cls, f: _Fields) -> dict[str, Any]:
         # The first index records (before update and drop existed) held only the name.
         action = f.text("action", "create")
         if action not in INDEX_ACTIONS:
@@ -245,7 +246,7 @@ class WalFlushRecord(TransactionRecord):
     watermarks: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def _fields_from(cls, f: "_Fields") -> dict[str, Any]:
+    def _fields_from(cls, f: _Fields) -> dict[str, Any]:
         return {"fragment_ids": f.numbers("fragment_ids"), "rows": f.number("rows"),
                 "deleted_fragment_ids": f.numbers("deleted_fragment_ids"),
                 "removed_fragment_ids": f.numbers("removed_fragment_ids"), "rows_deleted": f.number("rows_deleted"),
@@ -347,7 +348,7 @@ class _Fields:
             raise _Malformed(f"{self.where}{name} is not an object of integer positions")
         return dict(v)
 
-    def objects(self, name: str) -> list["_Fields"]:
+    def objects(self, name: str) -> list[_Fields]:
         v = self._get(name, _MISSING)
         if not isinstance(v, list):
             raise _Malformed(f"{self.where}{name} is not a list")
@@ -369,7 +370,9 @@ def _mapping(g: _Fields, outputs: int) -> AddressMapping:
     except (ValueError, TypeError, OverflowError):
         arr = None
     if arr is None or arr.dtype.kind not in "iu" or arr.ndim != 2 or arr.shape[1] != 5:
-        raise _Malformed(f"{g.where}mapping is not a list of [old_fragment_id, old_start, output, new_start, length] integer runs")
+        raise _Malformed(
+            f"{g.where}mapping is not a list of [old_fragment_id, old_start, output, new_start, length] integer runs"
+        )
     arr = arr.astype(np.int64)
     if (arr[:, [1, 3, 4]] < 0).any():
         raise _Malformed(f"{g.where}mapping has a negative offset or length")

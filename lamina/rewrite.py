@@ -40,7 +40,9 @@ def live_offsets(store: ObjectStore, fragment: Fragment) -> np.ndarray:
     return np.flatnonzero(mask)
 
 
-def mapping_runs(fragment_id: int, offsets: np.ndarray, first_new: int, rows_per_output: int) -> list[tuple[int, int, int, int, int]]:
+def mapping_runs(
+    fragment_id: int, offsets: np.ndarray, first_new: int, rows_per_output: int
+) -> list[tuple[int, int, int, int, int]]:
     """Runs mapping live ``offsets`` (in order) to consecutive new positions from ``first_new``."""
     if len(offsets) == 0:
         return []

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -85,7 +86,10 @@ def conform(data: DataLike, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
             raise SchemaMismatch(f"DataFrame does not convert to the table schema ({e}); schema: {schema}") from None
         source_schema, batches = table.schema, iter(table.to_batches())
     else:
-        raise InvalidArgument(f"cannot append {type(data).__name__}: pass a pyarrow Table, RecordBatch, RecordBatchReader, pandas DataFrame or list of dicts")
+        raise InvalidArgument(
+            f"cannot append {type(data).__name__}: "
+            "pass a pyarrow Table, RecordBatch, RecordBatchReader, pandas DataFrame or list of dicts"
+        )
     order = check_columns(source_schema, schema)
 
     def gen() -> Iterator[pa.RecordBatch]:
@@ -114,5 +118,7 @@ def check_columns(source: pa.Schema, target: pa.Schema) -> list[int]:
         if field.name in source.names and not source.field(field.name).type.equals(field.type):
             problems.append(f"column {field.name!r} is {source.field(field.name).type}, the table has {field.type}")
     if problems:
-        raise SchemaMismatch("data does not match the table schema: " + "; ".join(problems) + ". Cast the data (e.g. table.cast(schema)) and retry")
+        raise SchemaMismatch(
+            "data does not match the table schema: " + "; ".join(problems) + ". Cast the data (e.g. table.cast(schema)) and retry"
+        )
     return [source.names.index(n) for n in target.names]

@@ -1,6 +1,7 @@
 """Transactions: what one operation changes, as a value, and how it replays over newer versions.
 
-    operation ──► Transaction(read_version, changes)        Create, Append, Delete, WalFlush, Rewrite, ChangeIndex, Overwrite, Drop
+    operation ──► Transaction(read_version, changes)        Create, Append, Delete, WalFlush, Rewrite,
+                     │                                       ChangeIndex, Overwrite, Drop
                      │  rebase(theirs, files) → Transaction  for every version committed since the read
                      │  prepare(base, files) → Transaction   writes the files that depend on the base (deletion merges)
                      ▼  apply(base) → Manifest               pure: the next version, carrying this operation's typed record
@@ -23,8 +24,9 @@ import copy
 import dataclasses
 import time
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Protocol, Sequence, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -131,7 +133,7 @@ class DeletionFiles(Protocol):
         ...
 
 
-def _conflict(mine: "Transaction", theirs: Manifest, table: str, why: str) -> CommitConflict:
+def _conflict(mine: Transaction, theirs: Manifest, table: str, why: str) -> CommitConflict:
     op = theirs.record.operation
     return CommitConflict(
         f"{mine.operation} on table {table} (read at version {mine.read_version}) conflicts with the {op} "
@@ -139,7 +141,7 @@ def _conflict(mine: "Transaction", theirs: Manifest, table: str, why: str) -> Co
     )
 
 
-def table_dropped(mine: "Transaction", table: str, drop_version: int) -> TableDropped:
+def table_dropped(mine: Transaction, table: str, drop_version: int) -> TableDropped:
     """The error of ``mine`` meeting the tombstone committed as ``drop_version``."""
     return TableDropped(
         f"{mine.operation} on table {table} (read at version {mine.read_version}) cannot commit: the table was dropped at "
@@ -184,7 +186,7 @@ class Transaction(abc.ABC):
         """When writing its oldest file began: a long write re-checks its files before committing."""
         return min([self._started] + [f.written_at for f in self.new_fragments() if f.written_at is not None])
 
-    def rebase(self, theirs: Manifest, files: DeletionFiles) -> "Transaction":
+    def rebase(self, theirs: Manifest, files: DeletionFiles) -> Transaction:
         """This transaction replayed on top of ``theirs`` (the version committed after its base),
         by the conflict matrix; CommitConflict if it cannot be."""
         if theirs.dropped:  # the root says it, whatever its record (a newer writer's operation included)
@@ -199,11 +201,11 @@ class Transaction(abc.ABC):
             raise _conflict(self, theirs, files.uri, f"{self.operation} cannot be replayed over {their_op}")
         return self._rebase(rule, theirs, files)
 
-    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "Transaction":
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> Transaction:
         """Applies a non-conflicting rule; the default, REBASE, changes nothing."""
         return self
 
-    def prepare(self, base: Manifest, files: DeletionFiles) -> "Transaction":
+    def prepare(self, base: Manifest, files: DeletionFiles) -> Transaction:
         """This transaction with the files that depend on ``base`` written (before every attempt)."""
         return self
 
@@ -287,12 +289,14 @@ class Create(Transaction):
                              next_row_id=0, primary_key=tuple(primary_key), stable_row_ids=bool(stable_row_ids),
                              config=dict(config or {}), table_uuid=uuid.uuid4().hex)
 
-    def rebase(self, theirs: Manifest, files: DeletionFiles) -> "Create":
+    def rebase(self, theirs: Manifest, files: DeletionFiles) -> Create:
         raise TableExists(f"a Lamina table was created at {files.uri} concurrently; open it with lamina.open_table")
 
     def apply(self, base: Manifest) -> Manifest:
         if base.version != self.read_version:
-            raise CommitConflict(f"a create commits on the empty table (version {self.read_version}), not on version {base.version}")
+            raise CommitConflict(
+                f"a create commits on the empty table (version {self.read_version}), not on version {base.version}"
+            )
         return self._next(base, CreateRecord(**self._header()))
 
 
@@ -313,7 +317,8 @@ class Append(Transaction):
         new, next_id, next_row = assign_ids(base, self.fragments)
         return self._next(
             base, AppendRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new)),
-            removes=False, fragments=appended(base.fragments, new, next_id, next_row), next_fragment_id=next_id, next_row_id=next_row,
+            removes=False, fragments=appended(base.fragments, new, next_id, next_row), next_fragment_id=next_id,
+            next_row_id=next_row,
         )
 
 
@@ -334,7 +339,7 @@ class Delete(Transaction):
         self._files: dict[int, tuple[str | None, DeletionFile]] = {}
         self._rows_deleted = 0
 
-    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "Delete":
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> Delete:
         deltas = dict(self.deltas)
         if rule == REMAP_DELETIONS:
             record = theirs.record
@@ -356,7 +361,7 @@ class Delete(Transaction):
         live = find_fragments(theirs.fragments, deltas)
         return self._replace(deltas={fid: d for fid, d in deltas.items() if fid in live})
 
-    def prepare(self, base: Manifest, files: DeletionFiles) -> "Delete":
+    def prepare(self, base: Manifest, files: DeletionFiles) -> Delete:
         frags = find_fragments(base.fragments, self.deltas)
         prepared = dict(self._files)
         rows_deleted = 0
@@ -380,7 +385,7 @@ class Delete(Transaction):
             prepared[fid] = (current, files.write(fid, merged))
         return self._replace(_files=prepared, _rows_deleted=rows_deleted)
 
-    def _deleted(self, base: Manifest, next_fragment_id: int, next_row_id: int) -> "tuple[Any, list[int], list[int]]":
+    def _deleted(self, base: Manifest, next_fragment_id: int, next_row_id: int) -> tuple[Any, list[int], list[int]]:
         """(fragments with my deletion files, ids removed entirely, ids touched)."""
         removed: list[int] = []
         touched: list[int] = []
@@ -428,7 +433,7 @@ class WalFlush(Delete):
     def new_fragments(self) -> list[Fragment]:
         return self.fragments
 
-    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "WalFlush":
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> WalFlush:
         if rule == WATERMARKS:
             moved = sorted(k for k in self.watermarks if theirs.wal_watermarks.get(k, 0) > self.starts.get(k, 0))
             if moved:
@@ -467,7 +472,7 @@ class RewriteGroup:
     #: name: (index uuid, segment). Attached in the same commit if that index still exists.
     index_segments: dict[str, tuple[str, IndexSegment]] = field(default_factory=dict)
 
-    def carry(self, theirs: Manifest, files: DeletionFiles) -> "RewriteGroup":
+    def carry(self, theirs: Manifest, files: DeletionFiles) -> RewriteGroup:
         """This group with the deletions committed on its sources since it read them (by ``theirs``)
         mapped onto its outputs."""
         frags = find_fragments(theirs.fragments, set(self.source_deletions) | set(self.old_fragment_ids))
@@ -552,7 +557,7 @@ class Rewrite(Transaction):
     def old_ids(self) -> set[int]:
         return {i for g in self.groups for i in g.old_fragment_ids}
 
-    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "Rewrite":
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> Rewrite:
         if rule == DISJOINT:
             record = theirs.record
             assert isinstance(record, RewriteRecord)
@@ -563,7 +568,7 @@ class Rewrite(Transaction):
             return self._replace(groups=tuple(group.carry(theirs, files) for group in self.groups))
         return self
 
-    def prepare(self, base: Manifest, files: DeletionFiles) -> "Rewrite":
+    def prepare(self, base: Manifest, files: DeletionFiles) -> Rewrite:
         prepared = dict(self._carried_files)
         for gi, group in enumerate(self.groups):
             for out, offsets in group.carried.items():
@@ -602,7 +607,7 @@ class Rewrite(Transaction):
         seen: set[int] = set()
         placed: set[int] = set()
 
-        def edit(f: Fragment) -> "Fragment | tuple[Fragment, ...] | None":
+        def edit(f: Fragment) -> Fragment | tuple[Fragment, ...] | None:
             gi = group_of.get(f.id)
             if gi is None:
                 return f
@@ -648,7 +653,7 @@ class ChangeIndex(Transaction):
         self.action = action
         self.written = list(index.files) if action != "drop" else []
 
-    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> "ChangeIndex":
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> ChangeIndex:
         record = theirs.record
         if rule == DISTINCT_NAMES and isinstance(record, IndexChangeRecord) and record.index == self.index.name:
             raise _conflict(self, theirs, files.uri, f"both changed index {self.index.name!r} ({record.action} committed first)")
@@ -658,10 +663,15 @@ class ChangeIndex(Transaction):
         current = next((ix for ix in base.indices if ix.name == self.index.name), None)
         if self.action == "create":
             if current is not None:
-                raise CommitConflict(f"table already has an index named {self.index.name!r} at version {base.version}; drop it first or choose another name")
+                raise CommitConflict(
+                    f"table already has an index named {self.index.name!r} at version {base.version}; "
+                    "drop it first or choose another name"
+                )
             indices = base.indices + (self.index,)
         elif current is None or current.uuid != self.index.uuid:
-            raise CommitConflict(f"index {self.index.name!r} was dropped or re-created at version {base.version}; nothing to {self.action}")
+            raise CommitConflict(
+                f"index {self.index.name!r} was dropped or re-created at version {base.version}; nothing to {self.action}"
+            )
         elif self.action == "update":
             indices = tuple(dataclasses.replace(ix, segments=ix.segments + self.index.segments) if ix is current else ix
                             for ix in base.indices)
@@ -699,7 +709,7 @@ class Overwrite(Transaction):
     def new_fragments(self) -> list[Fragment]:
         return self.fragments
 
-    def rebase(self, theirs: Manifest, files: DeletionFiles) -> "Transaction":
+    def rebase(self, theirs: Manifest, files: DeletionFiles) -> Transaction:
         if self.strict and not theirs.dropped:
             raise _conflict(self, theirs, files.uri, "a strict overwrite is redone on the latest version, never replayed")
         return super().rebase(theirs, files)

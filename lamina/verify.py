@@ -14,9 +14,9 @@ checked is what is on storage. S3 objects are staged to a temporary file by rang
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -61,7 +61,7 @@ class _Item:
     fragment: Fragment | None = None
 
 
-def _items(m: Manifest, fragments: "list[Fragment]") -> list[_Item]:
+def _items(m: Manifest, fragments: list[Fragment]) -> list[_Item]:
     out = []
     for f in fragments:
         out.append(_Item("data", f.path, f.file_bytes, f.checksum, f))
@@ -86,7 +86,9 @@ def _check(store: ObjectStore, item: _Item, batch_bytes: int) -> tuple[int, list
             frag = item.fragment
             offsets = _native.decode_deletions(data, where, frag.rows if frag else None).to_numpy(zero_copy_only=False)
             if frag is not None and (len(offsets) != frag.deleted_rows or (len(offsets) and offsets[-1] >= frag.rows)):
-                problems.append(f"{what} {where} holds {len(offsets)} offsets, the manifest says {frag.deleted_rows} of {frag.rows} rows")
+                problems.append(
+                    f"{what} {where} holds {len(offsets)} offsets, the manifest says {frag.deleted_rows} of {frag.rows} rows"
+                )
             return len(data), problems
         size = store.size(item.path)
         if item.size is not None and size != item.size:
@@ -155,7 +157,9 @@ def verify_version(store: ObjectStore, version: int, *, threads: int = 4, batch_
     try:
         manifest = load_manifest(store, version)
     except CorruptFile as e:
-        return VerifyReport(store.uri, version, 0, 0, 0, (f"{e} (nothing it names could be listed, so nothing more was checked)",))
+        return VerifyReport(
+            store.uri, version, 0, 0, 0, (f"{e} (nothing it names could be listed, so nothing more was checked)",)
+        )
     return verify(store, manifest, threads=threads, batch_bytes=batch_bytes, progress=progress)
 
 

@@ -35,8 +35,9 @@ import struct
 import threading
 import uuid
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -146,7 +147,9 @@ def _check_row_schema(schema: pa.Schema, primary_key: Sequence[str]) -> None:
     try:
         _native.wal_check_schema(schema)
     except InvalidArgument as e:
-        raise InvalidArgument(f"this table cannot be written through the WAL: {str(e).removeprefix('invalid argument: ')}") from None
+        raise InvalidArgument(
+            f"this table cannot be written through the WAL: {str(e).removeprefix('invalid argument: ')}"
+        ) from None
     if len(primary_key) > 1:
         raise InvalidArgument(f"the WAL supports single-column primary keys; this table's key is {list(primary_key)}")
 
@@ -225,7 +228,7 @@ class WalWriter:
                                  + ", ".join(f"{f.name}: {f.type}" for f in self.schema)) from None
         self.put_batch(batch)
 
-    def put_batch(self, batch: "pa.RecordBatch | pa.Table") -> None:
+    def put_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Buffers an Arrow batch (or table) in the table's schema."""
         self._check_open()
         if isinstance(batch, pa.Table):
@@ -321,7 +324,7 @@ class WalWriter:
         self._segment = self._claim()
         self._txn = self._offset = self._segment_rows = 0
 
-    def _log(self) -> "SegmentLog":
+    def _log(self) -> SegmentLog:
         return segment_log(self.store, self.shard, self._segment)
 
     def _append(self, data: bytes, rows: int) -> int:
@@ -400,7 +403,7 @@ class WalWriter:
                     pass  # logged; nothing left to seal
         self._closed = True
 
-    def __enter__(self) -> "WalWriter":
+    def __enter__(self) -> WalWriter:
         return self
 
     def __exit__(self, exc_type, *_: Any) -> None:
@@ -455,7 +458,7 @@ def read_segment(store: ObjectStore, shard: int, segment: int, start: int,
     return segment_log(store, shard, segment).read(start, max_bytes)
 
 
-def segment_log(store: ObjectStore, shard: int, segment: int) -> "SegmentLog":
+def segment_log(store: ObjectStore, shard: int, segment: int) -> SegmentLog:
     """The segment's log in the layout its store takes (FORMAT §11.1): appended files where
     objects are local files, one object per transaction elsewhere."""
     return (LocalSegmentLog if store.is_local else ObjectSegmentLog)(store, shard, segment)
@@ -501,7 +504,10 @@ class SegmentLog(abc.ABC):
         if gone is not None:
             torn = None  # retention's work, not a torn tail: the caller checks the watermarks
         elif sealed is not None and torn is None and not more and committed < sealed and start <= sealed:
-            torn = f"segment {self.store.describe(self.prefix)} is sealed at {sealed} transactions but only {committed} are readable"
+            torn = (
+                f"segment {self.store.describe(self.prefix)} is sealed at {sealed} transactions "
+                f"but only {committed} are readable"
+            )
         return out, SegmentState(self.segment, committed, sealed, torn, more, gone)
 
     @abc.abstractmethod
@@ -597,7 +603,9 @@ class ObjectSegmentLog(SegmentLog):
                 raise  # nothing landed: commit() can be called again
             return
         if not self._is_mine(path, obj):
-            raise WalError(f"WAL transaction {self.store.describe(path)} holds other bytes: another writer uses segment {self.segment}")
+            raise WalError(
+                f"WAL transaction {self.store.describe(path)} holds other bytes: another writer uses segment {self.segment}"
+            )
 
     def written_paths(self, txn: int) -> list[str]:
         return [f"{self.prefix}{txn:010d}.t"]
@@ -659,7 +667,7 @@ def decode_rows(data: bytes, schema: pa.Schema, where: str) -> tuple[pa.RecordBa
 
 
 def iter_shard(store: ObjectStore, shard: int, positions: dict[int, int],
-               skip: "set[int] | frozenset[int]" = frozenset()) -> Iterator[tuple[list[WalTxn], SegmentState]]:
+               skip: set[int] | frozenset[int] = frozenset()) -> Iterator[tuple[list[WalTxn], SegmentState]]:
     """For each segment of ``shard`` not in ``skip``: its transactions after ``positions[segment]`` (default 0)."""
     for segment in list_segments(store, shard):
         if segment not in skip:

@@ -7,7 +7,8 @@ Every decision carries a machine-readable reason (the constants below), shown by
 from __future__ import annotations
 
 import bisect
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from lamina import _native
 from lamina.manifest import Fragment
@@ -94,7 +95,7 @@ def row_group_actions(fragments: Sequence[Fragment], options: CompactionOptions)
 
 
 def choose_mode(fragments: Sequence[Fragment], options: CompactionOptions,
-                planned: "Sequence[RowGroupAction] | None" = None) -> tuple[str, str]:
+                planned: Sequence[RowGroupAction] | None = None) -> tuple[str, str]:
     """(mode, reason) for rewriting ``fragments`` together (``planned``: their ``row_group_actions``
     when the caller has them)."""
     if not options.enable_binary_copy:
@@ -117,7 +118,7 @@ def choose_mode(fragments: Sequence[Fragment], options: CompactionOptions,
 
 
 def actions(fragments: Sequence[Fragment], mode: str, options: CompactionOptions,
-            planned: "Sequence[RowGroupAction] | None" = None) -> list[RowGroupAction]:
+            planned: Sequence[RowGroupAction] | None = None) -> list[RowGroupAction]:
     """Per source row group, in order: copy it, copy it if clean, or re-encode it, and why
     (``planned``: the fragments' ``row_group_actions`` when the caller has them)."""
     if planned is None:
@@ -128,7 +129,9 @@ def actions(fragments: Sequence[Fragment], mode: str, options: CompactionOptions
 
 
 
-def resolve(actions: Sequence[RowGroupAction], fragments: Sequence[Fragment], deleted: Sequence[Sequence[int]]) -> tuple[RowGroupAction, ...]:
+def resolve(
+    actions: Sequence[RowGroupAction], fragments: Sequence[Fragment], deleted: Sequence[Sequence[int]]
+) -> tuple[RowGroupAction, ...]:
     """``actions`` with each COPY_IF_CLEAN made COPY or ENCODE from the deleted offsets of each
     fragment (sorted, as its deletion file holds them), row groups bounded by the manifest's row
     counts: the worker's only decision, a function of the plan and the deletion files it names."""
@@ -142,7 +145,8 @@ def resolve(actions: Sequence[RowGroupAction], fragments: Sequence[Fragment], de
         offsets = deleted[a.source]
         n = bisect.bisect_left(offsets, first + f.row_groups[a.row_group].rows) - bisect.bisect_left(offsets, first)
         out.append(RowGroupAction(ENCODE, a.source, a.row_group, f"{WHY_DELETED} ({n:,} row{'s' if n > 1 else ''})") if n
-                   else RowGroupAction(COPY, a.source, a.row_group, f"{WHY_CLEAN} (none of the fragment's {len(offsets):,} deleted rows)"))
+                   else RowGroupAction(COPY, a.source, a.row_group,
+                                       f"{WHY_CLEAN} (none of the fragment's {len(offsets):,} deleted rows)"))
     return tuple(out)
 
 

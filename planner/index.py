@@ -100,12 +100,17 @@ def plan_index(manifest: Manifest, column: str | None, kind: str | None, *, name
         if name is None:
             matches = [ix for ix in manifest.indices if ix.column == column and (kind is None or ix.kind == kind)]
             if len(matches) != 1:
-                raise IndexNotFound(f"cannot tell which index to update on {table}: {len(matches)} indices on column {column!r}; pass the name")
+                raise IndexNotFound(
+                    f"cannot tell which index to update on {table}: {len(matches)} indices on column {column!r}; pass the name"
+                )
             existing = matches[0]
         else:
             existing = next((ix for ix in manifest.indices if ix.name == name), None)
             if existing is None:
-                raise IndexNotFound(f"table {table} has no index named {name!r}; indices: {', '.join(ix.name for ix in manifest.indices) or 'none'}")
+                raise IndexNotFound(
+                    f"table {table} has no index named {name!r}; "
+                    f"indices: {', '.join(ix.name for ix in manifest.indices) or 'none'}"
+                )
         column, kind, name = existing.column, existing.kind, existing.name
         options = IndexOptions.from_details(existing.details, task_rows=options.task_rows if options else None,
                                             segment_rows=options.segment_rows if options else None)
@@ -115,7 +120,9 @@ def plan_index(manifest: Manifest, column: str | None, kind: str | None, *, name
         options = options or IndexOptions()
         name = check_name(name if name is not None else default_name(column, kind))
         if any(ix.name == name for ix in manifest.indices):
-            raise InvalidArgument(f"table {table} already has an index named {name!r}; drop it first, pick another name, or update it")
+            raise InvalidArgument(
+                f"table {table} already has an index named {name!r}; drop it first, pick another name, or update it"
+            )
     check_indexable(manifest.schema, column, kind, table)
     if existing is not None:
         covered = existing.coverage(manifest.fragment_map())

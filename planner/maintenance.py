@@ -16,15 +16,16 @@ prints, and what a run does when nothing commits in between.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from lamina.cleanup import MIN_RETENTION
 from lamina.errors import InvalidConfig
 from lamina.manifest import Manifest
-from lamina.wal import watermark_key
 from lamina.planner.options import FALSE_WORDS, TRUE_WORDS, CompactionOptions, typed_value
 from lamina.planner.plan import CompactionPlan, plan_compaction
+from lamina.wal import watermark_key
 
 #: The actions, in the order a plan runs them: rewrites first (their outputs are indexed by the
 #: compaction), cleanup last (it removes what the other actions left behind, after the retention).
@@ -89,7 +90,7 @@ class MaintenancePolicy:
                 f"enforce_retention to false where nothing reads or writes the tables meanwhile")
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "MaintenancePolicy":
+    def from_mapping(cls, values: Mapping[str, Any]) -> MaintenancePolicy:
         """A policy from configs/maintenance.yaml's keys (missing keys keep their defaults)."""
         if not isinstance(values, Mapping):
             raise InvalidConfig(f"a maintenance policy is a mapping of options, got {type(values).__name__}")
@@ -107,7 +108,7 @@ class MaintenancePolicy:
             values["compaction"] = CompactionOptions.from_mapping(dict(comp))
         return cls(**values)
 
-    def with_properties(self, properties: Mapping[str, Any], table: str = "") -> "MaintenancePolicy":
+    def with_properties(self, properties: Mapping[str, Any], table: str = "") -> MaintenancePolicy:
         """This policy overridden by catalog properties ``maintenance.<key>`` (and
         ``maintenance.compaction.<key>``); other properties are ignored. Values may be strings
         (``"false"``, ``"3600"``, ``"a,b"``). A bad key or value raises ``InvalidConfig`` naming
@@ -120,7 +121,7 @@ class MaintenancePolicy:
                 continue
             name, raw = key[len(PROPERTY_PREFIX):], properties[key]
 
-            def bad(expected: str) -> InvalidConfig:
+            def bad(expected: str, key: str = key, raw: Any = raw) -> InvalidConfig:
                 return InvalidConfig(f"{where}: property {key}={raw!r} must be {expected}; fix the property on the "
                                      f"table or its namespace")
 

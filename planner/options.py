@@ -88,14 +88,14 @@ class CompactionOptions:
                 f"without moving up. Raise min_merge_width or lower tier_ratio")
 
     @classmethod
-    def from_mapping(cls, values: dict[str, Any]) -> "CompactionOptions":
+    def from_mapping(cls, values: dict[str, Any]) -> CompactionOptions:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - names)
         if unknown:
             raise InvalidConfig(f"unknown compaction option(s) {unknown}; known: {', '.join(sorted(names))}")
         return cls(**values)
 
-    def with_overrides(self, **values: Any) -> "CompactionOptions":
+    def with_overrides(self, **values: Any) -> CompactionOptions:
         return dataclasses.replace(self, **values)
 
     def to_dict(self) -> dict[str, Any]:

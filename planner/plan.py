@@ -17,15 +17,26 @@ source turns out not to be copyable, every row group is re-encoded
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from lamina.manifest import Fragment, Manifest, find_fragments
 from lamina.planner.bin_packing import pack_adjacent
 from lamina.planner.eligibility import (
-    COPY, COPY_IF_CLEAN, ENCODE, FULL_REWRITE, RowGroupAction, actions, candidate_reason, choose_mode, encode_all, resolve,
+    COPY,
+    COPY_IF_CLEAN,
+    ENCODE,
+    FULL_REWRITE,
+    WHY_LARGE,
+    WHY_SMALL,
+    RowGroupAction,
+    actions,
+    candidate_reason,
+    choose_mode,
+    encode_all,
+    resolve,
     row_group_actions,
-    WHY_LARGE, WHY_SMALL,
 )
 from lamina.planner.options import TIERED, CompactionOptions
 from lamina.planner.tiered import TierReport, plan_tiers
@@ -46,11 +57,11 @@ class CompactionGroup:
     #: Every source row group in output order: copied as it is or re-encoded.
     actions: tuple[RowGroupAction, ...] = ()
 
-    def as_full_rewrite(self, why: str) -> "CompactionGroup":
+    def as_full_rewrite(self, why: str) -> CompactionGroup:
         """This group with every row group re-encoded: what a worker runs when a copy is refused."""
         return dataclasses.replace(self, mode=FULL_REWRITE, reason=f"fallback: {why}", actions=encode_all(self.actions))
 
-    def resolve(self, fragments: Sequence[Fragment], deleted: Sequence[Sequence[int]]) -> "CompactionGroup":
+    def resolve(self, fragments: Sequence[Fragment], deleted: Sequence[Sequence[int]]) -> CompactionGroup:
         """This group with each ``copy_if_clean`` row group made a copy or a re-encode, from the
         sorted deleted offsets of each of its ``fragments`` (eligibility.resolve)."""
         return dataclasses.replace(self, actions=resolve(self.actions, fragments, deleted))
@@ -216,7 +227,7 @@ def _binpack(fragments: Iterable[Fragment], options: CompactionOptions
     return kept, skipped, limited
 
 
-def _within(groups: "list[list[Any]]", limit: int) -> "tuple[list[list[Any]], bool]":
+def _within(groups: list[list[Any]], limit: int) -> tuple[list[list[Any]], bool]:
     """The first groups holding at most ``limit`` fragments (at least the first), and whether any was left out."""
     kept, held = [], 0
     for g in groups:

@@ -1,4 +1,5 @@
-"""The tiered compaction policy: a fragment merges only with peers of its own size, so a table fed forever by small appends rewrites each row O(log n) times, not once per pass. Pure: no I/O.
+"""The tiered compaction policy: a fragment merges only with peers of its own size, so a table fed
+forever by small appends rewrites each row O(log n) times, not once per pass. Pure: no I/O.
 
     size s of a fragment or unit = max(live rows / target rows, live bytes / target bytes)
       at the target   (eligibility: not "small")    never moves by size
@@ -38,8 +39,9 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from lamina.manifest import Fragment
 from lamina.planner.bin_packing import pack_adjacent
@@ -101,7 +103,7 @@ class TierReport:
                 "unsettled_after": self.unsettled_after, "group_triggers": list(self.group_triggers),
                 "fragments": [d.to_dict() for d in self.decisions]}
 
-    def limited_to(self, groups: int, limit: int) -> "TierReport":
+    def limited_to(self, groups: int, limit: int) -> TierReport:
         """This report for a plan that keeps its first ``groups`` groups (``max_plan_fragments``): the
         fragments of the others wait for the next run."""
         why = f"waits: the plan reached max_plan_fragments ({limit:,}); merges in a later run"

@@ -19,8 +19,8 @@ from lamina.faults import maybe_die
 from lamina.index import segments
 from lamina.index.options import IndexOptions
 from lamina.manifest import Fragment
-from lamina.store import open_store
 from lamina.planner.index import IndexPlan
+from lamina.store import open_store
 
 
 @dataclass(frozen=True)

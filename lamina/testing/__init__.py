@@ -16,9 +16,9 @@ registers ``lamina.testing.pytest_plugin`` (README, "Testing your pipelines").
     pytest_plugin.py  the fixtures
 """
 
+from lamina.testing.cluster import local_ray
 from lamina.testing.moto import DUMMY_AWS_ENV, MotoS3, MotoServer, moto_s3, moto_server, request_kind
 from lamina.testing.proxy import FAULTS, KINDS, FaultProxy, Injection, Rule, Seen, fault_kind
-from lamina.testing.cluster import local_ray
 from lamina.testing.tables import make_table
 from lamina.testing.tls import TestCA
 

@@ -6,7 +6,8 @@ import contextlib
 import os
 import shutil
 import tempfile
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from lamina.testing.moto import DUMMY_AWS_ENV
 

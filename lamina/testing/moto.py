@@ -22,8 +22,9 @@ import contextlib
 import logging
 import threading
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from lamina.errors import InvalidArgument
 from lamina.testing.proxy import FaultProxy
@@ -99,7 +100,7 @@ class MotoServer:
                     out[kind] = out.get(kind, 0) + n
         return out
 
-    def start(self) -> "MotoServer":
+    def start(self) -> MotoServer:
         self._thread.start()
         return self
 

@@ -40,9 +40,9 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterable, Mapping
 from urllib.parse import parse_qs, urlsplit
 
 from lamina.errors import InvalidArgument
@@ -130,7 +130,7 @@ class _QuietServer(ThreadingHTTPServer):
     """A client that goes away mid-request (a killed process, a dropped connection: what the proxy
     is for) is not an error worth a traceback on stderr."""
 
-    def handle_error(self, request, client_address) -> None:  # noqa: ANN001 (socketserver's signature)
+    def handle_error(self, request, client_address) -> None:  # unannotated: socketserver's signature
         import sys
 
         if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError, OSError)):
@@ -218,7 +218,7 @@ class FaultProxy:
         self._server.server_close()
         self._thread.join(timeout=self.timeout)
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -29,7 +29,7 @@ class TestCA:
     key_file: str
 
     @classmethod
-    def create(cls, directory: str | Path, name: str = "Lamina test CA") -> "TestCA":
+    def create(cls, directory: str | Path, name: str = "Lamina test CA") -> TestCA:
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import ec
