@@ -13,10 +13,14 @@ import pyarrow as pa
 
 _NUMPY_TYPES = {pa.uint32(): np.uint32, pa.uint64(): np.uint64, pa.int32(): np.int32, pa.int64(): np.int64,
                 pa.float64(): np.float64}
-_INT_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
-              pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64}
-_TEXT_TYPES = {pa.string(): (str, np.int32), pa.large_string(): (str, np.int64),
-               pa.binary(): (bytes, np.int32), pa.large_binary(): (bytes, np.int64)}
+_INT_TYPES: dict[pa.DataType, type[np.integer[Any]]] = {
+    pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+    pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
+}
+_TEXT_TYPES: dict[pa.DataType, tuple[type, type[np.integer[Any]]]] = {
+    pa.string(): (str, np.int32), pa.large_string(): (str, np.int64),
+    pa.binary(): (bytes, np.int32), pa.large_binary(): (bytes, np.int64),
+}
 
 
 def from_numpy(values: Any, type: pa.DataType) -> pa.Array:

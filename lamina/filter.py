@@ -68,7 +68,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -192,7 +192,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-Number = "int | float | Fraction"
+Number: TypeAlias = "int | float | Fraction"
 _UNIT_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -411,8 +411,8 @@ class _Parser:
         if not self.toks:
             raise InvalidFilter("empty filter: pass a condition such as \"id < 100\"")
         e = self.or_()
-        if self.peek() is not None:
-            t = self.peek()
+        t = self.peek()
+        if t is not None:
             raise InvalidFilter(f"cannot parse filter {_short(self.text)}: unexpected {t.value!r} at position {t.pos}")
         return e
 
@@ -840,9 +840,9 @@ def _bind_arrow(raw: ArrowCall | ArrowField | ArrowLiteral, schema: pa.Schema) -
         if fn == "match_like" and "pattern" in opts and not opts["ignore_case"].as_py():
             return Like(col, opts["pattern"].as_py())
         if fn == "is_in" and "value_set" in opts:
-            node = _arrow_in(col, opts)
-            if node is not None:
-                return node
+            found = _arrow_in(col, opts)
+            if found is not None:
+                return found
     return Opaque(raw.expression())
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, TypeGuard
 
 import numpy as np
 
@@ -41,7 +41,9 @@ class AddressMapping:
         return cls(*(arr[:, i].copy() for i in range(5)))
 
     def runs(self) -> list[list[int]]:
-        return np.stack([self.old_fragment, self.old_start, self.output, self.new_start, self.length], axis=1).tolist()
+        runs: list[list[int]] = np.stack([self.old_fragment, self.old_start, self.output, self.new_start, self.length],
+                                         axis=1).tolist()
+        return runs
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, AddressMapping) and self.runs() == other.runs()
@@ -273,7 +275,7 @@ class UnknownRecord(TransactionRecord):
 
 #: The record type of each stored operation.
 RECORD_TYPES: dict[str, type[TransactionRecord]] = {
-    cls.operation: cls  # type: ignore[misc]
+    cls.operation: cls
     for cls in (CreateRecord, AppendRecord, OverwriteRecord, DeleteRecord, RewriteRecord, IndexChangeRecord, WalFlushRecord,
                 DropRecord)
 }
@@ -355,7 +357,7 @@ class _Fields:
         return [_Fields(x, f"{self.where}{name}[{i}].") for i, x in enumerate(v)]
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -382,10 +384,17 @@ def _mapping(g: _Fields, outputs: int) -> AddressMapping:
     return AddressMapping(*(arr[:, i].copy() for i in range(5)))
 
 
+class _Header(TypedDict):
+    uuid: str
+    read_version: int
+    timestamp_ms: int
+    sidecar: str | None
+
+
 def _decode(raw: Any) -> TransactionRecord:
     f = _Fields(raw, "")
-    header = dict(uuid=f.text("uuid", ""), read_version=f.number("read_version"), timestamp_ms=f.number("timestamp_ms"),
-                  sidecar=f.optional_text("sidecar"))
+    header = _Header(uuid=f.text("uuid", ""), read_version=f.number("read_version"), timestamp_ms=f.number("timestamp_ms"),
+                     sidecar=f.optional_text("sidecar"))
     operation = f.text("operation")
     cls = RECORD_TYPES.get(operation)
     if cls is None:

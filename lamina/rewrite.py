@@ -15,8 +15,9 @@ from lamina.datafile import WriteOptions, read_fragment, write_fragment
 from lamina.deletion import read_deleted
 from lamina.errors import InvalidArgument
 from lamina.manifest import Fragment, Manifest, find_fragments
+from lamina.records import AddressMapping
 from lamina.store import ObjectStore
-from lamina.transaction import AddressMapping, RewriteGroup
+from lamina.transaction import RewriteGroup
 
 
 def id_ranges(ids: np.ndarray) -> tuple[tuple[int, int], ...]:

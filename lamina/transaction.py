@@ -151,6 +151,7 @@ def table_dropped(mine: Transaction, table: str, drop_version: int) -> TableDrop
 
 
 T = TypeVar("T", bound="Transaction")
+_D = TypeVar("_D", bound="Delete")
 
 
 class Transaction(abc.ABC):
@@ -339,7 +340,7 @@ class Delete(Transaction):
         self._files: dict[int, tuple[str | None, DeletionFile]] = {}
         self._rows_deleted = 0
 
-    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> Delete:
+    def _rebase(self: _D, rule: str, theirs: Manifest, files: DeletionFiles) -> _D:
         deltas = dict(self.deltas)
         if rule == REMAP_DELETIONS:
             record = theirs.record

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -140,7 +141,8 @@ def _fragments(store: ObjectStore, m: Manifest, pool: ThreadPoolExecutor) -> tup
         return list(m.fragments), len(objects), read, problems
     out: list[Fragment] = []
     for part, held in m.fragments.runs(skip=lambda seg: True):  # segments unread here: read above, from storage
-        out.extend(held if held is not None else by_path.get(part.path) or ())
+        # held is None only for a segment (the skipped ones): its fragments were read above
+        out.extend(held if held is not None else by_path.get(cast(ManifestSegment, part).path) or ())
     if not problems:
         try:  # the version as a whole: fragment ids unique and in range, each segment within its entry's range
             for _ in m.fragments:

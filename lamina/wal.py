@@ -37,7 +37,7 @@ import uuid
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -325,6 +325,7 @@ class WalWriter:
         self._txn = self._offset = self._segment_rows = 0
 
     def _log(self) -> SegmentLog:
+        assert self._segment is not None  # claimed by _roll before anything is written
         return segment_log(self.store, self.shard, self._segment)
 
     def _append(self, data: bytes, rows: int) -> int:
@@ -332,6 +333,7 @@ class WalWriter:
         if not self._still_claimed():  # a purge removed the segment: nothing of this transaction may stay
             self._stop(self._why_unclaimed(), remove=self._log().written_paths(self._txn))
         self._offset += len(data)
+        assert self._segment is not None  # _log() has checked it
         tid = txn_id(self._segment, self._txn)
         self._txn += 1
         self._segment_rows += rows
@@ -361,6 +363,7 @@ class WalWriter:
         latest, gone = latest_of(self.store, self.table_uuid)
         if gone is not None:
             self._stop(gone)
+        assert latest is not None  # latest_of gives the version or what happened to the table
         return latest
 
     def _still_claimed(self) -> bool:
@@ -374,7 +377,7 @@ class WalWriter:
         _, gone = latest_of(self.store, self.table_uuid)
         return gone or f"the table was dropped (the claim of WAL segment {self._segment} is gone)"
 
-    def _stop(self, why: str, remove: Sequence[str] = ()) -> None:
+    def _stop(self, why: str, remove: Sequence[str] = ()) -> NoReturn:
         """Stops this writer for good: ``why`` the table is gone. Removes ``remove`` (what it has just
         written, into a location the purge may have listed for the last time already)."""
         if remove and self.store.exists(self._log().prefix + CLAIM):

@@ -100,7 +100,7 @@ class CompactionGroup:
         plain = {(COPY, WHY_LARGE), (ENCODE, WHY_SMALL)}
         notable = {s: runs for s, runs in per.items()
                    if len(runs) > 1 or (runs[0][2], runs[0][3].split(" ")[0]) not in plain}
-        lines = []
+        lines: list[str] = []
         for source, runs in notable.items():
             if limit is not None and len(lines) == limit:
                 lines.append(f"... ({len(notable) - limit} more fragments)")
@@ -229,7 +229,8 @@ def _binpack(fragments: Iterable[Fragment], options: CompactionOptions
 
 def _within(groups: list[list[Any]], limit: int) -> tuple[list[list[Any]], bool]:
     """The first groups holding at most ``limit`` fragments (at least the first), and whether any was left out."""
-    kept, held = [], 0
+    kept: list[list[Any]] = []
+    held = 0
     for g in groups:
         if kept and held + len(g) > limit:
             return kept, True

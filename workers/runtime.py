@@ -46,7 +46,7 @@ def connect(num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    local = {"num_cpus": num_cpus} if num_cpus and not os.environ.get("RAY_ADDRESS") else {}
+    local: dict[str, Any] = {"num_cpus": num_cpus} if num_cpus and not os.environ.get("RAY_ADDRESS") else {}
     ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False, **local)
 
 
@@ -92,8 +92,8 @@ def run_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | 
 
     connect()
     limit = concurrency or cluster_cpus()
-    remote = ray.remote(num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False,
-                        **_remote_options(runtime_env))(_counted)
+    remote: Any = ray.remote(num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False,
+                             **_remote_options(runtime_env))(_counted)
     queue = list(tasks)
     queue.reverse()
     pending: dict[Any, T] = {}
@@ -149,8 +149,9 @@ def named_actor(cls: type, name: str, args: Iterable[Any] = (), *, namespace: st
     import ray
 
     connect()
-    remote_cls = ray.remote(num_cpus=num_cpus, max_restarts=-1, max_task_retries=3, max_concurrency=max_concurrency,
-                            **_remote_options(runtime_env))(cls)
+    # ray's overloads of remote() list the options of a task only: max_concurrency is an actor's.
+    remote_cls = ray.remote(num_cpus=num_cpus, max_restarts=-1, max_task_retries=3,  # type: ignore[call-overload]
+                            max_concurrency=max_concurrency, **_remote_options(runtime_env))(cls)
     return remote_cls.options(name=name, namespace=namespace, get_if_exists=True, lifetime="detached").remote(*args)
 
 

@@ -88,6 +88,7 @@ class MotoServer:
     @property
     def endpoint(self) -> str:
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET address
         return f"{self._scheme}://{host}:{port}"
 
     def requests(self, bucket: str | None = None) -> dict[str, int]:
@@ -194,7 +195,7 @@ def moto_s3(*, fault_rate: float | dict[str, float] = 0.0, seed: int = 0, kinds:
     at most (see ``lamina.testing.proxy``). The bucket is created directly, past the faults.
     """
     own = server is None
-    srv = MotoServer(ssl_context=tls.server_context() if tls is not None else None).start() if own else server
+    srv = server if server is not None else MotoServer(ssl_context=tls.server_context() if tls is not None else None).start()
     proxy = None
     try:
         if (max(fault_rate.values(), default=0.0) if isinstance(fault_rate, dict) else fault_rate) > 0:

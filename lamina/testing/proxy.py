@@ -145,6 +145,8 @@ class FaultProxy:
                  max_faults: int = 10_000, max_seconds: float = 600.0, max_consecutive: int = 3,
                  delay_seconds: float = 0.2, timeout: float = 30.0):
         parts = urlsplit(upstream)
+        if parts.hostname is None:
+            raise InvalidArgument(f"the fault proxy's upstream is a URL such as http://127.0.0.1:5000, got {upstream!r}")
         self.upstream_host, self.upstream_port = parts.hostname, parts.port
         self.timeout = timeout
         chosen = set(KINDS if kinds is None else kinds)
@@ -175,6 +177,7 @@ class FaultProxy:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET address
         return f"http://{host}:{port}"
 
     # -- hand-driven rules ------------------------------------------------------------------
