@@ -61,8 +61,9 @@ def take_rows_many(files: list[tuple[str, str | os.PathLike[str] | None, bytes |
 
     ``files[i]`` = (object location for errors and the footer cache, local path or None, the whole
     object's bytes or None, size the manifest records, how many of ``offsets`` are this file's); ``offsets``
-    are little-endian uint32s as bytes (``np.asarray(o, "<u4").tobytes()``), each file's sorted and distinct. Only the pages holding the rows are read. CorruptFile
-    (naming the object) if a file differs from its recorded size or cannot be decoded.
+    are little-endian uint32s as bytes (``np.asarray(o, "<u4").tobytes()``), each file's sorted and distinct.
+    Only the pages holding the rows are read. CorruptFile (naming the object) if a file differs from its
+    recorded size or cannot be decoded.
     """
 
 def native_cache_stats() -> dict[str, tuple[int, int, int, int, int]]:
@@ -115,7 +116,9 @@ def decode_deletions(data: bytes, object: str, rows: int | None = None) -> pa.UI
 def wal_check_schema(schema: pa.Schema) -> None:
     """InvalidArgument naming the first column of ``schema`` the WAL cannot carry."""
 
-def wal_encode(batch: pa.RecordBatch, deletes: pa.BooleanArray | None = None, key_columns: list[int] = []) -> tuple[bytes, pa.UInt64Array]:
+def wal_encode(
+    batch: pa.RecordBatch, deletes: pa.BooleanArray | None = None, key_columns: list[int] = []
+) -> tuple[bytes, pa.UInt64Array]:
     """Rows of ``batch`` in the row-first WAL layout, and each row's end offset (delete rows keep only ``key_columns``)."""
 
 def wal_decode(rows: bytes, schema: pa.Schema, object: str) -> tuple[pa.RecordBatch, pa.UInt8Array]:
