@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -24,7 +25,7 @@ from lamina import _native
 from lamina.arrays import from_numpy
 from lamina.checksum import check, of_bytes
 from lamina.deletion import live_mask, read_deleted
-from lamina.errors import CorruptFile, InvalidConfig, LaminaError, ObjectNotFound
+from lamina.errors import CorruptFile, InvalidArgument, InvalidConfig, LaminaError, ObjectNotFound
 from lamina.filter import Filter
 from lamina.manifest import ADDRESS_SHIFT, DATA_DIR, Fragment, RowGroup, Zone
 from lamina.io_pool import map_fragments, pool_size
@@ -83,16 +84,41 @@ def chunk_batches(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[list
         yield pending
 
 
+#: At most this many of a data file name's 32 hex digits may be a caller's prefix (``name_prefix``):
+#: the rest, at least 64 random bits, keeps the names of one prefix apart.
+MAX_NAME_PREFIX = 16
+_NAME_PREFIX_CHARS = frozenset("0123456789abcdef")
+
+
+def check_name_prefix(name_prefix: str) -> str:
+    """``name_prefix`` if it can start data file names: lowercase hex, at most ``MAX_NAME_PREFIX`` digits."""
+    if (not isinstance(name_prefix, str) or len(name_prefix) > MAX_NAME_PREFIX
+            or not _NAME_PREFIX_CHARS.issuperset(name_prefix)):
+        raise InvalidArgument(f"name_prefix={name_prefix!r}: data file names take a prefix of at most "
+                              f"{MAX_NAME_PREFIX} lowercase hex digits")
+    return name_prefix
+
+
+def data_file_path(name_prefix: str = "") -> str:
+    """A fresh data file path, ``data/<32 hex>.parquet``: a random uuid, or ``name_prefix`` (checked by
+    ``check_name_prefix``) followed by random hex digits, so that ``store.list(DATA_DIR + name_prefix)``
+    finds every file written with that prefix (a Ray write's way to find the files of tasks that died)."""
+    if not name_prefix:
+        return f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
+    return f"{DATA_DIR}{name_prefix}{secrets.token_hex(16)[len(name_prefix):]}.parquet"
+
+
 def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.RecordBatch], options: WriteOptions,
-                   zones: tuple[Zone, ...] | None = None) -> Fragment:
+                   zones: tuple[Zone, ...] | None = None, *, name_prefix: str = "") -> Fragment:
     """Writes one data file from ``batches``; returns its fragment (id -1 until committed).
 
     The file is fsynced, unless ``store`` is a local store's ``deferring_sync()`` view: then the caller
     makes it durable (``sync_objects``) before committing it, as ``write_fragments`` does. ``zones``:
-    ``prune.zones_of(batches, schema)`` when the caller computed it already (for many files at once)."""
+    ``prune.zones_of(batches, schema)`` when the caller computed it already (for many files at once).
+    ``name_prefix``: the file's name starts with these hex digits (``data_file_path``)."""
     sync = getattr(store, "sync_each_write", True)
     started = time.time()
-    path = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
+    path = data_file_path(check_name_prefix(name_prefix))
     with store.staged_new_output(path) as local:  # a fresh name: in place on a local disk
         meta = _native.write_data_file(local, schema, batches, **_native_options(options), sync=sync)
     return _written(path, meta, prune.zones_of(batches, schema) if zones is None else zones, schema, started)
@@ -136,13 +162,13 @@ GROUP_ROWS = 4096
 
 
 def _write_group(store: ObjectStore, schema: pa.Schema, chunks: list[list[pa.RecordBatch]],
-                 options: WriteOptions) -> list[Fragment]:
+                 options: WriteOptions, name_prefix: str = "") -> list[Fragment]:
     """Writes consecutive files, in order; on error removes the ones it wrote and raises. Into a local
     store that syncs them together later (``deferring_sync``), several files are one native call."""
     zones = prune.zones_of_many(chunks, schema)
     if len(chunks) > 1 and isinstance(store, LocalStore) and not store.sync_each_write:
         started = time.time()
-        paths = [f"{DATA_DIR}{uuid.uuid4().hex}.parquet" for _ in chunks]
+        paths = [data_file_path(name_prefix) for _ in chunks]
         try:
             metas = _native.write_data_files(list(zip(store.new_files(paths), chunks)), schema, **_native_options(options),
                                              sync=False)
@@ -153,7 +179,7 @@ def _write_group(store: ObjectStore, schema: pa.Schema, chunks: list[list[pa.Rec
     out: list[Fragment] = []
     try:
         for chunk, z in zip(chunks, zones):
-            out.append(write_fragment(store, schema, chunk, options, zones=z))
+            out.append(write_fragment(store, schema, chunk, options, zones=z, name_prefix=name_prefix))
     except BaseException:
         store.delete([f.path for f in out])
         raise
@@ -173,8 +199,13 @@ def _grouped(chunks: Iterator[list[pa.RecordBatch]], rows_per_file: int) -> Iter
         size = min(most, size * 2)
 
 
-def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.RecordBatch], options: WriteOptions) -> list[Fragment]:
+def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.RecordBatch], options: WriteOptions,
+                    *, name_prefix: str = "") -> list[Fragment]:
     """Writes the stream into files of at most ``max_rows_per_file`` rows, in order.
+
+    ``name_prefix`` (at most ``MAX_NAME_PREFIX`` lowercase hex digits): every file's name starts with it,
+    so that the writer can find the files by listing ``DATA_DIR + name_prefix`` even if this call never
+    returns (a Ray write task cancelled or killed inside it: ``lamina.ray``). Names stay 32 hex digits.
 
     Up to ``write_threads()`` groups of files are encoded at once (the native writer releases the
     GIL); a group is one file, or consecutive small files of together at most ``GROUP_ROWS`` rows
@@ -185,6 +216,7 @@ def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.
     fsync and made durable together at the end (``LocalStore.sync_objects``: one ``syncfs`` for many
     small files instead of an fsync each); elsewhere each file is synced as it is written.
     """
+    check_name_prefix(name_prefix)
     batched = isinstance(store, LocalStore)
     target = store.deferring_sync() if batched else store
     threads = write_threads()
@@ -195,7 +227,7 @@ def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.
             for group in _grouped(chunk_batches(batches, options.max_rows_per_file), options.max_rows_per_file):
                 if len(in_flight) >= threads:
                     _, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
-                future = pool.submit(_write_group, target, schema, group, options)
+                future = pool.submit(_write_group, target, schema, group, options, name_prefix)
                 futures.append(future)
                 in_flight.add(future)
             fragments = [fragment for f in futures for fragment in f.result()]

@@ -11,12 +11,21 @@ filter, indices and deletions as there.
 
 Writes (``LaminaDatasink``)::
 
-    driver: check uri/mode/schema ─► Ray write tasks: conform blocks ─► write_fragments ─► [Fragment]
-                                       (each tells a _WrittenFiles actor it began, its files, and that it ended)
+    driver: check uri/mode/schema, pick a write id ─► Ray write tasks: conform blocks ─► write_fragments ─► [Fragment]
+                                       (files named data/<write id><random>.parquet; each task tells a
+                                        _WrittenFiles actor it began, its files, and that it ended)
             ─► on_write_complete: one Append / Overwrite through lamina.commit (a Create first if no table;
-                                  if another writer created it meanwhile, the mode decides: see write_table)
+                                  if another writer created it meanwhile, the mode decides: see write_table);
+                                  files under data/<write id> it does not commit are removed
             ─► on failure: nothing committed; no task may begin; the running ones are waited for;
-                           then every file a task reported is removed
+                           then every file under data/<write id> (and every file a task reported) is removed
+
+How the write finds its files: by listing ``data/<write id>``. Every data file of one write is named
+with its write id (16 hex digits, chosen when the datasink is made; the names stay the 32 hex digits
+of any data file), so the list holds the files of tasks that reported them and also of tasks that did
+not: one cancelled or killed inside ``write_fragments`` after its file was written, before it reported
+it. The registry stays: its wait for the running tasks is what makes the list complete (a task still
+writing would add files after it), and the files tasks reported to it are removed along with the list.
 
 This is the one module besides ``workers/runtime.py`` that imports Ray (tests/test_layout.py):
 a Ray Data Datasource/Datasink must subclass Ray's classes. ``import lamina`` does not import it.
@@ -27,6 +36,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import secrets
 import threading
 import time
 import uuid
@@ -44,7 +54,7 @@ from lamina.datafile import WriteOptions, output_schema, read_fragment, write_fr
 from lamina.errors import CommitStateUnknown, InvalidArgument, LaminaError, SchemaMismatch, TableExists
 from lamina.filter import Filter, parse_filter
 from lamina.io_pool import map_fragments
-from lamina.manifest import Fragment, Manifest, latest_version, load_manifest
+from lamina.manifest import DATA_DIR, Fragment, Manifest, latest_version, load_manifest
 from lamina.schema import conform, validate_schema
 from lamina.store import ObjectStore, open_store
 from lamina.table import Table, open_table
@@ -54,7 +64,8 @@ log = logging.getLogger("lamina.ray")
 
 MODES = ("append", "overwrite")
 
-#: A failed write waits this long at most for its tasks still running (they remove their own files).
+#: A failed write waits this long at most for its tasks still running (they remove their own files; files
+#: one still running after the wait writes later are left for ``table.cleanup()``).
 TASK_WAIT_SECONDS = 600.0
 #: While it waits, it looks this often for tasks whose process died (they will never say they ended).
 LIVENESS_CHECK_SECONDS = 1.0
@@ -216,13 +227,17 @@ def read_table(uri: str, *, columns: Sequence[str] | None = None, filter: "str |
 
 # -- writes --------------------------------------------------------------------
 class _WrittenFiles:
-    """The write's tasks and the data files they wrote, so a failed write can wait for its tasks and remove every file.
+    """The write's tasks and the data files they reported, so a failed write can wait for its tasks before it removes its files.
 
     A task ``begin``s before writing (refused once the write is abandoned: it writes nothing),
     reports its files with ``add`` (accepted until ``close``: those may be committed) and ``end``s,
     whatever happened. ``wait_for_tasks`` returns once no task that began is still running (or the
     time asked has passed: it says which are). Every path ever reported is kept, accepted or not.
     Safe to call from several threads (the actor runs its calls concurrently, so a wait holds no one up).
+
+    The reports are not the whole list: a task cancelled or killed after writing a file and before
+    ``add`` never reports it. The datasink finds such files by listing its write id's prefix
+    (``LaminaDatasink.written_files``) once ``wait_for_tasks`` says no task still writes.
     """
 
     def __init__(self) -> None:
@@ -342,6 +357,8 @@ class LaminaDatasink(Datasink):
             self.schema = self._explicit_schema  # None: write_table takes the dataset's
             config = {}
         self.options = WriteOptions.from_config(config, max_rows_per_file=max_rows_per_file)
+        #: Starts the name of every data file this write's tasks write (``written_files`` lists them).
+        self.write_id = secrets.token_hex(8)
         # Threads, so that the driver's wait for the tasks does not hold up the tasks' own calls.
         self._files: Any = ray.remote(num_cpus=0, max_concurrency=64)(_WrittenFiles).remote()
         self._settled = False  # the files' fate is decided (committed, removed, or unknown)
@@ -383,7 +400,9 @@ class LaminaDatasink(Datasink):
         batches = itertools.chain.from_iterable(
             conform(align_types(BlockAccessor.for_block(b).to_arrow(), schema), schema) for b in blocks)
         try:
-            fragments = write_fragments(store, schema, batches, self.options)  # removes its files on error
+            # Removes its files on error; named with the write id, so that the driver finds them all the same
+            # if this task is cancelled or killed before it reports them (on_write_failed).
+            fragments = write_fragments(store, schema, batches, self.options, name_prefix=self.write_id)
         except LaminaError as e:
             raise _naming(e, self.uri, "writing to") from None
         paths = [f.path for f in fragments]
@@ -398,13 +417,23 @@ class LaminaDatasink(Datasink):
                               f"this task's files were removed")
         return fragments
 
+    def written_files(self, store: ObjectStore) -> list[str]:
+        """Every data file on storage that this write's tasks wrote (named with its ``write_id``),
+        reported or not, committed or not."""
+        return [o.path for o in store.list(f"{DATA_DIR}{self.write_id}")]
+
     def on_write_complete(self, write_result: Any) -> None:
-        """The one commit: Append or Overwrite of every task's fragments (a Create first if there is no table)."""
+        """The one commit: Append or Overwrite of every task's fragments (a Create first if there is no table).
+
+        Files of this write that are not committed (a retried task's first attempt, a task killed
+        before it reported its files) are removed first."""
         fragments = [f for ret in write_result.write_returns for f in (ret or [])]
         paths = {f.path for f in fragments}
         store = open_store(self.uri, self.storage_options)
         registered = ray.get(self._files.close.remote())
-        orphans = [p for p in registered if p not in paths]  # e.g. a retried task's first attempt
+        # Listed after close: a task still running now has its later files refused and removes them itself.
+        found = dict.fromkeys([*registered, *self.written_files(store)])
+        orphans = [p for p in found if p not in paths]
         if orphans:
             store.delete(orphans)
         try:
@@ -454,22 +483,26 @@ class LaminaDatasink(Datasink):
 
     def on_write_failed(self, error: Exception) -> None:
         """Nothing is committed. No task may begin any more; the tasks still running are waited for
-        (each removes its files when it learns the write was abandoned); then every file any task
-        reported is removed."""
+        (each removes its files when it learns the write was abandoned); then every file named with
+        this write's id is removed, whether its task reported it or was cancelled or killed first,
+        and every file any task reported."""
         if self._settled:
             return
         self._settled = True
         try:
             ray.get(self._files.close.remote())
             self._wait_for_tasks()
-            open_store(self.uri, self.storage_options).delete(ray.get(self._files.paths.remote()))
+            store = open_store(self.uri, self.storage_options)
+            reported = ray.get(self._files.paths.remote())
+            store.delete(list(dict.fromkeys([*self.written_files(store), *reported])))
         except Exception as e:  # best effort: the write's own error is what the caller sees
             log.warning("writing to table %s failed and its data files could not all be removed (%s); "
                         "table.cleanup() removes them later", self.uri, e)
 
     def _wait_for_tasks(self) -> None:
         """Returns once no write task is running: each ended, or its process died (the files it wrote
-        before dying are left for ``table.cleanup()``), or after ``TASK_WAIT_SECONDS``."""
+        before dying are found by ``written_files``), or after ``TASK_WAIT_SECONDS`` (files a task
+        still running writes later are left for ``table.cleanup()``)."""
         running = ray.get(self._files.wait_for_tasks.remote(0.0))
         if not running:
             return

@@ -317,6 +317,153 @@ def test_a_retried_tasks_first_files_are_removed_at_commit(ray_cluster, local_ta
     assert _data_files(local_table_uri, None) == [f.path for f in kept] != [f.path for f in lost]
 
 
+def test_data_file_names_take_a_prefix_and_still_commit(table_location):
+    """A write's files can be named with its prefix (how a Ray write finds all of its files); the names stay
+    what the manifest expects of data files, so they commit and read back like any other."""
+    import re
+
+    from lamina.commit import commit
+    from lamina.datafile import WriteOptions, data_file_path, write_fragment, write_fragments
+    from lamina.transaction import Append
+
+    uri, options = table_location
+    store = open_store(uri, options)
+    t = lamina.create_table(uri, SCHEMA, storage_options=options)
+    prefix = "0123456789abcdef"
+    # 10-row files: on a local disk both the one-file and the many-files-per-native-call paths.
+    written = write_fragments(store, SCHEMA, rows(0, 200).to_batches(), WriteOptions(max_rows_per_file=10),
+                              name_prefix=prefix)
+    written.append(write_fragment(store, SCHEMA, rows(200, 10).to_batches(), WriteOptions(), name_prefix="a1"))
+    written += write_fragments(store, SCHEMA, rows(210, 10).to_batches(), WriteOptions())  # no prefix, as before
+    names = [f.path for f in written]
+    assert len(names) == len(set(names)) == 22
+    assert all(re.fullmatch(r"data/[0-9a-f]{32}\.parquet", n) for n in names)
+    assert all(n.startswith(f"{DATA_DIR}{prefix}") for n in names[:20]) and names[20].startswith(f"{DATA_DIR}a1")
+    assert not names[21].startswith((f"{DATA_DIR}{prefix}", f"{DATA_DIR}a1"))
+    assert sorted(o.path for o in store.list(f"{DATA_DIR}{prefix}")) == sorted(names[:20])
+    commit(store, Append(t.version, written), t.manifest)
+    reopened = lamina.open_table(uri, storage_options=options)  # the manifest read back and validated
+    assert sorted(f.path for f in reopened.manifest.fragments) == sorted(names)
+    assert _by_id(reopened.to_arrow()).equals(pa.concat_tables([rows(0, 200), rows(200, 10), rows(210, 10)]))
+
+    assert re.fullmatch(r"data/[0-9a-f]{32}\.parquet", data_file_path())
+    for bad in ("ABCDEF", "0123456789abcdef0", "xyz", "../a", "a/b", "0x1"):
+        with pytest.raises(InvalidArgument, match="name_prefix"):
+            write_fragments(store, SCHEMA, rows(0, 10).to_batches(), WriteOptions(), name_prefix=bad)
+    assert _data_files(uri, options) == sorted(names)
+
+
+def _cancelled_after_writing(real_write_fragments):
+    """``write_fragments`` as a task cancelled right after it wrote its files, before it reported them,
+    sees it: the files are on storage, and Ray's KeyboardInterrupt is raised instead of returning them."""
+
+    def write_fragments(*args, **kwargs):
+        real_write_fragments(*args, **kwargs)
+        raise KeyboardInterrupt("cancelled by Ray after write_fragments wrote its files")
+
+    return write_fragments
+
+
+@pytest.mark.parametrize("existing", [True, False])
+def test_a_failed_write_removes_the_files_of_a_task_cancelled_before_it_reported_them(ray_cluster, table_location,
+                                                                                        existing, monkeypatch):
+    """The race that left a file after a failed write on a loaded host, made deterministic: one task is
+    cancelled between writing its file and telling the registry, another task reported its file."""
+    import lamina.ray
+    from lamina.ray import LaminaDatasink
+
+    uri, options = table_location
+    if existing:
+        _table(uri, options, batches=1)
+    files_before = _data_files(uri, options)
+    sink = LaminaDatasink(uri, "append", schema=None if existing else SCHEMA, storage_options=options)
+    try:
+        reported = sink.write([rows(0, 100)], None)
+        with monkeypatch.context() as m:
+            m.setattr(lamina.ray, "write_fragments", _cancelled_after_writing(lamina.ray.write_fragments))
+            with pytest.raises(KeyboardInterrupt):
+                sink.write([rows(100, 100)], None)
+        import ray
+
+        assert ray.get(sink._files.paths.remote()) == [f.path for f in reported]  # the cancelled task's is not
+        assert len(_data_files(uri, options)) == len(files_before) + 2
+        sink.on_write_failed(RuntimeError("another task failed"))
+        assert _data_files(uri, options) == files_before
+    finally:
+        sink.close()
+    if existing:
+        assert lamina.open_table(uri, storage_options=options).version == 2
+    else:
+        with pytest.raises(TableNotFound):
+            lamina.open_table(uri, storage_options=options)
+
+
+def _killed_after_writing(sink, block):
+    """A write task whose process dies right after ``write_fragments`` wrote its file (never reports it, never ends)."""
+    import lamina.ray
+
+    real = lamina.ray.write_fragments
+
+    def write_then_die(*args, **kwargs):
+        real(*args, **kwargs)
+        os._exit(1)  # this worker process only: it is gone with the patch
+
+    lamina.ray.write_fragments = write_then_die
+    return sink.write([block], None)
+
+
+def test_a_failed_write_removes_the_files_of_a_task_killed_before_it_reported_them(ray_cluster, table_location,
+                                                                                     monkeypatch):
+    import ray
+
+    import lamina.ray
+    from lamina.ray import LaminaDatasink
+
+    uri, options = table_location
+    _table(uri, options, batches=1)
+    files_before = _data_files(uri, options)
+    monkeypatch.setattr(lamina.ray, "TASK_WAIT_SECONDS", 120.0)  # a hang would be the bug, not a wait
+    sink = LaminaDatasink(uri, "append", storage_options=options)
+    try:
+        task = ray.remote(num_cpus=0, max_retries=0)(_killed_after_writing).remote(sink, rows(0, 100))
+        with pytest.raises(ray.exceptions.RayError):
+            ray.get(task)
+        assert ray.get(sink._files.paths.remote()) == []
+        left = [p for p in _data_files(uri, options) if p not in files_before]
+        assert len(left) == 1 and left[0].startswith(f"{DATA_DIR}{sink.write_id}")
+        sink.on_write_failed(RuntimeError("the task's worker died"))  # waits until it sees the process is gone
+        assert _data_files(uri, options) == files_before
+    finally:
+        sink.close()
+    assert lamina.open_table(uri, storage_options=options).version == 2
+
+
+def test_a_commit_removes_the_files_of_an_attempt_killed_before_it_reported_them(ray_cluster, table_location):
+    """A task whose first attempt died after writing (its retry succeeded): the write commits the retry's
+    files and removes the first attempt's, found by the write's prefix; files of other writes stay."""
+    from ray.data.datasource.datasink import WriteResult
+
+    from lamina.datafile import write_fragments
+    from lamina.ray import LaminaDatasink
+
+    uri, options = table_location
+    _table(uri, options, batches=1)
+    files_before = _data_files(uri, options)
+    sink = LaminaDatasink(uri, "append", storage_options=options)
+    store = open_store(uri, options)
+    try:
+        lost = write_fragments(store, SCHEMA, rows(0, 100).to_batches(), sink.options, name_prefix=sink.write_id)
+        stranger = write_fragments(store, SCHEMA, rows(0, 100).to_batches(), sink.options)  # another writer's
+        kept = sink.write([rows(0, 100)], None)
+        sink.on_write_complete(WriteResult(100, 0, [kept]))
+    finally:
+        sink.close()
+    t = lamina.open_table(uri, storage_options=options)
+    assert t.version == 3 and t.count_rows() == 500
+    assert _data_files(uri, options) == sorted(files_before + [f.path for f in kept + stranger])
+    assert not {f.path for f in lost} & set(_data_files(uri, options))
+
+
 def test_a_mismatched_dataset_is_refused_naming_the_table_and_leaves_nothing(ray_cluster, local_table_uri):
     import ray
 
