@@ -51,11 +51,12 @@ from ray.data.datasource import Datasink, Datasource, ReadTask
 
 from lamina.commit import commit
 from lamina.datafile import WriteOptions, output_schema, read_fragment, write_fragments
+from lamina.drop import free_after
 from lamina.errors import CommitStateUnknown, InvalidArgument, LaminaError, SchemaMismatch, TableExists
 from lamina.filter import Filter, parse_filter
 from lamina.io_pool import map_fragments
 from lamina.manifest import DATA_DIR, Fragment, Manifest, latest_version, load_manifest
-from lamina.schema import conform, validate_schema
+from lamina.schema import check_column_names, conform, validate_schema
 from lamina.store import ObjectStore, open_store
 from lamina.table import Table, open_table
 from lamina.transaction import Append, Create, Overwrite
@@ -144,7 +145,7 @@ class LaminaDatasource(Datasource):
         self._uri = table.uri
         self._storage_options = table.storage_options
         self._pinned = table.manifest
-        cols = table._check_columns(columns)
+        cols = check_column_names(table.schema, columns, table.uri)
         self._filter = parse_filter(filter, table.schema) if filter is not None else None
         self._projection_map = None if cols is None else {c: c for c in cols}
 
@@ -347,6 +348,11 @@ class LaminaDatasink(Datasink):
         self._explicit_schema = validate_schema(schema) if schema is not None else None
         latest = latest_version(store)
         self._base: Manifest | None = load_manifest(store, latest) if latest is not None else None
+        #: The table at the URI was dropped: this write creates a new one after its tombstone, before
+        #: any task writes (``create_now``), so that a drop still running cannot remove what they write.
+        self.after_drop = self._base is not None and self._base.dropped
+        if self.after_drop:
+            self._base = None
         if self._base is not None:
             if self._explicit_schema is not None and mode == "append" and not self._explicit_schema.equals(self._base.schema):
                 raise InvalidArgument(f"schema= differs from the schema of table {self.uri}; an append keeps the "
@@ -468,18 +474,24 @@ class LaminaDatasink(Datasink):
             txn = Append(base.version, fragments)
         return Table(store, commit(store, txn, base), self.storage_options)
 
+    def create_now(self) -> None:
+        """Creates the table before any task writes (over a dropped table's tombstone: ``TableExists`` while
+        that drop has objects left to remove); the write then commits on it like on any existing table."""
+        self._base, _ = self._create(open_store(self.uri, self.storage_options))
+
     def _create(self, store: ObjectStore) -> tuple[Manifest, bool]:
         """The table this write creates (True), or the version found if another writer created it first (False)."""
         if self.schema is None:
             raise InvalidArgument(f"cannot create table {self.uri} from an empty dataset without schema=")
-        txn = Create(self.schema, config=self.options.to_config())
         try:
+            txn = Create(self.schema, config=self.options.to_config(), after=free_after(store))
             return commit(store, txn, txn.base), True
         except TableExists:
             latest = latest_version(store)
-            if latest is None:  # created and dropped again meanwhile
+            found = load_manifest(store, latest) if latest is not None else None
+            if found is None or found.dropped:  # created and dropped again meanwhile, or a drop not finished
                 raise
-            return load_manifest(store, latest), False
+            return found, False
 
     def on_write_failed(self, error: Exception) -> None:
         """Nothing is committed. No task may begin any more; the tasks still running are waited for
@@ -565,6 +577,8 @@ def write_table(dataset: "ray.data.Dataset", uri: str, *, mode: str = "append", 
     try:
         if sink.schema is None:
             sink.schema = dataset_schema(dataset, sink.uri)
+        if sink.after_drop:
+            sink.create_now()
         dataset.write_datasink(sink, **write_args)
     finally:
         sink.close()

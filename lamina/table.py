@@ -161,9 +161,6 @@ class Table:
             )
         self._manifest = manifest
 
-    def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:  # TEMPORARY until ray.py moves
-        return check_column_names(self.schema, columns, self.uri)
-
     def commit_transaction(self, txn: Transaction, *, store: ObjectStore | None = None,
                            backoff: Backoff = COMMIT_BACKOFF) -> Manifest:
         """Commits ``txn``, read at this view's version, and moves the view to the version it made; returns
@@ -323,13 +320,13 @@ class Table:
             options = IndexOptions(stem=bool(stem))
         elif stem:
             options = dataclasses.replace(options, stem=True)
-        return build_index(self, column, kind, name=name, options=options).version
+        return build_index(self, column, kind, name=name, options=options, ray=False).version
 
     def update_index(self, name: str) -> int:
         """Indexes the fragments ``name`` does not cover yet (appended or compacted since); returns the version."""
         from lamina.index.build import build_index
 
-        return build_index(self, None, None, name=name, update=True).version
+        return build_index(self, None, None, name=name, update=True, ray=False).version
 
     def list_indices(self) -> list[IndexInfo]:
         """Every index with its coverage at this version."""

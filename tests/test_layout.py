@@ -165,3 +165,26 @@ def test_layers_point_one_way():
                               f"({LAYERS[_layer_of_file(target)]})")
     assert upward == [], "\n".join(upward)
 
+
+def test_no_module_uses_another_modules_private_names():
+    """A private name (``_x``) is used only in the module that defines it: what another module needs is an
+    operation with a public name (``Table.commit_transaction`` returns the new manifest and the table moves
+    itself). ``lamina._native`` is the extension module's name, not a private one."""
+    bad = []
+    for name, tree in _modules():
+        defined = set()
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(n.name)
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) or isinstance(n, ast.arg):
+                defined.add(n.id if isinstance(n, ast.Name) else n.arg)
+            elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                defined.add(n.attr)
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.level == 0 and (n.module or "").startswith("lamina"):
+                bad += [f"{name}:{n.lineno}: from {n.module} import {a.name}" for a in n.names
+                        if a.name.startswith("_") and not a.name.startswith("__") and a.name != "_native"]
+            elif isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__") \
+                    and n.attr not in defined:
+                bad.append(f"{name}:{n.lineno}: {ast.unparse(n)}")
+    assert bad == [], "\n".join(bad)

@@ -2,7 +2,8 @@
 
 This module's step: the built parts of each segment are merged as soon as they are all in
 (``merge_parts``), and the segments become one typed index transaction (``index_transaction``).
-Tasks run on threads here, or on Ray with ``ray=True``; the pipeline is drawn in
+Tasks run on Ray (every driver's default), or on threads here with ``ray=False`` (``Table.create_index``);
+the pipeline is drawn in
 docs/ARCHITECTURE.md ("Data flow").
 
 On any error the files already written are removed and nothing is committed.
@@ -103,17 +104,18 @@ def uncovered(manifest: Manifest, index: IndexEntry) -> list:
 
 def build_index(table: "Table | str", column: str | None = None, kind: str | None = None, *, name: str | None = None,
                 update: bool = False, options: IndexOptions | None = None,
-                storage_options: dict[str, Any] | None = None, ray: bool = False, max_concurrency: int | None = None,
+                storage_options: dict[str, Any] | None = None, ray: bool = True, max_concurrency: int | None = None,
                 runtime_env: dict[str, Any] | None = None,
                 progress: Callable[[int, int], None] | None = None) -> IndexBuild:
     """Creates index ``name`` (default ``<column>_<kind>``) on ``column``, or with ``update`` indexes
     the fragments it does not cover yet; commits, and moves ``table`` (a Table) to the new version.
 
-    ``table`` is a Table or a URI (opened with ``storage_options``). The parts are built on
-    threads of this process, or with ``ray=True`` as Ray tasks on the cluster of this process
-    (``RAY_ADDRESS``) or a local Ray it starts; ``runtime_env`` goes to those tasks.
+    ``table`` is a Table or a URI (opened with ``storage_options``). The parts are built as Ray tasks
+    on the cluster of this process (``RAY_ADDRESS``) or a local Ray it starts, like every driver's work
+    (docs/ARCHITECTURE.md, "Drivers"); ``runtime_env`` goes to those tasks. ``ray=False`` builds them on
+    threads of this process instead.
 
-    >>> build_index("s3://lake/events", "user_id", "btree", ray=True).to_dict()
+    >>> build_index("s3://lake/events", "user_id", "btree").to_dict()
     {'name': 'user_id_btree', 'action': 'create', 'version': 42, 'segments': 3, ...}
     """
     from lamina.table import Table, open_table

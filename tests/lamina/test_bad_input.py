@@ -70,7 +70,7 @@ def test_commit_refuses_a_fragment_written_in_an_older_schema(local_table_uri):
     t.overwrite(pa.table({"id": [1, 2], "note": ["x", "y"]}, schema=new_schema), schema=new_schema)
     writer.reload()  # like a WAL applier: it reloads the manifest on conflict, its data keeps the old schema
     with pytest.raises(SchemaMismatch, match="schema changed since the data was written"):
-        writer._commit(Append(writer.version, frags))
+        writer.commit_transaction(Append(writer.version, frags))
     assert not writer.store.exists(frags[0].path), "the refused files are removed"
     latest = lamina.open_table(local_table_uri)
     assert latest.version == 3 and latest.to_arrow().to_pylist() == [{"id": 1, "note": "x"}, {"id": 2, "note": "y"}]

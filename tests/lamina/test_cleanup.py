@@ -203,7 +203,7 @@ def test_version_committed_while_cleanup_runs_keeps_its_files(local_table_uri):
     slow = lamina.open_table(local_table_uri)
     frags = write_fragments(t.store, SCHEMA, rows(100, 10).to_batches(), t.write_options)
     _age_files(local_table_uri, 7200)  # the slow writer's file is two hours old when it commits
-    store = _CommitDuringCleanup(t.store, lambda: slow._commit(Append(slow.version, frags)))
+    store = _CommitDuringCleanup(t.store, lambda: slow.commit_transaction(Append(slow.version, frags)))
     cleanup(store, dt.timedelta(hours=1))
     assert store.done
     latest = lamina.open_table(local_table_uri)
@@ -256,7 +256,7 @@ def test_write_that_began_long_before_its_transaction_was_built_rechecks_its_fil
     an_hour_ago = [dataclasses.replace(f, written_at=time.time() - 3600) for f in frags]
     t.store.delete([frags[0].path])  # cleanup with a retention shorter than this write removed it
     with pytest.raises(CommitConflict, match="files it wrote are gone"):
-        t._commit(Append(t.version, an_hour_ago))
+        t.commit_transaction(Append(t.version, an_hour_ago))
     assert lamina.open_table(local_table_uri).version == 2
 
 

@@ -238,6 +238,16 @@ def test_writing_a_lazy_pipeline_creates_the_table_from_its_schema(ray_cluster, 
     assert all(f.rows <= 100 for f in t.manifest.fragments)
 
 
+def test_a_write_to_a_dropped_tables_uri_creates_the_table_after_its_tombstone(ray_cluster, local_table_uri):
+    import lamina.ray
+
+    old = lamina.ray.write_table(_dataset(rows(0, 50), 2), local_table_uri)
+    tomb = lamina.drop_table(local_table_uri).version
+    t = lamina.ray.write_table(_dataset(rows(100, 30), 2), local_table_uri)
+    assert t.manifest.table_uuid != old.manifest.table_uuid and t.version == tomb + 2  # create, then append
+    assert sorted(t.to_arrow().column("id").to_pylist()) == list(range(100, 130))
+
+
 def test_types_ray_changed_are_cast_back_and_lossy_ones_refused(ray_cluster, local_table_uri):
     """map_batches in numpy format turns the fixed-size list into a tensor and the struct's int32 into int64."""
     import lamina.ray

@@ -8,7 +8,6 @@ import json
 import pytest
 
 import lamina
-from lamina.commit import commit
 from lamina.datafile import write_fragments
 from lamina.errors import CorruptFile
 from lamina.manifest import load_manifest
@@ -36,10 +35,10 @@ def _history(uri):
     t.append(rows(100, 100))  # 3
     t.delete("id < 5")  # 4
     group = full_rewrite(t.store, t.manifest, [0, 1], t.write_options)
-    t._move_to(commit(t.store, Rewrite(t.version, [group]), t.manifest))  # 5
+    t.commit_transaction(Rewrite(t.version, [group]))  # 5
     t.create_index("id", "btree", name="ix")  # 6
     frags = write_fragments(t.store, t.schema, iter(rows(500, 10).to_batches()), t.write_options)
-    t._move_to(commit(t.store, WalFlush(t.version, frags, {2: [0, 1]}, {"0/0000000000": 3}, {}), t.manifest))  # 7
+    t.commit_transaction(WalFlush(t.version, frags, {2: [0, 1]}, {"0/0000000000": 3}, {}))  # 7
     t.overwrite(rows(900, 5))  # 8
     return t
 
