@@ -7,7 +7,7 @@ import os
 import pytest
 from botocore.exceptions import ClientError
 
-from lamina.errors import CorruptFile, InvalidArgument, ObjectNotFound, StorageError
+from lamina.errors import CorruptFile, InvalidArgument, InvalidConfig, ObjectNotFound, StorageError
 from lamina.store import open_store
 from lamina.store.s3 import S3Store
 
@@ -86,27 +86,11 @@ class _Flaky:
 @pytest.mark.parametrize("code,status", [("SlowDown", 503), ("InternalError", 500), ("ConditionalRequestConflict", 409)])
 def test_s3_retries_throttling_5xx_and_conditional_conflicts(s3_table_uri, s3_options, code, status):
     store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 4})
-    flaky = _Flaky(store._client(), "put_object", code, status, n=3)
+    flaky = _Flaky(store.client(), "put_object", code, status, n=3)
     store._shared_client = flaky
     assert store.put_if_absent("_versions/x", b"data") is True
     assert flaky.calls == 4
     assert store.get("_versions/x") == b"data"
-
-
-def test_s3_gives_up_after_max_attempts(s3_table_uri, s3_options):
-    store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 2, "direct_reads": False})  # faults injected into boto3
-    store._shared_client = _Flaky(store._client(), "get_object", "SlowDown", 503, n=5)
-    with pytest.raises(StorageError, match="failed after 2 attempts: SlowDown"):
-        store.get("anything")
-
-
-def test_s3_does_not_retry_client_errors(s3_table_uri, s3_options):
-    store = S3Store(s3_table_uri, {**s3_options, "direct_reads": False})  # faults injected into boto3
-    flaky = _Flaky(store._client(), "get_object", "AccessDenied", 403, n=5)
-    store._shared_client = flaky
-    with pytest.raises(StorageError, match="access denied"):
-        store.get("x")
-    assert flaky.calls == 1
 
 
 def test_s3_store_honours_aws_endpoint_url(monkeypatch, s3_table_uri, moto_server):
@@ -185,7 +169,7 @@ def test_staged_output_refuses_a_block_that_wrote_nothing(store, tmp_path):
 def test_s3_staged_output_uploads_large_files_in_parts(s3_table_uri, s3_options, tmp_path, monkeypatch):
     monkeypatch.setenv("LAMINA_TMPDIR", str(tmp_path))
     store = S3Store(s3_table_uri, {**s3_options, "multipart_threshold": 5 * 2**20, "multipart_chunk_size": 5 * 2**20})
-    counting = store._shared_client = _CountingClient(store._client())
+    counting = store._shared_client = _CountingClient(store.client())
     payload = os.urandom(11 * 2**20)
     with store.staged_output("data/big.parquet") as local:
         assert local.startswith(str(tmp_path)), "temp files go to $LAMINA_TMPDIR"
@@ -260,76 +244,58 @@ def test_stores_with_the_same_options_share_one_s3_client(s3_bucket, s3_options)
     a = open_store(f"s3://{s3_bucket}/a", s3_options)
     b = open_store(f"s3://{s3_bucket}/b", s3_options)
     c = open_store(f"s3://{s3_bucket}/c", {**s3_options, "max_pool_connections": 4})
-    assert a._client() is b._client(), "one client per process and configuration (creating one costs ~300 ms)"
-    assert c._client() is not a._client(), "another configuration gets its own client"
+    assert a.client() is b.client(), "one client per process and configuration (creating one costs ~300 ms)"
+    assert c.client() is not a.client(), "another configuration gets its own client"
 
 
-class _Answers:
-    """A urllib3 pool manager stand-in for direct GETs: answers the first requests with ``replies``
-    ((status, body) or an exception), then passes through to the real one."""
-
-    def __init__(self, real, replies):
-        self.real, self.replies, self.calls = real, list(replies), 0
-
-    def request(self, method, url, **kwargs):
-        import urllib3
-
-        self.calls += 1
-        if self.replies:
-            reply = self.replies.pop(0)
-            if isinstance(reply, Exception):
-                raise reply
-            status, body = reply
-            return urllib3.HTTPResponse(body=body, status=status, preload_content=True)
-        return self.real.request(method, url, **kwargs)
-
-
-def _xml(code: str) -> bytes:
-    return f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
-
-
-@pytest.mark.parametrize("replies", [
-    [(503, _xml("SlowDown")), (500, _xml("InternalError"))],
-    ["drop"],  # a connection dropped mid-request
-])
-def test_direct_reads_retry_5xx_and_dropped_connections(s3_table_uri, s3_options, monkeypatch, replies):
-    import urllib3
-    from lamina.store import s3 as s3mod
-
-    store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 4})
-    assert store.direct_reads
-    store.put("blob", b"0123456789")
-    fake = _Answers(s3mod._pool_manager(store._pool, store.tls), [urllib3.exceptions.ProtocolError("Connection broken") if r == "drop" else r for r in replies])
-    monkeypatch.setattr(s3mod, "_pool_manager", lambda size, tls: fake)
+@pytest.mark.parametrize("direct_reads", [True, False], ids=["direct", "client"])
+@pytest.mark.parametrize("fault", ["503", "500", "drop"])
+def test_reads_retry_5xx_and_dropped_connections_the_same_either_way(s3_table_uri, s3_options, proxy, direct_reads, fault):
+    """Reads sent directly and through the boto3 client get the same retries: Lamina's, with its backoff."""
+    S3Store(s3_table_uri, s3_options).put("blob", b"0123456789")
+    store = S3Store(s3_table_uri, {**s3_options, "endpoint_url": proxy.url, "max_attempts": 4, "direct_reads": direct_reads})
+    assert store.direct_reads is direct_reads
+    if fault == "drop":
+        proxy.drop_response("GET", "blob", times=2)
+    else:
+        proxy.answer("GET", "blob", int(fault), "SlowDown" if fault == "503" else "InternalError", times=2)
     assert store.get_range("blob", 2, 5) == b"23456"
-    assert fake.calls == len(replies) + 1
+    assert len(proxy.requests("GET", "blob")) == 3
 
 
+@pytest.mark.parametrize("direct_reads", [True, False], ids=["direct", "client"])
+def test_a_read_cut_off_mid_body_is_retried_not_returned(s3_table_uri, s3_options, moto_server, direct_reads):
+    from lamina.testing import FaultProxy
+
+    blob = bytes(range(256)) * 64
+    S3Store(s3_table_uri, s3_options).put("blob", blob)
+    with FaultProxy(moto_server, rate={"get": 1.0, "ranged_get": 1.0}, faults=["drop"], max_faults=1) as cutting:
+        store = S3Store(s3_table_uri, {**s3_options, "endpoint_url": cutting.url, "direct_reads": direct_reads})
+        assert store.get("blob") == blob
+        assert cutting.fault_types() == {"drop": 1} and len(cutting.requests("GET", "blob")) == 2
+
+
+@pytest.mark.parametrize("direct_reads", [True, False], ids=["direct", "client"])
 @pytest.mark.parametrize("status,code,error,match", [
     (404, "NoSuchKey", ObjectNotFound, "does not exist"),
     (403, "AccessDenied", StorageError, "access denied"),
     (416, "InvalidRange", CorruptFile, "shorter than the manifest says"),
 ])
-def test_direct_reads_translate_errors_without_retrying_them(s3_table_uri, s3_options, monkeypatch, status, code, error, match):
-    from lamina.store import s3 as s3mod
-
-    store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 4})
-    fake = _Answers(None, [(status, _xml(code))] * 4)
-    monkeypatch.setattr(s3mod, "_pool_manager", lambda size, tls: fake)
+def test_reads_translate_errors_without_retrying_them(s3_table_uri, s3_options, proxy, direct_reads, status, code, error, match):
+    store = S3Store(s3_table_uri, {**s3_options, "endpoint_url": proxy.url, "max_attempts": 4, "direct_reads": direct_reads})
+    proxy.answer("GET", "/x$", status, code, times=4)
     with pytest.raises(error, match=match):
         store.get("x")
-    assert fake.calls == 1
+    assert len(proxy.requests("GET", "/x$")) == 1
 
 
-def test_direct_reads_give_up_after_max_attempts(s3_table_uri, s3_options, monkeypatch):
-    from lamina.store import s3 as s3mod
-
-    store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 2})
-    fake = _Answers(None, [(503, _xml("SlowDown"))] * 5)
-    monkeypatch.setattr(s3mod, "_pool_manager", lambda size, tls: fake)
+@pytest.mark.parametrize("direct_reads", [True, False], ids=["direct", "client"])
+def test_reads_give_up_after_max_attempts(s3_table_uri, s3_options, proxy, direct_reads):
+    store = S3Store(s3_table_uri, {**s3_options, "endpoint_url": proxy.url, "max_attempts": 2, "direct_reads": direct_reads})
+    proxy.answer("GET", "anything", 503, "SlowDown", times=5)
     with pytest.raises(StorageError, match="failed after 2 attempts: SlowDown"):
         store.get("anything")
-    assert fake.calls == 2
+    assert len(proxy.requests("GET", "anything")) == 2
 
 
 def test_direct_and_boto3_reads_agree(s3_table_uri, s3_options):
@@ -350,10 +316,10 @@ def test_direct_and_boto3_listings_agree_across_pages(s3_table_uri, s3_options):
     escaping, sizes, times, StartAfter, and pages past S3's 1,000 keys."""
     direct = S3Store(s3_table_uri, s3_options)
     plain = S3Store(s3_table_uri, {**s3_options, "direct_reads": "false"})
-    client = plain._client()
+    client = plain.client()
     names = [f"p/{i:04d}.bin" for i in range(1003)] + ["p/a b+c%&<x>é.bin", "q/other.bin"]
     for n in names:
-        client.put_object(Bucket=plain.bucket, Key=plain._key(n), Body=n.encode())
+        client.put_object(Bucket=plain.bucket, Key=plain.key(n), Body=n.encode())
 
     def listing(store, *args):
         return [(o.path, o.size, o.modified) for o in store.list(*args)]
@@ -369,20 +335,22 @@ def test_direct_and_boto3_listings_agree_across_pages(s3_table_uri, s3_options):
 READ_ONLY = """
 import json, sys, lamina
 from lamina.store import s3
+from lamina.store.s3 import transport
 t = lamina.open_table(sys.argv[1], storage_options=json.loads(sys.argv[2]))
 rows = t.to_arrow().num_rows
 names = lamina.connect(sys.argv[3], storage_options=json.loads(sys.argv[2])).list_namespaces()
 store = s3.S3Store(sys.argv[1], json.loads(sys.argv[2]))
 heads = [store.exists("_versions/_latest"), store.exists("no/such/object"), store.size("_versions/_latest") > 0]
-print(json.dumps({"rows": rows, "names": names, "heads": heads, "clients": len(s3._CLIENTS),
-                  "boto": sorted(m for m in ("boto3", "botocore") if m in sys.modules)}))
+print(json.dumps({"rows": rows, "names": names, "heads": heads, "clients": len(transport._CLIENTS),
+                  "loaded": sorted(m for m in ("boto3", "botocore.client", "botocore.session", "botocore.auth")
+                                   if m in sys.modules)}))
 """
 
 
 def test_a_process_that_only_reads_s3_never_makes_a_boto3_client(s3_bucket, s3_options):
-    """Making the client costs ~0.1 s (botocore's S3 service model): reads (GETs, HEADs and listings) are sent
-    directly, so a cold read of a table or a catalog does without it; with keys and a region in the options,
-    boto3 and botocore are not even imported (~0.09 s of a new process's first call)."""
+    """Making the client costs ~0.1 s (botocore's S3 service model): reads (GETs, HEADs and listings) are signed by
+    botocore's signer and sent without a client, so a cold read of a table or a catalog does without it; with keys
+    and a region in the options, neither boto3 nor botocore's sessions and clients are imported, only its signer."""
     import json
     import subprocess
     import sys
@@ -397,7 +365,8 @@ def test_a_process_that_only_reads_s3_never_makes_a_boto3_client(s3_bucket, s3_o
     out = subprocess.run([sys.executable, "-X", "faulthandler", "-c", READ_ONLY, uri, json.dumps(s3_options), root],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout) == {"rows": 2, "names": ["ns"], "heads": [True, False, True], "clients": 0, "boto": []}
+    assert json.loads(out.stdout) == {"rows": 2, "names": ["ns"], "heads": [True, False, True], "clients": 0,
+                                      "loaded": ["botocore.auth"]}
 
 
 def test_a_direct_listing_sends_the_query_it_signs(s3_table_uri, s3_options, monkeypatch):
@@ -413,84 +382,36 @@ def test_a_direct_listing_sends_the_query_it_signs(s3_table_uri, s3_options, mon
     class Reply:
         data = b"<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>"
 
-    monkeypatch.setattr(store, "_direct", lambda operation, url, headers=None: sent.append(url) or Reply())
+    monkeypatch.setattr(store._transport, "send", lambda operation, method, url, headers=None: sent.append(url) or Reply())
     assert store._direct_list({"prefix": "p/a b+c%&=é", "start-after": "p/a b"}) == {
         "Contents": [], "IsTruncated": False, "NextContinuationToken": None}
     query = urlsplit(sent[0]).query
-    signer = S3SigV4Auth(store._credentials.get_frozen_credentials(), "s3", store._region)
+    signer = S3SigV4Auth(store.credentials.get_frozen_credentials(), "s3", store.region)
     assert "+" not in query and query == signer._canonical_query_string_url(urlsplit(sent[0]))
-
-
-def test_sign_v4_matches_the_aws_documented_example():
-    """AWS's own worked example of a signed GET with a Range (S3 API reference, "Signature Calculations for the
-    Authorization Header: Example GET Object")."""
-    import calendar
-
-    from lamina.store.s3 import StaticCredentials, sign_v4
-
-    creds = StaticCredentials("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", None)
-    now = calendar.timegm((2013, 5, 24, 0, 0, 0))
-    headers = sign_v4("GET", "https://examplebucket.s3.amazonaws.com/test.txt", creds, "us-east-1", {"Range": "bytes=0-9"}, now)
-    assert headers["authorization"] == (
-        "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
-        "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
-        "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41")
-
-
-@pytest.mark.parametrize("method,url,extra,token", [
-    ("GET", "http://127.0.0.1:5000/bucket/dir/a%20b%2Bc%25.bin", {"Range": "bytes=10-99"}, None),
-    ("HEAD", "https://s3.eu-west-1.amazonaws.com:443/bucket/_versions/00000000000000000042.manifest", None, "session/token=="),
-    ("GET", "https://bucket.s3.us-east-1.amazonaws.com/?list-type=2&prefix=p%2Fa%20b&start-after=p%2Fa", None, None),
-    ("GET", "http://[::1]:9000/bucket/k", {"Range": "bytes=0-0"}, "tok"),
-])
-def test_sign_v4_signs_as_botocore_does(monkeypatch, method, url, extra, token):
-    """Direct requests are signed without botocore; the same request signed by botocore's S3SigV4Auth at the same
-    instant gets the same signature (the empty body's hash given to both: botocore would say UNSIGNED-PAYLOAD
-    over https, which S3 accepts as well)."""
-    import datetime
-
-    import botocore.auth
-    from botocore.auth import S3SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
-
-    from lamina.store.s3 import StaticCredentials, sign_v4
-
-    when = datetime.datetime(2026, 11, 27, 1, 2, 3)
-    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: when)
-    mine = sign_v4(method, url, StaticCredentials("AKIDEXAMPLE", "secret/key+x", token), "eu-west-1", extra,
-                   when.replace(tzinfo=datetime.timezone.utc).timestamp())
-    request = AWSRequest(method=method, url=url, headers={**(extra or {}),
-                         "X-Amz-Content-SHA256": mine["x-amz-content-sha256"]})
-    S3SigV4Auth(Credentials("AKIDEXAMPLE", "secret/key+x", token), "s3", "eu-west-1").add_auth(request)
-    assert mine["authorization"] == request.headers["Authorization"]
-    assert mine["x-amz-date"] == request.headers["X-Amz-Date"]
-    assert mine.get("x-amz-security-token") == request.headers.get("X-Amz-Security-Token")
-    assert mine["host"] == botocore.auth._host_from_url(url)
 
 
 def test_keys_in_options_or_the_environment_need_no_boto3(monkeypatch):
     """Keys and a region from the options, else from the environment, are used as they are (botocore's chain
     looks there first too); a profile, or no region, goes through botocore's chain."""
-    from lamina.store import s3 as s3mod
+    from lamina.store.s3 import credentials as s3mod
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_REGION",
                  "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CREDENTIAL_EXPIRATION"):
         monkeypatch.delenv(name, raising=False)
     asked = []
-    monkeypatch.setattr(s3mod, "_session_for", lambda o, uri: asked.append(o) or pytest.fail("botocore's chain was asked"))
+    monkeypatch.setattr(s3mod, "session_for", lambda o, uri, keys=None: asked.append(o) or pytest.fail("botocore's chain was asked"))
     given = {"aws_access_key_id": "A", "aws_secret_access_key": "S", "aws_session_token": "T", "region": "eu-west-3"}
-    assert s3mod._credentials_and_region(given, "s3://b/t") == (s3mod.StaticCredentials("A", "S", "T"), "eu-west-3")
+    assert s3mod.resolve(given, "s3://b/t") == (s3mod.StaticCredentials("A", "S", "T"), "eu-west-3")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "EA")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "ES")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
-    assert s3mod._credentials_and_region({"aws_access_key_id": "A", "aws_secret_access_key": "S"}, "s3://b/t") == (
+    assert s3mod.resolve({"aws_access_key_id": "A", "aws_secret_access_key": "S"}, "s3://b/t") == (
         s3mod.StaticCredentials("A", "S", None), "ap-south-1"), "the options' keys win over the environment's"
-    assert s3mod._credentials_and_region({}, "s3://b/t") == (s3mod.StaticCredentials("EA", "ES", None), "ap-south-1")
+    assert s3mod.resolve({}, "s3://b/t") == (s3mod.StaticCredentials("EA", "ES", None), "ap-south-1")
     monkeypatch.setenv("AWS_SESSION_TOKEN", "ET")
-    assert s3mod._credentials_and_region({}, "s3://b/t")[0].token == "ET"
+    assert s3mod.resolve({}, "s3://b/t")[0].token == "ET"
     monkeypatch.setenv("AWS_SECURITY_TOKEN", "LEGACY")
-    assert s3mod._credentials_and_region({}, "s3://b/t")[0].token == "LEGACY", "botocore's EnvProvider order"
+    assert s3mod.resolve({}, "s3://b/t")[0].token == "LEGACY", "botocore's EnvProvider order"
 
     class Session:
         region_name = "eu-north-1"
@@ -498,18 +419,93 @@ def test_keys_in_options_or_the_environment_need_no_boto3(monkeypatch):
         def get_credentials(self):
             return "botocore's"
 
-    monkeypatch.setattr(s3mod, "_session_for", lambda o, uri: asked.append(o) or Session())
-    assert s3mod._credentials_and_region({"profile": "dev"}, "s3://b/t") == ("botocore's", "eu-north-1")
-    assert s3mod._credentials_and_region({"aws_access_key_id": "A"}, "s3://b/t") == ("botocore's", "eu-north-1"), \
+    monkeypatch.setattr(s3mod, "session_for", lambda o, uri, keys=None: asked.append(o) or Session())
+    assert s3mod.resolve({"profile": "dev"}, "s3://b/t") == ("botocore's", "eu-north-1")
+    assert s3mod.resolve({"aws_access_key_id": "A"}, "s3://b/t") == ("botocore's", "eu-north-1"), \
         "half a key pair is botocore's to refuse"
-    assert s3mod._credentials_and_region({"aws_session_token": "T"}, "s3://b/t") == ("botocore's", "eu-north-1"), \
+    assert s3mod.resolve({"aws_session_token": "T"}, "s3://b/t") == ("botocore's", "eu-north-1"), \
         "a token without its keys is botocore's to judge, not paired with the environment's keys"
     monkeypatch.setenv("AWS_CREDENTIAL_EXPIRATION", "2026-11-27T00:00:00Z")
-    assert s3mod._credentials_and_region({}, "s3://b/t") == ("botocore's", "eu-north-1"), "expiring keys refresh"
+    assert s3mod.resolve({}, "s3://b/t") == ("botocore's", "eu-north-1"), "expiring keys refresh"
     monkeypatch.delenv("AWS_CREDENTIAL_EXPIRATION")
     monkeypatch.delenv("AWS_DEFAULT_REGION")
-    assert s3mod._credentials_and_region({}, "s3://b/t") == ("botocore's", "eu-north-1"), "a region from a profile"
+    assert s3mod.resolve({}, "s3://b/t") == ("botocore's", "eu-north-1"), "a region from a profile"
     assert len(asked) == 5
+
+
+def _write_read_list(store) -> None:
+    store.put("d/k", b"v")
+    assert store.get("d/k") == b"v" and [o.path for o in store.list("d/k")] == ["d/k"] and store.size("d/k") == 1
+
+
+@pytest.mark.parametrize("source", ["profile", "expiring environment keys"])
+def test_reads_and_writes_sign_with_one_credentials_object_from_botocores_chain(s3_table_uri, s3_options, tmp_path,
+                                                                               monkeypatch, source):
+    """Credentials botocore's chain finds (a profile; environment keys with an expiry, which it refreshes) are
+    resolved once: the direct reads' signer and the boto3 client hold the same object, frozen per request."""
+    from botocore.credentials import RefreshableCredentials
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
+                 "AWS_CREDENTIAL_EXPIRATION"):
+        monkeypatch.delenv(name, raising=False)
+    opts = {k: v for k, v in s3_options.items() if k not in ("aws_access_key_id", "aws_secret_access_key")}
+    if source == "profile":
+        shared = tmp_path / "credentials"
+        shared.write_text("[dev]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(shared))
+        opts["profile"] = "dev"
+    else:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        monkeypatch.setenv("AWS_CREDENTIAL_EXPIRATION", "2999-01-01T00:00:00Z")
+    store = S3Store(s3_table_uri, opts)
+    assert store.credentials.get_frozen_credentials().access_key == "testing"
+    if source != "profile":
+        assert isinstance(store.credentials, RefreshableCredentials)
+    _write_read_list(store)
+    assert store.client()._request_signer._credentials is store.credentials
+
+
+def test_keys_given_sign_reads_and_writes_alike(s3_table_uri, s3_options):
+    """Keys given (or in the environment) are taken without a boto3 session; the write client is made with them."""
+    from lamina.store.s3 import StaticCredentials
+
+    store = S3Store(s3_table_uri, {**s3_options, "aws_session_token": "tok"})
+    assert store.credentials == StaticCredentials("testing", "testing", "tok")
+    _write_read_list(store)
+    frozen = store.client()._request_signer._credentials.get_frozen_credentials()
+    assert (frozen.access_key, frozen.secret_key, frozen.token) == tuple(store.credentials)
+
+
+@pytest.mark.parametrize("how", ["HTTP_PROXY", "proxy_url"])
+def test_reads_and_writes_go_through_the_same_proxy(s3_table_uri, s3_options, moto_server, proxy, monkeypatch, how):
+    """A proxy from the environment (botocore's reading of it, NO_PROXY honoured) or from the storage option
+    carries every request, the direct reads' and the client's alike."""
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    opts = dict(s3_options)
+    if how == "HTTP_PROXY":
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    else:
+        opts["proxy_url"] = proxy.url
+    store = S3Store(s3_table_uri, opts)
+    assert store.direct_reads, "a proxy no longer turns direct reads off"
+    _write_read_list(store)
+    assert store.put_if_absent("d/once", b"1") is True
+    # Through a forward proxy the request target is the absolute URL of the endpoint.
+    for method in ("PUT", "GET", "HEAD"):
+        assert [r.target for r in proxy.requests(method)] and all(
+            r.target.startswith(moto_server) for r in proxy.requests(method)), method
+    if how == "HTTP_PROXY":
+        seen = len(proxy.seen)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        _write_read_list(S3Store(s3_table_uri, opts))
+        assert len(proxy.seen) == seen, "NO_PROXY bypasses the proxy for reads and writes"
+
+
+def test_a_proxy_url_must_be_a_url(s3_table_uri, s3_options):
+    with pytest.raises(InvalidConfig, match="proxy_url='proxy:3128' is not an http:// or https:// URL"):
+        S3Store(s3_table_uri, {**s3_options, "proxy_url": "proxy:3128"})
 
 
 @pytest.mark.parametrize("write", ["put", "put_if_absent", "local_path", "append"])
