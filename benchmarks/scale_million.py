@@ -161,7 +161,7 @@ def targets(sizes: list[dict[str, Any]]) -> list[str]:
         f"bytes per commit p50: {b_small / 1024:.1f} KiB at {small:,}, {b_big / 1024:.1f} KiB at {big:,} "
         f"(independent of size: {'met' if b_big <= 1.25 * b_small + 512 else 'MISSED'})",
     ]
-    from lamina.manifest import _SEGMENTS
+    from lamina.manifest.versions import _SEGMENTS
     bound = _SEGMENTS.budget / 2**20 + 64  # the segment cache's budget, plus a window of segments and slack
     for op in ("open", "iterate", "append"):
         rss = by[big][op]["rss_above_imports_mib"]

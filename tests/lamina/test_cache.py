@@ -78,10 +78,10 @@ def test_named_caches_take_their_budget_from_the_environment(monkeypatch):
 def test_every_cache_of_the_library_is_a_named_byte_lru():
     import lamina.deletion
     import lamina.index.segments
-    import lamina.manifest
+    import lamina.manifest.versions
 
     registry = caches()
-    assert registry["manifest"] is lamina.manifest._CACHE
+    assert registry["manifest"] is lamina.manifest.versions._CACHE
     assert registry["deletion"] is lamina.deletion._CACHE
     assert registry["index"] is lamina.index.segments.CACHE
     assert [c.budget for c in (registry["manifest"], registry["deletion"], registry["index"])] == [64 << 20, 64 << 20, 256 << 20]

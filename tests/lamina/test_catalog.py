@@ -663,7 +663,7 @@ def test_a_first_describe_opens_the_table_from_its_recorded_version(root, monkey
     version and checks the next is absent (one round trip), with no latest-version hint and no listing; when the
     table moved on past the record (versions committed outside the catalog, the recorded one removed by
     cleanup), it is found as open_table finds it."""
-    import lamina.manifest as manifest
+    import lamina.manifest.versions as manifest
 
     uri, opts = root
     cat = lamina.connect(uri, storage_options=opts)

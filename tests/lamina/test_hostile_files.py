@@ -87,7 +87,7 @@ def _seal(body: dict) -> bytes:
     """A manifest with a valid checksum over ``body`` (what a hostile writer can produce)."""
     import hashlib
 
-    from lamina.manifest import _canonical
+    from lamina.manifest.codec import _canonical
 
     body = dict(body)
     body.pop("checksum", None)

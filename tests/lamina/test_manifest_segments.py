@@ -26,13 +26,13 @@ from lamina.manifest import (
     Manifest,
     ManifestSegment,
     RowGroup,
-    _canonical,
     decode_segment,
     encode_manifest,
     lay_out,
     load_manifest,
     manifest_path,
 )
+from lamina.manifest.codec import _canonical
 from lamina.transaction import Append
 
 from .helpers import BeatenOnce
@@ -334,11 +334,12 @@ def _live_fragments() -> int:
 
 def test_iterating_fragments_streams_segments_without_keeping_them(local_table_uri, monkeypatch):
     from lamina import manifest as manifest_mod
+    from lamina.manifest import versions
     t = lamina.create_table(local_table_uri, SCHEMA)
     _grow(t, 80)
     t.delete("id = 7")
     clear_caches()
-    monkeypatch.setattr(manifest_mod._SEGMENTS, "budget", 0)  # nothing stays in the segment cache
+    monkeypatch.setattr(versions._SEGMENTS, "budget", 0)  # nothing stays in the segment cache
     monkeypatch.setattr(manifest_mod.FragmentList, "WINDOW", 2)
     opened = lamina.open_table(local_table_uri)
     frags = opened.manifest.fragments
@@ -351,7 +352,7 @@ def test_iterating_fragments_streams_segments_without_keeping_them(local_table_u
             peak = max(peak, _live_fragments() - baseline)
     per_segment = max(seg.count for seg in opened.manifest.segments)
     # two windows of segments at most (the one being yielded, the next read), plus the inline tail
-    assert 0 < peak <= 2 * 2 * per_segment + len(frags._inline) + 1, peak
+    assert 0 < peak <= 2 * 2 * per_segment + len(frags.inline) + 1, peak
     assert frags._all is None and not any(seg.read for seg in opened.manifest.segments)
     # the same fragments, in the same order, as the list read whole
     assert seen == [(f.id, f.path, f.live_rows) for f in frags._get()]
@@ -472,7 +473,7 @@ def test_a_segment_holding_ids_outside_its_entry_is_corrupt():
 
 
 def test_laying_out_from_the_first_changed_part_equals_laying_out_every_part():
-    from lamina.manifest import _lay_parts, _lay_units, _Unit
+    from lamina.manifest.layout import _lay_parts, _lay_units, _Unit
     rng = random.Random(7)
     frags = [Fragment(i, f"data/{i:032x}.parquet", 1, 10, (RowGroup(1, 10),), "2.6") for i in range(4000)]
     for trial in range(120):

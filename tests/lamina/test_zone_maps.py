@@ -222,7 +222,8 @@ def test_a_malformed_zone_map_is_corrupt_file_naming_the_manifest(tmp_path, bad,
 
     from lamina.cache import clear_caches
     from lamina.errors import CorruptFile
-    from lamina.manifest import _canonical, manifest_path
+    from lamina.manifest import manifest_path
+    from lamina.manifest.codec import _canonical
 
     schema = pa.schema([("v", pa.int64())])
     t = lamina.create_table(str(tmp_path / "t"), schema)
@@ -241,8 +242,9 @@ def test_a_malformed_zone_map_is_corrupt_file_naming_the_manifest(tmp_path, bad,
 
 def test_a_malformed_zone_bound_is_corrupt_naming_the_manifest():
     from lamina.errors import CorruptFile
-    from lamina.manifest import Fragment, RowGroup, Zone, _fragment_from_json, _fragment_to_json
-    good = _fragment_to_json(Fragment(3, "data/" + "a" * 32 + ".parquet", 10, 100, (RowGroup(10, 100),), "2.6",
+    from lamina.manifest import Fragment, RowGroup, Zone
+    from lamina.manifest.codec import _fragment_from_json, fragment_to_json
+    good = fragment_to_json(Fragment(3, "data/" + "a" * 32 + ".parquet", 10, 100, (RowGroup(10, 100),), "2.6",
                                       zones=(Zone("s", "bytes", b"ab", b"cd", True, 0, 0),)))
     assert _fragment_from_json(good, "v1").zones[0].lo == b"ab"
     listed = {k: v for k, v in good.items() if k != "zones_json"}  # as written before zones_json
