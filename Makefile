@@ -70,7 +70,7 @@ bench: setup
 # Slow (hours on 2 cores: ~4,600 mutants), so never part of `make test` or CI. Config:
 # [tool.mutmut] in pyproject.toml; one module:  make mutation MUTATION_MODULES=lamina.commit
 # Afterwards `cd build/mutation && ../../.venv/bin/mutmut show NAME` prints a surviving mutant's diff.
-MUTATION_MODULES ?= lamina.commit lamina.transaction lamina.records lamina.manifest lamina.deletion lamina.cleanup \
+MUTATION_MODULES ?= lamina.commit lamina.transaction lamina.records lamina.manifest lamina.zones lamina.deletion lamina.cleanup \
 	lamina.filter lamina.index.query lamina.ingest lamina.planner
 MUTATION_JOBS ?= 2
 # mutmut names a mutant after its file's path and the tests import lamina.planner, so it runs on a

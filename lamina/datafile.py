@@ -27,11 +27,12 @@ from lamina.checksum import check, of_bytes
 from lamina.deletion import live_mask, read_deleted
 from lamina.errors import CorruptFile, InvalidArgument, InvalidConfig, LaminaError, ObjectNotFound
 from lamina.filter import Filter
-from lamina.manifest import ADDRESS_SHIFT, DATA_DIR, Fragment, RowGroup, Zone
+from lamina.manifest import ADDRESS_SHIFT, DATA_DIR, Fragment, RowGroup
 from lamina.io_pool import map_fragments, pool_size
 from lamina import prune
 from lamina.store import LocalStore, ObjectStore
 from lamina.store.base import point_object_bytes
+from lamina.zones import Zone, zones_of, zones_of_many
 
 ROWADDR = "_rowaddr"
 ROWID = "_rowid"
@@ -114,14 +115,14 @@ def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.Recor
 
     The file is fsynced, unless ``store`` is a local store's ``deferring_sync()`` view: then the caller
     makes it durable (``sync_objects``) before committing it, as ``write_fragments`` does. ``zones``:
-    ``prune.zones_of(batches, schema)`` when the caller computed it already (for many files at once).
+    ``zones_of(batches, schema)`` when the caller computed it already (for many files at once).
     ``name_prefix``: the file's name starts with these hex digits (``data_file_path``)."""
     sync = getattr(store, "sync_each_write", True)
     started = time.time()
     path = data_file_path(check_name_prefix(name_prefix))
     with store.staged_new_output(path) as local:  # a fresh name: in place on a local disk
         meta = _native.write_data_file(local, schema, batches, **_native_options(options), sync=sync)
-    return _written(path, meta, prune.zones_of(batches, schema) if zones is None else zones, schema, started)
+    return _written(path, meta, zones_of(batches, schema) if zones is None else zones, schema, started)
 
 
 def _native_options(options: WriteOptions) -> dict[str, Any]:
@@ -165,7 +166,7 @@ def _write_group(store: ObjectStore, schema: pa.Schema, chunks: list[list[pa.Rec
                  options: WriteOptions, name_prefix: str = "") -> list[Fragment]:
     """Writes consecutive files, in order; on error removes the ones it wrote and raises. Into a local
     store that syncs them together later (``deferring_sync``), several files are one native call."""
-    zones = prune.zones_of_many(chunks, schema)
+    zones = zones_of_many(chunks, schema)
     if len(chunks) > 1 and isinstance(store, LocalStore) and not store.sync_each_write:
         started = time.time()
         paths = [data_file_path(name_prefix) for _ in chunks]

@@ -27,13 +27,11 @@ reads row ranges within a row group. Float columns of files the native writer wr
 pruned by value either: it marks their column order IEEE 754 total order (parquet-rs 60), which
 pyarrow does not know, so pyarrow reports no min/max for them (null counts still prune).
 
-Zone maps (``Fragment.zones``, in the manifest) answer the same question for a whole fragment
-without opening its file: the writer takes min, max, null and NaN counts of every top-level column
-of those types from the batches it writes (``zones_of``), compaction merges its sources' zones into
-its output's (``lamina.manifest.merge_zones``: bounds of a superset of the rows, so still bounds), and a filtered
-read skips fragments whose zones rule the filter out (``prune_fragments``) before any task starts.
-A zone map is only bounds: a missing one, or one of another key domain (the column's type changed),
-is "unknown".
+Zone maps (``Fragment.zones``, in the manifest; made and stored by ``lamina.zones``) answer the same
+question for a whole fragment without opening its file: a filtered read skips fragments whose zones
+rule the filter out (``prune_fragments``), and manifest segments whose merged zones do
+(``segments_ruled_out``), before any task starts. Column types and keys are ``lamina.zones``'s key
+domain; a zone map of another key domain (the column's type changed) is "unknown".
 
 Decoded footers are cached per data file (paths are never reused), in the ``footers`` cache of
 ``lamina.cache``, bounded by ``LAMINA_FOOTER_CACHE_BYTES`` (default 128 MiB).
@@ -49,14 +47,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lamina import expr as E
 from lamina.cache import MiB, cache
 from lamina.filter import Filter, int_bounds
-from lamina.manifest import Fragment, Zone
+from lamina.manifest import Fragment
 from lamina.store import ObjectStore
+from lamina.zones import UNIT_NS, Zone, key_kind, scalar_key, successor
 
 # -- possible outcomes of a predicate on the rows of a row group (a bit set) ------------------
 T, F, N = 1, 2, 4
@@ -219,48 +217,15 @@ def _in_values(keys: tuple, c: Chunk) -> int:
     return out | (T if hit else 0) | (0 if only else F)
 
 
-# -- column types: the key domain and how statistics map into it ------------------------------
-_UNIT_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1,
-            "seconds": 10**9, "milliseconds": 10**6, "microseconds": 10**3, "nanoseconds": 1}
+# -- column types: how statistics map into the key domain (lamina.zones) -------------------------
 _DAY_MS = 86_400_000
-
-
-def _kind(t: pa.DataType) -> str | None:
-    """The key domain of a column type pruning handles, or None."""
-    if pa.types.is_integer(t):
-        return "int"
-    if t in (pa.float32(), pa.float64()):
-        return "float"
-    if pa.types.is_boolean(t):
-        return "bool"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return "bytes"
-    if pa.types.is_timestamp(t):
-        return "ts"
-    if t == pa.date32():
-        return "date32"
-    if t == pa.date64():
-        return "date64"
-    return None
-
-
-def _scalar_key(kind: str, t: pa.DataType, s: pa.Scalar) -> Any:
-    """A non-null scalar of the column's type as a key (timestamps in ns, date64 in ms)."""
-    if kind == "ts":
-        return s.value * _UNIT_NS[t.unit]
-    if kind in ("date32", "date64"):
-        return s.value
-    v = s.as_py()
-    if kind == "bytes":
-        return v.encode("utf-8") if isinstance(v, str) else bytes(v)
-    return v
 
 
 def _array_keys(kind: str, t: pa.DataType, arr: pa.Array) -> list:
     """The non-null values of ``arr`` (of the column's type) as keys."""
     arr = arr.drop_null()
     if kind == "ts":
-        scale = _UNIT_NS[t.unit]
+        scale = UNIT_NS[t.unit]
         return [v * scale for v in arr.cast(pa.int64()).to_pylist()]
     if kind == "date32":
         return arr.cast(pa.int32()).to_pylist()
@@ -271,12 +236,6 @@ def _array_keys(kind: str, t: pa.DataType, arr: pa.Array) -> list:
     if kind == "float":
         return [v for v in arr.to_pylist() if not math.isnan(v)]
     return arr.to_pylist()
-
-
-def _successor(b: bytes) -> bytes | None:
-    """The least byte string above every string starting with ``b`` (None: there is none)."""
-    b = b.rstrip(b"\xff")
-    return b[:-1] + bytes([b[-1] + 1]) if b else None
 
 
 class _Decoder:
@@ -300,8 +259,8 @@ class _Decoder:
             self.ok = physical == "BYTE_ARRAY"
         elif kind == "ts":
             unit = logical.get("timeUnit") if ltype == "Timestamp" else ("s" if ltype in (None, "None") and t.unit == "s" else None)
-            self.ok = physical == "INT64" and unit in _UNIT_NS
-            self.scale = _UNIT_NS.get(unit or "", 1)
+            self.ok = physical == "INT64" and unit in UNIT_NS
+            self.scale = UNIT_NS.get(unit or "", 1)
         elif kind == "date32":
             self.ok = physical == "INT32" and ltype == "Date"
         else:  # date64: milliseconds, or days where the writer coerced it to a Parquet DATE
@@ -332,7 +291,7 @@ class _Decoder:
                 hi = hi.encode("utf-8") if isinstance(hi, str) else bytes(hi)
                 if lo > hi:
                     return None
-                return lo, _successor(hi), False  # the maximum may be a truncated prefix
+                return lo, successor(hi), False  # the maximum may be a truncated prefix
             if self.kind in ("ts", "date32", "date64"):
                 lo, hi = st.min_raw, st.max_raw
                 if not isinstance(lo, int) or not isinstance(hi, int):
@@ -358,7 +317,7 @@ def _cmp(name: str, kind: str, c: E.Compare) -> Cmp:
     """A bound comparison in the key domain (``lamina.filter`` made its literal exact)."""
     if c.value is None:  # TRUE / FALSE on every non-null value (``i = 5.5``, ``i < 1e30``)
         return Cmp(name, c.op, 0)
-    return Cmp(name, c.op, _scalar_key(kind, c.column.type, c.value) if c.value.is_valid else None)
+    return Cmp(name, c.op, scalar_key(kind, c.column.type, c.value) if c.value.is_valid else None)
 
 
 def _column(node: Any) -> E.Column | None:
@@ -389,7 +348,7 @@ def _terms(node: Any, schema: pa.Schema) -> Any:
         return OPAQUE
     name = col.path[0]
     idx = schema.get_field_index(name)
-    kind = _kind(col.type)
+    kind = key_kind(col.type)
     if kind is None or idx < 0 or schema.field(idx).type != col.type:  # bound to another type: unknown
         return OPAQUE
     try:
@@ -450,7 +409,7 @@ def _decoders(metadata: pq.FileMetaData, schema: pa.Schema, columns: frozenset[s
         if idx < 0 or len(found) != 1:
             continue
         desc = pschema.column(found[0])
-        kind = _kind(schema.field(idx).type)
+        kind = key_kind(schema.field(idx).type)
         if kind is None or desc.max_repetition_level != 0 or desc.max_definition_level > 1:
             continue
         try:
@@ -504,117 +463,10 @@ def footer(store: ObjectStore, fragment: Fragment, load: Callable[[], pq.FileMet
                                   lambda md: FOOTER_MEMORY_FACTOR * md.serialized_size + 4096)
 
 
-# -- zone maps: a fragment's bounds per column, in the manifest --------------------------------
-#: Strings and binaries longer than this keep a prefix as their lower bound and the successor of
-#: the maximum's prefix as an exclusive upper bound (the manifest stays small).
-ZONE_BYTES = 64
-
-
-def _bound_key(kind: str, t: pa.DataType, s: pa.Scalar) -> Any:
-    if not s.is_valid:
-        return None
-    key = _scalar_key(kind, t, s)
-    return None if isinstance(key, float) and math.isnan(key) else key
-
-
-def zones_of(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> tuple[Zone, ...]:
-    """Zone maps of every top-level column of a prunable type, from the batches being written
-    (one vectorised pass per column; no I/O)."""
-    zones = []
-    for i, fld in enumerate(schema):
-        kind = _kind(fld.type)
-        if kind is None:
-            continue
-        col = pa.chunked_array([b.column(i) for b in batches], type=fld.type)
-        nulls = col.null_count
-        nans = int(pc.sum(pc.is_nan(col)).as_py() or 0) if kind == "float" else 0
-        lo = hi = None
-        if nulls + nans < len(col):
-            mm = pc.min_max(col)
-            lo, hi = _bound_key(kind, fld.type, mm["min"]), _bound_key(kind, fld.type, mm["max"])
-        zones.append(_zone(fld.name, kind, len(col), nulls, nans, lo, hi))
-    return tuple(zones)
-
-
-def _zone(column: str, kind: str, rows: int, nulls: int, nans: int, lo: Any, hi: Any) -> Zone:
-    """A column's zone from its counts and its least and greatest keys (None: NaN or not known)."""
-    inclusive = True
-    if nulls + nans >= rows:
-        lo = hi = None
-    elif lo is None or hi is None:
-        lo = hi = None
-        nans = max(nans, 1)  # cannot tell: treat like a NaN, which matches nothing and keeps "values"
-    elif kind == "bytes" and (len(lo) > ZONE_BYTES or len(hi) > ZONE_BYTES):
-        lo = lo[:ZONE_BYTES]
-        if len(hi) > ZONE_BYTES:
-            hi, inclusive = _successor(hi[:ZONE_BYTES]), False
-    return Zone(column, kind, lo, hi, inclusive, nulls, nans)
-
-
-def _value_key(kind: str, t: pa.DataType, v: Any) -> Any:
-    """``_bound_key`` of a Python value from ``zones_of_many``'s aggregation (temporal columns are
-    aggregated as their integers)."""
-    if v is None:
-        return None
-    if kind == "ts":
-        return v * _UNIT_NS[t.unit]
-    if kind == "bytes":
-        return v.encode("utf-8") if isinstance(v, str) else bytes(v)
-    return None if isinstance(v, float) and math.isnan(v) else v
-
-
-def zones_of_many(chunks: Sequence[Sequence[pa.RecordBatch]], schema: pa.Schema) -> list[tuple[Zone, ...]]:
-    """``zones_of`` of each of many files' batches, in one grouped aggregation over all of them: for a
-    tiny file ``zones_of``'s fixed cost (two compute calls per column, under the GIL) outweighs its rows,
-    and a bulk append may write thousands of such files."""
-    rows = [sum(b.num_rows for b in c) for c in chunks]
-    if len(chunks) < 2 or not all(rows):  # the aggregation has no group for an empty file
-        return [zones_of(c, schema) for c in chunks]
-    columns: dict[str, Any] = {"_g": pa.array(np.repeat(np.arange(len(chunks), dtype=np.int64), rows))}
-    aggregations: list[tuple] = []
-    wanted: list[tuple[pa.Field, str, str]] = []
-    for i, fld in enumerate(schema):
-        kind = _kind(fld.type)
-        if kind is None:
-            continue
-        # one contiguous array: the aggregation costs many times more over one chunk per file
-        col = pa.chunked_array([b.column(i) for c in chunks for b in c], type=fld.type).combine_chunks()
-        if kind in ("ts", "date64"):
-            col = col.cast(pa.int64())  # keys are the integers (_scalar_key's ``.value``)
-        elif kind == "date32":
-            col = col.cast(pa.int32())
-        name = f"c{i}"
-        columns[name] = col
-        aggregations += [(name, "min_max"), (name, "count", pc.CountOptions(mode="only_null"))]
-        if kind == "float":
-            columns[f"n{i}"] = pc.is_nan(col)
-            aggregations.append((f"n{i}", "sum"))
-        wanted.append((fld, kind, name))
-    if not wanted:
-        return [() for _ in chunks]
-    try:
-        out = pa.table(columns).group_by("_g", use_threads=False).aggregate(aggregations)
-    except pa.ArrowNotImplementedError:  # a type the grouped kernels lack in this pyarrow: one file at a time
-        return [zones_of(c, schema) for c in chunks]
-    at = {g: j for j, g in enumerate(out.column("_g").to_pylist())}
-    per_column = []
-    for fld, kind, name in wanted:
-        mm = out.column(f"{name}_min_max").combine_chunks()
-        nans = out.column(f"n{name[1:]}_sum").to_pylist() if kind == "float" else None
-        per_column.append((fld, kind, mm.field("min").to_pylist(), mm.field("max").to_pylist(),
-                           out.column(f"{name}_count").to_pylist(), nans))
-    zones = []
-    for g, n in enumerate(rows):
-        j = at[g]
-        zones.append(tuple(_zone(fld.name, kind, n, nulls[j], int(nans[j] or 0) if nans is not None else 0,
-                                 _value_key(kind, fld.type, lo[j]), _value_key(kind, fld.type, hi[j]))
-                           for fld, kind, lo, hi, nulls, nans in per_column))
-    return zones
-
-
+# -- fragments and manifest segments, by their zone maps (lamina.zones) ------------------------
 def _zone_chunk(z: Zone, schema: pa.Schema) -> Chunk:
     idx = schema.get_field_index(z.column)
-    if idx < 0 or _kind(schema.field(idx).type) != z.kind:
+    if idx < 0 or key_kind(schema.field(idx).type) != z.kind:
         return UNKNOWN
     return Chunk(z.lo, z.hi, z.hi_inclusive, z.lo is not None, z.nulls > 0, z.lo is not None or z.nans > 0, z.nans > 0)
 

@@ -40,11 +40,12 @@ from lamina.faults import maybe_die
 from lamina.index.options import IndexOptions
 from lamina.io_pool import io_pool
 from lamina.index.segments import segment_for_outputs
-from lamina.manifest import DATA_DIR, Fragment, Manifest, RowGroup, find_fragments, merge_zones
+from lamina.manifest import DATA_DIR, Fragment, Manifest, RowGroup, find_fragments
 from lamina.rewrite import id_ranges, live_offsets, mapping_runs
 from lamina.store import ObjectStore, open_store
 from lamina.planner.eligibility import COPY_IF_CLEAN, FULL_REWRITE
 from lamina.planner.plan import CompactionGroup, CompactionPlan
+from lamina.zones import merge_zones
 
 
 class IndexToExtend(NamedTuple):

@@ -11,10 +11,10 @@ of its own canonical body and each segment's CRC32C, so a truncated or altered
 object is refused instead of half-read. Field by field in docs/FORMAT.md §2;
 version-1 manifests (every fragment in the root) are still read.
 
-One module per concept, lowest first; this package re-exports their public names:
+One module per concept, lowest first; this package re-exports their public names (and the zone
+model fragments hold, from ``lamina.zones``):
 
 - ``paths``     where a table's objects live, and the check of every path read from a manifest
-- ``zones``     zone maps as held (decoded on first use), stored and merged
 - ``segments``  manifest segments and ``FragmentList``: a version's fragments streamed, edited part by part
 - ``model``     the values: ``Fragment``, ``IndexEntry``, ``Manifest`` …
 - ``codec``     bytes ↔ values: the root and its checksum, segment objects, validation on reading
@@ -83,7 +83,7 @@ from lamina.manifest.versions import (
     write_latest_hint,
     write_segments,
 )
-from lamina.manifest.zones import Zone, ZoneText, merge_zones
+from lamina.zones import Zone, ZoneText, merge_zones
 
 __all__ = [
     "ADDRESS_SHIFT", "CHECKSUM_PREFIX", "DATA_DIR", "DELETIONS_DIR", "FORMAT", "FORMAT_VERSION", "HINT_EVERY",

@@ -19,7 +19,7 @@ from lamina.errors import CorruptFile, LaminaError
 from lamina.manifest.model import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, RowGroup
 from lamina.manifest.paths import DATA_DIR, DELETIONS_DIR, INDICES_DIR, SEGMENTS_DIR, stored_path
 from lamina.manifest.segments import FragmentList, ManifestSegment, check_fragments
-from lamina.manifest.zones import ZoneText, zones_field, zones_from_json, zones_to_json
+from lamina.zones import ZoneText, zones_field, zones_from_json, zones_to_json
 
 if TYPE_CHECKING:
     from lamina.manifest.versions import SegmentReader

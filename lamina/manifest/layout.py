@@ -16,7 +16,7 @@ from lamina.manifest.codec import SEGMENT_FORMAT, SEGMENT_LIST_FORMAT, encode_ob
 from lamina.manifest.model import Fragment, Manifest
 from lamina.manifest.paths import SEGMENTS_DIR
 from lamina.manifest.segments import FragmentList, ManifestSegment, Part
-from lamina.manifest.zones import merge_zones
+from lamina.zones import merge_zones
 
 #: The newest fragments stay in the root (up to this many after the last segment): a small append
 #: rewrites only the root. A longer tail becomes a segment. ``LAMINA_MANIFEST_INLINE_FRAGMENTS``.

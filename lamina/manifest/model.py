@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from lamina.manifest.segments import FragmentList, ManifestSegment, find_fragments
-from lamina.manifest.zones import LazyZones, Zone
+from lamina.zones import LazyZones, Zone
 from lamina.records import TransactionRecord, decode_record
 
 #: Row address of a row: ``(fragment_id << 32) | offset``.

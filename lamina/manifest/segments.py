@@ -18,7 +18,7 @@ from lamina.errors import CorruptFile
 if TYPE_CHECKING:
     from lamina.manifest.model import Fragment
     from lamina.manifest.versions import SegmentReader
-    from lamina.manifest.zones import Zone
+    from lamina.zones import Zone
 
 @dataclass(frozen=True)
 class ManifestSegment:

@@ -179,7 +179,7 @@ def _values(rng, t: pa.DataType, n: int) -> pa.Array:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_zones_of_many_files_equal_zones_of_each(seed):
-    from lamina import prune
+    from lamina import zones
 
     rng = np.random.default_rng(seed)
     schema = pa.schema([(f"c{i}", t) for i, t in enumerate(ZONED_TYPES)])
@@ -189,15 +189,15 @@ def test_zones_of_many_files_equal_zones_of_each(seed):
         if rng.random() < 0.1:
             sizes = [1]
         chunks.append([pa.record_batch([_values(rng, t, n) for t in ZONED_TYPES], schema=schema) for n in sizes])
-    expected = [prune.zones_of(c, schema) for c in chunks]
-    assert prune.zones_of_many(chunks, schema) == expected
-    assert prune.zones_of_many(chunks[:1], schema) == expected[:1]
+    expected = [zones.zones_of(c, schema) for c in chunks]
+    assert zones.zones_of_many(chunks, schema) == expected
+    assert zones.zones_of_many(chunks[:1], schema) == expected[:1]
     empty = pa.record_batch([pa.array([], t) for t in ZONED_TYPES], schema=schema)
-    assert prune.zones_of_many(chunks[:2] + [[empty]], schema) == expected[:2] + [prune.zones_of([empty], schema)]
+    assert zones.zones_of_many(chunks[:2] + [[empty]], schema) == expected[:2] + [zones.zones_of([empty], schema)]
 
 
 def test_zones_of_many_falls_back_to_one_file_at_a_time_where_grouped_kernels_are_missing(monkeypatch):
-    from lamina import prune
+    from lamina import zones
 
     schema = pa.schema([("id", pa.int64()), ("x", pa.float64())])
     chunks = [[pa.record_batch([pa.array([i, i + 1]), pa.array([float("nan"), i / 2])], schema=schema)] for i in range(5)]
@@ -206,7 +206,7 @@ def test_zones_of_many_falls_back_to_one_file_at_a_time_where_grouped_kernels_ar
         raise pa.ArrowNotImplementedError("no grouped kernel")
 
     monkeypatch.setattr(pa.TableGroupBy, "aggregate", missing)
-    assert prune.zones_of_many(chunks, schema) == [prune.zones_of(c, schema) for c in chunks]
+    assert zones.zones_of_many(chunks, schema) == [zones.zones_of(c, schema) for c in chunks]
 
 
 def test_a_group_of_small_local_files_is_one_native_call(tmp_path, monkeypatch):

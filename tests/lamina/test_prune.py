@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import lamina
-from lamina import datafile, prune
+from lamina import datafile, prune, zones
 from lamina.filter import parse_filter
 from lamina.prune import ANY, Chunk, F, N, T
 from tests.lamina.test_filter_property import CAT_POOL, SCHEMA, X_SPECIAL, Gen, evaluate, _seeds
@@ -258,7 +258,7 @@ def test_truncated_string_maxima_are_upper_bounds_of_their_prefix():
     assert _eval("s > 'abc'", schema, {"s": c}) & T
     assert not _eval("s >= 'abd'", schema, {"s": c}) & T
     assert not _eval("s < 'ab'", schema, {"s": c}) & T
-    assert prune._successor(b"a\xff\xff") == b"b" and prune._successor(b"\xff") is None
+    assert zones.successor(b"a\xff\xff") == b"b" and zones.successor(b"\xff") is None
     unbounded = Chunk(b"\xff", None, False, True, nulls=False)
     assert _eval("s > 'zzz'", schema, {"s": unbounded}) & T
 

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pytest
 
 import lamina
-from lamina import datafile, prune
+from lamina import datafile, prune, zones
 from lamina.compaction import CompactionSummary, commit_results
 from lamina.filter import parse_filter
-from lamina.manifest import Zone
+from lamina.zones import Zone
 from lamina.planner import CompactionOptions, plan_compaction
 from tests.lamina.test_filter_property import _seeds
 from tests.lamina.test_prune import WIDE, _canon, _lamina_rows, assert_random_filters_equal_brute_force
@@ -71,19 +71,19 @@ def test_every_written_fragment_has_zones_of_its_rows(zoned):
     # long strings keep a 64-byte prefix and an exclusive upper bound
     for frag in zoned.manifest.fragments:
         cat = next(z for z in frag.zones if z.column == "cat")
-        assert cat.lo is None or len(cat.lo) <= prune.ZONE_BYTES
-        assert cat.hi is None or len(cat.hi) <= prune.ZONE_BYTES
+        assert cat.lo is None or len(cat.lo) <= zones.ZONE_BYTES
+        assert cat.hi is None or len(cat.hi) <= zones.ZONE_BYTES
 
 
 def test_zones_bound_nan_inf_and_nulls_exactly_as_written():
     schema = pa.schema([("x", pa.float64()), ("s", pa.string()), ("b", pa.bool_())])
     batch = pa.record_batch([pa.array([1.5, float("nan"), None, float("-inf"), -0.0]), pa.array(["b", None, "a", "c", None]),
                              pa.array([None, None, None, None, None], pa.bool_())], schema=schema)
-    x, s, b = prune.zones_of([batch], schema)
+    x, s, b = zones.zones_of([batch], schema)
     assert (x.lo, x.hi, x.nulls, x.nans) == (-math.inf, 1.5, 1, 1)
     assert (s.lo, s.hi, s.nulls, s.nans) == (b"a", b"c", 2, 0)
     assert (b.lo, b.hi, b.nulls) == (None, None, 5)
-    only_nan = prune.zones_of([pa.record_batch([pa.array([float("nan")])], names=["x"])], pa.schema([("x", pa.float64())]))
+    only_nan = zones.zones_of([pa.record_batch([pa.array([float("nan")])], names=["x"])], pa.schema([("x", pa.float64())]))
     assert only_nan[0].lo is None and only_nan[0].nans == 1
 
 
@@ -92,11 +92,11 @@ def test_merged_zones_bound_every_source():
     b = Zone("v", "bytes", b"a", b"d", True, 3, 0)
     c = Zone("v", "bytes", None, None, True, 5, 0)  # all null
     frag = lambda z: lamina.manifest.Fragment(0, "data/x.parquet", 5, 1, (), "2.6", zones=(z,))  # noqa: E731
-    (m,) = lamina.manifest.merge_zones([frag(a), frag(b), frag(c)])
+    (m,) = zones.merge_zones([frag(a), frag(b), frag(c)])
     assert (m.lo, m.hi, m.hi_inclusive, m.nulls) == (b"a", b"d", True, 8)
-    assert lamina.manifest.merge_zones([frag(a), lamina.manifest.Fragment(1, "data/y.parquet", 5, 1, (), "2.6")]) is None
+    assert zones.merge_zones([frag(a), lamina.manifest.Fragment(1, "data/y.parquet", 5, 1, (), "2.6")]) is None
     other_kind = Zone("v", "int", 1, 2, True, 0, 0)
-    assert lamina.manifest.merge_zones([frag(a), frag(other_kind)]) == ()
+    assert zones.merge_zones([frag(a), frag(other_kind)]) == ()
 
 
 def test_a_selective_filter_opens_only_the_fragments_that_can_match(zoned, monkeypatch):
