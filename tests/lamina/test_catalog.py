@@ -58,7 +58,7 @@ def test_namespaces_and_tables_end_to_end(root, read_path, monkeypatch):
     """Small catalogs are answered from the decoded version, large ones through the btree/bitmap/fts
     indices (forced here): the same answers either way."""
     if read_path == "indices":
-        monkeypatch.setattr(lamina.catalog, "WHOLE_READ_BYTES", 0)
+        monkeypatch.setattr(lamina.catalog.snapshots, "WHOLE_READ_BYTES", 0)
         from lamina.cache import caches
 
         caches()["catalog"].clear()
@@ -165,7 +165,7 @@ def test_purge_never_removes_another_tables_files(local_table_uri):
     outer_uri = os.path.dirname(inner.uri)  # the namespace directory, holding the inner table
     lamina.create_table(outer_uri, SCHEMA_T).append(pa.table({"id": [2], "name": ["y"]}))
     with pytest.MonkeyPatch.context() as mp:  # refused today (test_catalog_checks.py); an older catalog may hold it
-        mp.setattr(lamina.catalog, "_check_location", lambda *args: None)
+        mp.setattr(lamina.catalog.locations, "check_location", lambda *args: None)
         cat.register_table("outer", outer_uri)
     with pytest.raises(InvalidArgument, match="not purging"):
         cat.drop_table("outer", purge=True)
@@ -182,7 +182,7 @@ def test_purge_compares_locations_resolved_and_never_touches_the_catalog(local_t
     ns_dir = os.path.dirname(inner.uri)
     lamina.create_table(ns_dir, SCHEMA_T)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lamina.catalog, "_check_location", lambda *args: None)
+        mp.setattr(lamina.catalog.locations, "check_location", lambda *args: None)
         cat.register_table("spelled", f"{ns_dir}/../{os.path.basename(ns_dir)}//")
         cat.register_table("own", f"{local_table_uri}/_catalog")
     for name in ("spelled", "own"):
@@ -382,7 +382,7 @@ def test_a_location_leaving_the_root_is_refused(local_table_uri):
                                pa.array(["../elsewhere"], pa.string())), None
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lamina.catalog, "_apply", tamper)
+        mp.setattr(lamina.catalog.mutations, "apply", tamper)
         cat.create_namespace("ignored")  # what a hand-edited catalog could hold
     with pytest.raises(CorruptFile, match="outside the table root"):
         cat.open_table("t")
@@ -401,7 +401,7 @@ def test_a_warm_handle_sees_every_version_committed_by_another(root, monkeypatch
         b.create_namespace(f"many{i:02d}")
     assert len(a.list_namespaces()) == lamina.catalog.FORWARD_READS + 4, "more new versions than are read one by one"
     assert a.table.version == b.table.version
-    monkeypatch.setattr(lamina.catalog, "CONFIRM_SECONDS", -1.0)  # every read confirms the version held again
+    monkeypatch.setattr(lamina.catalog.api, "CONFIRM_SECONDS", -1.0)  # every read confirms the version held again
     b.create_namespace("later")
     assert "later" in a.list_namespaces()
     assert a.list_namespaces() == b.list_namespaces()
@@ -426,19 +426,19 @@ def test_a_failed_index_build_removes_the_rewrites_files(root, monkeypatch):
     cat = lamina.connect(uri, storage_options=opts)
     cat.create_namespace("a")
     before, files = cat.table.version, {o.path for o in cat.table.store.list("")}
-    real = lamina.catalog._index_entry
+    real = lamina.catalog.mutations.index_entry
 
     def broken(store, name, column, kind, rows):
         if kind == "fts":
             raise OSError("disk full")
         return real(store, name, column, kind, rows)
 
-    monkeypatch.setattr(lamina.catalog, "_index_entry", broken)
+    monkeypatch.setattr(lamina.catalog.mutations, "index_entry", broken)
     with pytest.raises(OSError, match="disk full"):
         cat.create_namespace("b")
     assert cat.table.version == before
     assert {o.path for o in cat.table.store.list("")} == files, "the data file and other segments were removed"
-    monkeypatch.setattr(lamina.catalog, "_index_entry", real)
+    monkeypatch.setattr(lamina.catalog.mutations, "index_entry", real)
     cat.create_namespace("b")
     assert cat.list_namespaces() == ["a", "b"]
     assert_indices_exact(cat.table)
@@ -455,13 +455,13 @@ def test_local_writers_take_turns_but_never_need_the_lock(local_table_uri, monke
 
     cat = lamina.connect(local_table_uri)
     waits = []
-    real = lamina.catalog._wait_turn
-    monkeypatch.setattr(lamina.catalog, "_wait_turn", lambda fd: waits.append(real(fd)) or waits[-1])
+    real = lamina.catalog.group_commit.wait_turn
+    monkeypatch.setattr(lamina.catalog.group_commit, "wait_turn", lambda fd: waits.append(real(fd)) or waits[-1])
     cat.create_namespace("free")
     lock_path = os.path.join(cat.table.store.root, lamina.catalog.LOCK_FILE)
     assert waits == [] and os.path.exists(lock_path), "a free turn is taken at once"
 
-    monkeypatch.setattr(lamina.catalog, "LOCK_WAIT_SECONDS", 0.01)
+    monkeypatch.setattr(lamina.catalog.group_commit, "LOCK_WAIT_SECONDS", 0.01)
     fd = hold_catalog_turn(cat)  # another writer holding it (and stuck)
     try:
         other = lamina.connect(local_table_uri)
@@ -511,7 +511,7 @@ def test_the_writer_with_the_turn_applies_every_queued_request_in_one_rewrite(lo
             while len([n for n in catalog_queue_files(cat) if n.endswith(".req")]) <= i and time.monotonic() < deadline:
                 time.sleep(0.005)
         assert len([n for n in catalog_queue_files(cat) if n.endswith(".req")]) == 4
-        queue = lamina.catalog._Queue(cat.table.store)
+        queue = lamina.catalog.group_commit.Queue(cat.table.store)
         # This writer has the turn (the descriptor above): its own request and the four queued, one rewrite.
         cat._commit_batch(queue, {"op": "create_namespace", "name": "own", "row": {"metadata": "{}"}}, None)
     finally:
@@ -534,13 +534,13 @@ def test_a_claim_left_by_a_stopped_writer_is_settled_by_the_next(local_table_uri
     applied by the next writer with the turn."""
     cat = lamina.connect(local_table_uri)
     cat.create_namespace("base")
-    queue = lamina.catalog._Queue(cat.table.store)
+    queue = lamina.catalog.group_commit.Queue(cat.table.store)
     committed = queue.post({"op": "create_namespace", "name": "committed", "row": {"metadata": "{}"}})
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt("stopped after its commit")
 
-    monkeypatch.setattr(lamina.catalog._Queue, "hand_out", stop)
+    monkeypatch.setattr(lamina.catalog.group_commit.Queue, "hand_out", stop)
     with pytest.raises(KeyboardInterrupt):
         cat._commit_batch(queue, None, None, own=committed)  # a waiting writer that got the turn
     monkeypatch.undo()
@@ -562,7 +562,7 @@ def test_a_claim_left_by_a_stopped_writer_is_settled_by_the_next(local_table_uri
     assert cat.table.version == version + 1, "the requests never committed were applied with the next writer's own"
     assert catalog_queue_files(cat) == sorted(f"{r}.out" for r in (committed, uncommitted, taken)), "outcomes wait for their writers"
     for r in (committed, uncommitted, taken):
-        assert lamina.catalog._result(queue.collect(r)) is None
+        assert lamina.catalog.mutations.result(queue.collect(r)) is None
     assert catalog_queue_files(cat) == []
     assert_indices_exact(cat.table)
 
@@ -622,7 +622,7 @@ def test_listings_from_a_snapshot_are_exact_whatever_the_row_order(order):
     kinds = {"a.t1": "table", "a.t0": "table", "a.ns.deep": "table", "b.x": "table", "top005": "table"}
     rows = [dict(object_id=n, object_type=kinds.get(n, "namespace"), parent=n.rpartition(".")[0], metadata="{}",
                  created_ms=0, updated_ms=0) for n in (sorted(names) if order == "sorted" else names[::-1])]
-    snap = lamina.catalog._Snapshot(pa.Table.from_pylist(rows, schema=SCHEMA))
+    snap = lamina.catalog.snapshots.Snapshot(pa.Table.from_pylist(rows, schema=SCHEMA))
     assert snap.children("table", "a") == ("a.t0", "a.t1")
     assert snap.children("namespace", "a") == ("a.ns",)
     assert snap.children("table", "a.ns") == ("a.ns.deep",) and snap.children("table", "ab") == ()
@@ -653,7 +653,7 @@ def test_a_warm_describe_checks_the_table_it_described_with_one_request(root, mo
         t.append(pa.table({"id": [i], "name": ["x"]}))
     d = cat.describe_table("n.t")
     assert (d.version, d.rows) == (t.version, t.count_rows())
-    monkeypatch.setattr(lamina.catalog, "CONFIRM_SECONDS", -1.0)  # kept too long: opened again
+    monkeypatch.setattr(lamina.catalog.api, "CONFIRM_SECONDS", -1.0)  # kept too long: opened again
     t.append(pa.table({"id": [99], "name": ["y"]}))
     assert cat.describe_table("n.t").version == t.version
 

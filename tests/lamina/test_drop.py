@@ -206,7 +206,7 @@ def test_a_failed_catalog_create_removes_what_it_made_segments_included(local_ta
         before_commit()
         raise CommitConflict("the catalog's rewrite lost (injected)")
 
-    monkeypatch.setattr(lamina.catalog, "create_table", create_with_segments)
+    monkeypatch.setattr(lamina.catalog.api, "create_table", create_with_segments)
     monkeypatch.setattr(Catalog, "_mutate", failing_mutate)
     with pytest.raises(CommitConflict, match="injected"):
         cat.create_table("t", SCHEMA)
