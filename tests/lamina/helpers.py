@@ -1,6 +1,8 @@
-"""Small data builders shared by the storage tests."""
+"""Small data builders shared by the storage tests, and the one store wrapper they disturb storage with."""
 
 from __future__ import annotations
+
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -46,20 +48,88 @@ def put_next_version(t, **changes) -> int:
     return nxt.version
 
 
-class BeatenOnce:
+class Hook:
+    """One rule of a ``HookedStore``: the calls it takes (a method, a path prefix or predicate, a number of
+    times) and what it does to each: runs ``before()`` first, replaces the call (``instead(real, *args,
+    **kwargs)``), or raises ``fail(path)`` (after the call went through, with ``lands``)."""
+
+    def __init__(self, method: str, when: Callable[[Any], bool], times: int | None, before: Callable[[], Any] | None,
+                 instead: Callable[..., Any] | None, fail: Callable[[Any], BaseException] | None, lands: bool):
+        self.method, self.when, self.times = method, when, times
+        self.before, self.instead, self.fail, self.lands = before, instead, fail, lands
+        self.fired = 0
+
+    def takes(self, method: str, target: Any) -> bool:
+        return method == self.method and (self.times is None or self.fired < self.times) and self.when(target)
+
+    def run(self, real: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        self.fired += 1
+        if self.before is not None:
+            self.before()
+        if self.instead is not None:
+            return self.instead(real, *args, **kwargs)
+        if self.fail is not None:
+            if self.lands:
+                real(*args, **kwargs)
+            raise self.fail(args[0] if args else None)
+        return real(*args, **kwargs)
+
+
+class HookedStore:
+    """The one recording, fault-injecting wrapper of the tests: every call goes through to ``inner`` (an
+    ``ObjectStore``, or a boto3 client) and is recorded in ``calls`` as (method, first argument), except
+    those a hook added with ``on`` takes. Attributes that are not methods are ``inner``'s own.
+
+        store = HookedStore(t.store).on("put_if_absent", prefix="_versions/", times=1,
+                                        fail=lambda path: StorageError(f"connection reset writing {path}"), lands=True)
+    """
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.calls: list[tuple[str, Any]] = []
+        self.hooks: list[Hook] = []
+
+    def on(self, method: str, *, prefix: str | None = None, path: str | None = None,
+           when: Callable[[Any], bool] | None = None, times: int | None = None, before: Callable[[], Any] | None = None,
+           instead: Callable[..., Any] | None = None, fail: Callable[[Any], BaseException] | None = None,
+           lands: bool = False) -> "HookedStore":
+        """Adds a hook on the calls of ``method`` whose first argument starts with ``prefix``, is ``path``, or
+        satisfies ``when`` (all calls if none is given), at most ``times`` times; earlier hooks take a call first."""
+        def matches(target: Any) -> bool:
+            return ((prefix is None or (isinstance(target, str) and target.startswith(prefix)))
+                    and (path is None or target == path) and (when is None or when(target)))
+        self.hooks.append(Hook(method, matches, times, before, instead, fail, lands))
+        return self
+
+    @property
+    def fired(self) -> int:
+        """How many calls the hooks took."""
+        return sum(h.fired for h in self.hooks)
+
+    def paths(self, method: str, prefix: str = "") -> list[Any]:
+        """The first arguments of the recorded calls of ``method`` starting with ``prefix``, in order."""
+        return [p for m, p in self.calls if m == method and (not prefix or (isinstance(p, str) and p.startswith(prefix)))]
+
+    def count(self, method: str) -> int:
+        return sum(1 for m, _ in self.calls if m == method)
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self.inner, name)
+        if name.startswith("_") or not callable(real):
+            return real
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            target = args[0] if args else None
+            self.calls.append((name, target))
+            hook = next((h for h in self.hooks if h.takes(name, target)), None)
+            return real(*args, **kwargs) if hook is None else hook.run(real, args, kwargs)
+
+        return call
+
+
+def BeatenOnce(inner: Any, other: Callable[[], Any]) -> HookedStore:  # noqa: N802 (reads as the store it makes)
     """A store whose first manifest put lets ``other()`` run (and commit that version) first, then tries ours."""
-
-    def __init__(self, inner, other):
-        self._inner, self._other, self.fired = inner, other, 0
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def put_if_absent(self, path, data):
-        if path.startswith("_versions/") and not self.fired:
-            self.fired += 1
-            self._other()
-        return self._inner.put_if_absent(path, data)
+    return HookedStore(inner).on("put_if_absent", prefix="_versions/", times=1, before=other)
 
 
 def delete_every_object(uri: str, opts: dict | None) -> None:

@@ -11,7 +11,7 @@ import pytest
 import lamina
 from lamina.errors import CorruptFile, SchemaMismatch
 from lamina.manifest import decode_manifest, encode_manifest, manifest_path
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from tests.lamina.helpers import SCHEMA, HookedStore, ids_of, rows
 
 
 def _rewrite_latest(t, change):
@@ -92,19 +92,11 @@ def test_create_table_whose_answer_was_lost_knows_whether_it_created_the_table(l
 
     real_open = lamina.table.open_store
 
-    class AnswerLost:
-        def __init__(self, inner):
-            self._inner = inner
+    def answer_lost(uri, opts=None):  # every put_if_absent fails, after landing or not
+        return HookedStore(real_open(uri, opts)).on("put_if_absent", lands=lands,
+                                                   fail=lambda path: StorageError(f"writing {path} failed: connection reset"))
 
-        def __getattr__(self, name):
-            return getattr(self._inner, name)
-
-        def put_if_absent(self, path, data):
-            if lands:
-                self._inner.put_if_absent(path, data)
-            raise StorageError(f"writing {path} failed: connection reset")
-
-    monkeypatch.setattr(lamina.table, "open_store", lambda uri, opts=None: AnswerLost(real_open(uri, opts)))
+    monkeypatch.setattr(lamina.table, "open_store", answer_lost)
     if lands:
         t = lamina.create_table(local_table_uri, SCHEMA)
         assert t.version == 1

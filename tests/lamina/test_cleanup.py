@@ -10,7 +10,7 @@ import pytest
 
 import lamina
 from lamina.errors import InvalidArgument, VersionNotFound
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from tests.lamina.helpers import SCHEMA, HookedStore, ids_of, rows
 
 
 def _referenced(t):
@@ -174,22 +174,15 @@ def test_long_write_whose_files_were_cleaned_up_does_not_commit(local_table_uri,
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(10))
 
 
-class _CommitDuringCleanup:
+def _commit_during_cleanup(inner, commit_now) -> HookedStore:
     """A store through which cleanup runs; right after cleanup first lists the versions, another
     writer commits (files written long ago, e.g. a slow compaction's outputs)."""
-
-    def __init__(self, inner, commit_now):
-        self._inner, self._commit_now, self.done = inner, commit_now, False
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def list(self, prefix, start_after=None):
-        listed = list(self._inner.list(prefix, start_after))
-        if not self.done and prefix == "_versions/":
-            self.done = True
-            self._commit_now()
+    def listed_then_commit(real, prefix, start_after=None):
+        listed = list(real(prefix, start_after))
+        commit_now()
         return iter(listed)
+
+    return HookedStore(inner).on("list", path="_versions/", times=1, instead=listed_then_commit)
 
 
 def test_version_committed_while_cleanup_runs_keeps_its_files(local_table_uri):
@@ -203,27 +196,20 @@ def test_version_committed_while_cleanup_runs_keeps_its_files(local_table_uri):
     slow = lamina.open_table(local_table_uri)
     frags = write_fragments(t.store, SCHEMA, rows(100, 10).to_batches(), t.write_options)
     _age_files(local_table_uri, 7200)  # the slow writer's file is two hours old when it commits
-    store = _CommitDuringCleanup(t.store, lambda: slow.commit_transaction(Append(slow.version, frags)))
+    store = _commit_during_cleanup(t.store, lambda: slow.commit_transaction(Append(slow.version, frags)))
     cleanup(store, dt.timedelta(hours=1))
-    assert store.done
+    assert store.fired
     latest = lamina.open_table(local_table_uri)
     assert latest.version == 4 and t.store.exists(frags[0].path)
     assert ids_of(latest) == list(range(20)) + list(range(100, 110))
 
 
-class _CrashAfterFirstManifestRemoval:
-    def __init__(self, inner):
-        self._inner = inner
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def delete(self, paths):
-        paths = list(paths)
-        if any(p.startswith("_versions/") for p in paths):
-            self._inner.delete(paths[:1])
-            raise KeyboardInterrupt("cleanup killed")
-        self._inner.delete(paths)
+def _crash_after_first_manifest_removal(real, paths):
+    paths = list(paths)
+    if any(p.startswith("_versions/") for p in paths):
+        real(paths[:1])
+        raise KeyboardInterrupt("cleanup killed")
+    real(paths)
 
 
 def test_crash_mid_cleanup_leaves_contiguous_history(local_table_uri):
@@ -233,7 +219,7 @@ def test_crash_mid_cleanup_leaves_contiguous_history(local_table_uri):
     for start in range(0, 50, 10):
         t.append(rows(start, 10))  # versions 1..6
     with pytest.raises(KeyboardInterrupt):
-        cleanup(_CrashAfterFirstManifestRemoval(t.store), 0, enforce_retention=False)
+        cleanup(HookedStore(t.store).on("delete", instead=_crash_after_first_manifest_removal), 0, enforce_retention=False)
     versions = [v.version for v in lamina.open_table(local_table_uri).versions()]
     assert versions == list(range(versions[0], 7)) and versions[0] == 2, versions
     for v in versions:

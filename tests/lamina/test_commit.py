@@ -17,7 +17,7 @@ from lamina.errors import CommitConflict, StorageError, TableDropped, TableNotFo
 from lamina.manifest import list_versions, load_manifest
 from lamina.rewrite import full_rewrite
 from lamina.transaction import MATRIX, OPERATIONS, Drop, Rewrite, WalFlush
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from tests.lamina.helpers import SCHEMA, HookedStore, ids_of, rows
 
 BASE = set(range(300))  # three fragments of 100 rows: ids 0-99, 100-199, 200-299
 
@@ -196,27 +196,15 @@ def test_rewrite_over_delete_does_not_resurrect_rows(local_table_uri):
     assert [(f.rows, f.deleted_rows) for f in new] == [(199, 100)]
 
 
-class _FlakyPutStore:
-    """Wraps a store so put_if_absent fails once, after or before writing."""
-
-    def __init__(self, inner, *, lands: bool):
-        self._inner, self._lands, self._failed = inner, lands, False
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def put_if_absent(self, path, data):
-        if path.startswith("_versions/") and not self._failed:
-            self._failed = True
-            if self._lands:
-                self._inner.put_if_absent(path, data)
-            raise StorageError(f"connection reset while writing {path}")
-        return self._inner.put_if_absent(path, data)
+def _flaky_put(inner, *, lands: bool) -> HookedStore:
+    """``inner`` whose first manifest put fails, after or before writing."""
+    return HookedStore(inner).on("put_if_absent", prefix="_versions/", times=1, lands=lands,
+                                 fail=lambda path: StorageError(f"connection reset while writing {path}"))
 
 
 def test_unknown_outcome_that_landed_is_recognised(local_table_uri):
     t = make_base(local_table_uri)
-    flaky = _FlakyPutStore(t.store, lands=True)
+    flaky = _flaky_put(t.store, lands=True)
     group = full_rewrite(t.store, t.manifest, [0, 1], t.write_options)
     new = commit(flaky, Rewrite(t.version, [group]), t.manifest)
     assert new.version == 5 and list_versions(t.store)[-1] == 5  # committed once, not twice
@@ -225,7 +213,7 @@ def test_unknown_outcome_that_landed_is_recognised(local_table_uri):
 
 def test_unknown_outcome_that_did_not_land_raises_and_commits_nothing(local_table_uri):
     t = make_base(local_table_uri)
-    flaky = _FlakyPutStore(t.store, lands=False)
+    flaky = _flaky_put(t.store, lands=False)
     group = full_rewrite(t.store, t.manifest, [0, 1], t.write_options)
     with pytest.raises(StorageError, match="connection reset"):
         commit(flaky, Rewrite(t.version, [group]), t.manifest)

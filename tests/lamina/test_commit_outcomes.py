@@ -12,7 +12,7 @@ import lamina
 from lamina.errors import StorageError
 from lamina.manifest import list_versions, load_manifest
 from lamina.table import Table
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from tests.lamina.helpers import SCHEMA, HookedStore, ids_of, rows
 
 BASE = set(range(300))  # three fragments of 100 rows: ids 0-99, 100-199, 200-299
 MINE = set(range(1000, 1010))
@@ -27,20 +27,10 @@ def _base(uri, opts):
     return t
 
 
-class _ManifestPutStore:
-    """Wraps a store; the first put_if_absent of a manifest goes through ``first_put(inner, path, data)``."""
-
-    def __init__(self, inner, first_put):
-        self._inner, self._first_put, self.fired = inner, first_put, 0
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def put_if_absent(self, path, data):
-        if path.startswith("_versions/") and not self.fired:
-            self.fired += 1
-            return self._first_put(self._inner, path, data)
-        return self._inner.put_if_absent(path, data)
+def _first_manifest_put(inner, first_put) -> HookedStore:
+    """``inner`` whose first put_if_absent of a manifest goes through ``first_put(inner, path, data)``."""
+    return HookedStore(inner).on("put_if_absent", prefix="_versions/", times=1,
+                                 instead=lambda real, path, data: first_put(inner, path, data))
 
 
 def _check_ids(uri, opts, expected):
@@ -61,7 +51,7 @@ def test_put_that_landed_but_answered_already_exists_commits_once(table_location
         assert inner.put_if_absent(path, data)  # our manifest is written...
         return False  # ...but the answer we get is "something was already there"
 
-    store = _ManifestPutStore(t.store, lands_then_says_exists)
+    store = _first_manifest_put(t.store, lands_then_says_exists)
     mine = Table(store, t.manifest, opts)
     assert mine.append(rows(1000, 10)) == 5
     assert store.fired == 1
@@ -78,7 +68,7 @@ def test_failed_put_while_another_writer_took_the_version_is_not_success(table_l
         assert lamina.open_table(uri, storage_options=opts).append(rows(2000, 10)) == 5  # takes version 5
         raise StorageError(f"connection reset while writing {path}")
 
-    store = _ManifestPutStore(t.store, other_wins_then_fails)
+    store = _first_manifest_put(t.store, other_wins_then_fails)
     mine = Table(store, t.manifest, opts)
     version = mine.append(rows(1000, 10))
     assert store.fired == 1
@@ -100,7 +90,7 @@ def test_failed_put_that_landed_is_success_exactly_once(table_location):
         assert inner.put_if_absent(path, data)
         raise StorageError(f"connection reset while writing {path}")
 
-    store = _ManifestPutStore(t.store, lands_then_fails)
+    store = _first_manifest_put(t.store, lands_then_fails)
     mine = Table(store, t.manifest, opts)
     assert mine.append(rows(1000, 10)) == 5
     assert store.fired == 1

@@ -3,8 +3,6 @@ failing flushes hold it back instead of growing it or littering the table (issue
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyarrow as pa
 import pytest
 
@@ -13,6 +11,7 @@ from lamina.errors import StorageError
 from lamina.ingest import IngestOptions, ShardApplier
 from lamina.manifest import VERSIONS_DIR, list_versions, load_manifest
 from lamina.wal import WalWriter
+from tests.lamina.helpers import HookedStore
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("v", pa.float64())])
 #: The memtable's arena grows in 1 MiB chunks: a bound of a few chunks is what real memory looks like.
@@ -79,26 +78,6 @@ def test_applier_memtable_stays_within_flush_bytes_on_a_backlog_20x_larger(local
     assert sorted(t.to_arrow(columns=["id"]).column("id").to_pylist()) == sorted(ids), "every row exactly once"
 
 
-class FailingStore:
-    """A store whose manifest writes ("put") or manifest reads ("read") fail while ``failing``."""
-
-    def __init__(self, store, mode: str):
-        self._store, self.mode, self.failing = store, mode, True
-
-    def put_if_absent(self, path: str, data: bytes) -> bool:
-        if self.failing and self.mode == "put" and path.startswith(VERSIONS_DIR):
-            raise StorageError(f"injected: put of {path} failed")
-        return self._store.put_if_absent(path, data)
-
-    def get(self, path: str) -> bytes:
-        if self.failing and self.mode == "read" and path.startswith(VERSIONS_DIR):
-            raise StorageError(f"injected: get of {path} failed")
-        return self._store.get(path)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-
 def _unreferenced_data_files(t) -> set[str]:
     referenced: set[str] = set()
     for v in list_versions(t.store):
@@ -115,7 +94,9 @@ def test_failing_flushes_hold_the_applier_back_and_leave_only_what_cleanup_remov
     ids = _backlog(local_table_uri, 3)
     applier = ShardApplier(local_table_uri, 0, options=IngestOptions(flush_bytes=FLUSH_BYTES, flush_seconds=3600))
     sizes = _measure_every_apply(applier, monkeypatch)
-    faulty = FailingStore(applier.store, mode)
+    # manifest writes ("put") or manifest reads ("read") fail until the hook is removed
+    faulty = HookedStore(applier.store).on("put_if_absent" if mode == "put" else "get", prefix=VERSIONS_DIR,
+                                           fail=lambda path: StorageError(f"injected: {'put' if mode == 'put' else 'get'} of {path} failed"))
     applier.store = faulty
     applied, failures = [], 0
     for _ in range(10):  # the actor's loop while storage is down
@@ -138,7 +119,7 @@ def test_failing_flushes_hold_the_applier_back_and_leave_only_what_cleanup_remov
         assert orphans == set(), "a flush known not to be committed removes its file"
     assert applier.stats.flush_failures == 10
 
-    faulty.failing = False  # storage is back: the backlog goes in, each row once
+    faulty.hooks.clear()  # storage is back: the backlog goes in, each row once
     applier.drain()
     t = lamina.open_table(local_table_uri)
     assert sorted(t.to_arrow(columns=["id"]).column("id").to_pylist()) == sorted(ids)

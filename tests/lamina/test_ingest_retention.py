@@ -4,38 +4,30 @@ never fail each other (issue 16, defect 10). Interleavings are forced through a 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import pyarrow as pa
 
 import lamina
 from lamina.ingest import IngestOptions, ShardApplier
 from lamina.wal import WalWriter, list_segments, segment_prefix
+from tests.lamina.helpers import HookedStore
 
 SIMPLE = pa.schema([("id", pa.int64()), ("name", pa.string())])
 LATER = 2e10  # a "now" far past every seal's retention
 
 
-class HookStore:
+def _on_first_get(store, matches: Callable[[str], bool], hook: Callable[[str], None], after: bool = False) -> HookedStore:
     """The store, calling ``hook(path)`` once, before (or ``after``) the first ``get`` whose path ``matches``."""
-
-    def __init__(self, store, matches: Callable[[str], bool], hook: Callable[[str], None], after: bool = False):
-        self._store, self._matches, self._hook, self._after = store, matches, hook, after
-        self.fired = False
-
-    def get(self, path: str) -> bytes:
-        fire = not self.fired and self._matches(path)
-        if fire and not self._after:
-            self.fired = True
-            self._hook(path)
-        data = self._store.get(path)
-        if fire and self._after:
-            self.fired = True
-            self._hook(path)
+    def get(real, path, *args, **kwargs):
+        if not after:
+            hook(path)
+        data = real(path, *args, **kwargs)
+        if after:
+            hook(path)
         return data
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+    return HookedStore(store).on("get", when=matches, times=1, instead=get)
 
 
 def _write(uri: str, ids: list[int], opts=None, close: bool = True, per_txn: int = 5, shard: int = 0) -> WalWriter:
@@ -67,8 +59,8 @@ def test_two_appliers_expiring_the_same_segments_both_succeed(table_location):
     b = ShardApplier(uri, 0, opts)  # a zombie of the same shard
     removed_by_b: list[int] = []
     # a has listed segment 0 and its seal; before a reads the seal, b removes every applied segment
-    a.store = HookStore(a.store, lambda p: p == segment_prefix(0, 0) + "sealed",
-                        lambda _p: removed_by_b.extend(b.remove_applied_segments(now=LATER)))
+    a.store = _on_first_get(a.store, lambda p: p == segment_prefix(0, 0) + "sealed",
+                            lambda _p: removed_by_b.extend(b.remove_applied_segments(now=LATER)))
     assert a.remove_applied_segments(now=LATER) == [], "b did the work; a finds it done"
     assert a.store.fired and removed_by_b == [0, 1]
     assert _leftover(a.store, 0) == ["claim"] and _leftover(a.store, 1) == ["claim"]
@@ -93,8 +85,8 @@ def test_an_applier_reading_a_segment_another_applier_removed_goes_on(table_loca
     seg = segment_prefix(0, 0)
     local = a.store.local_path(seg) is not None
     # mid-read: locally right after a read the seal, on S3 after it listed the transaction objects
-    a.store = HookStore(a.store, (lambda p: p == seg + "sealed") if local else (lambda p: p.endswith(".t")),
-                        b_applies_flushes_and_removes, after=local)
+    a.store = _on_first_get(a.store, (lambda p: p == seg + "sealed") if local else (lambda p: p.endswith(".t")),
+                            b_applies_flushes_and_removes, after=local)
     a.step()  # must not fail, nor report a torn tail: b committed what a could not read
     assert a.store.fired
     assert a.stats.torn == {} and a.stats.applied_rows == 0

@@ -13,7 +13,7 @@ import lamina
 from lamina.cleanup import CleanupStats, cleanup
 from lamina.errors import InvalidArgument, VersionNotFound
 from lamina.store import open_store
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from tests.lamina.helpers import SCHEMA, HookedStore, ids_of, rows
 
 
 def _backdate(uri, rel, seconds):
@@ -134,25 +134,12 @@ def test_cleanup_called_directly_refuses_short_retentions_too(local_table_uri):
     assert t.store.exists("data/three-hours.parquet")
 
 
-class _CountingGets:
-    def __init__(self, inner):
-        self._inner, self.manifest_gets = inner, []
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def get(self, path, *args, **kwargs):
-        if path.startswith("_versions/"):
-            self.manifest_gets.append(path)
-        return self._inner.get(path, *args, **kwargs)
-
-
 def test_cleanup_reads_only_the_latest_manifest_when_this_process_has_the_others(local_table_uri):
     """One GET per cleanup, not one per version (history can be thousands of versions on S3)."""
     t = lamina.create_table(local_table_uri, SCHEMA)
     for start in range(0, 40, 10):
         t.append(rows(start, 10))  # versions 1..5, each cached by the process that wrote it
-    store = _CountingGets(t.store)
+    store = HookedStore(t.store)
     stats = cleanup(store, dt.timedelta(hours=2))
     assert stats.versions_removed == 0 and stats.kept_versions == 5
-    assert store.manifest_gets == ["_versions/00000000000000000005.manifest"]
+    assert store.paths("get", "_versions/") == ["_versions/00000000000000000005.manifest"]

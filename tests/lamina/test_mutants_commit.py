@@ -8,35 +8,7 @@ import lamina
 from lamina.errors import CommitConflict, CommitStateUnknown, ObjectNotFound, StorageError, TableReplaced
 from lamina.manifest import forget_manifest, list_versions, manifest_path
 from lamina.table import Table
-from tests.lamina.helpers import SCHEMA, ids_of, rows
-
-
-class _Wrapped:
-    """A store that passes everything through except the hooks a test sets."""
-
-    def __init__(self, inner):
-        self._inner = inner
-        self.exists_calls: list[str] = []
-        self.fail_manifest_put = False
-        self.put_failed = False  # then reads of manifests fail too
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def exists(self, path):
-        self.exists_calls.append(path)
-        return self._inner.exists(path)
-
-    def put_if_absent(self, path, data):
-        if self.fail_manifest_put and path.startswith("_versions/"):
-            self.put_failed = True
-            raise StorageError(f"connection reset while writing {path}")
-        return self._inner.put_if_absent(path, data)
-
-    def get(self, path, *args, **kwargs):
-        if self.put_failed and path.startswith("_versions/"):
-            raise StorageError(f"connection reset while reading {path}")
-        return self._inner.get(path, *args, **kwargs)
+from tests.lamina.helpers import SCHEMA, HookedStore, ids_of, rows
 
 
 def _table(uri):
@@ -48,9 +20,9 @@ def _table(uri):
 def test_short_write_commits_without_checking_its_files_again(local_table_uri):
     """Only writes older than VERIFY_FILES_AFTER_SECONDS look for their files (one HEAD each on S3)."""
     t = _table(local_table_uri)
-    store = _Wrapped(t.store)
+    store = HookedStore(t.store)
     assert Table(store, t.manifest).append(rows(10, 10)) == 3
-    assert not [p for p in store.exists_calls if p.startswith("data/")]
+    assert not store.paths("exists", "data/")
 
 
 def test_long_write_whose_files_are_gone_says_how_long_it_ran(local_table_uri, monkeypatch):
@@ -74,8 +46,12 @@ def test_long_write_whose_files_are_gone_says_how_long_it_ran(local_table_uri, m
 def test_failed_put_that_cannot_be_read_back_is_reported_as_unknown(local_table_uri):
     """Neither success nor a plain failure: the caller is told which version to check for which transaction."""
     t = _table(local_table_uri)
-    store = _Wrapped(t.store)
-    store.fail_manifest_put = True
+    failed: list[str] = []  # once the put failed, reads of manifests fail too
+    store = (HookedStore(t.store)
+             .on("put_if_absent", prefix="_versions/", before=lambda: failed.append("put"),
+                 fail=lambda path: StorageError(f"connection reset while writing {path}"))
+             .on("get", prefix="_versions/", when=lambda path: bool(failed),
+                 fail=lambda path: StorageError(f"connection reset while reading {path}")))
     mine = Table(store, t.manifest)
     with pytest.raises(CommitStateUnknown, match=(
         rf"append on table {t.store.uri}: writing version 3 failed \(connection reset while writing _versions/.*\) "
@@ -87,30 +63,16 @@ def test_failed_put_that_cannot_be_read_back_is_reported_as_unknown(local_table_
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(10))
 
 
-class _LateVersion:
-    """A store on which version ``late`` is still being written when a reader first asks for it
-    (not found), and is there by the time the reader lists the versions."""
-
-    def __init__(self, inner, late):
-        self._inner, self._late, self.hidden = inner, manifest_path(late), 0
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def get(self, path, *args, **kwargs):
-        if path == self._late and not self.hidden:
-            self.hidden += 1
-            raise ObjectNotFound(f"{path} (not written yet)")
-        return self._inner.get(path, *args, **kwargs)
-
-
 def test_version_that_lands_while_catching_up_is_replayed_not_taken_for_cleaned_history(local_table_uri):
     t = _table(local_table_uri)  # versions 1 (create) and 2
-    stale = Table(_LateVersion(t.store, 3), t.manifest)
+    # Version 3 is still being written when this reader first asks for it (not found), and is there by the
+    # time it lists the versions.
+    stale = Table(HookedStore(t.store).on("get", path=manifest_path(3), times=1,
+                                          fail=lambda path: ObjectNotFound(f"{path} (not written yet)")), t.manifest)
     lamina.open_table(local_table_uri).append(rows(100, 10))  # version 3, by another process:
     forget_manifest(t.store, 3)  # ...so not in this process's cache
     assert stale.append(rows(200, 10)) == 4
-    assert stale.store.hidden == 1
+    assert stale.store.fired == 1
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(10)) + list(range(100, 110)) + list(range(200, 210))
 
 
@@ -119,7 +81,10 @@ def test_stale_writer_never_commits_into_a_table_recreated_at_its_uri(local_tabl
     import shutil
 
     t = _table(local_table_uri)
-    stale = Table(_LateVersion(t.store, 3), t.manifest)
+    # Version 3 is still being written when this reader first asks for it (not found), and is there by the
+    # time it lists the versions.
+    stale = Table(HookedStore(t.store).on("get", path=manifest_path(3), times=1,
+                                          fail=lambda path: ObjectNotFound(f"{path} (not written yet)")), t.manifest)
     shutil.rmtree(local_table_uri)
     new = lamina.create_table(local_table_uri, SCHEMA)
     for start in (1000, 2000):
@@ -150,27 +115,17 @@ def test_writer_that_keeps_losing_the_race_gives_up_with_a_conflict(local_table_
 
     t = _table(local_table_uri)
 
-    class _AlwaysBeaten:
-        def __init__(self, inner):
-            self._inner, self.beaten = inner, 0
+    def beaten():  # every manifest put loses to another writer's append
+        lamina.open_table(local_table_uri).append(rows(1000 + 10 * store.fired, 10))
 
-        def __getattr__(self, name):
-            return getattr(self._inner, name)
-
-        def put_if_absent(self, path, data):
-            if path.startswith("_versions/"):
-                self.beaten += 1
-                lamina.open_table(local_table_uri).append(rows(1000 + 10 * self.beaten, 10))
-            return self._inner.put_if_absent(path, data)
-
-    store = _AlwaysBeaten(t.store)
+    store = HookedStore(t.store).on("put_if_absent", prefix="_versions/", before=beaten)
     frags = write_fragments(t.store, t.schema, iter(rows(200, 10).to_batches()), WriteOptions())
     with pytest.raises(CommitConflict, match=(
         rf"append on table {t.store.uri} lost the race for the next version 3 times \(read at version 2\); "
         r"nothing was committed: retry later or with fewer concurrent writers"
     )):
         commit(store, Append(t.version, frags), t.manifest, backoff=Backoff(0.0, 0.0, 3))
-    assert store.beaten == 3
+    assert store.fired == 3
     latest = lamina.open_table(local_table_uri)
     assert latest.version == 5 and not set(range(200, 210)) & set(ids_of(latest))
     assert not any(t.store.exists(f.path) for f in frags), "the abandoned data file is removed"

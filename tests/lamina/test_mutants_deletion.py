@@ -13,20 +13,7 @@ import lamina
 import lamina.deletion
 from lamina.cache import ByteLRU
 from lamina.table import Table
-from tests.lamina.helpers import SCHEMA, ids_of, rows
-
-
-class _CountingStore:
-    def __init__(self, inner):
-        self._inner, self.deletion_gets = inner, []
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def get(self, path, *args, **kwargs):
-        if path.startswith("_deletions/"):
-            self.deletion_gets.append(path)
-        return self._inner.get(path, *args, **kwargs)
+from tests.lamina.helpers import SCHEMA, HookedStore, ids_of, rows
 
 
 @pytest.fixture
@@ -45,23 +32,24 @@ def _table_with_deletions(uri):
 def test_each_deletion_file_is_read_once_per_process(local_table_uri, fresh_cache):
     t = _table_with_deletions(local_table_uri)
     lamina.deletion._CACHE.clear()  # as if another process had deleted
-    store = _CountingStore(t.store)
+    store = HookedStore(t.store)
     reader = Table(store, t.manifest)
     expected = [i for i in range(200) if i not in (3, 13, 57, 103, 150, 199)]
     assert ids_of(reader) == expected
     assert ids_of(reader) == expected
     assert reader.count_rows() == len(expected)
-    assert sorted(store.deletion_gets) == sorted({f.deletion.path for f in t.manifest.fragments}), store.deletion_gets
+    deletion_gets = store.paths("get", "_deletions/")
+    assert sorted(deletion_gets) == sorted({f.deletion.path for f in t.manifest.fragments}), deletion_gets
 
 
 def test_deletion_files_written_here_are_not_read_back(local_table_uri, fresh_cache):
     t = lamina.create_table(local_table_uri, SCHEMA)
     t.append(rows(0, 100))
-    store = _CountingStore(t.store)
+    store = HookedStore(t.store)
     writer = Table(store, t.manifest)
     writer.delete("id < 10")
     assert ids_of(writer) == list(range(10, 100))
-    assert store.deletion_gets == []
+    assert store.paths("get", "_deletions/") == []
 
 
 def _offsets(n):

@@ -18,26 +18,10 @@ from lamina.manifest import load_manifest
 from lamina.rewrite import full_rewrite
 from lamina.transaction import Rewrite
 from lamina.wal import WalWriter
-from tests.lamina.helpers import SCHEMA, ids_of, rows
+from tests.lamina.helpers import SCHEMA, BeatenOnce, ids_of, rows
 
 BASE = set(range(300))  # three fragments of 100 rows: ids 0-99, 100-199, 200-299
 KEYED = pa.schema([("id", pa.int64()), ("name", pa.string()), ("v", pa.float64())])
-
-
-class _BeforeManifestPut:
-    """Wraps a store; runs ``hook()`` once, just before the first put_if_absent of a manifest."""
-
-    def __init__(self, inner, hook):
-        self._inner, self._hook, self.fired = inner, hook, 0
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def put_if_absent(self, path, data):
-        if path.startswith("_versions/") and not self.fired:
-            self.fired += 1
-            self._hook()
-        return self._inner.put_if_absent(path, data)
 
 
 def _no_duplicates(ids):
@@ -57,7 +41,7 @@ def test_rewrite_losing_to_a_second_delete_does_not_reuse_its_carried_deletions(
     def delete_b():  # committed between the rewrite's first prepare and its put (version 6)
         assert lamina.open_table(local_table_uri).delete("id IN (7, 150)") == 2
 
-    store = _BeforeManifestPut(stale.store, delete_b)
+    store = BeatenOnce(stale.store, delete_b)
     txn = Rewrite(stale.version, [group])
     new = commit(store, txn, stale.manifest)
     assert store.fired == 1 and txn.attempts == 2, "the rewrite must lose the race to delete B once"
@@ -138,7 +122,7 @@ def test_wal_flush_racing_a_rewrite_remaps_its_merge_on_write_deletions(local_ta
         rewrote.append(commit(t.store, Rewrite(t.version, [full_rewrite(t.store, t.manifest, ids, t.write_options)]),
                               t.manifest).version)
 
-    applier.store = _BeforeManifestPut(applier.store, compact)
+    applier.store = BeatenOnce(applier.store, compact)
     assert applier.flush() == 5
     assert rewrote == [4] and applier.store.fired == 1
     latest = _check_keys(local_table_uri)

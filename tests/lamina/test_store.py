@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError
 from lamina.errors import CorruptFile, InvalidArgument, InvalidConfig, ObjectNotFound, StorageError
 from lamina.store import open_store
 from lamina.store.s3 import S3Store
+from tests.lamina.helpers import HookedStore
 
 
 @pytest.fixture
@@ -60,36 +61,19 @@ def test_local_put_file_streams(local_table_uri, tmp_path):
     assert store.get("data/f.bin") == b"x" * 1000
 
 
-class _Flaky:
-    """A boto3 client stand-in that fails the first ``n`` calls of one method with ``code``."""
-
-    def __init__(self, client, method, code, status, n):
-        self._client, self._method, self._code, self._status, self.left = client, method, code, status, n
-        self.calls = 0
-
-    def __getattr__(self, name):
-        real = getattr(self._client, name)
-        if name != self._method:
-            return real
-
-        def call(**kwargs):
-            self.calls += 1
-            if self.left > 0:
-                self.left -= 1
-                raise ClientError({"Error": {"Code": self._code, "Message": "injected"},
-                                   "ResponseMetadata": {"HTTPStatusCode": self._status}}, name)
-            return real(**kwargs)
-
-        return call
+def _flaky(client, method, code, status, n) -> HookedStore:
+    """A boto3 client whose first ``n`` calls of ``method`` fail with ``code`` (every call counted)."""
+    return HookedStore(client).on(method, times=n, fail=lambda _: ClientError(
+        {"Error": {"Code": code, "Message": "injected"}, "ResponseMetadata": {"HTTPStatusCode": status}}, method))
 
 
 @pytest.mark.parametrize("code,status", [("SlowDown", 503), ("InternalError", 500), ("ConditionalRequestConflict", 409)])
 def test_s3_retries_throttling_5xx_and_conditional_conflicts(s3_table_uri, s3_options, code, status):
     store = S3Store(s3_table_uri, {**s3_options, "max_attempts": 4})
-    flaky = _Flaky(store.client(), "put_object", code, status, n=3)
+    flaky = _flaky(store.client(), "put_object", code, status, n=3)
     store._shared_client = flaky
     assert store.put_if_absent("_versions/x", b"data") is True
-    assert flaky.calls == 4
+    assert flaky.count("put_object") == 4
     assert store.get("_versions/x") == b"data"
 
 
@@ -108,21 +92,6 @@ def test_stores_pickle(store):
 
 
 # -- staging: a local file to read an object, a local file that becomes one ---------------------
-
-class _CountingClient:
-    """A boto3 client stand-in counting the requests made through it, per method."""
-
-    def __init__(self, client):
-        self._client, self.calls = client, {}
-
-    def __getattr__(self, name):
-        real = getattr(self._client, name)
-
-        def call(**kwargs):
-            self.calls[name] = self.calls.get(name, 0) + 1
-            return real(**kwargs)
-
-        return call
 
 
 def _files(directory) -> list[str]:
@@ -169,13 +138,13 @@ def test_staged_output_refuses_a_block_that_wrote_nothing(store, tmp_path):
 def test_s3_staged_output_uploads_large_files_in_parts(s3_table_uri, s3_options, tmp_path, monkeypatch):
     monkeypatch.setenv("LAMINA_TMPDIR", str(tmp_path))
     store = S3Store(s3_table_uri, {**s3_options, "multipart_threshold": 5 * 2**20, "multipart_chunk_size": 5 * 2**20})
-    counting = store._shared_client = _CountingClient(store.client())
+    counting = store._shared_client = HookedStore(store.client())  # counts the requests, per method
     payload = os.urandom(11 * 2**20)
     with store.staged_output("data/big.parquet") as local:
         assert local.startswith(str(tmp_path)), "temp files go to $LAMINA_TMPDIR"
         with open(local, "wb") as f:
             f.write(payload)
-    assert counting.calls.get("upload_part") == 3 and "put_object" not in counting.calls
+    assert counting.count("upload_part") == 3 and counting.count("put_object") == 0
     assert store.get("data/big.parquet") == payload
     assert _files(tmp_path) == []
 

@@ -10,26 +10,9 @@ import lamina
 from lamina.errors import StorageError
 from lamina.ingest import ShardApplier
 from lamina.wal import WalWriter
+from tests.lamina.helpers import HookedStore
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
-
-
-class _AnswerLost:
-    """Wraps a store: the next transaction put lands (or not), then fails as if its answer was lost."""
-
-    def __init__(self, inner, lands: bool):
-        self._inner, self.lands, self.armed = inner, lands, True
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def put_if_absent(self, path, data):
-        if self.armed and path.endswith(".t"):
-            self.armed = False
-            if self.lands:
-                self._inner.put_if_absent(path, data)
-            raise StorageError(f"writing {path} failed: connection reset")
-        return self._inner.put_if_absent(path, data)
 
 
 @pytest.mark.parametrize("lands", [True, False])
@@ -38,7 +21,8 @@ def test_wal_commit_retried_after_a_lost_answer_applies_once(s3_table_uri, s3_op
     w = WalWriter(s3_table_uri, 0, storage_options=s3_options)
     w.put_many([{"id": i, "name": f"n{i}"} for i in range(5)])
     assert w.commit() == 0
-    w.store = _AnswerLost(w.store, lands)
+    w.store = HookedStore(w.store).on("put_if_absent", when=lambda path: path.endswith(".t"), times=1, lands=lands,
+                                     fail=lambda path: StorageError(f"writing {path} failed: connection reset"))
     w.put_many([{"id": i, "name": f"n{i}"} for i in range(5, 10)])
     if lands:
         assert w.commit() == 1, "a put that landed is recognised as this transaction's"
