@@ -336,7 +336,7 @@ def test_a_long_integer_in_list_is_one_token_and_means_what_its_values_mean(type
         values = [v for v in values if abs(v) <= 2**53]
     text = "x IN (" + " ,".join(f" {v}" for v in values) + " )"
     assert [t.kind for t in F._tokenize(text)] == ["word", "kw", "op", "ints", "op"]
-    lo, hi = F._int_bounds(type_) if pa.types.is_integer(type_) else (-(2**53), 2**53)
+    lo, hi = F.int_bounds(type_) if pa.types.is_integer(type_) else (-(2**53), 2**53)
     col = [v for v in values if lo <= v <= hi][:12] + [None, 1, 2, 3]
     schema = pa.schema([("x", type_)])
     table = pa.table({"x": pa.array(col, type=type_)})
