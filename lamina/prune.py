@@ -42,8 +42,9 @@ from __future__ import annotations
 import bisect
 import json
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -258,7 +259,10 @@ class _Decoder:
         elif kind == "bytes":
             self.ok = physical == "BYTE_ARRAY"
         elif kind == "ts":
-            unit = logical.get("timeUnit") if ltype == "Timestamp" else ("s" if ltype in (None, "None") and t.unit == "s" else None)
+            if ltype == "Timestamp":
+                unit = logical.get("timeUnit")
+            else:
+                unit = "s" if ltype in (None, "None") and t.unit == "s" else None
             self.ok = physical == "INT64" and unit in UNIT_NS
             self.scale = UNIT_NS.get(unit or "", 1)
         elif kind == "date32":
@@ -435,7 +439,7 @@ def row_groups(metadata: pq.FileMetaData, schema: pa.Schema, flt: Filter) -> lis
         rows = rg.num_rows
         seen: dict[str, Chunk] = {}
 
-        def chunk(column: str) -> Chunk:
+        def chunk(column: str, seen: dict[str, Chunk] = seen, rg: pq.RowGroupMetaData = rg, rows: int = rows) -> Chunk:
             c = seen.get(column)
             if c is None:
                 found = decoders.get(column)
@@ -471,7 +475,7 @@ def _zone_chunk(z: Zone, schema: pa.Schema) -> Chunk:
     return Chunk(z.lo, z.hi, z.hi_inclusive, z.lo is not None, z.nulls > 0, z.lo is not None or z.nans > 0, z.nans > 0)
 
 
-def _zones_allow(pruner: Any, zones: "tuple[Zone, ...]", schema: pa.Schema) -> bool:
+def _zones_allow(pruner: Any, zones: tuple[Zone, ...], schema: pa.Schema) -> bool:
     """Whether rows bounded by ``zones`` may match the compiled filter."""
     seen: dict[str, Chunk] = {}
 
@@ -500,7 +504,7 @@ def prune_fragments(fragments: Iterable[Fragment], schema: pa.Schema, flt: Filte
     return kept, seen_count - len(kept)
 
 
-def fragments_ruled_out(schema: pa.Schema, flt: Filter) -> "Callable[[Fragment], bool] | None":
+def fragments_ruled_out(schema: pa.Schema, flt: Filter) -> Callable[[Fragment], bool] | None:
     """A test of a fragment: True when its zone maps rule out every row matching ``flt`` (its file
     need not be opened); None when the filter can prune nothing."""
     pruner = compile_filter(flt, schema)
@@ -509,7 +513,7 @@ def fragments_ruled_out(schema: pa.Schema, flt: Filter) -> "Callable[[Fragment],
     return lambda frag: frag.zones is not None and not (frag.rows and _zones_allow(pruner, frag.zones, schema))
 
 
-def segments_ruled_out(schema: pa.Schema, flt: Filter) -> "Callable[[Any], bool] | None":
+def segments_ruled_out(schema: pa.Schema, flt: Filter) -> Callable[[Any], bool] | None:
     """A test of a manifest segment entry: True when its merged zone maps rule out every row
     matching ``flt`` (none of its fragments can match, so it is not even read); None when the filter
     can prune nothing."""

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -64,12 +65,10 @@ def scalar_key(kind: str, t: pa.DataType, s: pa.Scalar) -> Any:
     return v
 
 
-
 def successor(b: bytes) -> bytes | None:
     """The least byte string above every string starting with ``b`` (None: there is none)."""
     b = b.rstrip(b"\xff")
     return b[:-1] + bytes([b[-1] + 1]) if b else None
-
 
 
 # -- the zone model: as held by a fragment, decoded on first use ---------------------------------
@@ -102,7 +101,7 @@ class ZoneText(NamedTuple):
     def where(self) -> str:
         return f"manifest {self.manifest} fragment {self.fragment}"
 
-    def decode(self) -> "tuple[Zone, ...]":
+    def decode(self) -> tuple[Zone, ...]:
         def what() -> str:
             return self.where
         try:
@@ -121,7 +120,7 @@ class LazyZones:
     reads never look at zone maps (a ``take``, an index lookup, a commit that keeps a fragment), and
     decoding them was over half of the cost of reading a manifest segment."""
 
-    def __get__(self, obj: Any, owner: Any = None) -> "tuple[Zone, ...] | None":
+    def __get__(self, obj: Any, owner: Any = None) -> tuple[Zone, ...] | None:
         if obj is None:
             return None  # the field's default
         value = obj.__dict__["_zones"]
@@ -130,7 +129,7 @@ class LazyZones:
             obj.__dict__["_zones"] = value
         return value
 
-    def __set__(self, obj: Any, value: "tuple[Zone, ...] | ZoneText | None") -> None:
+    def __set__(self, obj: Any, value: tuple[Zone, ...] | ZoneText | None) -> None:
         obj.__dict__["_zones"] = value  # only a dataclass __init__ gets here: Fragment is frozen
 
 
@@ -243,7 +242,7 @@ def zones_of_many(chunks: Sequence[Sequence[pa.RecordBatch]], schema: pa.Schema)
 
 
 # -- merging -------------------------------------------------------------------------------------
-def merge_zones(items: "Sequence[Any]") -> "tuple[Zone, ...] | None":
+def merge_zones(items: Sequence[Any]) -> tuple[Zone, ...] | None:
     """Zones bounding every row of ``items`` (fragments, or segment entries; e.g. a compaction
     output's, from its sources'); a column some item has no zone for is left out."""
     if not items or any(x.zones is None for x in items):
@@ -328,5 +327,5 @@ def zones_from_json(raw: Any, what: Callable[[], str]) -> tuple[Zone, ...]:
     return tuple(zones)
 
 
-def zones_to_json(zones: "tuple[Zone, ...]") -> list[list[Any]]:
+def zones_to_json(zones: tuple[Zone, ...]) -> list[list[Any]]:
     return [[z.column, z.kind, _zone_value(z.lo), _zone_value(z.hi), z.hi_inclusive, z.nulls, z.nans] for z in zones]

@@ -28,7 +28,6 @@ One module per concept, lowest first; this package re-exports the public names:
 
 from __future__ import annotations
 
-# The constants are re-exported too, for code that reads them from lamina.catalog; ``__all__`` is the API.
 from lamina.catalog.api import (
     CONFIRM_SECONDS,
     DESCRIBED_HANDLES,
@@ -57,4 +56,10 @@ from lamina.catalog.schema import (
 )
 from lamina.catalog.snapshots import WHOLE_READ_BYTES
 
-__all__ = ["Catalog", "NamespaceDescription", "TableDescription", "connect", "check_name", "SCHEMA", "SCHEMA_VERSION"]
+__all__ = [
+    "Catalog", "NamespaceDescription", "TableDescription", "connect", "check_name", "SCHEMA", "SCHEMA_VERSION",
+    # the constants, for code that reads them from lamina.catalog
+    "CATALOG_DIR", "CONFIG_KEY", "CONFIRM_SECONDS", "DESCRIBED_HANDLES", "FORWARD_READS", "INDICES", "LOCK_FILE",
+    "LOCK_WAIT_SECONDS", "MAX_BATCH", "MAX_DEPTH", "MAX_LEVEL_CHARS", "MAX_NAME_CHARS", "NAMESPACE", "QUEUE_DIR",
+    "READ_BACK", "REWRITE_BACKOFF", "SCHEMA_V1", "TABLE", "UNCOLLECTED_SECONDS", "WHOLE_READ_BYTES",
+]

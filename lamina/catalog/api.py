@@ -9,8 +9,9 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 
@@ -137,7 +138,7 @@ class Catalog:
         self._seen_at = now
         return t
 
-    def _read(self, fresh: bool = True) -> "snapshots.Version":
+    def _read(self, fresh: bool = True) -> snapshots.Version:
         """One version to answer a call from (the latest; with ``fresh=False`` the one held): decoded whole and
         cached when small, else read through its indices. The rows of the version held, when not in memory
         yet, are read while checking for a newer version (one round trip instead of two, when it is the latest)."""
@@ -158,21 +159,21 @@ class Catalog:
     def _rows(self, flt: str | None = None) -> pa.Table:
         return self._read().select(flt)
 
-    def _entry(self, name: str, v: "snapshots.Version | None" = None) -> dict[str, Any] | None:
+    def _entry(self, name: str, v: snapshots.Version | None = None) -> dict[str, Any] | None:
         v = v or self._read()
         if v.snap is not None:
             return v.snap.entry(name)
         found = v.select(f"object_id = {snapshots.quote(name)}").to_pylist()
         return found[0] if found else None
 
-    def _namespace(self, name: str, v: "snapshots.Version | None" = None) -> dict[str, Any]:
+    def _namespace(self, name: str, v: snapshots.Version | None = None) -> dict[str, Any]:
         entry = self._entry(name, v)
         if entry is None or entry["object_type"] != NAMESPACE:
             raise NamespaceNotFound(f"catalog {self.root} has no namespace {name!r}"
                                     + (f" ({name!r} is a table)" if entry else "") + "; create it with create_namespace")
         return entry
 
-    def _table_entry(self, name: str, v: "snapshots.Version | None" = None) -> dict[str, Any]:
+    def _table_entry(self, name: str, v: snapshots.Version | None = None) -> dict[str, Any]:
         check_name(name, "table name")
         entry = self._entry(name, v)
         if entry is None or entry["object_type"] != TABLE:
@@ -229,7 +230,7 @@ class Catalog:
         finally:
             os.close(fd)
 
-    def _commit_batch(self, queue: "group_commit.Queue | None", request: dict[str, Any] | None,
+    def _commit_batch(self, queue: group_commit.Queue | None, request: dict[str, Any] | None,
                       before_commit: Callable[[], Any] | None, own: str | None = None) -> Any:
         """One rewrite applying the queued requests (if ``queue``: this writer has the turn) and ``request``
         (this writer's own, unless it is queued as ``own``); redone over a version committed meanwhile.
@@ -600,13 +601,13 @@ class Catalog:
                 f"catalog {self.root} already has a {entry['object_type']} named {name!r}")
         raise NamespaceNotFound(f"catalog {self.root} has no namespace {parent_of(name)!r} to hold {name!r}; create it first")
 
-    def _check_location_before(self, name: str, location: str, v: "snapshots.Version") -> None:
+    def _check_location_before(self, name: str, location: str, v: snapshots.Version) -> None:
         """``locations.check_location`` on catalog version ``v``, before anything is written."""
         rows = _table_rows(v)
         locations.check_location(self.root, rows, rows.column("object_id").to_pylist(), name, location)
 
 
-def _table_rows(v: "snapshots.Version") -> pa.Table:
+def _table_rows(v: snapshots.Version) -> pa.Table:
     """The rows of catalog version ``v`` that may name a location (every row when it is in memory)."""
     return v.snap.rows if v.snap is not None else v.select("object_type = 'table'")
 
@@ -627,7 +628,7 @@ def connect(root: str, *, storage_options: dict[str, Any] | None = None, create:
         return Catalog(root, open_table(store.uri, storage_options=storage_options), storage_options, seen_at)
     except TableNotFound:
         if not create:
-            raise InvalidArgument(f"no Lamina catalog at {root} (nothing under {CATALOG_DIR}/): point at a catalog "
+            raise InvalidArgument(f"no Lamina catalog at {root} (nothing under {CATALOG_DIR}/): point at a catalog "  # noqa: B904
                                   f"root, or create one with lamina.connect({root!r})")
         txn = Create(SCHEMA, config={**WriteOptions().to_config(), CONFIG_KEY: SCHEMA_VERSION})
         try:

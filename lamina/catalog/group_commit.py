@@ -10,7 +10,8 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from lamina.errors import CommitStateUnknown
 from lamina.manifest import try_load_manifest
@@ -37,7 +38,7 @@ class Queue:
     it in its own rewrite (group commit: one rewrite and one commit for every writer waiting). Files under
     ``<root>/_catalog/_queue/`` (docs/FORMAT.md §12), each written whole (temp file, rename):
 
-    ``<id>.req``      a request (``lamina.catalog.mutations.apply``'s data), ``<id>`` = its time in ns and a random suffix (FIFO order)
+    ``<id>.req``      a request (``mutations.apply``'s data), ``<id>`` = its time in ns and a random suffix (FIFO order)
     ``<id>.taken``    taken (renamed) by the writer with the turn: its writer can no longer withdraw it
     ``<id>.claimed``  taken into a rewrite: the request, its outcome, the rewrite's transaction uuid and version
     ``<id>.out``      its outcome once that rewrite committed (or refused it), for its writer to collect

@@ -11,6 +11,7 @@ import pyarrow as pa
 from lamina.catalog.schema import CATALOG_DIR
 from lamina.errors import InvalidArgument
 
+
 def location_key(uri: str) -> str:
     """A table location as compared for overlap: a local path made absolute, its ``.``/``..`` segments,
     symbolic links, doubled and trailing slashes resolved; an ``s3://`` URI without empty segments (doubled or

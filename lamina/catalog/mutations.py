@@ -27,6 +27,7 @@ from lamina.manifest import IndexEntry, IndexSegment, Manifest
 from lamina.store import ObjectStore
 from lamina.transaction import Overwrite
 
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -131,7 +132,8 @@ def apply(root: str, rows: pa.Table, req: dict[str, Any]) -> tuple[pa.Table, Any
         updated = rows.column("updated_ms").to_pylist()
         updated[pos] = _now_ms()
         for column, values in (("object_id", names), ("parent", parents), ("updated_ms", updated)):
-            rows = rows.set_column(SCHEMA.get_field_index(column), SCHEMA.field(column), pa.array(values, SCHEMA.field(column).type))
+            field = SCHEMA.field(column)
+            rows = rows.set_column(SCHEMA.get_field_index(column), field, pa.array(values, field.type))
         return rows, None
     if op == "record_maintenance":
         reports = req["reports"]
@@ -153,7 +155,9 @@ def result(outcome: dict[str, Any]) -> Any:
     if "error" in outcome:
         kind, message = outcome["error"]
         cls = getattr(lamina_errors, kind, None)
-        raise (cls if isinstance(cls, type) and issubclass(cls, lamina_errors.LaminaError) else lamina_errors.LaminaError)(message)
+        if not (isinstance(cls, type) and issubclass(cls, lamina_errors.LaminaError)):
+            cls = lamina_errors.LaminaError
+        raise cls(message)
     return outcome["result"]
 
 

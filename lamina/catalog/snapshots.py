@@ -37,7 +37,7 @@ def is_small(m: Manifest) -> bool:
     return sum(f.file_bytes for f in m.fragments) <= WHOLE_READ_BYTES
 
 
-def snapshot(t: Table) -> "Snapshot | None":
+def snapshot(t: Table) -> Snapshot | None:
     """The decoded rows of ``t``'s version (cached), or None for a catalog too large to hold (read through its indices)."""
     key = cache_key(t.uri, t.manifest)
     snap = CACHE.get(key)
@@ -107,7 +107,10 @@ class Snapshot:
             ids = self._ids
             if parent:
                 prefix = parent + "."
-                lo, hi = (bisect.bisect_left(ids, prefix), bisect.bisect_left(ids, parent + "/")) if self._ids_sorted else (0, len(ids))
+                if self._ids_sorted:
+                    lo, hi = bisect.bisect_left(ids, prefix), bisect.bisect_left(ids, parent + "/")
+                else:
+                    lo, hi = 0, len(ids)
                 inside = [i for i in range(lo, hi) if ids[i].startswith(prefix) and "." not in ids[i][len(prefix):]]
             else:
                 inside = [i for i, name in enumerate(ids) if "." not in name]

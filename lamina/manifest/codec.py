@@ -98,10 +98,11 @@ def _canonical(body: dict[str, Any]) -> bytes:
 
 
 def encode_object(kind: str, table_uuid: str, field_name: str, items: list[Any]) -> bytes:
-    return json.dumps({"format": kind, "table_uuid": table_uuid, field_name: items}, sort_keys=True, separators=(",", ":")).encode()
+    body = {"format": kind, "table_uuid": table_uuid, field_name: items}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def encode_root(m: Manifest, inline_segments: "tuple[ManifestSegment, ...]", inline: "tuple[Fragment, ...]") -> bytes:
+def encode_root(m: Manifest, inline_segments: tuple[ManifestSegment, ...], inline: tuple[Fragment, ...]) -> bytes:
     """The root object of ``m``, naming ``inline_segments`` itself and holding the ``inline`` fragments
     (``lamina.manifest.layout.encode_manifest`` says which), with the sha256 of its canonical body."""
     body = _body(m, inline_segments, inline)
@@ -127,17 +128,21 @@ def _entries(raw: Any, what: str) -> list[ManifestSegment]:
                 raise CorruptFile(f"{what}: manifest segment {path!r} has a malformed id range {str(ids)[:80]}")
             ids = (lo, hi)
         zones = e.get("zones")
-        out.append(ManifestSegment(path, count, size, crc, rows, ids=ids,
-                                   zones=None if zones is None else zones_from_json(zones, lambda: f"{what} segment {path}")))
+        if zones is not None:
+            def where(path: str = path) -> str:  # built only for an error
+                return f"{what} segment {path}"
+            zones = zones_from_json(zones, where)
+        out.append(ManifestSegment(path, count, size, crc, rows, ids=ids, zones=zones))
     return out
 
 
-def decode_manifest(data: bytes, where: str, reader: "SegmentReader | None" = None) -> Manifest:
+def decode_manifest(data: bytes, where: str, reader: SegmentReader | None = None) -> Manifest:
     """Parses and validates a manifest root; ``where`` names it in errors. A root with segments needs
     a ``reader`` of the table's store (``load_manifest`` passes one): its segment lists are read at
     once, its segments when a fragment is first looked at (``FragmentList``)."""
     def corrupt(reason: str) -> CorruptFile:
-        return CorruptFile(f"manifest {where} is corrupt: {reason}. Open an earlier version with open_table(uri, version=N), or restore this object")
+        return CorruptFile(f"manifest {where} is corrupt: {reason}. Open an earlier version with open_table(uri, version=N), "
+                           f"or restore this object")
 
     try:
         body = json.loads(data)
@@ -163,9 +168,10 @@ def decode_manifest(data: bytes, where: str, reader: "SegmentReader | None" = No
         segments = tuple(reader.unread(e, table_uuid) for e in entries) if reader else ()
         inline = tuple(_fragment_from_json(f, where) for f in body["fragments"])
         next_fragment_id, next_row_id = int(body["next_fragment_id"]), int(body["next_row_id"])
-        fragments: "tuple[Fragment, ...] | FragmentList" = (
+        fragments: tuple[Fragment, ...] | FragmentList = (
             FragmentList(segments + (inline,), where, next_fragment_id, next_row_id) if segments else inline)
-        if int(body.get("fragment_count", len(fragments))) != len(fragments) or int(body.get("segment_count", len(segments))) != len(segments):
+        if (int(body.get("fragment_count", len(fragments))) != len(fragments)
+                or int(body.get("segment_count", len(segments))) != len(segments)):
             raise corrupt(f"it counts {body.get('fragment_count')} fragments in {body.get('segment_count')} segments, "
                           f"its segments and root hold {len(fragments)} in {len(segments)}")
         indices = tuple(_index_from_json(i, where) for i in body["indices"])

@@ -8,7 +8,8 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from lamina import checksum
 from lamina.errors import LaminaError
@@ -49,11 +50,11 @@ class _Unit:
 
     __slots__ = ("node", "_items")
 
-    def __init__(self, items: "list[Any]", node: ManifestSegment | None = None):
+    def __init__(self, items: list[Any], node: ManifestSegment | None = None):
         self.node, self._items = node, items
 
     @property
-    def items(self) -> "Sequence[Any]":
+    def items(self) -> Sequence[Any]:
         """What it holds: a kept object's items are read only if it merges with a run being written."""
         return self._items if self.node is None else self.node.items
 
@@ -61,13 +62,13 @@ class _Unit:
         return len(self._items) if self.node is None else self.node.count
 
 
-def _same_run(items: "tuple[Any, ...]", at: int, node: ManifestSegment) -> bool:
+def _same_run(items: tuple[Any, ...], at: int, node: ManifestSegment) -> bool:
     run = items[at:at + node.count]
     # Tuple equality compares element identity first, in C: a run of the very same objects is cheap.
     return len(run) == node.count and run == node.items
 
 
-def _units(items: "tuple[Any, ...]", known: "tuple[ManifestSegment, ...]", key: Callable[[Any], Any]) -> list[_Unit]:
+def _units(items: tuple[Any, ...], known: tuple[ManifestSegment, ...], key: Callable[[Any], Any]) -> list[_Unit]:
     """``items`` as runs: every known object whose items are still there, in order and unchanged,
     is kept; everything else becomes runs to write."""
     by_first = {key(node.items[0]): node for node in known if node.items}
@@ -112,16 +113,16 @@ def _settle(units: list[_Unit], per_node: int) -> list[_Unit]:
     return stack
 
 
-def _lay(items: "Sequence[Any]", known: "tuple[ManifestSegment, ...]", limits: tuple[int, int],
-         key: Callable[[Any], Any], rows: Callable[[Any], int], encode: Callable[["tuple[Any, ...]"], bytes],
+def _lay(items: Sequence[Any], known: tuple[ManifestSegment, ...], limits: tuple[int, int],
+         key: Callable[[Any], Any], rows: Callable[[Any], int], encode: Callable[[tuple[Any, ...]], bytes],
          writes: list[tuple[str, bytes]]) -> tuple[ManifestSegment, ...]:
     """The objects holding ``items`` but the inline tail; new ones are appended to ``writes``."""
     return _lay_units(_units(items, known, key), limits, rows, encode, writes)[0]
 
 
 def _lay_units(units: list[_Unit], limits: tuple[int, int], rows: Callable[[Any], int],
-               encode: Callable[["tuple[Any, ...]"], bytes], writes: list[tuple[str, bytes]]
-               ) -> "tuple[tuple[ManifestSegment, ...], tuple[Any, ...]]":
+               encode: Callable[[tuple[Any, ...]], bytes], writes: list[tuple[str, bytes]]
+               ) -> tuple[tuple[ManifestSegment, ...], tuple[Any, ...]]:
     """The objects holding ``units`` but the inline tail, and that tail."""
     inline, per_node = limits
     tail: tuple[Any, ...] = ()
@@ -144,17 +145,17 @@ def _lay_units(units: list[_Unit], limits: tuple[int, int], rows: Callable[[Any]
     return tuple(nodes), tail
 
 
-def _id_range(held: "Sequence[Fragment]") -> "tuple[int, int]":
+def _id_range(held: Sequence[Fragment]) -> tuple[int, int]:
     """The least and greatest fragment id of a segment's fragments."""
     return min(f.id for f in held), max(f.id for f in held)
 
 
-def _same_nodes(a: "tuple[ManifestSegment, ...]", b: "tuple[ManifestSegment, ...]") -> bool:
+def _same_nodes(a: tuple[ManifestSegment, ...], b: tuple[ManifestSegment, ...]) -> bool:
     return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b))
 
 
-def _lay_parts(parts: "tuple[Part, ...]", limits: tuple[int, int], encode: Callable[["tuple[Any, ...]"], bytes],
-               writes: list[tuple[str, bytes]]) -> "tuple[tuple[ManifestSegment, ...], tuple[Fragment, ...]]":
+def _lay_parts(parts: tuple[Part, ...], limits: tuple[int, int], encode: Callable[[tuple[Any, ...]], bytes],
+               writes: list[tuple[str, bytes]]) -> tuple[tuple[ManifestSegment, ...], tuple[Fragment, ...]]:
     """``_lay_units`` over a ``FragmentList``'s parts, looking only at the parts from a little before
     the first held run: the segments before it are kept as they are unless a run being written
     merges that far back (a binary counter reaches back a few segments at most), which is checked:
@@ -184,7 +185,7 @@ def lay_out(m: Manifest) -> tuple[Manifest, list[tuple[str, bytes]]]:
     writes: list[tuple[str, bytes]] = []
     frags = m.fragments
 
-    def encode(held: "tuple[Fragment, ...]") -> bytes:
+    def encode(held: tuple[Fragment, ...]) -> bytes:
         return encode_object(SEGMENT_FORMAT, m.table_uuid, "fragments", [fragment_to_json(f) for f in held])
 
     if isinstance(frags, FragmentList):
@@ -207,7 +208,7 @@ def lay_out(m: Manifest) -> tuple[Manifest, list[tuple[str, bytes]]]:
     return m.replace(segments=segments, segment_lists=lists, fragments=frags), writes
 
 
-def _starts(nodes: "tuple[ManifestSegment, ...]") -> "Iterator[int]":
+def _starts(nodes: tuple[ManifestSegment, ...]) -> Iterator[int]:
     return itertools.accumulate((n.count for n in nodes), initial=0)
 
 
@@ -225,5 +226,8 @@ def encode_manifest(m: Manifest, *, laid_out: bool = False) -> bytes:
         if writes:
             raise ValueError(f"version {m.version} needs {len(writes)} manifest segments written first: use lay_out()")
     frags = m.fragments
-    inline = frags.inline if isinstance(frags, FragmentList) and frags.laid_on(m.segments) else frags[sum(seg.count for seg in m.segments):]
+    if isinstance(frags, FragmentList) and frags.laid_on(m.segments):
+        inline = frags.inline
+    else:
+        inline = frags[sum(seg.count for seg in m.segments):]
     return encode_root(m, m.segments[sum(lst.count for lst in m.segment_lists):], tuple(inline))

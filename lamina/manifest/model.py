@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow as pa
 
 from lamina.manifest.segments import FragmentList, ManifestSegment, find_fragments
-from lamina.zones import LazyZones, Zone
 from lamina.records import TransactionRecord, decode_record
+from lamina.zones import LazyZones, Zone
 
 #: Row address of a row: ``(fragment_id << 32) | offset``.
 ADDRESS_SHIFT = 32
@@ -103,7 +103,7 @@ class IndexEntry:
     def files(self) -> tuple[str, ...]:
         return tuple(s.path for s in self.segments)
 
-    def coverage(self, live: "set[int] | dict[int, Any]") -> dict[int, int]:
+    def coverage(self, live: set[int] | dict[int, Any]) -> dict[int, int]:
         """Live fragment id → position of the segment that serves it (the newest one covering it)."""
         out: dict[int, int] = {}
         for si in range(len(self.segments) - 1, -1, -1):
@@ -112,7 +112,7 @@ class IndexEntry:
                     out[fid] = si
         return out
 
-    def prune(self, live: "set[int] | dict[int, Any]") -> "IndexEntry":
+    def prune(self, live: set[int] | dict[int, Any]) -> IndexEntry:
         """This entry without the segments that serve no live fragment."""
         used = set(self.coverage(live).values())
         if len(used) == len(self.segments):
@@ -126,7 +126,7 @@ class Manifest:
     timestamp_ms: int
     schema: pa.Schema
     #: In table order: a tuple, or as read from storage a ``FragmentList`` reading its segments on first use.
-    fragments: "tuple[Fragment, ...] | FragmentList"
+    fragments: tuple[Fragment, ...] | FragmentList
     next_fragment_id: int
     next_row_id: int
     primary_key: tuple[str, ...] = ()
@@ -181,7 +181,7 @@ class Manifest:
             paths.add(self.record.sidecar)
         return paths
 
-    def replace(self, **changes: Any) -> "Manifest":
+    def replace(self, **changes: Any) -> Manifest:
         return dataclasses.replace(self, **changes)
 
 

@@ -10,8 +10,9 @@ import bisect
 import collections.abc
 import itertools
 import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from lamina.errors import CorruptFile
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from lamina.manifest.model import Fragment
     from lamina.manifest.versions import SegmentReader
     from lamina.zones import Zone
+
 
 @dataclass(frozen=True)
 class ManifestSegment:
@@ -34,10 +36,10 @@ class ManifestSegment:
     rows: int = 0
     #: Least and greatest fragment id a segment holds, so a commit that edits a few fragments reads
     #: only the segments that can hold them; None in older entries and in segment lists.
-    ids: "tuple[int, int] | None" = field(default=None, compare=False)
+    ids: tuple[int, int] | None = field(default=None, compare=False)
     #: Zone maps bounding every fragment a segment holds (merged), so a filter can rule out a whole
     #: segment without reading it; None when a fragment it holds has none (or in older entries and lists).
-    zones: "tuple[Zone, ...] | None" = field(default=None, compare=False, repr=False)
+    zones: tuple[Zone, ...] | None = field(default=None, compare=False, repr=False)
     #: What it holds (fragments, or for a list its segments' entries), or an ``Unread`` that reads
     #: them on first use (``items``); not part of its entry (equal entries name the same object).
     held: Any = field(default=(), compare=False, repr=False)
@@ -52,7 +54,7 @@ class ManifestSegment:
     def __hash__(self) -> int:
         return hash(self.path)
 
-    def holds_any(self, wanted: "Sequence[int]") -> bool:
+    def holds_any(self, wanted: Sequence[int]) -> bool:
         """Whether it may hold a fragment whose id is in ``wanted`` (sorted)."""
         if self.ids is None:
             return True
@@ -66,7 +68,7 @@ class ManifestSegment:
         return self.held
 
     @property
-    def fragments(self) -> "tuple[Fragment, ...]":
+    def fragments(self) -> tuple[Fragment, ...]:
         return self.items
 
     @property
@@ -87,12 +89,12 @@ class Unread:
 
     __slots__ = ("reader", "table_uuid")
 
-    def __init__(self, reader: "SegmentReader", table_uuid: str):
+    def __init__(self, reader: SegmentReader, table_uuid: str):
         self.reader, self.table_uuid = reader, table_uuid
 
 
 #: A run of a ``FragmentList``: a segment's entry (its fragments, read when needed) or fragments held.
-Part = "ManifestSegment | tuple[Fragment, ...]"
+Part: TypeAlias = "ManifestSegment | tuple[Fragment, ...]"
 
 
 class FragmentList(collections.abc.Sequence):
@@ -110,7 +112,7 @@ class FragmentList(collections.abc.Sequence):
     #: Segments read at once while streaming (fetched in parallel, then decoded one by one).
     WINDOW = 16
 
-    def __init__(self, parts: "Sequence[Part]", where: str, next_fragment_id: int, next_row_id: int):
+    def __init__(self, parts: Sequence[Part], where: str, next_fragment_id: int, next_row_id: int):
         merged: list[Any] = []
         for part in parts:  # adjacent held runs joined, empty ones dropped
             if isinstance(part, ManifestSegment):
@@ -120,15 +122,15 @@ class FragmentList(collections.abc.Sequence):
                     merged[-1] = merged[-1] + tuple(part)
                 else:
                     merged.append(tuple(part))
-        self._parts: "tuple[Part, ...]" = tuple(merged)
+        self._parts: tuple[Part, ...] = tuple(merged)
         self._where = where
         self._next_ids = (next_fragment_id, next_row_id)
         self._count = sum(p.count if isinstance(p, ManifestSegment) else len(p) for p in self._parts)
-        self._all: "tuple[Fragment, ...] | None" = None
+        self._all: tuple[Fragment, ...] | None = None
         self._lock = threading.Lock()
 
     @property
-    def parts(self) -> "tuple[Part, ...]":
+    def parts(self) -> tuple[Part, ...]:
         """Its runs, in order: segment entries and held fragments (no two held runs adjacent)."""
         return self._parts
 
@@ -138,11 +140,11 @@ class FragmentList(collections.abc.Sequence):
         return self._where
 
     @property
-    def inline(self) -> "tuple[Fragment, ...]":
+    def inline(self) -> tuple[Fragment, ...]:
         """The held run at the end (a version's inline tail once laid out), or ()."""
         return self._parts[-1] if self._parts and not isinstance(self._parts[-1], ManifestSegment) else ()
 
-    def _get(self) -> "tuple[Fragment, ...]":
+    def _get(self) -> tuple[Fragment, ...]:
         if self._all is None:
             with self._lock:
                 if self._all is None:
@@ -156,8 +158,8 @@ class FragmentList(collections.abc.Sequence):
                     self._all = frags
         return self._all
 
-    def runs(self, skip: "Callable[[ManifestSegment], bool] | None" = None
-             ) -> "Iterator[tuple[Part, tuple[Fragment, ...] | None]]":
+    def runs(self, skip: Callable[[ManifestSegment], bool] | None = None
+             ) -> Iterator[tuple[Part, tuple[Fragment, ...] | None]]:
         """Each part with its fragments, in order, segments read a window at a time (not kept); a
         segment ``skip`` says is of no interest comes with None, unread."""
         check = _StreamCheck(self._where, *self._next_ids)
@@ -184,7 +186,7 @@ class FragmentList(collections.abc.Sequence):
         for _, items in self.runs():
             yield from items
 
-    def extended(self, new: "Sequence[Fragment]", next_fragment_id: int, next_row_id: int) -> "FragmentList":
+    def extended(self, new: Sequence[Fragment], next_fragment_id: int, next_row_id: int) -> FragmentList:
         """These fragments and ``new`` after them, without reading a segment (``lay_out`` then writes
         only what the tail outgrows)."""
         parts = self._parts
@@ -196,7 +198,7 @@ class FragmentList(collections.abc.Sequence):
         return out
 
     @classmethod
-    def _of(cls, parts: "tuple[Part, ...]", count: int, where: str, next_fragment_id: int, next_row_id: int) -> "FragmentList":
+    def _of(cls, parts: tuple[Part, ...], count: int, where: str, next_fragment_id: int, next_row_id: int) -> FragmentList:
         """A list of ``parts`` already joined (no two held runs adjacent, none empty) holding ``count``."""
         out = cls.__new__(cls)
         out._parts, out._count = parts, count
@@ -205,13 +207,13 @@ class FragmentList(collections.abc.Sequence):
         return out
 
     @classmethod
-    def laid(cls, segments: "tuple[ManifestSegment, ...]", tail: "tuple[Fragment, ...]", where: str,
-              next_fragment_id: int, next_row_id: int) -> "FragmentList":
+    def laid(cls, segments: tuple[ManifestSegment, ...], tail: tuple[Fragment, ...], where: str,
+              next_fragment_id: int, next_row_id: int) -> FragmentList:
         """A version's fragments as ``lay_out`` leaves them: its segments, then its inline tail."""
         return cls._of(segments + ((tail,) if tail else ()), sum(seg.count for seg in segments) + len(tail), where,
                        next_fragment_id, next_row_id)
 
-    def laid_on(self, segments: "tuple[ManifestSegment, ...]") -> bool:
+    def laid_on(self, segments: tuple[ManifestSegment, ...]) -> bool:
         """Whether these are ``segments``' fragments (the very entries, in order) plus an inline tail."""
         parts = self._parts[:-1] if self.inline else self._parts
         return len(segments) == len(parts) and all(a is b for a, b in zip(segments, parts))
@@ -234,10 +236,10 @@ class FragmentList(collections.abc.Sequence):
     def __contains__(self, f: object) -> bool:
         return f in self._get()
 
-    def __add__(self, other: Any) -> "tuple[Fragment, ...]":
+    def __add__(self, other: Any) -> tuple[Fragment, ...]:
         return self._get() + tuple(other)
 
-    def __radd__(self, other: Any) -> "tuple[Fragment, ...]":
+    def __radd__(self, other: Any) -> tuple[Fragment, ...]:
         return tuple(other) + self._get()
 
     def __eq__(self, other: object) -> bool:
@@ -265,13 +267,13 @@ class _StreamCheck:
         self.seen = bytearray((max(next_fragment_id, 0) + 7) // 8) if next_fragment_id <= 1 << 27 else None
         self.seen_set: set[int] = set()
 
-    def within(self, fragments: "Sequence[Fragment]", seg: "ManifestSegment") -> None:
+    def within(self, fragments: Sequence[Fragment], seg: ManifestSegment) -> None:
         """A segment's fragments hold the ids its entry says (what ``holds_any`` relies on)."""
         if seg.ids is not None and fragments and (min(f.id for f in fragments) < seg.ids[0]
                                                   or max(f.id for f in fragments) > seg.ids[1]):
             raise _bad_summary(self.where, seg)
 
-    def add(self, fragments: "Sequence[Fragment]") -> None:
+    def add(self, fragments: Sequence[Fragment]) -> None:
         seen, end = self.seen, self.next_fragment_id
         for f in fragments:
             i = f.id
@@ -289,7 +291,7 @@ class _StreamCheck:
                 raise _bad_row_ids(self.where, self.next_row_id)
 
 
-def _bad_summary(where: str, seg: "ManifestSegment") -> CorruptFile:
+def _bad_summary(where: str, seg: ManifestSegment) -> CorruptFile:
     return CorruptFile(f"manifest {where} is corrupt: manifest segment {seg.path} holds fragment ids outside the range "
                        f"{list(seg.ids or ())} its entry records. Open an earlier version with open_table(uri, version=N), "
                        f"or restore this object")
@@ -305,7 +307,7 @@ def _bad_row_ids(where: str, next_row_id: int) -> CorruptFile:
                        f"earlier version with open_table(uri, version=N), or restore this object")
 
 
-def check_fragments(fragments: "Sequence[Fragment]", where: str, next_fragment_id: int, next_row_id: int) -> None:
+def check_fragments(fragments: Sequence[Fragment], where: str, next_fragment_id: int, next_row_id: int) -> None:
     ids = [f.id for f in fragments]
     if len(set(ids)) != len(ids) or any(i < 0 or i >= next_fragment_id for i in ids):
         raise _bad_ids(where)
@@ -313,8 +315,8 @@ def check_fragments(fragments: "Sequence[Fragment]", where: str, next_fragment_i
         raise _bad_row_ids(where, next_row_id)
 
 
-def appended(fragments: "tuple[Fragment, ...] | FragmentList", new: "Sequence[Fragment]", next_fragment_id: int,
-             next_row_id: int) -> "tuple[Fragment, ...] | FragmentList":
+def appended(fragments: tuple[Fragment, ...] | FragmentList, new: Sequence[Fragment], next_fragment_id: int,
+             next_row_id: int) -> tuple[Fragment, ...] | FragmentList:
     """``fragments`` and ``new`` after them. A version's ``FragmentList`` stays one, its segments unread:
     an append to a table of a million fragments does not look at them."""
     if isinstance(fragments, FragmentList):
@@ -322,7 +324,7 @@ def appended(fragments: "tuple[Fragment, ...] | FragmentList", new: "Sequence[Fr
     return fragments + tuple(new)
 
 
-def find_fragments(fragments: "Sequence[Fragment]", ids: "Iterable[int]") -> dict[int, Fragment]:
+def find_fragments(fragments: Sequence[Fragment], ids: Iterable[int]) -> dict[int, Fragment]:
     """The fragments of ``fragments`` whose ids are in ``ids``, by id; reads only the segments whose
     id range can hold one of them."""
     wanted = sorted(set(ids))
@@ -339,16 +341,16 @@ def find_fragments(fragments: "Sequence[Fragment]", ids: "Iterable[int]") -> dic
     return out
 
 
-def edited(fragments: "tuple[Fragment, ...] | FragmentList",
-           edit: "Callable[[Fragment], Fragment | tuple[Fragment, ...] | None]", next_fragment_id: int,
-           next_row_id: int, touches: "Iterable[int] | None" = None) -> "tuple[Fragment, ...] | FragmentList":
+def edited(fragments: tuple[Fragment, ...] | FragmentList,
+           edit: Callable[[Fragment], Fragment | tuple[Fragment, ...] | None], next_fragment_id: int,
+           next_row_id: int, touches: Iterable[int] | None = None) -> tuple[Fragment, ...] | FragmentList:
     """``fragments`` with each ``f`` replaced by ``edit(f)``: ``f`` itself (unchanged), another
     fragment, a tuple of fragments (in its place), or None (removed). One streaming pass: a segment
     none of whose fragments changed stays that segment, unread by ``lay_out``, so a commit that
     changes a few fragments of a large table holds only the segments it changed. ``touches``: the
     ids ``edit`` may change (any other it returns as it is), so segments whose id range holds none
     of them are not even read."""
-    def run(items: "Sequence[Fragment]") -> "tuple[list[Fragment], bool]":
+    def run(items: Sequence[Fragment]) -> tuple[list[Fragment], bool]:
         out: list[Fragment] = []
         changed = False
         for f in items:

@@ -12,7 +12,8 @@ import itertools
 import json
 import logging
 import threading
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from lamina.cache import MiB, cache
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound, TableReplaced, VersionNotFound
@@ -108,19 +109,19 @@ class SegmentReader:
             return seg
         return dataclasses.replace(entry, held=Unread(self, table_uuid))
 
-    def read_now(self, entries: "list[ManifestSegment]", table_uuid: str) -> "list[ManifestSegment]":
+    def read_now(self, entries: list[ManifestSegment], table_uuid: str) -> list[ManifestSegment]:
         """Segment lists, read now."""
         out = [self.unread(e, table_uuid) for e in entries]
         self.read([seg for seg in out if not seg.read], table_uuid, is_list=True)
         return out
 
-    def read(self, segments: "list[ManifestSegment]", table_uuid: str, *, is_list: bool = False,
-             fill: bool = True) -> "list[tuple[Any, ...]]":
+    def read(self, segments: list[ManifestSegment], table_uuid: str, *, is_list: bool = False,
+             fill: bool = True) -> list[tuple[Any, ...]]:
         """The items of ``segments``: from the cache, the others read from the store (all at once)
         and cached. ``fill``: each segment keeps its items (else they live only in the cache, and a
         streaming reader holds them while it needs them)."""
         store = self.store
-        found: "list[tuple[Any, ...] | None]" = []
+        found: list[tuple[Any, ...] | None] = []
         for seg in segments:
             cached = _SEGMENTS.get((store.uri, seg.path))
             found.append(cached.held if cached is not None and cached == seg and cached.read else None)
@@ -137,7 +138,7 @@ class SegmentReader:
 
         # Fetched in parallel, decoded here: decoding is Python, threads would only contend for the GIL.
         datas = iter(map_fragments(fetch, missing))
-        out: "list[tuple[Any, ...]]" = []
+        out: list[tuple[Any, ...]] = []
         with _collector_paused():
             for seg, items in zip(segments, found):
                 if items is None:
@@ -266,7 +267,8 @@ def write_latest_hint(store: ObjectStore, version: int) -> None:
     try:
         store.put(LATEST_HINT, str(version).encode())
     except LaminaError as e:
-        log.warning("could not refresh the latest-version hint of %s (%s): readers list more versions until the next one", store.uri, e)
+        log.warning("could not refresh the latest-version hint of %s (%s): readers list more versions until the next one",
+                    store.uri, e)
 
 
 def _hinted_version(store: ObjectStore) -> int | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -92,7 +93,7 @@ class HookedStore:
     def on(self, method: str, *, prefix: str | None = None, path: str | None = None,
            when: Callable[[Any], bool] | None = None, times: int | None = None, before: Callable[[], Any] | None = None,
            instead: Callable[..., Any] | None = None, fail: Callable[[Any], BaseException] | None = None,
-           lands: bool = False) -> "HookedStore":
+           lands: bool = False) -> HookedStore:
         """Adds a hook on the calls of ``method`` whose first argument starts with ``prefix``, is ``path``, or
         satisfies ``when`` (all calls if none is given), at most ``times`` times; earlier hooks take a call first."""
         def matches(target: Any) -> bool:
@@ -127,7 +128,7 @@ class HookedStore:
         return call
 
 
-def BeatenOnce(inner: Any, other: Callable[[], Any]) -> HookedStore:  # noqa: N802 (reads as the store it makes)
+def BeatenOnce(inner: Any, other: Callable[[], Any]) -> HookedStore:
     """A store whose first manifest put lets ``other()`` run (and commit that version) first, then tries ours."""
     return HookedStore(inner).on("put_if_absent", prefix="_versions/", times=1, before=other)
 

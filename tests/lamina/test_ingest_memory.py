@@ -95,8 +95,9 @@ def test_failing_flushes_hold_the_applier_back_and_leave_only_what_cleanup_remov
     applier = ShardApplier(local_table_uri, 0, options=IngestOptions(flush_bytes=FLUSH_BYTES, flush_seconds=3600))
     sizes = _measure_every_apply(applier, monkeypatch)
     # manifest writes ("put") or manifest reads ("read") fail until the hook is removed
-    faulty = HookedStore(applier.store).on("put_if_absent" if mode == "put" else "get", prefix=VERSIONS_DIR,
-                                           fail=lambda path: StorageError(f"injected: {'put' if mode == 'put' else 'get'} of {path} failed"))
+    method, verb = ("put_if_absent", "put") if mode == "put" else ("get", "get")
+    faulty = HookedStore(applier.store).on(method, prefix=VERSIONS_DIR,
+                                           fail=lambda path: StorageError(f"injected: {verb} of {path} failed"))
     applier.store = faulty
     applied, failures = [], 0
     for _ in range(10):  # the actor's loop while storage is down
