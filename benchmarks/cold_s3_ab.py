@@ -25,7 +25,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -86,7 +85,8 @@ def main() -> None:
         if args.skip != "catalog":
             backend, _ = cat.backends("s3", tempfile.gettempdir(), server.endpoint)
             top, inner, tables = cat.catalog_names(1000)
-            cat.seed_worker("lamina", backend, [("create_namespace", n) for n in top + inner] + [("create_table", n) for n in tables])
+            cat.seed_worker("lamina", backend,
+                            [("create_namespace", n) for n in top + inner] + [("create_table", n) for n in tables])
             run = cat.Run(False, ("lamina",))
             lat: dict[str, dict[str, list[float]]] = {}
             for op, calls in run.read_plan(args.catalog_calls, random.Random(11)):
@@ -101,6 +101,7 @@ def main() -> None:
                       f"({pct(a, 95) / pct(b, 95):.2f}x)", flush=True)
         if args.skip != "scattered":
             import boto3
+
             import lamina
 
             boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1").create_bucket(Bucket="lamina-scatter")

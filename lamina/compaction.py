@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from lamina.commit import commit
 from lamina.errors import CommitConflict
@@ -24,8 +25,8 @@ from lamina.store.scheduler import io_stats, stats_delta
 from lamina.transaction import GroupResult, rewrite_transaction
 
 if TYPE_CHECKING:
-    from lamina.table import Table
     from lamina.planner import CompactionOptions, CompactionPlan
+    from lamina.table import Table
 
 log = logging.getLogger("lamina.compact")
 
@@ -57,7 +58,7 @@ class CompactionSummary:
     io: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @classmethod
-    def for_plan(cls, plan: "CompactionPlan") -> "CompactionSummary":
+    def for_plan(cls, plan: CompactionPlan) -> CompactionSummary:
         """A summary with every group of ``plan`` ``planned``."""
         summary = cls(table=plan.table, read_version=plan.read_version, fragments_before=plan.fragments_before,
                       rows_before=plan.rows_before)
@@ -83,7 +84,7 @@ class CompactionSummary:
         return dict(self.__dict__)
 
 
-def commit_results(table: "Table", base: Manifest, results: Sequence[GroupResult], summary: CompactionSummary) -> None:
+def commit_results(table: Table, base: Manifest, results: Sequence[GroupResult], summary: CompactionSummary) -> None:
     """Commits finished groups as one rewrite read at ``base``; on conflict, group by group so the
     others still land. Each group's ``status`` in ``summary`` becomes ``committed`` or ``conflict``."""
     if not results:
@@ -114,9 +115,9 @@ def commit_results(table: "Table", base: Manifest, results: Sequence[GroupResult
         commit_results(table, base, [r], summary)
 
 
-def compact(uri: str, options: "CompactionOptions | None" = None, *, storage_options: dict[str, Any] | None = None,
+def compact(uri: str, options: CompactionOptions | None = None, *, storage_options: dict[str, Any] | None = None,
             dry_run: bool = False, progress: Callable[[int, int], None] | None = None,
-            runtime_env: dict[str, Any] | None = None) -> tuple["CompactionPlan", CompactionSummary]:
+            runtime_env: dict[str, Any] | None = None) -> tuple[CompactionPlan, CompactionSummary]:
     """Plans and runs a compaction of the table at ``uri`` on Ray; returns the plan and the summary.
 
     Joins the running Ray cluster (``RAY_ADDRESS``) or starts a local one. ``progress(done, total)``
@@ -127,8 +128,8 @@ def compact(uri: str, options: "CompactionOptions | None" = None, *, storage_opt
     >>> summary.fragments_before, summary.fragments_after, summary.failed_groups
     (412, 9, 0)
     """
-    from lamina.table import open_table
     from lamina.planner import CompactionOptions, plan_compaction
+    from lamina.table import open_table
     from lamina.workers.compaction import compact_group, tasks_for
     from lamina.workers.runtime import TaskFailed, run_tasks
 

@@ -12,24 +12,24 @@ import os
 import secrets
 import time
 import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lamina import _native
+from lamina import _native, prune
 from lamina.arrays import from_numpy
 from lamina.checksum import check, of_bytes
 from lamina.deletion import live_mask, read_deleted
 from lamina.errors import CorruptFile, InvalidArgument, InvalidConfig, LaminaError, ObjectNotFound
 from lamina.filter import Filter
-from lamina.manifest import ADDRESS_SHIFT, DATA_DIR, Fragment, RowGroup
 from lamina.io_pool import map_fragments, pool_size
-from lamina import prune
+from lamina.manifest import ADDRESS_SHIFT, DATA_DIR, Fragment, RowGroup
 from lamina.store import LocalStore, ObjectStore
 from lamina.store.base import point_object_bytes
 from lamina.zones import Zone, zones_of, zones_of_many
@@ -55,7 +55,7 @@ class WriteOptions:
     }
 
     @classmethod
-    def from_config(cls, config: dict[str, Any], **overrides: Any) -> "WriteOptions":
+    def from_config(cls, config: dict[str, Any], **overrides: Any) -> WriteOptions:
         values = {k: config[k] for k in cls.BOUNDS if k in config}
         values.update({k: v for k, v in overrides.items() if v is not None})
         for key, value in values.items():
@@ -248,7 +248,8 @@ def reading(store: ObjectStore, fragment: Fragment, action: str) -> Iterator[Non
     try:
         yield
     except ObjectNotFound:
-        raise ObjectNotFound(f"data file {where} of fragment {fragment.id} is missing: the table is damaged; check out an earlier version or restore the file") from None
+        raise ObjectNotFound(f"data file {where} of fragment {fragment.id} is missing: the table is damaged; "
+                             "check out an earlier version or restore the file") from None
     except CorruptFile as e:
         raise CorruptFile(f"data file {where} of fragment {fragment.id}: {e}") from None
     except LaminaError:
@@ -288,14 +289,17 @@ def open_parquet(store: ObjectStore, fragment: Fragment, whole: bool = False) ->
             with reading(store, fragment, "is not readable Parquet"):
                 pf = pq.ParquetFile(store.open_input(fragment.path, fragment.file_bytes), metadata=metadata)
     if pf.metadata.num_rows != fragment.rows:
-        raise CorruptFile(f"data file {where} of fragment {fragment.id} has {pf.metadata.num_rows} rows, the manifest says {fragment.rows}")
+        raise CorruptFile(f"data file {where} of fragment {fragment.id} has {pf.metadata.num_rows} rows, "
+                          f"the manifest says {fragment.rows}")
     return pf
 
 
 def _row_ids(fragment: Fragment) -> np.ndarray:
     if fragment.row_ids is None:
         raise InvalidConfig("this table does not keep stable row ids; create it with stable_row_ids=True")
-    return np.concatenate([np.arange(s, e, dtype=np.uint64) for s, e in fragment.row_ids]) if fragment.row_ids else np.zeros(0, np.uint64)
+    if not fragment.row_ids:
+        return np.zeros(0, np.uint64)
+    return np.concatenate([np.arange(s, e, dtype=np.uint64) for s, e in fragment.row_ids])
 
 
 def _needed(schema: pa.Schema, columns: Sequence[str] | None, flt: Filter | None) -> tuple[list[str], list[str]]:
@@ -324,7 +328,8 @@ def _finish(table: pa.Table, fragment: Fragment, offsets: np.ndarray, flt: Filte
     """Adds the requested special columns for the physical ``offsets`` of ``table``'s rows, filters, projects."""
     special: dict[str, pa.Array] = {}
     if with_row_address:
-        special[ROWADDR] = from_numpy((np.uint64(fragment.id) << np.uint64(ADDRESS_SHIFT)) | offsets.astype(np.uint64), pa.uint64())
+        special[ROWADDR] = from_numpy((np.uint64(fragment.id) << np.uint64(ADDRESS_SHIFT)) | offsets.astype(np.uint64),
+                                      pa.uint64())
     if with_row_id:
         special[ROWID] = from_numpy(_row_ids(fragment)[offsets], pa.uint64())
     if with_offsets:
@@ -458,12 +463,14 @@ def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragmen
         try:
             batch = _native.take_rows_many(files, np.asarray(sel, dtype="<u4").tobytes(), cols, pool_size(len(files)))
         except ObjectNotFound as e:
-            raise ObjectNotFound(f"a data file is missing: the table is damaged; check out an earlier version or restore it ({e})") from None
+            raise ObjectNotFound("a data file is missing: the table is damaged; "
+                                 f"check out an earlier version or restore it ({e})") from None
         pieces.append((whole, as_table_types(pa.Table.from_batches([batch]), schema)))
     chosen = set(whole)
     rest = [i for i in range(len(fragments)) if i not in chosen]
     if rest:
-        tables = map_fragments(lambda i: _take_by_row_groups(store, schema, fragments[i], offsets[starts[i]:starts[i + 1]], cols), rest)
+        tables = map_fragments(
+            lambda i: _take_by_row_groups(store, schema, fragments[i], offsets[starts[i]:starts[i + 1]], cols), rest)
         pieces.append((rest, pa.concat_tables(tables)))
     if len(pieces) == 1 and len(pieces[0][0]) == len(fragments):
         return pieces[0][1]

@@ -30,8 +30,9 @@ import logging
 import threading
 import time
 import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -52,9 +53,9 @@ from lamina.errors import (
     TableReplaced,
 )
 from lamina.faults import maybe_die
-from lamina.keys import primary_key_domain
 from lamina.filter import Conjunct, Filter
 from lamina.index.query import select
+from lamina.keys import primary_key_domain
 from lamina.manifest import VERSIONS_DIR
 from lamina.store import ObjectStore
 from lamina.transaction import WalFlush

@@ -40,7 +40,8 @@ import secrets
 import threading
 import time
 import uuid
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -140,7 +141,7 @@ class LaminaDatasource(Datasource):
     """
 
     def __init__(self, table: Table, columns: Sequence[str] | None = None,
-                 filter: "str | pa.compute.Expression | None" = None):
+                 filter: str | pa.compute.Expression | None = None):
         super().__init__()
         self._uri = table.uri
         self._storage_options = table.storage_options
@@ -203,15 +204,15 @@ class LaminaDatasource(Datasource):
 
 
 def from_table(table: Table, *, columns: Sequence[str] | None = None,
-               filter: "str | pa.compute.Expression | None" = None, **read_args: Any) -> "ray.data.Dataset":
+               filter: str | pa.compute.Expression | None = None, **read_args: Any) -> ray.data.Dataset:
     """The rows of ``table`` (its version) as a Ray Dataset; ``read_args`` go to ``ray.data.read_datasource``
     (e.g. ``override_num_blocks``, ``concurrency``, ``ray_remote_args``)."""
     return ray.data.read_datasource(LaminaDatasource(table, columns, filter), **read_args)
 
 
-def read_table(uri: str, *, columns: Sequence[str] | None = None, filter: "str | pa.compute.Expression | None" = None,
+def read_table(uri: str, *, columns: Sequence[str] | None = None, filter: str | pa.compute.Expression | None = None,
                version: int | None = None, storage_options: dict[str, Any] | None = None,
-               **read_args: Any) -> "ray.data.Dataset":
+               **read_args: Any) -> ray.data.Dataset:
     """A Lamina table as a Ray Dataset: live rows (deletions applied) of ``version`` (default: the
     latest, fixed now: later commits do not show), ``columns`` only, matching ``filter`` (SQL-like
     text or a pyarrow Expression, answered through indices like ``Table.to_arrow``).
@@ -537,7 +538,7 @@ class LaminaDatasink(Datasink):
         ray.kill(self._files)
 
 
-def dataset_schema(dataset: "ray.data.Dataset", uri: str) -> pa.Schema:
+def dataset_schema(dataset: ray.data.Dataset, uri: str) -> pa.Schema:
     """The Arrow schema of ``dataset`` as a table schema (Ray runs the plan up to a first block if it must)."""
     found = dataset.schema(fetch_if_missing=True)
     base = getattr(found, "base_schema", found)
@@ -547,7 +548,7 @@ def dataset_schema(dataset: "ray.data.Dataset", uri: str) -> pa.Schema:
     return validate_schema(base.remove_metadata())
 
 
-def write_table(dataset: "ray.data.Dataset", uri: str, *, mode: str = "append", schema: pa.Schema | None = None,
+def write_table(dataset: ray.data.Dataset, uri: str, *, mode: str = "append", schema: pa.Schema | None = None,
                 storage_options: dict[str, Any] | None = None, max_rows_per_file: int | None = None,
                 min_rows_per_write: int | None = None, **write_args: Any) -> Table:
     """Writes ``dataset`` into the Lamina table at ``uri`` and returns the table at the new version.
@@ -586,4 +587,6 @@ def write_table(dataset: "ray.data.Dataset", uri: str, *, mode: str = "append", 
     return sink.result
 
 
-__all__ = ["read_table", "write_table", "from_table", "group_fragments", "align_types", "LaminaDatasource", "LaminaDatasink", "MODES"]
+__all__ = [
+    "read_table", "write_table", "from_table", "group_fragments", "align_types", "LaminaDatasource", "LaminaDatasink", "MODES",
+]

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from lamina.commit import COMMIT_BACKOFF, commit
 from lamina.arrays import from_numpy
+from lamina.commit import COMMIT_BACKOFF, commit
 from lamina.datafile import ROWADDR, ROWID, WriteOptions, read_fragment, take_many, write_fragments
 from lamina.deletion import among, read_deleted
 from lamina.errors import (
@@ -27,13 +28,14 @@ from lamina.errors import (
     TableReplaced,
 )
 from lamina.filter import parse_filter
+from lamina.index.query import select
 from lamina.info import FragmentInfo, IndexInfo, TableStats, VersionInfo
 from lamina.io_pool import map_fragments
 from lamina.manifest import (
     ADDRESS_SHIFT,
     Manifest,
-    find_fragments,
     belongs_to,
+    find_fragments,
     latest_version,
     list_versions,
     load_manifest,
@@ -44,13 +46,12 @@ from lamina.records import DeleteRecord
 from lamina.retry import Backoff
 from lamina.schema import DataLike, check_column_names, check_primary_key, conform, validate_schema
 from lamina.store import ObjectStore, open_store
-from lamina.index.query import select
 from lamina.transaction import Append, ChangeIndex, Create, Delete, Overwrite, Transaction
 
 if TYPE_CHECKING:
     from lamina.drop import DropStats
-    from lamina.verify import VerifyReport
     from lamina.index import IndexOptions
+    from lamina.verify import VerifyReport
 
 
 
@@ -66,7 +67,8 @@ class Table:
         return (_reopen, (self.uri, self.version, self._storage_options, self._manifest.table_uuid))
 
     def __repr__(self) -> str:
-        return f"Table({self.uri!r}, version={self.version}, rows={self._manifest.rows}, fragments={len(self._manifest.fragments)})"
+        return (f"Table({self.uri!r}, version={self.version}, rows={self._manifest.rows}, "
+                f"fragments={len(self._manifest.fragments)})")
 
     # -- properties ---------------------------------------------------------
     @property
@@ -115,12 +117,12 @@ class Table:
                                    m.record.operation, m.rows, len(m.fragments)))
         return out
 
-    def checkout(self, version: int) -> "Table":
+    def checkout(self, version: int) -> Table:
         """The table as of ``version`` (this object is unchanged)."""
         return Table(self._store, _live(self._store, load_manifest(self._store, int(version), self._manifest.table_uuid)),
                      self._storage_options)
 
-    def reload(self) -> "Table":
+    def reload(self) -> Table:
         """Moves this view to the latest version; returns self.
 
         Raises ``TableReplaced`` if the table was dropped and created again at this URI (the
@@ -204,7 +206,7 @@ class Table:
         fragments = write_fragments(self._store, target, conform(data, target), options)
         return self.commit_transaction(Overwrite(self.version, fragments, target if schema is not None else None)).version
 
-    def delete(self, filter: "str | pa.compute.Expression") -> int:
+    def delete(self, filter: str | pa.compute.Expression) -> int:
         """Deletes the rows matching ``filter``; returns how many were deleted (0: no commit).
 
         The filter is evaluated on this version; a concurrent commit is rebased over
@@ -222,7 +224,7 @@ class Table:
         return record.rows
 
     # -- reads --------------------------------------------------------------
-    def to_arrow(self, columns: Sequence[str] | None = None, filter: "str | pa.compute.Expression | None" = None,
+    def to_arrow(self, columns: Sequence[str] | None = None, filter: str | pa.compute.Expression | None = None,
                  with_row_address: bool = False, with_row_id: bool = False, use_index: bool = True) -> pa.Table:
         """Live rows as a pyarrow Table, in fragment order (``_rowaddr`` / ``_rowid`` on request).
 
@@ -246,18 +248,18 @@ class Table:
             return out_schema.empty_table()
         return pa.concat_tables(parts)
 
-    def to_pandas(self, columns: Sequence[str] | None = None, filter: "str | pa.compute.Expression | None" = None,
+    def to_pandas(self, columns: Sequence[str] | None = None, filter: str | pa.compute.Expression | None = None,
                   with_row_address: bool = False, with_row_id: bool = False):
         """``to_arrow(...).to_pandas()``."""
         return self.to_arrow(columns, filter, with_row_address, with_row_id).to_pandas()
 
-    def to_ray(self, columns: Sequence[str] | None = None, filter: "str | pa.compute.Expression | None" = None):
+    def to_ray(self, columns: Sequence[str] | None = None, filter: str | pa.compute.Expression | None = None):
         """This version's live rows as a ``ray.data.Dataset`` (``lamina.ray.read_table`` on this view)."""
         from lamina.ray import from_table
 
         return from_table(self, columns=columns, filter=filter)
 
-    def count_rows(self, filter: "str | pa.compute.Expression | None" = None) -> int:
+    def count_rows(self, filter: str | pa.compute.Expression | None = None) -> int:
         """Live rows, optionally only those matching ``filter`` (no data read without one)."""
         if filter is None:
             return self._manifest.rows
@@ -270,7 +272,8 @@ class Table:
         if isinstance(row_addresses, (pa.Array, pa.ChunkedArray)):
             row_addresses = row_addresses.to_numpy(zero_copy_only=False)
         try:
-            addrs = np.asarray(list(row_addresses) if not isinstance(row_addresses, np.ndarray) else row_addresses).astype(np.uint64)
+            addrs = np.asarray(list(row_addresses) if not isinstance(row_addresses, np.ndarray)
+                               else row_addresses).astype(np.uint64)
         except (TypeError, ValueError, OverflowError):
             raise InvalidArgument("row_addresses must be integers (values of the _rowaddr column)") from None
         if len(addrs) == 0:
@@ -286,13 +289,15 @@ class Table:
         for fid, at, n in zip(fids[starts].tolist(), starts.tolist(), counts.tolist()):
             frag = frags.get(fid)
             if frag is None:
-                raise RowNotFound(f"row address {int(uniq[at])} names fragment {fid}, which version {self.version} of {self.uri} does not have")
+                raise RowNotFound(f"row address {int(uniq[at])} names fragment {fid}, "
+                                  f"which version {self.version} of {self.uri} does not have")
             o = offs[at:at + n]
             bad = o[o >= frag.rows]
             if len(bad) == 0 and frag.deletion is not None:
                 bad = o[among(o, read_deleted(self._store, frag))]
             if len(bad):
-                raise RowNotFound(f"row address {(fid << ADDRESS_SHIFT) | int(bad[0])} (fragment {fid}, offset {int(bad[0])}) is deleted or out of range at version {self.version} of {self.uri}")
+                raise RowNotFound(f"row address {(fid << ADDRESS_SHIFT) | int(bad[0])} (fragment {fid}, offset {int(bad[0])}) "
+                                  f"is deleted or out of range at version {self.version} of {self.uri}")
             chosen.append(frag)
         rows = take_many(self._store, self.schema, chosen, offs, counts, cols)
         return rows.take(from_numpy(inverse.ravel(), pa.int64()))
@@ -307,7 +312,7 @@ class Table:
 
     # -- indices ------------------------------------------------------------
     def create_index(self, column: str, kind: str, *, name: str | None = None, stem: bool = False,
-                     options: "IndexOptions | None" = None) -> int:
+                     options: IndexOptions | None = None) -> int:
         """Builds a ``btree``, ``bitmap`` or ``fts`` index on ``column`` in this process (threads)
         and commits it; returns the new version. For a cluster build use ``python -m lamina.jobs.index``.
 
@@ -346,7 +351,7 @@ class Table:
                                 f"indices: {', '.join(i.name for i in self._manifest.indices) or 'none'}")
         return self.commit_transaction(ChangeIndex(self.version, ix, "drop")).version
 
-    def explain(self, filter: "str | pa.compute.Expression") -> str:
+    def explain(self, filter: str | pa.compute.Expression) -> str:
         """Which index serves which part of ``filter``, which fragments are scanned, and which of
         their row groups Parquet statistics prune (footers are read, and cached)."""
         from lamina.index.query import explain
@@ -401,7 +406,7 @@ class Table:
             versions=len(list_versions(self._store)), indices=len(m.indices),
         )
 
-    def verify(self, *, threads: int = 4, progress=None) -> "VerifyReport":
+    def verify(self, *, threads: int = 4, progress=None) -> VerifyReport:
         """Reads every file this version needs and checks it against the manifest (presence, size,
         CRC32C checksum, Parquet row count, deletion counts); returns a report naming each damaged
         file. Changes nothing. ``python -m lamina.jobs.verify URI`` runs it from the command line.
@@ -413,7 +418,7 @@ class Table:
 
         return verify(self._store, self._manifest, threads=threads, progress=progress)
 
-    def cleanup(self, older_than: "dt.timedelta | dt.datetime | float" = dt.timedelta(days=7), *,
+    def cleanup(self, older_than: dt.timedelta | dt.datetime | float = dt.timedelta(days=7), *,
                 enforce_retention: bool = True):
         """Removes versions that stopped being the latest before the cutoff, and every file no
         remaining version needs.
@@ -448,7 +453,8 @@ def open_table(uri: str, *, version: int | None = None, storage_options: dict[st
     return open_with_hint(uri, version, storage_options)
 
 
-def open_with_hint(uri: str, version: int | None, storage_options: dict[str, Any] | None, known_latest: int | None = None) -> Table:
+def open_with_hint(uri: str, version: int | None, storage_options: dict[str, Any] | None,
+                   known_latest: int | None = None) -> Table:
     """``open_table``; ``known_latest``, a version that was once the latest (a catalog's record), is tried
     first (``load_latest_from``: one round trip when it still is)."""
     store = open_store(uri, storage_options)
@@ -461,7 +467,8 @@ def open_with_hint(uri: str, version: int | None, storage_options: dict[str, Any
     if version is None:
         latest = latest_version(store)
         if latest is None:
-            raise TableNotFound(f"no Lamina table at {store.uri} (no manifests under _versions/); create one with lamina.create_table")
+            raise TableNotFound(f"no Lamina table at {store.uri} (no manifests under _versions/); "
+                                "create one with lamina.create_table")
         version = latest
     return Table(store, _live(store, load_manifest(store, int(version))), storage_options)
 
@@ -475,7 +482,7 @@ def _live(store: ObjectStore, m: Manifest) -> Manifest:
     return m
 
 
-def drop_table(uri: str, *, storage_options: dict[str, Any] | None = None) -> "DropStats":
+def drop_table(uri: str, *, storage_options: dict[str, Any] | None = None) -> DropStats:
     """Drops the table at ``uri`` and removes every object of it but one, the drop's tombstone (a small
     manifest); the URI is then free for a new table, whose versions follow the tombstone.
 
@@ -529,4 +536,7 @@ def _reopen(uri: str, version: int, storage_options: dict[str, Any] | None, tabl
     return Table(store, _live(store, load_manifest(store, int(version), table_uuid)), storage_options)
 
 
-__all__ = ["Table", "create_table", "open_table", "drop_table", "upgrade_table", "Upgrade", "FragmentInfo", "VersionInfo", "TableStats", "IndexInfo"]
+__all__ = [
+    "Table", "create_table", "open_table", "drop_table", "upgrade_table", "Upgrade", "FragmentInfo", "VersionInfo", "TableStats",
+    "IndexInfo",
+]

@@ -32,19 +32,19 @@ import pyarrow as pa
 
 from lamina import _native
 from lamina.checksum import check, of_file
-from lamina.transaction import GroupResult
 from lamina.datafile import WriteOptions
 from lamina.deletion import read_deleted
 from lamina.errors import InvalidArgument, LaminaError
 from lamina.faults import maybe_die
 from lamina.index.options import IndexOptions
-from lamina.io_pool import io_pool
 from lamina.index.segments import segment_for_outputs
+from lamina.io_pool import io_pool
 from lamina.manifest import DATA_DIR, Fragment, Manifest, RowGroup, find_fragments
-from lamina.rewrite import id_ranges, live_offsets, mapping_runs
-from lamina.store import ObjectStore, open_store
 from lamina.planner.eligibility import COPY_IF_CLEAN, FULL_REWRITE
 from lamina.planner.plan import CompactionGroup, CompactionPlan
+from lamina.rewrite import id_ranges, live_offsets, mapping_runs
+from lamina.store import ObjectStore, open_store
+from lamina.transaction import GroupResult
 from lamina.zones import merge_zones
 
 
@@ -129,13 +129,15 @@ class GroupCompactor:
             with store.staged_output(out_rel) as out_local:
                 try:
                     try:
-                        meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local, **kwargs)
+                        meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local,
+                                                         **kwargs)
                     except InvalidArgument as e:
                         if group.mode == FULL_REWRITE:
                             raise
                         group = group.as_full_rewrite(str(e))
                         result.mode, result.reason = group.mode, group.reason
-                        meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local, **kwargs)
+                        meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local,
+                                                         **kwargs)
                 except Exception:
                     checked.result()  # a checksum mismatch explains a failed decode better than the decoder
                     raise

@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from lamina.errors import LaminaError
 from lamina.index.options import IndexOptions
@@ -25,8 +26,8 @@ from lamina.store import ObjectStore
 from lamina.store.scheduler import io_stats, stats_delta
 
 if TYPE_CHECKING:
-    from lamina.table import Table
     from lamina.planner.index import IndexPlan
+    from lamina.table import Table
 
 
 @dataclass
@@ -50,7 +51,7 @@ class IndexBuild:
         return dict(self.__dict__)
 
 
-def merge_segments(store: ObjectStore, plan: "IndexPlan", built: Iterable[tuple[Any, BuiltPart]],
+def merge_segments(store: ObjectStore, plan: IndexPlan, built: Iterable[tuple[Any, BuiltPart]],
                    progress: Callable[[int, int], None] | None = None) -> list[IndexSegment]:
     """Collects the built parts (in any order), merges each segment as soon as its parts are in;
     on any error removes every file written and re-raises."""
@@ -84,7 +85,7 @@ def new_entry(name: str, column: str, kind: str, options: IndexOptions, segments
     return IndexEntry(name, column, kind, uuid.uuid4().hex, tuple(segments), options.details())
 
 
-def index_transaction(plan: "IndexPlan", base: Manifest, segments: list[IndexSegment], started: float):
+def index_transaction(plan: IndexPlan, base: Manifest, segments: list[IndexSegment], started: float):
     """The one transaction a build commits: a new index, or new segments for the one updated."""
     from lamina.transaction import ChangeIndex
 
@@ -102,7 +103,7 @@ def uncovered(manifest: Manifest, index: IndexEntry) -> list:
     return [f for f in manifest.fragments if f.id not in cov]
 
 
-def build_index(table: "Table | str", column: str | None = None, kind: str | None = None, *, name: str | None = None,
+def build_index(table: Table | str, column: str | None = None, kind: str | None = None, *, name: str | None = None,
                 update: bool = False, options: IndexOptions | None = None,
                 storage_options: dict[str, Any] | None = None, ray: bool = True, max_concurrency: int | None = None,
                 runtime_env: dict[str, Any] | None = None,
@@ -118,8 +119,8 @@ def build_index(table: "Table | str", column: str | None = None, kind: str | Non
     >>> build_index("s3://lake/events", "user_id", "btree").to_dict()
     {'name': 'user_id_btree', 'action': 'create', 'version': 42, 'segments': 3, ...}
     """
-    from lamina.table import Table, open_table
     from lamina.planner.index import NOTHING, plan_index
+    from lamina.table import Table, open_table
     from lamina.workers.index import build_part, tasks_for
     from lamina.workers.runtime import run_local, run_tasks
 

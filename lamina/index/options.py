@@ -42,14 +42,15 @@ class IndexOptions:
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise InvalidArgument(f"index option {name} must be an integer in [{lo}, {hi}], got {v!r}")
         if self.segment_rows < self.task_rows:
-            raise InvalidArgument(f"index option segment_rows ({self.segment_rows}) must be at least task_rows ({self.task_rows})")
+            raise InvalidArgument(f"index option segment_rows ({self.segment_rows}) "
+                                  f"must be at least task_rows ({self.task_rows})")
 
     def native(self) -> dict[str, Any]:
         return dict(page_entries=self.page_entries, max_bitmap_values=self.max_bitmap_values,
                     stem=self.stem, max_token_len=self.max_token_len)
 
     @classmethod
-    def from_details(cls, details: dict[str, Any], **overrides: Any) -> "IndexOptions":
+    def from_details(cls, details: dict[str, Any], **overrides: Any) -> IndexOptions:
         """The options an index was created with (kept in its details), with build-size overrides."""
         keep = {k: details[k] for k in ("page_entries", "max_bitmap_values", "stem", "max_token_len") if k in details}
         return cls(**{**keep, **{k: v for k, v in overrides.items() if v is not None}})
@@ -63,7 +64,8 @@ def check_indexable(schema: pa.Schema, column: str, kind: str, where: str) -> pa
     if kind not in KINDS:
         raise InvalidArgument(f"unknown index kind {kind!r}; kinds: {', '.join(KINDS)}")
     if not isinstance(column, str) or column not in schema.names:
-        raise InvalidArgument(f"cannot index column {column!r}: table {where} has no such column; columns: {', '.join(schema.names)}")
+        raise InvalidArgument(f"cannot index column {column!r}: table {where} has no such column; "
+                              f"columns: {', '.join(schema.names)}")
     t = schema.field(column).type
     if kind == "fts":
         vt = t.value_type if pa.types.is_dictionary(t) else t
@@ -89,5 +91,6 @@ def default_name(column: str, kind: str) -> str:
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidArgument(f"index name {name!r} must be 1-64 characters of letters, digits, '_', '.', '-' (not starting with '.' or '-')")
+        raise InvalidArgument(f"index name {name!r} must be 1-64 characters of letters, digits, '_', '.', '-' "
+                              "(not starting with '.' or '-')")
     return name

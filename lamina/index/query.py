@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -280,7 +281,7 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
 
     segment_pruned = 0
 
-    def runs() -> "Iterator[tuple[int, Sequence[Fragment]]]":
+    def runs() -> Iterator[tuple[int, Sequence[Fragment]]]:
         """(position of the first fragment, fragments) runs in table order; a manifest segment whose
         zone maps rule the filter out is skipped unread."""
         nonlocal segment_pruned
@@ -324,7 +325,7 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
     sel.scanned_fragments = len(scanned)
     results: list[tuple[int, Fragment, pa.Table]] = []
     if taken:
-        for (frag, offs, final), table in zip(taken, read_rows_many(store, schema, taken, columns, flt, **kwargs)):
+        for (frag, _offs, _final), table in zip(taken, read_rows_many(store, schema, taken, columns, flt, **kwargs)):
             results.append((position[frag.id], frag, table))
     if scanned:
         tables = (map_fn or (lambda fn, xs: [fn(x) for x in xs]))(
@@ -365,7 +366,8 @@ def explain(manifest: Manifest, flt: Filter, where: str, store: ObjectStore | No
     kept, zoned = prune.prune_fragments(unserved, manifest.schema, flt)
     if unserved:
         lines.append(f"zone maps: {zoned} of the {len(unserved)} fragment(s) to scan pruned without opening their files"
-                     + ("" if any(f.zones is not None for f in unserved) else " (no fragment has zone maps: written before them)"))
+                     + ("" if any(f.zones is not None for f in unserved)
+                        else " (no fragment has zone maps: written before them)"))
     if store is not None:
         lines.append(_pruning(store, manifest, flt, kept, map_fn))
     return "\n".join(lines)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -22,8 +22,8 @@ from lamina.deletion import read_deleted
 from lamina.errors import CorruptFile, IndexNotFound, InvalidArgument, ObjectNotFound
 from lamina.index.options import IndexOptions, check_indexable
 from lamina.index.segments import CACHE, fetch_blocks, on_broken, open_segment
-from lamina.keys import key_array
 from lamina.io_pool import pool_size
+from lamina.keys import key_array
 from lamina.manifest import ADDRESS_SHIFT, Fragment, Manifest, find_fragments
 from lamina.store import ObjectStore
 
@@ -33,7 +33,7 @@ log = logging.getLogger("lamina.index")
 class _TextSource:
     """One segment (stored, or built in memory over an unindexed fragment) as search reads it."""
 
-    def __init__(self, reader: "_native.IndexSegment", fids: np.ndarray, serves: set[int], fetch):
+    def __init__(self, reader: _native.IndexSegment, fids: np.ndarray, serves: set[int], fetch):
         self.reader, self.fids, self.serves, self.fetch = reader, fids, serves, fetch
 
 
@@ -44,7 +44,8 @@ def _memory_source(store: ObjectStore, frag: Fragment, column: str, options: Ind
     built = _native.build_index_segment("fts", [(0, key_array(values))], None, **options.native())
     data: bytes = built["data"]
     off, length = _native.index_directory_range(data, len(data), f"(scan of fragment {frag.id})")
-    reader = _native.IndexSegment(data[-_native.INDEX_FOOTER_LEN:], data[off:off + length], len(data), f"(scan of fragment {frag.id})")
+    reader = _native.IndexSegment(data[-_native.INDEX_FOOTER_LEN:], data[off:off + length], len(data),
+                                  f"(scan of fragment {frag.id})")
     return _TextSource(reader, np.array([frag.id], dtype=np.int64), {frag.id},
                        lambda blocks: [(b, data[o:o + n]) for b, o, n in blocks])
 
@@ -86,7 +87,7 @@ def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None
     mapper = map_fn or (lambda f, xs: [f(x) for x in xs])
 
     # Phase 1, per segment: its documents (cached) and the query terms' postings, with its share of the statistics.
-    def stored(item: tuple[int, set[int]]) -> "tuple[_native.TextDocs, _native.TextQuery] | Exception":
+    def stored(item: tuple[int, set[int]]) -> tuple[_native.TextDocs, _native.TextQuery] | Exception:
         si, fids = item
         seg = index.segments[si]
         # the documents depend on the served fragments and their deletion files (immutable, unique paths) only
@@ -104,7 +105,7 @@ def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None
         return docs, query
 
     queries: list[tuple[_native.TextDocs, _native.TextQuery]] = []
-    for (si, fids), got in zip(by_segment.items(), mapper(stored, list(by_segment.items()))):
+    for (_si, fids), got in zip(by_segment.items(), mapper(stored, list(by_segment.items()))):
         if isinstance(got, Exception):
             on_broken(index, got, "search")
             scan.extend(live[f] for f in fids)
@@ -128,8 +129,8 @@ def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None
     return addrs, scores, column
 
 
-def _text_query(src: _TextSource, terms: list[str], docs: "_native.TextDocs | None",
-                deleted: dict[int, np.ndarray] | None) -> "tuple[_native.TextDocs, _native.TextQuery]":
+def _text_query(src: _TextSource, terms: list[str], docs: _native.TextDocs | None,
+                deleted: dict[int, np.ndarray] | None) -> tuple[_native.TextDocs, _native.TextQuery]:
     """Phase 1 of a search on one source: its documents (``docs``, or built from the length blocks of the
     fragments it serves and their ``deleted`` offsets) and the query terms' postings over them."""
     term_blocks = [(bid, off, n) for _, bid, off, n in src.reader.term_blocks(terms)]

@@ -16,7 +16,8 @@ import contextlib
 import logging
 import os
 import uuid
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -68,11 +69,12 @@ def on_broken(index: IndexEntry, e: Exception, what: str) -> None:
 def _fail(store: ObjectStore, seg: IndexSegment, index: str, e: Exception) -> Exception:
     where = store.describe(seg.path)
     if isinstance(e, ObjectNotFound):
-        return ObjectNotFound(f"index {index!r}: segment file {where} is missing; drop and re-create the index (or run lamina.jobs.index --update after dropping)")
+        return ObjectNotFound(f"index {index!r}: segment file {where} is missing; "
+                              "drop and re-create the index (or run lamina.jobs.index --update after dropping)")
     return CorruptFile(f"index {index!r}: segment file {where} is unreadable: {e}. Drop and re-create the index")
 
 
-def open_segment(store: ObjectStore, seg: IndexSegment, index: str) -> "_native.IndexSegment":
+def open_segment(store: ObjectStore, seg: IndexSegment, index: str) -> _native.IndexSegment:
     """The parsed directory of a stored segment (cached; segments are immutable)."""
     key = ("dir", store.uri, seg.path)
     hit = CACHE.get(key)
@@ -83,7 +85,8 @@ def open_segment(store: ObjectStore, seg: IndexSegment, index: str) -> "_native.
         tail = store.get_range(seg.path, seg.bytes - tail_len, tail_len)
         off, length = _native.index_directory_range(tail, seg.bytes, store.describe(seg.path))
         tail_start = seg.bytes - tail_len
-        directory = tail[off - tail_start: off - tail_start + length] if off >= tail_start else store.get_range(seg.path, off, length)
+        directory = (tail[off - tail_start: off - tail_start + length] if off >= tail_start
+                     else store.get_range(seg.path, off, length))
         reader = _native.IndexSegment(tail[-_native.INDEX_FOOTER_LEN:], directory, seg.bytes, store.describe(seg.path))
     except (CorruptFile, ObjectNotFound) as e:
         raise _fail(store, seg, index, e) from None
@@ -91,7 +94,8 @@ def open_segment(store: ObjectStore, seg: IndexSegment, index: str) -> "_native.
     return reader
 
 
-def fetch_blocks(store: ObjectStore, seg: IndexSegment, index: str, blocks: Sequence[tuple[int, int, int]]) -> list[tuple[int, bytes]]:
+def fetch_blocks(store: ObjectStore, seg: IndexSegment, index: str,
+                 blocks: Sequence[tuple[int, int, int]]) -> list[tuple[int, bytes]]:
     """``[(id, bytes)]`` of ``blocks`` (id, offset, length): cached, the others fetched together."""
     out: dict[int, bytes] = {}
     missing = []
@@ -118,7 +122,8 @@ def read_key_column(store: ObjectStore, fragment: Fragment, column: str, kind: s
         pf = pq.ParquetFile(store.open_input(fragment.path, fragment.file_bytes), read_dictionary=dictionary)
         values = pf.read(columns=[column], use_threads=True).column(0)
     if len(values) != fragment.rows:
-        raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} has {len(values)} rows, the manifest says {fragment.rows}")
+        raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} has {len(values)} rows, "
+                          f"the manifest says {fragment.rows}")
     return key_array(values)
 
 

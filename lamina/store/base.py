@@ -20,8 +20,9 @@ import os
 import posixpath
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from lamina.cache import cache
 from lamina.errors import CorruptFile, InvalidArgument, StorageError
@@ -77,7 +78,8 @@ def check_relative(path: str, *, what: str) -> str:
         or norm != path
         or norm == "."
     ):
-        raise CorruptFile(f"{what}: path {path!r} points outside the table root; the manifest is corrupt or was not written by Lamina")
+        raise CorruptFile(f"{what}: path {path!r} points outside the table root; "
+                          "the manifest is corrupt or was not written by Lamina")
     return norm
 
 
@@ -103,7 +105,7 @@ class ObjectStore(abc.ABC):
     def get_range(self, path: str, start: int, length: int) -> bytes:
         """``length`` bytes from ``start``; ``CorruptFile`` if the object is shorter."""
 
-    def get_ranges(self, path: str, ranges: "Sequence[tuple[int, int]]") -> list[bytes]:
+    def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes of each ``(start, length)`` of one object, in order (``get_range`` each)."""
         return [self.get_range(path, start, length) for start, length in ranges]
 
@@ -144,12 +146,12 @@ class ObjectStore(abc.ABC):
     def open_input(self, path: str, size: int | None = None) -> Any:
         """Something ``pyarrow.parquet.ParquetFile`` reads: a local path or a seekable file."""
 
-    def point_sources(self, items: "Sequence[tuple[str, int]]", priority: int = POINT) -> "list[str | bytes]":
+    def point_sources(self, items: Sequence[tuple[str, int]], priority: int = POINT) -> list[str | bytes]:
         """For point reads of the ``(path, size)`` objects: a local file name each (local stores, nothing
         read) or the whole object's bytes (object stores: every GET issued at once through the I/O
         scheduler, answered from the ``objects`` cache when there). Callers only ask for small objects
         (``point_object_bytes()``)."""
-        out: "list[str | bytes | None]" = [OBJECTS.get((self.uri, p, n)) for p, n in items]
+        out: list[str | bytes | None] = [OBJECTS.get((self.uri, p, n)) for p, n in items]
         missing = [i for i, d in enumerate(out) if d is None]
         if missing:
             datas = fetch_ranges(self, [(items[i][0], 0, items[i][1]) for i in missing], priority)
@@ -303,7 +305,7 @@ class RangeReader:
     def close(self) -> None:
         self._closed = True
 
-    def __enter__(self) -> "RangeReader":
+    def __enter__(self) -> RangeReader:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -17,7 +17,7 @@ import os
 import shutil
 import threading
 import uuid
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from lamina.errors import CorruptFile, ObjectNotFound, StorageError
 from lamina.store.base import STAGE_BATCH_BYTES, ObjectInfo, ObjectStore, StagedInput, remove_quietly, staged_file
@@ -111,10 +111,11 @@ class LocalStore(ObjectStore):
     @contextlib.contextmanager
     def staged_new_output(self, path: str) -> Iterator[str]:
         """The object's own file, written in place: no temp file, no rename (per file, a system call
-        less and one hold of the directory's lock less, which other threads creating files wait on). Only for a fresh, unique name nothing
-        refers to yet (``ObjectStore.staged_new_output``): the file is invisible until a commit names
-        it, the caller makes it durable first, and a partial file left by a crash is unreferenced, so
-        cleanup removes it like any other. Removed if the block raises."""
+        less and one hold of the directory's lock less, which other threads creating files wait on).
+        Only for a fresh, unique name nothing refers to yet (``ObjectStore.staged_new_output``): the
+        file is invisible until a commit names it, the caller makes it durable first, and a partial
+        file left by a crash is unreferenced, so cleanup removes it like any other. Removed if the
+        block raises."""
         parent, name = self._split(path)
         self._make_dir(parent)
         full = os.path.join(parent, name)
@@ -188,7 +189,8 @@ class LocalStore(ObjectStore):
                 except OSError as e:
                     raise StorageError(f"reading {self.describe(path)} failed: {e}") from e
                 if len(data) != length:
-                    raise CorruptFile(f"{self.describe(path)} is shorter than expected (wanted bytes {start}..{start + length}, got {len(data)}): truncated")
+                    raise CorruptFile(f"{self.describe(path)} is shorter than expected "
+                                      f"(wanted bytes {start}..{start + length}, got {len(data)}): truncated")
                 out.append(data)
         finally:
             os.close(fd)
@@ -285,7 +287,7 @@ class LocalStore(ObjectStore):
         count(LOCAL, "HEAD")
         return os.path.exists(self._full(path))
 
-    def point_sources(self, items: "Sequence[tuple[str, int]]", priority: int = 0) -> "list[str | bytes]":
+    def point_sources(self, items: Sequence[tuple[str, int]], priority: int = 0) -> list[str | bytes]:
         """The objects' own files (the native reader opens them; nothing is read here)."""
         count(LOCAL, "GET", len(items))
         return [self._full(p) for p, _ in items]
@@ -296,7 +298,7 @@ class LocalStore(ObjectStore):
             raise ObjectNotFound(f"{self.describe(path)} does not exist")
         return full
 
-    def deferring_sync(self) -> "LocalStore":
+    def deferring_sync(self) -> LocalStore:
         """This store, for a writer that makes its files durable together (``sync_objects``) instead of
         one by one: ``write_fragment`` through it does not fsync each file. A separate object, so other
         writers sharing this store keep syncing their own files (and a pickled copy syncs again)."""
@@ -310,9 +312,11 @@ class LocalStore(ObjectStore):
         """Makes objects written without their own fsync (``write_data_file(sync=False)`` inside
         ``staged_output``) durable, before anything refers to them. A few files: an fsync each, as a
         synced write would have done. Many (``SYNCFS_MIN_FILES``): one ``syncfs(2)`` of the table's
-        filesystem (fsyncs one by one dominate a bulk write of many small files); an fsync each where syncfs is unavailable or fails. Either way then an fsync of each
-        directory holding them, so their entries are durable too. ``StorageError`` naming the file if one cannot be synced; a file already gone (a
-        cleanup raced a long write) has nothing to sync: the commit's check of old files reports it."""
+        filesystem (fsyncs one by one dominate a bulk write of many small files); an fsync each where
+        syncfs is unavailable or fails. Either way then an fsync of each directory holding them, so
+        their entries are durable too. ``StorageError`` naming the file if one cannot be synced; a
+        file already gone (a cleanup raced a long write) has nothing to sync: the commit's check of
+        old files reports it."""
         full = [self._full(p) for p in paths]
         if len(full) < SYNCFS_MIN_FILES or not _syncfs(self.root):
             for f, p in zip(full, paths):

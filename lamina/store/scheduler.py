@@ -25,8 +25,9 @@ import itertools
 import os
 import threading
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from lamina.errors import InvalidConfig
 
@@ -124,7 +125,7 @@ class Scheduler:
         self._running = 0  # requests being run, by the workers and inline
         self._local = threading.local()
 
-    def submit(self, fn: Callable[[], T], priority: int = SCAN) -> "Future[T]":
+    def submit(self, fn: Callable[[], T], priority: int = SCAN) -> Future[T]:
         """Runs ``fn`` on a worker; inline (already done) when called from one of this scheduler's workers."""
         future: Future = Future()
         if getattr(self._local, "worker", False):

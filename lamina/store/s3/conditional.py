@@ -17,7 +17,8 @@ from __future__ import annotations
 import io
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from lamina.errors import ObjectNotFound, StorageError
 from lamina.store.s3.transport import error_code
@@ -33,7 +34,7 @@ TOKEN_KEY = "lamina-token"
 _WON, _LOST, _TAKEN, _UNSURE, _RESTART = "won", "lost", "taken", "unsure", "restart"
 
 
-def put_if_absent(store: "S3Store", path: str, data: bytes) -> bool:
+def put_if_absent(store: S3Store, path: str, data: bytes) -> bool:
     """Writes ``data`` at ``path`` unless an object is there; True if this call's object is there now."""
     from botocore.exceptions import ClientError
 
@@ -65,7 +66,7 @@ def put_if_absent(store: "S3Store", path: str, data: bytes) -> bool:
     return outcome == _WON
 
 
-def _holds_token(store: "S3Store", path: str, token: str) -> bool | None:
+def _holds_token(store: S3Store, path: str, token: str) -> bool | None:
     """Whether the object at ``path`` was written by the call that made ``token``; None if none is there."""
     key = store.key(path)
     try:
@@ -75,14 +76,14 @@ def _holds_token(store: "S3Store", path: str, token: str) -> bool | None:
     return head.get("Metadata", {}).get(TOKEN_KEY) == token
 
 
-def _vanished(store: "S3Store", path: str) -> StorageError:
+def _vanished(store: S3Store, path: str) -> StorageError:
     return StorageError(
         f"writing {store.describe(path)}: a retry found an object there, which was removed before it could be "
         "checked; whether this write landed is unknown: read the location back before retrying"
     )
 
 
-def upload(store: "S3Store", path: str, open_source: Callable[[], Any], *, conditional: bool) -> bool:
+def upload(store: S3Store, path: str, open_source: Callable[[], Any], *, conditional: bool) -> bool:
     """A multipart upload of what ``open_source()`` reads; with ``conditional``, only if ``path`` is free.
 
     True once the object is this call's; False (conditional only) if another writer's
@@ -132,7 +133,7 @@ def upload(store: "S3Store", path: str, open_source: Callable[[], Any], *, condi
         time.sleep(delay)
 
 
-def _upload_parts(store: "S3Store", path: str, key: str, upload_id: str, open_source: Callable[[], Any]) -> list[dict[str, Any]]:
+def _upload_parts(store: S3Store, path: str, key: str, upload_id: str, open_source: Callable[[], Any]) -> list[dict[str, Any]]:
     client = store.client()
     parts: list[dict[str, Any]] = []
     with open_source() as f:
@@ -144,14 +145,15 @@ def _upload_parts(store: "S3Store", path: str, key: str, upload_id: str, open_so
             n = number
             etag = store.call(
                 f"uploading part {n} of", path,
-                lambda: client.upload_part(Bucket=store.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=chunk)["ETag"],
+                lambda n=n, chunk=chunk: client.upload_part(
+                    Bucket=store.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=chunk)["ETag"],
                 kind="PUT", nbytes=len(chunk),
             )
             parts.append({"ETag": etag, "PartNumber": n})
             number += 1
 
 
-def _complete(store: "S3Store", path: str, key: str, upload_id: str, parts: list[dict[str, Any]], conditional: bool,
+def _complete(store: S3Store, path: str, key: str, upload_id: str, parts: list[dict[str, Any]], conditional: bool,
               *, first: bool) -> tuple[str, int]:
     """Completes one upload; returns (outcome, attempts made)."""
     from botocore.exceptions import ClientError

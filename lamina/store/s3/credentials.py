@@ -36,7 +36,7 @@ class StaticCredentials(NamedTuple):
     secret_key: str
     token: str | None
 
-    def get_frozen_credentials(self) -> "StaticCredentials":
+    def get_frozen_credentials(self) -> StaticCredentials:
         return self
 
 

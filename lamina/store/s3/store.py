@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -33,7 +34,8 @@ T = TypeVar("T")
 
 #: storage_options keys the S3 store understands.
 S3_OPTIONS = {
-    "endpoint_url": "S3 endpoint, e.g. http://127.0.0.1:5000 for moto/MinIO (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS)",
+    "endpoint_url": ("S3 endpoint, e.g. http://127.0.0.1:5000 for moto/MinIO "
+                     "(default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS)"),
     "region": "AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / profile, else us-east-1)",
     "aws_access_key_id": "access key (default: the standard credential chain)",
     "aws_secret_access_key": "secret key",
@@ -92,7 +94,8 @@ class S3Store(ObjectStore):
         self.multipart_threshold = _int_option(options, "multipart_threshold", 64 * _MIB, 5 * _MIB, 5 * 1024**4)
         self.multipart_chunk_size = _int_option(options, "multipart_chunk_size", 16 * _MIB, 5 * _MIB, 5 * 1024**3)
         self._pool = _int_option(options, "max_pool_connections", 32, 1, 1024)
-        self.endpoint_url = options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        self.endpoint_url = (options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3")
+                             or os.environ.get("AWS_ENDPOINT_URL"))
         self.tls = transport.tls_settings(options, self.uri)
         self._shared_client: Any = None
         # Taken once: credentials (MissingCredentials now, before any work), region, endpoint and proxies. The
@@ -144,7 +147,8 @@ class S3Store(ObjectStore):
                     raise
                 if failure == "credentials":
                     raise MissingCredentials(
-                        f"no AWS credentials for {self.uri}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or pass them in storage_options"
+                        f"no AWS credentials for {self.uri}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, "
+                        "or pass them in storage_options"
                     ) from e
                 if failure == "untrusted":
                     raise StorageError(
@@ -157,25 +161,30 @@ class S3Store(ObjectStore):
                     if delay is not None:
                         time.sleep(delay)
                         continue
-                    raise StorageError(f"{what} {self.describe(path)}: cannot reach {self.endpoint_url or 'S3'} after {self.backoff.max_attempts} attempts ({e})") from e
+                    raise StorageError(f"{what} {self.describe(path)}: cannot reach {self.endpoint_url or 'S3'} "
+                                       f"after {self.backoff.max_attempts} attempts ({e})") from e
                 code, status = transport.error_code(e), transport.error_status(e)
                 if transport.retryable(code, status):
                     delay = next(delays, None)
                     if delay is not None:
                         time.sleep(delay)
                         continue
-                    raise StorageError(f"{what} {self.describe(path)} failed after {self.backoff.max_attempts} attempts: {code or status} ({e})") from e
+                    raise StorageError(f"{what} {self.describe(path)} failed after {self.backoff.max_attempts} attempts: "
+                                       f"{code or status} ({e})") from e
                 raise self._translate(e, code, status, what, path) from e
 
     def _translate(self, e: Exception, code: str, status: str, what: str, path: str) -> Exception:
         if code == "NoSuchBucket":
-            return BucketNotFound(f"bucket {self.bucket!r} does not exist at {self.endpoint_url or 'AWS S3'}: create it, or fix the URI {self.uri}")
+            return BucketNotFound(f"bucket {self.bucket!r} does not exist at {self.endpoint_url or 'AWS S3'}: "
+                                  f"create it, or fix the URI {self.uri}")
         if code in transport.MISSING_CODES:
             return ObjectNotFound(f"{self.describe(path)} does not exist")
         if code in {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}:
-            return MissingCredentials(f"{what} {self.describe(path)}: credentials rejected ({code}); check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the profile")
+            return MissingCredentials(f"{what} {self.describe(path)}: credentials rejected ({code}); "
+                                      "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the profile")
         if code in {"AccessDenied", "403"}:
-            return StorageError(f"{what} {self.describe(path)}: access denied; the credentials need s3:GetObject/PutObject/ListBucket/DeleteObject on {self.uri}")
+            return StorageError(f"{what} {self.describe(path)}: access denied; "
+                                f"the credentials need s3:GetObject/PutObject/ListBucket/DeleteObject on {self.uri}")
         if code == "InvalidRange":
             return CorruptFile(f"{self.describe(path)} is shorter than the manifest says: truncated")
         return StorageError(f"{what} {self.describe(path)} failed: {code or status} ({e})")
@@ -232,12 +241,14 @@ class S3Store(ObjectStore):
         data = self.call("reading", path, lambda: self._fetch(key, rng))
         count(self.io_domain, "GET", 0, len(data))
         if len(data) != length:
-            raise CorruptFile(f"{self.describe(path)} is shorter than expected (wanted bytes {start}..{start + length}, got {len(data)}): truncated")
+            raise CorruptFile(f"{self.describe(path)} is shorter than expected "
+                              f"(wanted bytes {start}..{start + length}, got {len(data)}): truncated")
         return data
 
     def put(self, path: str, data: bytes) -> None:
         key = self.key(path)
-        self.call("writing", path, lambda: self.client().put_object(Bucket=self.bucket, Key=key, Body=data), kind="PUT", nbytes=len(data))
+        self.call("writing", path, lambda: self.client().put_object(Bucket=self.bucket, Key=key, Body=data),
+                  kind="PUT", nbytes=len(data))
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         return conditional.put_if_absent(self, path, data)
@@ -264,9 +275,9 @@ class S3Store(ObjectStore):
             if self.direct_reads:
                 params = {"prefix": full_prefix, **({"start-after": kwargs["StartAfter"]} if "StartAfter" in kwargs else {}),
                           **({"continuation-token": token} if token else {})}
-                page = self.call("listing", prefix, lambda: self._direct_list(params), kind="LIST")
+                page = self.call("listing", prefix, lambda params=params: self._direct_list(params), kind="LIST")
             else:
-                page = self.call("listing", prefix, lambda: self.client().list_objects_v2(**kwargs), kind="LIST")
+                page = self.call("listing", prefix, lambda kwargs=kwargs: self.client().list_objects_v2(**kwargs), kind="LIST")
             for obj in page.get("Contents", []):
                 yield ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp())
             if not page.get("IsTruncated"):
@@ -279,7 +290,8 @@ class S3Store(ObjectStore):
 
         def flush() -> None:
             objs = [{"Key": self.key(p)} for p in batch]
-            result = self.call("deleting", batch[0], lambda: client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs, "Quiet": True}),
+            result = self.call("deleting", batch[0],
+                               lambda: client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs, "Quiet": True}),
                                kind="DELETE")
             errors = [e for e in result.get("Errors", []) if e.get("Code") != "NoSuchKey"]
             if errors:
@@ -296,9 +308,11 @@ class S3Store(ObjectStore):
     def size(self, path: str) -> int:
         key = self.key(path)
         if self.direct_reads:  # no client needed (a HEAD answers a 404 faster than a GET on S3 and moto)
-            head = self.call("inspecting", path, lambda: self._transport.send("HeadObject", "HEAD", self._object_url(key)), kind="HEAD")
+            head = self.call("inspecting", path, lambda: self._transport.send("HeadObject", "HEAD", self._object_url(key)),
+                             kind="HEAD")
             return int(head.headers.get("Content-Length", "0"))
-        return int(self.call("inspecting", path, lambda: self.client().head_object(Bucket=self.bucket, Key=key), kind="HEAD")["ContentLength"])
+        head = self.call("inspecting", path, lambda: self.client().head_object(Bucket=self.bucket, Key=key), kind="HEAD")
+        return int(head["ContentLength"])
 
     def exists(self, path: str) -> bool:
         try:

@@ -122,7 +122,8 @@ def static_endpoint(endpoint_url: str | None, region: str) -> str | None:
         return endpoint_url.rstrip("/")
     if any(os.environ.get(v, "").lower() == "true" for v in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")):
         return None
-    if not re.fullmatch(r"(us|eu|ap|ca|sa|me|af|il|mx)-(north|south|east|west|central|northeast|northwest|southeast|southwest)-\d", region):
+    if not re.fullmatch(r"(us|eu|ap|ca|sa|me|af|il|mx)-"
+                        r"(north|south|east|west|central|northeast|northwest|southeast|southwest)-\d", region):
         return None
     return f"https://s3.{region}.amazonaws.com"
 
@@ -166,7 +167,8 @@ def failure(e: BaseException) -> str | None:
     if isinstance(e, DirectConnectionError):
         return "connection"
     if type(e).__module__.startswith("botocore"):
-        from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, HTTPClientError, NoCredentialsError
+        from botocore.exceptions import ClientError, HTTPClientError, NoCredentialsError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
 
         if isinstance(e, ClientError):
             return "answer"
