@@ -85,7 +85,7 @@ class ByteLRU:
             if hit is not None:
                 self._bytes -= hit[1]
 
-    def discard(self, match: Callable[[Hashable], bool]) -> None:
+    def discard(self, match: Callable[[Any], bool]) -> None:
         """Drops every entry whose key matches (e.g. the versions cleanup removed)."""
         with self._lock:
             for key in [k for k in self._items if match(k)]:

@@ -9,7 +9,7 @@ import itertools
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from lamina import checksum
 from lamina.errors import LaminaError
@@ -50,7 +50,7 @@ class _Unit:
 
     __slots__ = ("node", "_items")
 
-    def __init__(self, items: list[Any], node: ManifestSegment | None = None):
+    def __init__(self, items: Sequence[Any], node: ManifestSegment | None = None):
         self.node, self._items = node, items
 
     @property
@@ -62,13 +62,13 @@ class _Unit:
         return len(self._items) if self.node is None else self.node.count
 
 
-def _same_run(items: tuple[Any, ...], at: int, node: ManifestSegment) -> bool:
+def _same_run(items: Sequence[Any], at: int, node: ManifestSegment) -> bool:
     run = items[at:at + node.count]
     # Tuple equality compares element identity first, in C: a run of the very same objects is cheap.
     return len(run) == node.count and run == node.items
 
 
-def _units(items: tuple[Any, ...], known: tuple[ManifestSegment, ...], key: Callable[[Any], Any]) -> list[_Unit]:
+def _units(items: Sequence[Any], known: tuple[ManifestSegment, ...], key: Callable[[Any], Any]) -> list[_Unit]:
     """``items`` as runs: every known object whose items are still there, in order and unchanged,
     is kept; everything else becomes runs to write."""
     by_first = {key(node.items[0]): node for node in known if node.items}
@@ -169,7 +169,8 @@ def _lay_parts(parts: tuple[Part, ...], limits: tuple[int, int], encode: Callabl
         segments, tail = _lay_units(units, limits, lambda f: f.live_rows, encode, mine)
         if start == 0 or (segments and segments[0] is parts[start]):
             writes.extend(mine)
-            return tuple(parts[:start]) + segments, tail
+            kept = cast("tuple[ManifestSegment, ...]", parts[:start])  # all segments: start <= first_held
+            return kept + segments, tail
         back *= 4
 
 

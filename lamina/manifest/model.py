@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from lamina.manifest.segments import FragmentList, ManifestSegment, find_fragments
 from lamina.records import TransactionRecord, decode_record
-from lamina.zones import LazyZones, Zone
+from lamina.zones import LazyZones
 
 #: Row address of a row: ``(fragment_id << 32) | offset``.
 ADDRESS_SHIFT = 32
@@ -53,7 +53,8 @@ class Fragment:
     checksum: str | None = None
     #: Zone maps of its top-level primitive columns (None: not known, e.g. older manifests).
     #: Read from a manifest, decoded on first use (``ZoneText``).
-    zones: tuple[Zone, ...] | None = LazyZones()  # type: ignore[assignment]
+    #: A descriptor: read as ``tuple[Zone, ...] | None``, set (by __init__) to that or a ``ZoneText``.
+    zones: LazyZones = LazyZones()
     #: The schema the data file was written with; known only for fragments not yet committed,
     #: so a commit can refuse a fragment whose schema is not the table's. Never stored.
     schema: pa.Schema | None = field(default=None, compare=False, repr=False)

@@ -12,7 +12,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 from lamina.errors import CorruptFile
 
@@ -65,7 +65,8 @@ class ManifestSegment:
     def items(self) -> tuple[Any, ...]:
         if isinstance(self.held, Unread):
             self.held.reader.read([self], self.held.table_uuid)
-        return self.held
+        items: tuple[Any, ...] = self.held  # read: filled in by the reader
+        return items
 
     @property
     def fragments(self) -> tuple[Fragment, ...]:
@@ -97,7 +98,7 @@ class Unread:
 Part: TypeAlias = "ManifestSegment | tuple[Fragment, ...]"
 
 
-class FragmentList(collections.abc.Sequence):
+class FragmentList(collections.abc.Sequence["Fragment"]):
     """A version's fragments as runs (*parts*): manifest segments, read only when needed, and
     fragments held (a version's inline tail, or what a commit changed). Its length and live rows
     come from the segment entries. Iterating streams: segments are read a window at a time (in
@@ -184,14 +185,14 @@ class FragmentList(collections.abc.Sequence):
 
     def _stream(self) -> Iterator[Fragment]:
         for _, items in self.runs():
-            yield from items
+            yield from items or ()  # never None: nothing is skipped
 
     def extended(self, new: Sequence[Fragment], next_fragment_id: int, next_row_id: int) -> FragmentList:
         """These fragments and ``new`` after them, without reading a segment (``lay_out`` then writes
         only what the tail outgrows)."""
-        parts = self._parts
+        parts, inline = self._parts, self.inline
         if new:
-            parts = parts[:-1] + (parts[-1] + tuple(new),) if self.inline else parts + (tuple(new),)
+            parts = parts[:-1] + (inline + tuple(new),) if inline else parts + (tuple(new),)
         out = FragmentList._of(parts, self._count + len(new), self._where, next_fragment_id, next_row_id)
         if self._all is not None:
             out._all = self._all + tuple(new)
@@ -227,7 +228,11 @@ class FragmentList(collections.abc.Sequence):
     def __len__(self) -> int:
         return self._count
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> Fragment: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Fragment, ...]: ...
+    def __getitem__(self, i: int | slice) -> Fragment | tuple[Fragment, ...]:
         return self._get()[i]
 
     def __iter__(self) -> Iterator[Fragment]:

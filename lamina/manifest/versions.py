@@ -104,7 +104,7 @@ class SegmentReader:
 
     def unread(self, entry: ManifestSegment, table_uuid: str) -> ManifestSegment:
         """The segment ``entry`` names: the cached one, or one read on first use."""
-        seg = _SEGMENTS.get((self.store.uri, entry.path))
+        seg: ManifestSegment | None = _SEGMENTS.get((self.store.uri, entry.path))
         if seg is not None and seg == entry:
             return seg
         return dataclasses.replace(entry, held=Unread(self, table_uuid))
@@ -160,7 +160,7 @@ def load_manifest(store: ObjectStore, version: int, table_uuid: str | None = Non
     come from the cache: their paths are never reused).
     """
     if table_uuid is not None:
-        cached = _CACHE.get((store.uri, table_uuid, version))
+        cached: Manifest | None = _CACHE.get((store.uri, table_uuid, version))
         if cached is not None:
             return cached
     path = manifest_path(version)

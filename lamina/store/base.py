@@ -15,6 +15,7 @@ one, and never asks where the store keeps its bytes::
 from __future__ import annotations
 
 import abc
+import builtins
 import contextlib
 import os
 import posixpath
@@ -94,8 +95,10 @@ class ObjectStore(abc.ABC):
     #: whose objects are written whole.
     is_local: bool = False
 
-    #: Which I/O scheduler and ``lamina.io_stats()`` entry this store's requests go to.
-    io_domain: str = "local"
+    @property
+    def io_domain(self) -> str:
+        """Which I/O scheduler and ``lamina.io_stats()`` entry this store's requests go to."""
+        return "local"
 
     @abc.abstractmethod
     def get(self, path: str) -> bytes:
@@ -146,19 +149,19 @@ class ObjectStore(abc.ABC):
     def open_input(self, path: str, size: int | None = None) -> Any:
         """Something ``pyarrow.parquet.ParquetFile`` reads: a local path or a seekable file."""
 
-    def point_sources(self, items: Sequence[tuple[str, int]], priority: int = POINT) -> list[str | bytes]:
+    def point_sources(self, items: Sequence[tuple[str, int]], priority: int = POINT) -> builtins.list[str | bytes]:
         """For point reads of the ``(path, size)`` objects: a local file name each (local stores, nothing
         read) or the whole object's bytes (object stores: every GET issued at once through the I/O
         scheduler, answered from the ``objects`` cache when there). Callers only ask for small objects
         (``point_object_bytes()``)."""
-        out: list[str | bytes | None] = [OBJECTS.get((self.uri, p, n)) for p, n in items]
+        out: builtins.list[str | bytes | None] = [OBJECTS.get((self.uri, p, n)) for p, n in items]
         missing = [i for i, d in enumerate(out) if d is None]
         if missing:
             datas = fetch_ranges(self, [(items[i][0], 0, items[i][1]) for i in missing], priority)
             for i, data in zip(missing, datas):
                 out[i] = data
                 OBJECTS.put((self.uri, items[i][0], items[i][1]), data, len(data))
-        return out  # type: ignore[return-value]
+        return out  # type: ignore[return-value]  # every None was filled in above
 
     def local_path(self, path: str) -> str | None:
         """A local filesystem path for ``path`` if this store is a local directory, else None.

@@ -8,6 +8,7 @@ data file, invisible until a commit names it: its own file, written in place).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import ctypes
 import errno
@@ -17,7 +18,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from lamina.errors import CorruptFile, ObjectNotFound, StorageError
 from lamina.store.base import STAGE_BATCH_BYTES, ObjectInfo, ObjectStore, StagedInput, remove_quietly, staged_file
@@ -41,6 +42,8 @@ class LocalStore(ObjectStore):
     #: Whether ``write_fragment`` fsyncs each data file it writes here; off only in the view
     #: ``deferring_sync`` returns, whose user calls ``sync_objects`` before committing the files.
     sync_each_write = True
+    #: Guards ``_made_dirs``; set with it, only in a ``deferring_sync`` view.
+    _made_lock: threading.Lock
 
     def __init__(self, root: str):
         self.root = os.path.abspath(os.path.expanduser(root))
@@ -48,7 +51,7 @@ class LocalStore(ObjectStore):
         #: Directories known to exist (only in a ``deferring_sync`` view, which lives for one bulk write).
         self._made_dirs: set[str] | None = None
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[LocalStore], tuple[str]]:
         return (LocalStore, (self.root,))
 
     def __repr__(self) -> str:
@@ -287,7 +290,7 @@ class LocalStore(ObjectStore):
         count(LOCAL, "HEAD")
         return os.path.exists(self._full(path))
 
-    def point_sources(self, items: Sequence[tuple[str, int]], priority: int = 0) -> list[str | bytes]:
+    def point_sources(self, items: Sequence[tuple[str, int]], priority: int = 0) -> builtins.list[str | bytes]:
         """The objects' own files (the native reader opens them; nothing is read here)."""
         count(LOCAL, "GET", len(items))
         return [self._full(p) for p, _ in items]
@@ -326,9 +329,10 @@ class LocalStore(ObjectStore):
 
 
 @functools.lru_cache(maxsize=1)
-def _libc_syncfs():
+def _libc_syncfs() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL(None, use_errno=True).syncfs  # Linux (glibc, musl)
+        syncfs: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs  # Linux (glibc, musl)
+        return syncfs
     except (OSError, AttributeError):
         return None
 

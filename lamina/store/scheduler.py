@@ -20,6 +20,7 @@ their reads are ``pread`` calls, cheaper than a thread hop.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import os
@@ -117,7 +118,7 @@ class Scheduler:
     def __init__(self, domain: str, concurrency: int):
         self.domain = domain
         self.concurrency = concurrency
-        self._heap: list[tuple[int, int, Callable[[], Any], Future]] = []
+        self._heap: list[tuple[int, int, Callable[[], Any], Future[Any]]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._threads = 0
@@ -127,7 +128,7 @@ class Scheduler:
 
     def submit(self, fn: Callable[[], T], priority: int = SCAN) -> Future[T]:
         """Runs ``fn`` on a worker; inline (already done) when called from one of this scheduler's workers."""
-        future: Future = Future()
+        future: Future[T] = Future()
         if getattr(self._local, "worker", False):
             _run_into(future, fn)
             return future
@@ -181,7 +182,7 @@ class Scheduler:
                 self._done()
 
 
-def _run_into(future: Future, fn: Callable[[], Any]) -> None:
+def _run_into(future: Future[Any], fn: Callable[[], Any]) -> None:
     try:
         future.set_result(fn())
     except BaseException as e:  # handed to the waiting caller
@@ -263,7 +264,7 @@ def fetch_ranges(store: Any, requests: Sequence[tuple[str, int, int]], priority:
         datas = [store.get_range(p, s, n) for p, s, n, _ in reads]
     else:
         sched = scheduler_for(store.io_domain)
-        futures = [sched.submit(lambda p=p, s=s, n=n: store.get_range(p, s, n), priority) for p, s, n, _ in reads]
+        futures = [sched.submit(functools.partial(store.get_range, p, s, n), priority) for p, s, n, _ in reads]
         datas = [f.result() for f in futures]
     for (_, start, _, served), data in zip(reads, datas):
         view = memoryview(data)

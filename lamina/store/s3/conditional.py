@@ -70,10 +70,12 @@ def _holds_token(store: S3Store, path: str, token: str) -> bool | None:
     """Whether the object at ``path`` was written by the call that made ``token``; None if none is there."""
     key = store.key(path)
     try:
-        head = store.call("checking", path, lambda: store.client().head_object(Bucket=store.bucket, Key=key), kind="HEAD")
+        head: dict[str, Any] = store.call("checking", path, lambda: store.client().head_object(Bucket=store.bucket, Key=key),
+                                          kind="HEAD")
     except ObjectNotFound:
         return None
-    return head.get("Metadata", {}).get(TOKEN_KEY) == token
+    metadata: dict[str, str] = head.get("Metadata", {})
+    return metadata.get(TOKEN_KEY) == token
 
 
 def _vanished(store: S3Store, path: str) -> StorageError:
@@ -143,12 +145,11 @@ def _upload_parts(store: S3Store, path: str, key: str, upload_id: str, open_sour
             if not chunk:
                 return parts
             n = number
-            etag = store.call(
-                f"uploading part {n} of", path,
-                lambda n=n, chunk=chunk: client.upload_part(
-                    Bucket=store.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=chunk)["ETag"],
-                kind="PUT", nbytes=len(chunk),
-            )
+
+            def put_part(n: int = n, chunk: bytes = chunk) -> Any:
+                return client.upload_part(Bucket=store.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=chunk)["ETag"]
+
+            etag = store.call(f"uploading part {n} of", path, put_part, kind="PUT", nbytes=len(chunk))
             parts.append({"ETag": etag, "PartNumber": n})
             number += 1
 

@@ -24,7 +24,7 @@ CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOK
                   "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
 
 #: One boto3 session per process, options and credential environment (see ``session_for``).
-_SESSIONS: dict[tuple, Any] = {}
+_SESSIONS: dict[tuple[Any, ...], Any] = {}
 _LOCK = threading.Lock()
 
 

@@ -10,6 +10,7 @@ runs through :meth:`S3Store.call`, which retries throttling, 5xx, dropped connec
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -109,7 +110,7 @@ class S3Store(ObjectStore):
         self._transport = transport.Transport(credentials.Signer(self.credentials, self.region).sign, self.tls,
                                               self.proxies, self._pool)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[S3Store], tuple[str, dict[str, Any]]]:
         return (S3Store, (self.uri, self.storage_options))
 
     def __repr__(self) -> str:
@@ -225,7 +226,8 @@ class S3Store(ObjectStore):
         if self.direct_reads:
             return self._transport.send("GetObject", "GET", self._object_url(key), {"Range": rng} if rng else None).data
         kwargs = {"Range": rng} if rng else {}
-        return self.client().get_object(Bucket=self.bucket, Key=key, **kwargs)["Body"].read()
+        data: bytes = self.client().get_object(Bucket=self.bucket, Key=key, **kwargs)["Body"].read()
+        return data
 
     def get(self, path: str) -> bytes:
         key = self.key(path)
@@ -275,9 +277,12 @@ class S3Store(ObjectStore):
             if self.direct_reads:
                 params = {"prefix": full_prefix, **({"start-after": kwargs["StartAfter"]} if "StartAfter" in kwargs else {}),
                           **({"continuation-token": token} if token else {})}
-                page = self.call("listing", prefix, lambda params=params: self._direct_list(params), kind="LIST")
+                page = self.call("listing", prefix, functools.partial(self._direct_list, params), kind="LIST")
             else:
-                page = self.call("listing", prefix, lambda kwargs=kwargs: self.client().list_objects_v2(**kwargs), kind="LIST")
+                def list_page(kwargs: dict[str, Any] = kwargs) -> Any:
+                    return self.client().list_objects_v2(**kwargs)
+
+                page = self.call("listing", prefix, list_page, kind="LIST")
             for obj in page.get("Contents", []):
                 yield ObjectInfo(obj["Key"][strip:], int(obj["Size"]), obj["LastModified"].timestamp())
             if not page.get("IsTruncated"):

@@ -60,7 +60,8 @@ def _configured_ca_bundle(profile: str | None, config_file: str, env_profile: st
     botocore once per process and profile."""
     import botocore.session
 
-    return botocore.session.Session(profile=profile).get_config_variable("ca_bundle")
+    bundle: str | None = botocore.session.Session(profile=profile).get_config_variable("ca_bundle")
+    return bundle
 
 
 def tls_settings(o: dict[str, Any], uri: str) -> TLS:
@@ -213,11 +214,11 @@ class Reply(NamedTuple):
 
 
 #: One botocore HTTP session per process, TLS setting, proxies and pool size.
-_HTTP: dict[tuple, Any] = {}
+_HTTP: dict[tuple[Any, ...], Any] = {}
 #: One boto3 client per process and configuration: creating one is slow (botocore parses its service model),
 #: and clients are thread-safe. Keyed by everything that shapes the client, including the credential
 #: environment, so a changed environment gets a new client.
-_CLIENTS: dict[tuple, Any] = {}
+_CLIENTS: dict[tuple[Any, ...], Any] = {}
 
 
 def http_session(tls: TLS, proxies: tuple[tuple[str, str], ...], pool: int) -> Any:
