@@ -10,6 +10,7 @@ internal failures).
 """
 
 import os
+from collections.abc import Sequence
 
 import pyarrow as pa
 
@@ -43,7 +44,7 @@ def write_data_file(
     """
 
 def write_data_files(
-    files: list[tuple[str | os.PathLike[str], list[pa.RecordBatch]]],
+    files: Sequence[tuple[str | os.PathLike[str], list[pa.RecordBatch]]],
     schema: pa.Schema,
     *,
     row_group_rows: int,
@@ -55,7 +56,7 @@ def write_data_files(
     writer properties): a bulk write of many small files. Returns their dicts in order; on an error the
     files it wrote are removed and the error names the file that failed."""
 
-def take_rows_many(files: list[tuple[str, str | os.PathLike[str] | None, bytes | None, int, int]], offsets: bytes,
+def take_rows_many(files: Sequence[tuple[str, str | os.PathLike[str] | None, bytes | None, int, int]], offsets: bytes,
                    columns: list[str], threads: int) -> pa.RecordBatch:
     """Rows of many data files in one call, decoded on up to ``threads`` threads (GIL released).
 
@@ -82,7 +83,7 @@ def file_checksum(path: str | os.PathLike[str]) -> str:
     """``"crc32c:%08x"`` of the local file at ``path``, streamed; StorageError if unreadable."""
 
 def rewrite_data_file(
-    sources: list[tuple[str | os.PathLike[str], pa.UInt32Array]],
+    sources: Sequence[tuple[str | os.PathLike[str], pa.UInt32Array]],
     actions: list[tuple[str, int, int]],
     schema: pa.Schema,
     output: str | os.PathLike[str],
@@ -177,7 +178,7 @@ def build_index_segment(
 
 def merge_index_segments(
     kind: str,
-    inputs: list[tuple[str | os.PathLike[str], str]],
+    inputs: Sequence[tuple[str | os.PathLike[str], str]],
     output: str | os.PathLike[str],
     *,
     page_entries: int = 4096,

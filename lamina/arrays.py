@@ -6,6 +6,7 @@ leave any other kind of value to pyarrow."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -71,7 +72,7 @@ def _built(values: list[Any], type: pa.DataType) -> pa.Array | None:
     return pa.Array.from_buffers(type, n, [None, *data], null_count=0)
 
 
-def array_of_scalars(scalars: list[pa.Scalar], type: pa.DataType) -> pa.Array:
+def array_of_scalars(scalars: Sequence[pa.Scalar], type: pa.DataType) -> pa.Array:
     """``pa.array(scalars, type=type)``: through ``array`` for the types it builds (their ``as_py`` values are
     exact); any other type (a timestamp in ns, a decimal, ...) from the scalars themselves by pyarrow."""
     if type in _INT_TYPES or type in _TEXT_TYPES or type == pa.float64() or type == pa.bool_():

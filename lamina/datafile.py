@@ -218,8 +218,8 @@ def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.
     small files instead of an fsync each); elsewhere each file is synced as it is written.
     """
     check_name_prefix(name_prefix)
-    batched = isinstance(store, LocalStore)
-    target = store.deferring_sync() if batched else store
+    view = store.deferring_sync() if isinstance(store, LocalStore) else None  # files synced together at the end
+    target = store if view is None else view
     threads = write_threads()
     futures: list[Future[list[Fragment]]] = []
     in_flight: set[Future[list[Fragment]]] = set()  # at most ``threads``: O(1) per group, whatever the count
@@ -232,8 +232,8 @@ def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.
                 futures.append(future)
                 in_flight.add(future)
             fragments = [fragment for f in futures for fragment in f.result()]
-            if batched:
-                target.sync_objects([f.path for f in fragments])
+            if view is not None:
+                view.sync_objects([f.path for f in fragments])
             return fragments
         except BaseException:
             wait(futures)
@@ -307,7 +307,7 @@ def _needed(schema: pa.Schema, columns: Sequence[str] | None, flt: Filter | None
     out_cols = list(schema.names) if columns is None else list(columns)
     if flt is not None and flt.columns is None:
         return out_cols, list(schema.names)
-    extra = sorted((flt.columns if flt else frozenset()) - set(out_cols))
+    extra = sorted(((flt.columns if flt else None) or frozenset()) - set(out_cols))
     return out_cols, out_cols + [c for c in extra if c not in out_cols]
 
 
@@ -431,7 +431,7 @@ def read_rows_many(
 
 
 def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragment], offsets: np.ndarray,
-              counts: Sequence[int], columns: Sequence[str]) -> pa.Table:
+              counts: Sequence[int] | np.ndarray, columns: Sequence[str]) -> pa.Table:
     """Rows of many fragments in one pass: ``fragments[i]`` gives the next ``counts[i]`` of ``offsets``
     (physical, already checked live, sorted and distinct within each fragment); the rows come back in
     that order.
@@ -455,10 +455,10 @@ def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragmen
         sources = store.point_sources([(f.path, f.file_bytes) for f in picked])
         files = []  # (object, local path | None, bytes | None, size, how many offsets)
         for i, f, src in zip(whole, picked, sources):
-            local = isinstance(src, str)
-            if not local and f.checksum is not None:
-                check(f.checksum, of_bytes(src), f"data file {store.describe(f.path)} of fragment {f.id}")
-            files.append((store.describe(f.path), src if local else None, None if local else src, f.file_bytes, counts[i]))
+            local, data = (src, None) if isinstance(src, str) else (None, src)
+            if data is not None and f.checksum is not None:
+                check(f.checksum, of_bytes(data), f"data file {store.describe(f.path)} of fragment {f.id}")
+            files.append((store.describe(f.path), local, data, f.file_bytes, counts[i]))
         sel = offsets if len(whole) == len(fragments) else np.concatenate([offsets[starts[i]:starts[i + 1]] for i in whole])
         try:
             batch = _native.take_rows_many(files, np.asarray(sel, dtype="<u4").tobytes(), cols, pool_size(len(files)))

@@ -32,7 +32,7 @@ import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -220,7 +220,7 @@ class _PutWatch:
     """The store, noting whether a commit tried to put a manifest (after which the outcome of a
     failed commit is unknown and its files must stay for ``cleanup``)."""
 
-    def __init__(self, store):
+    def __init__(self, store: ObjectStore):
         self._store = store
         self.manifest_put = False
 
@@ -398,7 +398,7 @@ class ShardApplier:
             pass  # recorded; every entry point raises it
 
     def _clear_memtable(self) -> None:
-        self.memtable = _native.MemTable(self.key_type) if self.pk else None
+        self.memtable = _native.MemTable(self.key_type) if self.key_type is not None else None  # set iff a key
         self.buffered: list[bytes] = []  # tables without a key: transactions in order
         self.buffered_bytes = 0
         self.unflushed_rows = 0
@@ -509,6 +509,7 @@ class ShardApplier:
             self.buffered.append(t.data)
             self.buffered_bytes += len(t.data)
             return
+        assert self.key_index is not None  # a memtable: the table has a key
         keys, values, deletes = _native.wal_split(t.data, self.schema, self.key_index, where)
         keys = pa.array(keys) if not isinstance(keys, pa.Array) else keys
         if self.key_type == "int64" and keys.type != pa.int64():
@@ -562,7 +563,7 @@ class ShardApplier:
                 raise
             watch = _PutWatch(self.store)
             try:
-                self.table.commit_transaction(txn, store=watch)
+                self.table.commit_transaction(txn, store=cast(ObjectStore, watch))  # forwards the rest to the store
             except (TableReplaced, TableNotFound) as e:  # dropped: nothing committed; commit() removed the files
                 self._dropped(e)
             except CommitConflict as e:  # nothing committed; commit() removed the files
@@ -622,10 +623,12 @@ class ShardApplier:
 
     def _keys_filter(self, keys: pa.Array) -> Filter:
         """``pk IN keys`` as a parsed filter an index on the key answers exactly (no string to parse)."""
-        col = self.schema.field(self.pk).type
+        pk = self.pk
+        assert pk is not None  # only a table with a key looks keys up
+        col = self.schema.field(pk).type
         keys = keys.cast(col) if keys.type != col else keys
-        conj = Conjunct(self.pk, tuple((k, True, k, True) for k in keys), f"{self.pk} IN (<{len(keys)} keys>)", False)
-        return Filter(pc.field(self.pk).isin(keys), frozenset([self.pk]), conj.text, (conj,), pure=True)
+        conj = Conjunct(pk, tuple((k, True, k, True) for k in keys), f"{pk} IN (<{len(keys)} keys>)", False)
+        return Filter(pc.field(pk).isin(keys), frozenset([pk]), conj.text, (conj,), pure=True)
 
     # -- reads ---------------------------------------------------------------------
     def get(self, pk: Any) -> dict | None:

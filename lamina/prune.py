@@ -582,7 +582,8 @@ def summarize(store: ObjectStore, fragments: Sequence[Fragment], schema: pa.Sche
         return None
     mapper = map_fn or (lambda fn, xs: [fn(x) for x in xs])
     plans = mapper(lambda f: plan_fragment(store, f, schema, flt, lambda: open_file(f)), list(fragments))
-    out = PruneSummary(pruned_ids=[])
+    pruned_ids: list[int] = []
+    out = PruneSummary(pruned_ids=pruned_ids)
     for frag, plan in zip(fragments, plans):
         assert plan is not None
         out.fragments += 1
@@ -590,5 +591,5 @@ def summarize(store: ObjectStore, fragments: Sequence[Fragment], schema: pa.Sche
         out.row_groups_pruned += len(plan.group_rows) - len(plan.groups)
         if not plan.groups:
             out.fragments_pruned += 1
-            out.pruned_ids.append(frag.id)
+            pruned_ids.append(frag.id)
     return out

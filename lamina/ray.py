@@ -367,7 +367,8 @@ class LaminaDatasink(Datasink):
         #: Starts the name of every data file this write's tasks write (``written_files`` lists them).
         self.write_id = secrets.token_hex(8)
         # Threads, so that the driver's wait for the tasks does not hold up the tasks' own calls.
-        self._files: Any = ray.remote(num_cpus=0, max_concurrency=64)(_WrittenFiles).remote()
+        # ray's typed remote(**options) omits the actor options, max_concurrency among them
+        self._files: Any = ray.remote(num_cpus=0, max_concurrency=64)(_WrittenFiles).remote()  # type: ignore[call-overload]
         self._settled = False  # the files' fate is decided (committed, removed, or unknown)
         self.result: Table | None = None
 
@@ -465,6 +466,7 @@ class LaminaDatasink(Datasink):
                     f"table {self.uri} was created by another writer during this append, with schema ({base.schema}) "
                     f"where this write has ({self.schema}); nothing was committed and this write's files are "
                     f"removed: append again in the table's schema, or overwrite it (mode='overwrite')")
+        txn: Overwrite | Append
         if self.mode == "overwrite":
             # Over this write's own empty create or over what a racing creator committed: the table holds
             # exactly these rows (in this write's schema if it meant to create the table).

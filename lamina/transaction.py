@@ -529,10 +529,15 @@ class GroupResult:
     warnings: list[str] = field(default_factory=list)
 
 
+def _output(r: GroupResult) -> Fragment:
+    assert r.fragment is not None, "only finished groups (ok=True) are committed"
+    return r.fragment
+
+
 def rewrite_transaction(read_version: int, results: Sequence[GroupResult]) -> Rewrite:
     """The one transaction that replaces each result's source fragments with its output."""
     return Rewrite(read_version, [
-        RewriteGroup(r.fragment_ids, [r.fragment], AddressMapping.from_runs(r.mapping), dict(r.source_deletions),
+        RewriteGroup(r.fragment_ids, [_output(r)], AddressMapping.from_runs(r.mapping), dict(r.source_deletions),
                      index_segments=dict(r.index_segments))
         for r in results
     ])

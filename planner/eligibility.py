@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 from lamina import _native
 from lamina.manifest import Fragment
 from lamina.planner.options import CompactionOptions
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Modes
 BINARY_COPY = "binary_copy"
@@ -129,8 +132,12 @@ def actions(fragments: Sequence[Fragment], mode: str, options: CompactionOptions
 
 
 
+#: A fragment's deleted offsets, sorted: a sequence, or the array ``lamina.deletion.read_deleted`` returns.
+Offsets: TypeAlias = "Sequence[int] | np.ndarray"
+
+
 def resolve(
-    actions: Sequence[RowGroupAction], fragments: Sequence[Fragment], deleted: Sequence[Sequence[int]]
+    actions: Sequence[RowGroupAction], fragments: Sequence[Fragment], deleted: Sequence[Offsets]
 ) -> tuple[RowGroupAction, ...]:
     """``actions`` with each COPY_IF_CLEAN made COPY or ENCODE from the deleted offsets of each
     fragment (sorted, as its deletion file holds them), row groups bounded by the manifest's row

@@ -30,6 +30,7 @@ from lamina.planner.eligibility import (
     FULL_REWRITE,
     WHY_LARGE,
     WHY_SMALL,
+    Offsets,
     RowGroupAction,
     actions,
     candidate_reason,
@@ -61,7 +62,7 @@ class CompactionGroup:
         """This group with every row group re-encoded: what a worker runs when a copy is refused."""
         return dataclasses.replace(self, mode=FULL_REWRITE, reason=f"fallback: {why}", actions=encode_all(self.actions))
 
-    def resolve(self, fragments: Sequence[Fragment], deleted: Sequence[Sequence[int]]) -> CompactionGroup:
+    def resolve(self, fragments: Sequence[Fragment], deleted: Sequence[Offsets]) -> CompactionGroup:
         """This group with each ``copy_if_clean`` row group made a copy or a re-encode, from the
         sorted deleted offsets of each of its ``fragments`` (eligibility.resolve)."""
         return dataclasses.replace(self, actions=resolve(self.actions, fragments, deleted))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -208,6 +209,7 @@ class Catalog:
                 if fd is not None:
                     os.close(fd)  # releases the lock
         # Another writer of this host is at work: queue the request for whoever has the turn next.
+        assert fd is not None  # "busy": a descriptor to wait on
         if before_commit is not None:
             try:
                 before_commit()  # e.g. the new table exists before any writer can commit its entry
@@ -295,13 +297,13 @@ class Catalog:
                     snap = snapshots.Snapshot(rows)
                     snapshots.CACHE.put(snapshots.cache_key(t.uri, new), snap, snap.nbytes)
                 return mutations.result(mine)
-            if claimed:
+            if queue is not None and claimed:
                 queue.unclaim(claimed)  # none of those transactions committed
                 queued = []
             raise CommitConflict(f"catalog {self.root}: {REWRITE_BACKOFF.max_attempts} rewrites in a row lost the race "
                                  f"to other writers; nothing was changed, retry later")
         finally:
-            if queued and not claimed:
+            if queue is not None and queued and not claimed:
                 queue.give_back([rid for rid, _ in queued])  # taken but never claimed: queued again
             # Claims left behind (a commit whose outcome is unknown) are settled by the next writer with the turn.
 
@@ -373,14 +375,14 @@ class Catalog:
                 f"the table was created; if not, nothing names them and register_table({name!r}, {table.uri!r}) then "
                 f"drop_table({name!r}, purge=True) removes them")
         if not isinstance(failure, Exception):  # interrupted: no reads now
-            failure.add_note(f"catalog {self.root}: whether table {name!r} was created is unknown; {keep}")
+            _add_note(failure, f"catalog {self.root}: whether table {name!r} was created is unknown; {keep}")
             raise failure
         try:
             settled = self._withdraw_queued(relative)
             named = self._read_back_location(relative) if settled else None
         except Exception as e:  # the catalog cannot be read: the outcome stays unknown
             settled, named = False, None
-            failure.add_note(f"reading catalog {self.root} back failed too: {e}")
+            _add_note(failure, f"reading catalog {self.root} back failed too: {e}")
         if named is not None:
             return table  # committed (under ``named``: renamed since, if it is not ``name``)
         if not settled:
@@ -401,6 +403,7 @@ class Catalog:
         fd, state = group_commit.try_turn(store)
         if state == "none":
             return True  # no queue (S3, or no flock: no writer queues)
+        assert fd is not None  # "held" or "busy": a descriptor
         if state == "busy" and not group_commit.wait_turn(fd):
             return False
         try:
@@ -478,6 +481,7 @@ class Catalog:
         else:
             e = self._table_entry(name, latest)
             t = self._latest_of(self._location(e), e["table_version"])
+        assert e is not None  # the entry read early, or just now
         m = t.manifest
         return TableDescription(name, t.uri, bool(e["registered"]), json.loads(e["metadata"]), e["created_ms"],
                                 e["updated_ms"], m.version, m.rows, len(m.fragments), [ix.name for ix in m.indices],
@@ -610,6 +614,14 @@ class Catalog:
 def _table_rows(v: snapshots.Version) -> pa.Table:
     """The rows of catalog version ``v`` that may name a location (every row when it is in memory)."""
     return v.snap.rows if v.snap is not None else v.select("object_type = 'table'")
+
+
+def _add_note(e: BaseException, note: str) -> None:
+    """``e.add_note(note)``; Python 3.10 has no ``add_note``: the note goes where 3.11 keeps it."""
+    if sys.version_info >= (3, 11):
+        e.add_note(note)
+    else:
+        e.__notes__ = [*getattr(e, "__notes__", []), note]  # type: ignore[attr-defined]  # not in 3.10's stubs
 
 
 def _remove_table_files(store: ObjectStore) -> None:

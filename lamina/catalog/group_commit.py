@@ -49,6 +49,7 @@ class Queue:
     and after a crash of the host its writer is gone too."""
 
     def __init__(self, store: ObjectStore):
+        assert isinstance(store, LocalStore), "a queue is a local catalog's (try_turn gave a descriptor)"
         self.dir = os.path.join(store.root, QUEUE_DIR)
 
     def _path(self, rid: str, kind: str) -> str:

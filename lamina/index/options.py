@@ -52,8 +52,10 @@ class IndexOptions:
     @classmethod
     def from_details(cls, details: dict[str, Any], **overrides: Any) -> IndexOptions:
         """The options an index was created with (kept in its details), with build-size overrides."""
-        keep = {k: details[k] for k in ("page_entries", "max_bitmap_values", "stem", "max_token_len") if k in details}
-        return cls(**{**keep, **{k: v for k, v in overrides.items() if v is not None}})
+        names = ("page_entries", "max_bitmap_values", "stem", "max_token_len")
+        keep: dict[str, Any] = {k: details[k] for k in names if k in details}
+        options: dict[str, Any] = {**keep, **{k: v for k, v in overrides.items() if v is not None}}
+        return cls(**options)
 
     def details(self) -> dict[str, Any]:
         return self.native()

@@ -38,7 +38,7 @@ from lamina.expr import Conjunct
 from lamina.filter import Filter
 from lamina.index.segments import fetch_blocks, on_broken, open_segment
 from lamina.keys import key_array, key_value
-from lamina.manifest import ADDRESS_SHIFT, Fragment, FragmentList, IndexEntry, Manifest
+from lamina.manifest import ADDRESS_SHIFT, Fragment, FragmentList, IndexEntry, Manifest, ManifestSegment
 from lamina.store import ObjectStore
 
 log = logging.getLogger("lamina.index")
@@ -287,12 +287,13 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
         nonlocal segment_pruned
         frags = plan.fragments
         skip = prune.segments_ruled_out(schema, flt) if isinstance(frags, FragmentList) else None
-        if skip is None:
+        if skip is None or not isinstance(frags, FragmentList):
             yield 0, frags
             return
         at = 0
         for part, items in frags.runs(skip):
             if items is None:
+                assert isinstance(part, ManifestSegment)  # only segments are skipped
                 segment_pruned += part.count
                 at += part.count
                 continue

@@ -89,10 +89,11 @@ def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None
     # Phase 1, per segment: its documents (cached) and the query terms' postings, with its share of the statistics.
     def stored(item: tuple[int, set[int]]) -> tuple[_native.TextDocs, _native.TextQuery] | Exception:
         si, fids = item
+        assert index is not None  # only segments of the index are looked at
         seg = index.segments[si]
         # the documents depend on the served fragments and their deletion files (immutable, unique paths) only
         key = ("fts-docs", store.uri, seg.path,
-               tuple(sorted((f, live[f].deletion.path if live[f].deletion else "") for f in fids)))
+               tuple(sorted((f, d.path if (d := live[f].deletion) else "") for f in fids)))
         docs = CACHE.get(key)
         deleted = None if docs is not None else {f: read_deleted(store, live[f]) for f in fids}  # outside: no index error
         try:
@@ -107,6 +108,7 @@ def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None
     queries: list[tuple[_native.TextDocs, _native.TextQuery]] = []
     for (_si, fids), got in zip(by_segment.items(), mapper(stored, list(by_segment.items()))):
         if isinstance(got, Exception):
+            assert index is not None  # (as above)
             on_broken(index, got, "search")
             scan.extend(live[f] for f in fids)
         else:
@@ -136,6 +138,7 @@ def _text_query(src: _TextSource, terms: list[str], docs: _native.TextDocs | Non
     term_blocks = [(bid, off, n) for _, bid, off, n in src.reader.term_blocks(terms)]
     if docs is not None:
         return docs, src.reader.text_query(terms, src.fetch(term_blocks), docs)
+    assert deleted is not None  # given whenever docs are not
     served = []
     for o, _, _, _, bid, off, n in src.reader.fragment_stats():
         fid = int(src.fids[o]) if o < len(src.fids) else -1
