@@ -29,7 +29,7 @@ from lamina.errors import (
 from lamina.manifest import list_versions
 from lamina.transaction import Create
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCHEMA_T = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 

@@ -26,7 +26,7 @@ from lamina.store import open_store
 from lamina.testing import FAULTS, KINDS, FaultProxy, fault_kind, make_table, moto_s3, moto_server
 from lamina.wal import WalWriter
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MIB = 2**20
 MULTIPART = {"multipart_threshold": 5 * MIB, "multipart_chunk_size": 5 * MIB}
 

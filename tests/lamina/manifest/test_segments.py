@@ -35,7 +35,7 @@ from lamina.manifest import (
 from lamina.manifest.codec import _canonical
 from lamina.transaction import Append
 
-from .helpers import BeatenOnce
+from tests.lamina.helpers import BeatenOnce
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
 

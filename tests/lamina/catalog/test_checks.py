@@ -82,7 +82,7 @@ def test_names_at_the_limits_are_accepted_and_the_limits_are_stated(local_table_
 
 
 def test_the_format_states_the_name_limits():
-    spec = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "FORMAT.md")).read()
+    spec = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "FORMAT.md")).read()
     section = spec[spec.index("## 12. Catalog"):spec.index("## 13.")]
     assert f"at most {MAX_NAME_CHARS} characters" in section
 

@@ -1,0 +1,1 @@
+"""Tests of lamina.index: building, querying and searching indices."""

@@ -1,0 +1,1 @@
+"""Tests of lamina.manifest: versions, segments and the manifest codec."""

@@ -1,0 +1,1 @@
+"""Tests of lamina.store: the object stores every table call stands on."""

@@ -1,0 +1,1 @@
+"""Tests of lamina.store.s3: the S3 store (conditional writes, TLS)."""

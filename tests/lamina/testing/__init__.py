@@ -1,0 +1,1 @@
+"""Tests of lamina.testing: moto, the fault proxy, local Ray, the table factory and the pytest plugin."""
