@@ -1,4 +1,9 @@
-"""Commit behaviours that survived mutation testing (docs/RELIABILITY.md, "Mutation testing")."""
+"""The commit loop at its edges: which writes look for their files again before the put, a failed put
+that cannot be read back, a version that lands while a writer catches up, a table recreated under a stale
+writer, a writer several versions behind or behind cleaned history, and one that keeps losing the race.
+
+Each case pins a behaviour that once survived mutation testing (docs/RELIABILITY.md, "Mutation testing").
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Transaction behaviours that survived mutation testing (docs/RELIABILITY.md, "Mutation testing")."""
+"""Transactions as committed: the record each operation leaves (docs/FORMAT.md §6), fresh stable row ids,
+indices across overwrites and compactions, operations that cannot be replayed over another, deletions a
+compaction carries, and deletes and index changes that lose the race for the next version.
+
+Each case pins a behaviour that once survived mutation testing (docs/RELIABILITY.md, "Mutation testing").
+"""
 
 from __future__ import annotations
 

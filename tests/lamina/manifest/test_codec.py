@@ -1,7 +1,10 @@
-"""Manifest behaviours that survived mutation testing (docs/RELIABILITY.md, "Mutation testing").
+"""Decoding a manifest (lamina/manifest/codec.py): each field of a fragment and index entry is checked, a
+reopened table keeps every field the planner and readers use, a transaction sidecar belongs to its version,
+and JSON that is not a Lamina manifest, or a manifest of a newer format, is refused.
 
 The manifests here are re-encoded (valid manifest checksum), so only the field checks can catch
-what is wrong, and the error must name the manifest and the fragment or index.
+what is wrong, and the error must name the manifest and the fragment or index. Each case pins a
+behaviour that once survived mutation testing (docs/RELIABILITY.md, "Mutation testing").
 """
 
 from __future__ import annotations

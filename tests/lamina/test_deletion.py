@@ -1,7 +1,8 @@
-"""Deletion-file behaviours that survived mutation testing (docs/RELIABILITY.md, "Mutation testing").
+"""Deletion files (lamina/deletion.py): immutable, so a process reads each at most once while it fits the
+cache, and the cache of decoded offsets stays within its bound; a file that disagrees with the manifest, or
+deletes an offset past the fragment's last row, is CorruptFile naming it.
 
-Deletion files are immutable, so a process reads each at most once while it fits the cache, and
-the cache of decoded offsets stays within its bound.
+Each case pins a behaviour that once survived mutation testing (docs/RELIABILITY.md, "Mutation testing").
 """
 
 from __future__ import annotations
