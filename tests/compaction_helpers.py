@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import lamina
 from lamina.commit import commit
 from lamina.manifest import Fragment, RowGroup
-from lamina.transaction import Append
 from lamina.planner import CompactionOptions
+from lamina.transaction import Append
 from tests.lamina.helpers import SCHEMA, rows
 
 #: Groups of two adjacent 4,000-row fragments; row groups of 4,000 rows are "large", of 500 "small".

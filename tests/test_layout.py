@@ -32,8 +32,8 @@ def _imports(tree: ast.AST) -> set[str]:
 def test_planner_workers_and_jobs_are_imported_only_under_lamina():
     """`import planner` works only from the repository's root (the current directory on sys.path),
     never from an installed Lamina, and Ray would pickle a task by that path: nothing may use it."""
-    module_path = re.compile(r"(%s)(\.\w*)+(:\w+)?" % "|".join(MAPPED))  # "jobs." of f"jobs.{name}" too
-    run_module = re.compile(r"-m\s+(%s)\." % "|".join(MAPPED))
+    module_path = re.compile(rf"({'|'.join(MAPPED)})(\.\w*)+(:\w+)?")  # "jobs." of f"jobs.{name}" too
+    run_module = re.compile(rf"-m\s+({'|'.join(MAPPED)})\.")
     bad = []
     for name, tree in _modules(PACKAGES + ("tests", "benchmarks")):
         for node in ast.walk(tree):

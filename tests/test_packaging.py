@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import sysconfig
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -63,7 +62,8 @@ def _record(site: Path) -> list[str]:
 def test_the_wheel_installs_only_the_lamina_package(venv):
     site = _site_packages(venv)
     record = _record(site)
-    top_level = {p.split("/")[0] for p in record if not p.startswith("..")} - {p.split("/")[0] for p in record if ".dist-info/" in p}
+    dist_info = {p.split("/")[0] for p in record if ".dist-info/" in p}
+    top_level = {p.split("/")[0] for p in record if not p.startswith("..")} - dist_info
     assert top_level == {"lamina"}, record
     (dist_info,) = site.glob("lamina-*.dist-info")
     assert (dist_info / "top_level.txt").read_text().split() == ["lamina"]

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
+
 import lamina
-from lamina.jobs import cli, compact as compact_job
 from lamina.compaction import compact
+from lamina.jobs import cli
+from lamina.jobs import compact as compact_job
 from lamina.planner import plan_compaction
 from tests.compaction_helpers import MIXED_OPTIONS, mixed_table
 

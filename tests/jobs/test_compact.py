@@ -8,18 +8,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 import lamina
-from lamina.jobs.compact import main
 from lamina.compaction import compact
-from lamina.faults import FAULT_KILL_DRIVER_BEFORE_COMMIT
+from lamina.faults import FAULT_KILL_DRIVER_BEFORE_COMMIT, FAULT_KILL_WORKER
+from lamina.jobs.compact import main
 from lamina.planner import CompactionOptions
 from tests.compaction_helpers import (
-    DELETION_AWARE_COPIES, DELETION_AWARE_OPTIONS, MIXED_MODES, MIXED_OPTIONS, deletion_aware_table, mixed_table,
+    DELETION_AWARE_COPIES,
+    DELETION_AWARE_OPTIONS,
+    MIXED_MODES,
+    MIXED_OPTIONS,
+    deletion_aware_table,
+    mixed_table,
 )
 from tests.lamina.concurrent_writer import BASE_ROWS, appended_ids, deleted_ids
 from tests.lamina.helpers import SCHEMA, ids_of, rows
-from lamina.faults import FAULT_KILL_WORKER
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,9 +138,11 @@ def test_killed_worker_is_retried_and_orphans_are_cleaned(ray_cluster, local_tab
 def test_driver_killed_before_commit_leaves_table_unchanged(ray_cluster, local_table_uri):
     t = mixed_table(local_table_uri)
     address = ray_cluster.get_runtime_context().gcs_address
-    proc = subprocess.run([sys.executable, "-m", "lamina.jobs.compact", local_table_uri, "--json", "--set", "target_rows_per_fragment=8000"],
+    proc = subprocess.run([sys.executable, "-m", "lamina.jobs.compact", local_table_uri, "--json",
+                           "--set", "target_rows_per_fragment=8000"],
                           cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address, FAULT_KILL_DRIVER_BEFORE_COMMIT: "1"})
+                          env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address,
+                               FAULT_KILL_DRIVER_BEFORE_COMMIT: "1"})
     assert proc.returncode == -9, proc.stderr[-2000:]
     after = lamina.open_table(local_table_uri)
     assert after.version == t.version and after.to_arrow().equals(t.to_arrow())

@@ -13,11 +13,11 @@ from pathlib import Path
 import pyarrow as pa
 
 import lamina
-from lamina.jobs.compact import compact
-from lamina.jobs.index import main, run
 from lamina.faults import FAULT_KILL_WORKER
 from lamina.filter import parse_filter
 from lamina.index import IndexOptions
+from lamina.jobs.compact import compact
+from lamina.jobs.index import main, run
 from tests.compaction_helpers import MIXED_MODES, MIXED_OPTIONS, mixed_table
 from tests.lamina.helpers import rows
 
@@ -54,7 +54,8 @@ def test_job_builds_every_kind_local_and_s3(ray_cluster, table_location, capsys)
     t.append(rows(40000, 3000))
     t.delete("id >= 4000 AND id < 4100")
     assert_exact(t)
-    argv = [uri, "--update", "--name", "id_btree", "--json"] + sum((["--storage-option", f"{k}={v}"] for k, v in (opts or {}).items()), [])
+    argv = [uri, "--update", "--name", "id_btree", "--json"]
+    argv += sum((["--storage-option", f"{k}={v}"] for k, v in (opts or {}).items()), [])
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["action"] == "update" and out["fragments"] == 1 and out["uncovered_after"] == 0
@@ -103,13 +104,16 @@ def test_index_build_racing_a_compaction_is_never_stale(ray_cluster, local_table
 
     def build():
         try:
-            lamina.open_table(local_table_uri).create_index("id", "btree", options=IndexOptions(task_rows=2000, segment_rows=4000))
-        except BaseException as e:  # noqa: BLE001 - reported below
+            lamina.open_table(local_table_uri).create_index("id", "btree",
+                                                            options=IndexOptions(task_rows=2000, segment_rows=4000))
+        except BaseException as e:  # reported below
             errors.append(e)
 
-    proc = subprocess.Popen([sys.executable, "-m", "lamina.jobs.compact", local_table_uri, "--json", "--set", "target_rows_per_fragment=8000"],
+    address = ray_cluster.get_runtime_context().gcs_address
+    proc = subprocess.Popen([sys.executable, "-m", "lamina.jobs.compact", local_table_uri, "--json",
+                             "--set", "target_rows_per_fragment=8000"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address})
+                            env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address})
     builder = threading.Thread(target=build)
     builder.start()
     builder.join(300)

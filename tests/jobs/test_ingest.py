@@ -16,12 +16,11 @@ import pytest
 import lamina
 from lamina.compaction import compact
 from lamina.errors import TableDropped
-from lamina.store import open_store
-from lamina.jobs.ingest import main
-from lamina.ingestion import Ingestion
 from lamina.ingest import FAULT_KILL_IN_FLUSH, IngestOptions
-from lamina.wal import WalWriter
+from lamina.ingestion import Ingestion
+from lamina.jobs.ingest import main
 from lamina.planner import CompactionOptions
+from lamina.wal import WalWriter
 from tests.lamina.helpers import left_after_drop
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,12 +88,14 @@ def test_job_until_idle_then_compaction_merges_flushed_fragments(ray_cluster, lo
     for round_ in range(2):  # the second run's actors resume from the first run's watermarks
         batch = produce(local_table_uri, 0, round_ * 1000, 4, 100) + produce(local_table_uri, 1, 5000 + round_ * 1000, 4, 100)
         expected += batch
-        proc = subprocess.run([sys.executable, "-m", "lamina.jobs.ingest", local_table_uri, "--shards", "2", "--flush-rows", "100",
-                               "--until-idle", "2", "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run([sys.executable, "-m", "lamina.jobs.ingest", local_table_uri, "--shards", "2",
+                               "--flush-rows", "100", "--until-idle", "2", "--json"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         stats = json.loads(proc.stdout)
         assert sum(s["applied_rows"] for s in stats) == len(batch)
-        assert all(s["io"]["local"]["PUT"] >= 1 and s["io"]["local"]["GET"] >= 1 for s in stats), "each shard reports its requests"
+        assert all(s["io"]["local"]["PUT"] >= 1 and s["io"]["local"]["GET"] >= 1 for s in stats), \
+            "each shard reports its requests"
     t = lamina.open_table(local_table_uri)
     assert t.count_rows() == len(expected) and len(t.fragments()) >= 4
     before = t.to_arrow()

@@ -10,18 +10,19 @@ Short retentions come from catalog properties (``maintenance.retention_seconds =
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 
 import lamina
-from lamina.jobs.maintain import main
 from lamina.ingest import ShardApplier
+from lamina.jobs.maintain import main
 from lamina.maintenance import FAILED, OK, SKIPPED, maintain
-from lamina.store import open_store
-from lamina.wal import WalWriter, list_segments, segment_prefix
 from lamina.planner import CompactionOptions
 from lamina.planner.maintenance import MaintenancePolicy
+from lamina.store import open_store
+from lamina.wal import WalWriter, list_segments, segment_prefix
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64()), ("tags", pa.list_(pa.string()))])
 #: What the WAL's row codec can carry (no lists).

@@ -13,8 +13,8 @@ import lamina
 from lamina.compaction import compact
 from lamina.ingest import IngestOptions
 from lamina.ingestion import Ingestion
-from lamina.wal import WalWriter
 from lamina.planner import CompactionOptions
+from lamina.wal import WalWriter
 
 SCHEMA = pa.schema([("id", pa.int64()), ("host", pa.string()), ("v", pa.float64()),
                     ("ts", pa.timestamp("us", tz="UTC")), ("note", pa.string())])
@@ -53,7 +53,7 @@ def test_thirty_passes_while_a_wal_applier_flushes_keep_every_row_once_and_every
         for p in range(PASSES):
             # The previous pass's rows are in the table (so each pass has flushed fragments to compact);
             # this pass's rows are written, applied and flushed while the compaction runs.
-            wait_for(lambda: lamina.open_table(uri).count_rows() >= p * ROWS_PER_PASS)
+            wait_for(lambda p=p: lamina.open_table(uri).count_rows() >= p * ROWS_PER_PASS)
             with ThreadPoolExecutor(1) as producer:
                 produced = producer.submit(produce, p)
                 _, summary = compact(uri, OPTIONS)

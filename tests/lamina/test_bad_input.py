@@ -104,4 +104,7 @@ def test_create_table_whose_answer_was_lost_knows_whether_it_created_the_table(l
         with pytest.raises(StorageError):
             lamina.create_table(local_table_uri, SCHEMA)
     monkeypatch.setattr(lamina.table, "open_store", real_open)
-    assert (lamina.open_table(local_table_uri).version == 1) if lands else not open_store(local_table_uri).exists("_versions/00000000000000000001.manifest")
+    if lands:
+        assert lamina.open_table(local_table_uri).version == 1
+    else:
+        assert not open_store(local_table_uri).exists("_versions/00000000000000000001.manifest")

@@ -4,7 +4,6 @@ ten rows in one append): no directory creation, stat or unlink per file, and not
 import os
 
 import numpy as np
-
 import pyarrow as pa
 import pytest
 
@@ -165,7 +164,8 @@ def _values(rng, t: pa.DataType, n: int) -> pa.Array:
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
         vals = [None if rng.random() < 0.2 else "ÿ" * int(rng.integers(0, 70)) + str(int(rng.integers(0, 9))) for _ in range(n)]
     elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        vals = [None if rng.random() < 0.2 else b"\xff" * int(rng.integers(60, 70)) + bytes([int(rng.integers(0, 256))]) for _ in range(n)]
+        vals = [None if rng.random() < 0.2 else b"\xff" * int(rng.integers(60, 70)) + bytes([int(rng.integers(0, 256))])
+                for _ in range(n)]
     elif pa.types.is_list(t):
         vals = [[1, 2]] * n
     elif pa.types.is_unsigned_integer(t):
@@ -213,7 +213,8 @@ def test_a_group_of_small_local_files_is_one_native_call(tmp_path, monkeypatch):
     calls: list[int] = []
     real_one, real_many = _native.write_data_file, _native.write_data_files
     monkeypatch.setattr(_native, "write_data_file", lambda *a, **k: (calls.append(1), real_one(*a, **k))[1])
-    monkeypatch.setattr(_native, "write_data_files", lambda files, *a, **k: (calls.append(len(files)), real_many(files, *a, **k))[1])
+    monkeypatch.setattr(_native, "write_data_files",
+                        lambda files, *a, **k: (calls.append(len(files)), real_many(files, *a, **k))[1])
     t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
     t.append(rows(0, 2000), max_rows_per_file=10)
     assert sum(calls) == 200 and len(calls) <= 12, calls  # groups of up to 64 files (1, 2, 4, ... first)

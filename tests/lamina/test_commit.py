@@ -226,7 +226,8 @@ def test_conflict_cells_on_s3(s3_table_uri, s3_options):
     stale = t.checkout(t.version)
     t.delete("id < 50")
     stale.append(rows(1000, 10))
-    assert set(ids_of(lamina.open_table(s3_table_uri, storage_options=s3_options))) == (BASE - set(range(50))) | set(range(1000, 1010))
+    latest = lamina.open_table(s3_table_uri, storage_options=s3_options)
+    assert set(ids_of(latest)) == (BASE - set(range(50))) | set(range(1000, 1010))
     stale2 = lamina.open_table(s3_table_uri, storage_options=s3_options)
     t.reload().overwrite(rows(6000, 5))
     with pytest.raises(CommitConflict):

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 import lamina
 from tests.lamina.concurrent_writer import APPENDS, BASE_ROWS, DELETE_BATCHES, appended_ids, deleted_ids
 from tests.lamina.helpers import SCHEMA, ids_of, rows
@@ -27,7 +26,8 @@ def _seed(uri, opts):
 def _race(uri, endpoint=None):
     procs = []
     for w in range(WORKERS):
-        args = [sys.executable, "-m", "tests.lamina.concurrent_writer", uri, str(w), str(WORKERS)] + ([endpoint] if endpoint else [])
+        args = [sys.executable, "-m", "tests.lamina.concurrent_writer", uri, str(w), str(WORKERS)]
+        args += [endpoint] if endpoint else []
         procs.append(subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env={**os.environ, "PYTHONPATH": str(REPO)}))
     results = []

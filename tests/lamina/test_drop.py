@@ -113,7 +113,7 @@ def test_purge_stops_a_writer_appending_in_another_process(table_location, tmp_p
 # -- the window FORMAT §9.1 closes: a put that lands after the purge removed its version number --------
 @pytest.mark.parametrize("others_commit_first", [False, True], ids=["its-number-is-the-tombstone", "below-the-tombstone"])
 def test_a_put_landing_after_the_whole_purge_commits_nothing_and_cannot_be_extended(local_table_uri, others_commit_first):
-    t = _appended(local_table_uri, None, 3)  # versions 1..4
+    _appended(local_table_uri, None, 3)  # versions 1..4
     writer = lamina.open_table(local_table_uri)
     real_put, purged = writer.store.put_if_absent, []
 
@@ -127,7 +127,8 @@ def test_a_put_landing_after_the_whole_purge_commits_nothing_and_cannot_be_exten
 
     writer.store.put_if_absent = put_after_the_purge
     try:
-        with pytest.raises(TableDropped, match=rf"append on table {local_table_uri} .*dropped at version .*Nothing was committed"):
+        with pytest.raises(TableDropped,
+                           match=rf"append on table {local_table_uri} .*dropped at version .*Nothing was committed"):
             writer.append(rows(100, 1))
     finally:
         writer.store.put_if_absent = real_put
@@ -180,7 +181,8 @@ def test_drop_table_of_a_plain_table_leaves_its_tombstone_alone_and_the_uri_is_f
     dropped = lamina.drop_table(uri, storage_options=opts)
     assert dropped.version == t.version + 1 and dropped.objects_removed > 0
     assert _objects(uri, opts) == _tombstone(dropped.version)
-    with pytest.raises(TableNotFound, match=f"no Lamina table at {uri}: the table there was dropped at version {dropped.version}"):
+    with pytest.raises(TableNotFound,
+                       match=f"no Lamina table at {uri}: the table there was dropped at version {dropped.version}"):
         lamina.open_table(uri, storage_options=opts)
     with pytest.raises(TableNotFound, match=f"no Lamina table at {uri} to drop"):
         lamina.drop_table(uri, storage_options=opts)
@@ -229,7 +231,8 @@ def test_a_commit_replayed_over_a_drop_raises_table_dropped_and_removes_its_file
     tomb = commit(t.store, Drop(t.version), t.manifest)
     assert tomb.dropped and tomb.version == 4 and tomb.table_uuid == t.manifest.table_uuid
     assert tomb.record.operation == "drop" and len(tomb.fragments) == 0 and tomb.indices == ()
-    with pytest.raises(TableDropped, match=rf"append on table {local_table_uri} .*dropped at version 4.*Nothing was committed") as e:
+    with pytest.raises(TableDropped,
+                       match=rf"append on table {local_table_uri} .*dropped at version 4.*Nothing was committed") as e:
         stale.append(rows(100, 5))
     assert isinstance(e.value, TableReplaced) and isinstance(e.value, CommitConflict)
     after = _objects(local_table_uri, None)
@@ -240,8 +243,8 @@ def test_a_commit_replayed_over_a_drop_raises_table_dropped_and_removes_its_file
 
 
 def test_a_tombstone_that_still_holds_fragments_is_corrupt(local_table_uri):
-    from lamina.errors import CorruptFile
     from lamina.cache import clear_caches
+    from lamina.errors import CorruptFile
     from tests.lamina.helpers import put_next_version
 
     t = _appended(local_table_uri, None, 2)

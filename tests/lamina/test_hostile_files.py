@@ -114,7 +114,7 @@ def _decode_or_corrupt(data: bytes, where: str, how: str) -> None:
         assert where in str(e), (how, str(e))
     except LaminaError as e:  # only the format-version refusal is not CorruptFile
         assert "format version" in str(e), (how, repr(e))
-    except BaseException as e:  # noqa: BLE001 - the point is that nothing else escapes
+    except BaseException as e:  # the point is that nothing else escapes
         pytest.fail(f"{how}: {type(e).__name__}: {e}")
 
 
@@ -223,7 +223,7 @@ def _check_wal(store, shard, how, names):
         _wal_read_all(store, shard, WAL_SCHEMA)
     except CorruptFile as e:
         assert any(n in str(e) for n in names), (how, str(e))
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:
         pytest.fail(f"{how}: {type(e).__name__}: {e}")
 
 
@@ -276,7 +276,10 @@ def test_hostile_wal_segments_and_transaction_indexes_are_torn_or_corrupt_file(l
                 data = json.dumps({"transactions": _hostile_value(rng), "schema": _hostile_value(rng),
                                    "primary_key": _hostile_value(rng)}).encode()
             data, how = bytes(data), "huge value"
-        store.put(prefix + name, data) if name != wal.DATA_FILE and name != wal.INDEX_FILE else _replace_local(store, prefix + name, data)
+        if name in (wal.DATA_FILE, wal.INDEX_FILE):
+            _replace_local(store, prefix + name, data)
+        else:
+            store.put(prefix + name, data)
         _check_wal(store, 0, f"case {i}: {name} {how}", [prefix + name, prefix])
         _replace_local(store, prefix + name, valid)
     assert _wal_read_all(store, 0, WAL_SCHEMA)[-1] is None, "the restored segment reads whole"
@@ -294,7 +297,8 @@ def test_hostile_wal_transaction_objects_are_torn_or_corrupt_file(s3_table_uri, 
     t = lamina.create_table(s3_table_uri, WAL_SCHEMA, primary_key=["k"], storage_options=lamina_s3.storage_options)
     w = wal.WalWriter(s3_table_uri, 0, storage_options=lamina_s3.storage_options)
     for n in range(4):
-        w.put_batch(pa.table({"k": [n * 3, n * 3 + 1, n * 3 + 2], "s": ["a", None, "c"], "b": [b"", b"x", None]}, schema=WAL_SCHEMA))
+        w.put_batch(pa.table({"k": [n * 3, n * 3 + 1, n * 3 + 2], "s": ["a", None, "c"], "b": [b"", b"x", None]},
+                             schema=WAL_SCHEMA))
         w.commit()
     w.close()
     store = t.store
@@ -429,5 +433,6 @@ def test_take_of_a_file_whose_footer_lies_about_a_row_groups_rows_is_corrupt_fil
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     outcomes = {line["read"]: line["outcome"] for line in lines if "outcome" in line}
-    assert proc.returncode == 0, f"the reader died (exit {proc.returncode}) at {lines[-1] if lines else 'start'}:\n{proc.stderr[-2000:]}"
+    assert proc.returncode == 0, \
+        f"the reader died (exit {proc.returncode}) at {lines[-1] if lines else 'start'}:\n{proc.stderr[-2000:]}"
     assert outcomes == dict.fromkeys(["to_arrow", "take by path", "take_rows_many from bytes"], "CorruptFile naming the file")

@@ -4,7 +4,7 @@ never fail each other (issue 16, defect 10). Interleavings are forced through a 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 

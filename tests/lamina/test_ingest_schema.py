@@ -8,8 +8,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
-from lamina.errors import SchemaMismatch
-from lamina.errors import ShardStopped
+from lamina.errors import SchemaMismatch, ShardStopped
 from lamina.ingest import ShardApplier
 from lamina.wal import WalWriter, read_segment
 from lamina.workers.ingest import WalApplier

@@ -20,8 +20,8 @@ import lamina
 from lamina import _native
 from lamina.errors import CorruptFile, LaminaError
 from lamina.planner import CompactionOptions, plan_compaction
-from tests.lamina.helpers import SCHEMA, rows
 from lamina.workers.compaction import GroupCompactor, GroupTask
+from tests.lamina.helpers import SCHEMA, rows
 
 
 def first_page_offset_moved_before_its_chunk(data: bytes) -> bytes:
@@ -113,7 +113,8 @@ def test_native_entry_points_name_the_object_in_lamina_errors(tmp_path):
     with pytest.raises(CorruptFile, match="g.parquet"):
         _native.take_rows_many([(str(garbage), str(garbage), None, 108, 1)], np.array([0], "<u4").tobytes(), ["id"], 1)
     with pytest.raises(CorruptFile, match="s3://b/g.parquet"):
-        _native.take_rows_many([("s3://b/g.parquet", None, garbage.read_bytes(), 108, 1)], np.array([0], "<u4").tobytes(), ["id"], 2)
+        _native.take_rows_many([("s3://b/g.parquet", None, garbage.read_bytes(), 108, 1)],
+                               np.array([0], "<u4").tobytes(), ["id"], 2)
     with pytest.raises(CorruptFile, match="manifest records 99"):
         _native.take_rows_many([(str(garbage), str(garbage), None, 99, 1)], np.array([0], "<u4").tobytes(), ["id"], 1)
     assert issubclass(CorruptFile, LaminaError) and issubclass(CorruptFile, Exception)

@@ -50,7 +50,8 @@ def is_property(node: ast.FunctionDef) -> bool:
 def stub_members(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
     members = {}
     for node in cls.body:
-        assert isinstance(node, (ast.FunctionDef, ast.Expr)), f"{cls.name}: declare members as methods or @property ({ast.dump(node)[:60]})"
+        assert isinstance(node, (ast.FunctionDef, ast.Expr)), \
+            f"{cls.name}: declare members as methods or @property ({ast.dump(node)[:60]})"
         if isinstance(node, ast.FunctionDef):
             members[node.name] = node
     return members
@@ -109,7 +110,8 @@ def undocumented(tree: ast.Module) -> list[str]:
     for i, node in enumerate(body):
         if isinstance(node, ast.AnnAssign):
             following = body[i + 1] if i + 1 < len(body) else None
-            if not (isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str)):
+            if not (isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                    and isinstance(following.value.value, str)):
                 problems.append(f"{ast.unparse(node.target)} has no docstring")
         elif isinstance(node, ast.FunctionDef):
             problems += function_problems(node.name, node)

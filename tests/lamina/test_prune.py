@@ -30,7 +30,7 @@ import lamina
 from lamina import datafile, prune, zones
 from lamina.filter import parse_filter
 from lamina.prune import ANY, Chunk, F, N, T
-from tests.lamina.test_filter_property import CAT_POOL, SCHEMA, X_SPECIAL, Gen, evaluate, _seeds
+from tests.lamina.test_filter_property import CAT_POOL, SCHEMA, X_SPECIAL, Gen, _seeds, evaluate
 
 NAN, INF = math.nan, math.inf
 LONG = ["c" * 70, "c1" + "z" * 90, "c" * 64 + "\xff" * 3, "é" * 40]  # past the writer's 64-byte statistics
@@ -85,7 +85,8 @@ def test_pyarrow_files_random_filters_keep_every_matching_group():
             text = gen.filter().render()
             kept = prune.row_groups(md, SCHEMA, parse_filter(text, SCHEMA))
             need = _matching(table, text, 20)
-            assert set(need) <= set(kept), f"seed {seed} #{n} {text!r}: groups {sorted(set(need) - set(kept))} match but were pruned"
+            assert set(need) <= set(kept), \
+                f"seed {seed} #{n} {text!r}: groups {sorted(set(need) - set(kept))} match but were pruned"
             pruned += md.num_row_groups - len(kept)
     assert pruned > 0
 
@@ -300,7 +301,8 @@ FIXED = [
     "x > 10", "x != 1", "NOT (x < 5)", "x = 'NaN'", "x >= 'inf'", "x = -0.0", "x IS NULL",
     "cat = ''", "cat >= 'e'", "cat < 'b'", f"cat = '{LONG[0]}'", f"cat > '{LONG[0][:64]}'", f"cat = '{LONG[2]}'",
     f"cat = '{LONG[3]}'", "cat IN ('', 'bb', NULL)", "cat LIKE 'c1%' AND id < 10",
-    "ts < TIMESTAMP '2024-01-01T00:00:20'", "ts >= '2024-01-01T00:07:50'", "ts BETWEEN '2024-01-01T00:02:00' AND '2024-01-01T00:02:10'",
+    "ts < TIMESTAMP '2024-01-01T00:00:20'", "ts >= '2024-01-01T00:07:50'",
+    "ts BETWEEN '2024-01-01T00:02:00' AND '2024-01-01T00:02:10'",
     "(id < 2 OR id > 57) AND NOT (cat = 'a')", "FALSE", "TRUE", "NOT (id >= 3 AND id <= 56) OR k = 9",
 ]
 
@@ -384,7 +386,8 @@ def test_random_deletes_equal_brute_force(tmp_path, seed):
             keep = pa.Table.from_pylist([r for r in before.to_pylist() if evaluate(item, r) is not True], schema=before.schema)
         deleted = t.delete(text)
         after = t.to_arrow(with_row_address=True)
-        assert _canon(after) == _canon(keep), f"seed {seed} #{n} {text!r}: {after.num_rows} rows left, brute force {keep.num_rows}"
+        assert _canon(after) == _canon(keep), \
+            f"seed {seed} #{n} {text!r}: {after.num_rows} rows left, brute force {keep.num_rows}"
         assert deleted == before.num_rows - keep.num_rows
 
 

@@ -347,7 +347,8 @@ def test_a_cold_lookup_and_catalog_read_never_import_pandas(tmp_path):
     cat = lamina.connect(root)
     cat.create_namespace("ns")
     cat.create_table("ns.t", pa.schema([("id", pa.int64())]))
-    out = subprocess.run([sys.executable, "-c", COLD_READS, uri, root, *INDEXED_FILTERS], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", COLD_READS, uri, root, *INDEXED_FILTERS],
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     expected = [sorted(t.to_arrow(columns=["s"], filter=flt).column("s").to_pylist()) for flt in INDEXED_FILTERS]
     assert expected == [["c"], ["a", "d", "s7"], ["c", "d"], ["a", "c"], ["d"], ["a", "c"], ["a", "s5"], ["s1998", "s1999"]]

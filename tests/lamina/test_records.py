@@ -105,7 +105,8 @@ def test_a_malformed_record_stops_a_commit_that_must_replay_over_it(local_table_
 
 @pytest.mark.parametrize("record,reason", [
     ({"operation": "append", "read_version": 1, "timestamp_ms": 1, "fragment_ids": [0]}, "rows is missing"),
-    ({"operation": "append", "read_version": True, "timestamp_ms": 1, "fragment_ids": [0], "rows": 1}, "read_version is True, not an integer"),
+    ({"operation": "append", "read_version": True, "timestamp_ms": 1, "fragment_ids": [0], "rows": 1},
+     "read_version is True, not an integer"),
     ({"operation": 7, "read_version": 1, "timestamp_ms": 1}, "operation is 7, not a string"),
     ({"operation": "create_index", "read_version": 1, "timestamp_ms": 1, "index": "ix", "action": "rebuild"},
      "action is 'rebuild', not one of create, update, drop"),

@@ -3,14 +3,11 @@ one (cached manifests, open Table objects) is ever served as, or committed into,
 
 from __future__ import annotations
 
-
 import pytest
 
 import lamina
 from lamina.errors import CommitConflict, TableReplaced
 from tests.lamina.helpers import SCHEMA, delete_every_object, ids_of, rows
-
-
 
 
 def test_recreated_table_is_never_read_through_the_old_tables_cache(table_location):
@@ -106,7 +103,8 @@ def test_a_view_moves_only_to_newer_versions_of_its_own_table(local_table_uri, t
     v1, v2 = t.checkout(1), t.checkout(2)
     v1._move_to(v2.manifest)
     assert v1.version == 2 and ids_of(v1) == [0, 1, 2]
-    with pytest.raises(TableReplaced, match=rf"cannot move the view of {t.uri} .* at version 2\) to version 1 .*not a newer version"):
+    with pytest.raises(TableReplaced,
+                       match=rf"cannot move the view of {t.uri} .* at version 2\) to version 1 .*not a newer version"):
         v1._move_to(t.checkout(1).manifest)
     other = lamina.create_table(str(tmp_path / "other"), SCHEMA)
     other.append(rows(10, 1))

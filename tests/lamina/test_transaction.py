@@ -103,8 +103,8 @@ def _compact_locally(t, fragment_ids):
     frags = base.fragment_map()
     members = [frags[i] for i in fragment_ids]
     group = CompactionGroup(0, tuple(fragment_ids), "full_rewrite", "test", sum(f.live_rows for f in members),
-                            sum(f.file_bytes for f in members), sum(len(f.row_groups) for f in members), ("small",) * len(members),
-                            tuple(actions(members, "full_rewrite", CompactionOptions())))
+                            sum(f.file_bytes for f in members), sum(len(f.row_groups) for f in members),
+                            ("small",) * len(members), tuple(actions(members, "full_rewrite", CompactionOptions())))
     plan = CompactionPlan(t.uri, base.version, CompactionOptions(), (group,), len(base.fragments), base.rows)
     [task] = tasks_for(plan, base, t.uri, None, t.write_options, CompactionOptions().read_batch_bytes)
     r = GroupCompactor().run(task)
@@ -129,7 +129,8 @@ def test_compaction_keeps_its_output_covered_by_every_index(local_table_uri):
         assert latest.to_arrow(filter=flt).equals(latest.to_arrow(filter=flt, use_index=False)), flt
     rec = dict(latest.manifest.transaction)
     assert rec["read_version"] == new.version - 1
-    assert rec["operation"] == "rewrite" and [(g["old_fragment_ids"], g["new_fragment_ids"]) for g in rec["groups"]] == [([0, 1], [3])]
+    assert rec["operation"] == "rewrite"
+    assert [(g["old_fragment_ids"], g["new_fragment_ids"]) for g in rec["groups"]] == [([0, 1], [3])]
     assert rec["groups"][0]["mapping"] == [[0, 0, 0, 0, 100], [1, 0, 0, 100, 100]]
     latest.append(rows(300, 10))
     assert [f.id for f in lamina.open_table(local_table_uri).fragments()] == [3, 2, 4], "fragment ids are handed out in order"
@@ -145,7 +146,8 @@ def test_compaction_output_takes_the_place_of_its_first_source(local_table_uri):
     _compact_locally(t, [3, 2])  # sources at positions 0 and 2
     latest = lamina.open_table(local_table_uri)
     assert [f.id for f in latest.fragments()] == [4, 1]
-    assert latest.to_arrow(columns=["id"]).column("id").to_pylist() == list(range(10)) + list(range(200, 210)) + list(range(100, 110))
+    assert latest.to_arrow(columns=["id"]).column("id").to_pylist() == \
+        list(range(10)) + list(range(200, 210)) + list(range(100, 110))
 
 
 def test_same_index_changed_twice_names_what_was_committed_first(local_table_uri):

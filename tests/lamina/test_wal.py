@@ -19,7 +19,7 @@ import lamina
 from lamina import _native
 from lamina.errors import InvalidArgument, SchemaMismatch
 from lamina.ingest import IngestOptions, ShardApplier
-from lamina.wal import INDEX_FILE, DATA_FILE, WalWriter, list_segments, segment_prefix
+from lamina.wal import DATA_FILE, INDEX_FILE, WalWriter, list_segments, segment_prefix
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -213,7 +213,8 @@ def test_restart_and_racing_appliers_apply_each_transaction_once(table_location)
 
 def test_multiple_producers_and_rollover(local_table_uri):
     lamina.create_table(local_table_uri, SIMPLE)
-    procs = [subprocess.Popen([sys.executable, "-c", f"from tests.lamina.test_wal import _writer; _writer({local_table_uri!r}, 0, 30, {p * 100000})"],
+    code = "from tests.lamina.test_wal import _writer; _writer({!r}, 0, 30, {})"
+    procs = [subprocess.Popen([sys.executable, "-c", code.format(local_table_uri, p * 100000)],
                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}) for p in range(3)]
     w = WalWriter(local_table_uri, 0, max_segment_rows=25)
     for k in range(6):
@@ -272,8 +273,8 @@ def keyed_model_check(uri: str, applier: ShardApplier, model: dict, opts=None) -
 
 @pytest.mark.parametrize("key_type", [pa.int64(), pa.string()])
 def test_upserts_and_deletes_across_memtable_flushes_and_compaction(table_location, key_type):
-    from lamina.rewrite import full_rewrite
     from lamina.commit import commit
+    from lamina.rewrite import full_rewrite
     from lamina.transaction import Rewrite
 
     uri, opts = table_location

@@ -17,11 +17,11 @@ import lamina
 from lamina import datafile, prune, zones
 from lamina.compaction import CompactionSummary, commit_results
 from lamina.filter import parse_filter
-from lamina.zones import Zone
 from lamina.planner import CompactionOptions, plan_compaction
+from lamina.workers.compaction import GroupCompactor, tasks_for
+from lamina.zones import Zone
 from tests.lamina.test_filter_property import _seeds
 from tests.lamina.test_prune import WIDE, _canon, _lamina_rows, assert_random_filters_equal_brute_force
-from lamina.workers.compaction import GroupCompactor, tasks_for
 
 FRAGMENTS = 24
 ROWS = 20
@@ -214,8 +214,9 @@ def test_narrow_fragments_are_pruned_where_nothing_can_match(tmp_path):
 
 
 @pytest.mark.parametrize("stored", ["zones_json", "zones"])  # as written now, and as written before zones_json
-@pytest.mark.parametrize("bad", [[["v", "int", {"x": 1}, 2, True, 0, 0]], [["v", "int", 1, 2, True, 0]], [["v", "int", 1, 2, "yes", 0, 0]],
-                                 [["v", "float", float("nan"), 2.0, True, 0, 0]], "zones", {"v": 1}])
+@pytest.mark.parametrize("bad", [[["v", "int", {"x": 1}, 2, True, 0, 0]], [["v", "int", 1, 2, True, 0]],
+                                 [["v", "int", 1, 2, "yes", 0, 0]], [["v", "float", float("nan"), 2.0, True, 0, 0]],
+                                 "zones", {"v": 1}])
 def test_a_malformed_zone_map_is_corrupt_file_naming_the_manifest(tmp_path, bad, stored):
     import hashlib
     import json
@@ -248,14 +249,15 @@ def test_a_malformed_zone_bound_is_corrupt_naming_the_manifest():
                                       zones=(Zone("s", "bytes", b"ab", b"cd", True, 0, 0),)))
     assert _fragment_from_json(good, "v1").zones[0].lo == b"ab"
     listed = {k: v for k, v in good.items() if k != "zones_json"}  # as written before zones_json
-    assert _fragment_from_json(dict(listed, zones=json.loads(good["zones_json"])), "v1").zones == _fragment_from_json(good, "v1").zones
+    relisted = _fragment_from_json(dict(listed, zones=json.loads(good["zones_json"])), "v1")
+    assert relisted.zones == _fragment_from_json(good, "v1").zones
     for bad in ({"b": "zz"}, {"b": 3}, {"x": "00"}, {"b": "00", "f": "inf"}, {"f": "nan"}, "text", [1]):
         zones = [["s", "bytes", bad, {"b": "cd"}, True, 0, 0]]
         with pytest.raises(CorruptFile, match=r"manifest v1 fragment 3: malformed zone bound"):
             _fragment_from_json(dict(listed, zones=zones), "v1")
         lazy = _fragment_from_json(dict(good, zones_json=json.dumps(zones)), "v1")  # read when first needed
         with pytest.raises(CorruptFile, match=r"manifest v1 fragment 3: malformed zone bound"):
-            lazy.zones
+            _ = lazy.zones
 
 
 def test_a_long_in_list_is_parsed_once_and_still_prunes_and_finds_its_rows(tmp_path, monkeypatch):

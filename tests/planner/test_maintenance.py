@@ -12,7 +12,14 @@ from lamina.errors import InvalidConfig
 from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, RowGroup
 from lamina.planner import CompactionOptions
 from lamina.planner.maintenance import (
-    CLEANUP, COMPACT, RETIRE_WAL, UPDATE_INDEX, MaintenancePolicy, WalSegment, expired_versions, plan_table,
+    CLEANUP,
+    COMPACT,
+    RETIRE_WAL,
+    UPDATE_INDEX,
+    MaintenancePolicy,
+    WalSegment,
+    expired_versions,
+    plan_table,
 )
 
 MiB = 1 << 20
@@ -49,7 +56,8 @@ def kinds(plan):
 
 @pytest.mark.parametrize("case,m,versions,wal,policy,expected", [
     ("healthy", HEALTHY, RECENT_VERSIONS, [], POLICY, []),
-    ("small fragments", manifest([frag(0), frag(1, rows=10), frag(2, rows=10), frag(3, rows=10)], [index("id_btree", (0, 1, 2, 3))]),
+    ("small fragments",
+     manifest([frag(0), frag(1, rows=10), frag(2, rows=10), frag(3, rows=10)], [index("id_btree", (0, 1, 2, 3))]),
      RECENT_VERSIONS, [], POLICY, [COMPACT]),
     ("heavy deletions", manifest([frag(0, deleted=900), frag(1)]), RECENT_VERSIONS, [], POLICY, [COMPACT]),
     ("uncovered fragments", manifest([frag(0), frag(1), frag(2)], [index("id_btree", (0,)), index("b", (0, 1, 2))]),
@@ -192,7 +200,8 @@ def test_override_order_is_the_callers():
     ({"maintenance.compact": "maybe"}, "table db.t: property maintenance.compact='maybe' must be true or false"),
     ({"maintenance.retention_seconds": "a week"}, "table db.t: property maintenance.retention_seconds='a week' must be a number"),
     ({"maintenance.retention_seconds": "60"}, "table db.t: the maintenance.* properties give an invalid policy"),
-    ({"maintenance.compaction.target_rows_per_fragment": "1.5"}, "maintenance.compaction.target_rows_per_fragment='1.5' must be an integer"),
+    ({"maintenance.compaction.target_rows_per_fragment": "1.5"},
+     "maintenance.compaction.target_rows_per_fragment='1.5' must be an integer"),
     ({"maintenance.compaction.target_rows_per_fragment": "-3"}, "target_rows_per_fragment=-3"),
     ({"maintenance.compaction.nope": "1"}, "table db.t: property maintenance.compaction.nope names no compaction option"),
     ({"maintenance.retension_seconds": "3600"}, "table db.t: property maintenance.retension_seconds names no maintenance option"),

@@ -15,8 +15,22 @@ from lamina.manifest import DeletionFile, Fragment, Manifest, RowGroup
 from lamina.planner import CompactionOptions, plan_compaction
 from lamina.planner.bin_packing import pack_adjacent
 from lamina.planner.eligibility import (
-    ALL_SMALL_ROW_GROUPS, BINARY_COPY, BINARY_COPY_DISABLED, DELETIONS, ELIGIBLE, FILE_VERSION_MISMATCH, FULL_REWRITE,
-    HAS_DELETIONS, HYBRID, SMALL, SOME_ROW_GROUPS_DELETED, SOME_SMALL_OR_DELETED, SOME_SMALL_ROW_GROUPS, actions, candidate_reason, choose_mode,
+    ALL_SMALL_ROW_GROUPS,
+    BINARY_COPY,
+    BINARY_COPY_DISABLED,
+    DELETIONS,
+    ELIGIBLE,
+    FILE_VERSION_MISMATCH,
+    FULL_REWRITE,
+    HAS_DELETIONS,
+    HYBRID,
+    SMALL,
+    SOME_ROW_GROUPS_DELETED,
+    SOME_SMALL_OR_DELETED,
+    SOME_SMALL_ROW_GROUPS,
+    actions,
+    candidate_reason,
+    choose_mode,
 )
 from lamina.planner.options import parse_assignment
 

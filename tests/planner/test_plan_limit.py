@@ -16,7 +16,8 @@ def _small(n: int):
 
 def _adjacent(plan, ids) -> bool:
     pos = {i: p for p, i in enumerate(ids)}
-    return all(pos[g.fragment_ids[k + 1]] == pos[g.fragment_ids[k]] + 1 for g in plan.groups for k in range(len(g.fragment_ids) - 1))
+    return all(pos[g.fragment_ids[k + 1]] == pos[g.fragment_ids[k]] + 1
+               for g in plan.groups for k in range(len(g.fragment_ids) - 1))
 
 
 def test_a_binpack_plan_stops_at_max_plan_fragments_and_reads_no_further():

@@ -8,13 +8,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import lamina
-from lamina.planner import plan_compaction
 from lamina.compaction import CompactionSummary, commit_results
 from lamina.filter import parse_filter
+from lamina.planner import plan_compaction
+from lamina.workers.compaction import GroupCompactor
+from lamina.workers.compaction import tasks_for as group_tasks
 from tests.compaction_helpers import (
-    DELETION_AWARE_COPIES, DELETION_AWARE_OPTIONS, MIXED_MODES, MIXED_OPTIONS, deletion_aware_table, mixed_table,
+    DELETION_AWARE_COPIES,
+    DELETION_AWARE_OPTIONS,
+    MIXED_MODES,
+    MIXED_OPTIONS,
+    deletion_aware_table,
+    mixed_table,
 )
-from lamina.workers.compaction import GroupCompactor, tasks_for as group_tasks
 
 
 def tasks_for(t, options=MIXED_OPTIONS, storage_options=None):
@@ -38,7 +44,8 @@ def test_every_mode_writes_the_live_rows_in_order(table_location):
         r = GroupCompactor().run(task)
         assert r.ok, r.error
         got = pq.read_table(pa.BufferReader(t.store.get(r.fragment.path))).column("id").to_pylist()
-        want = t.to_arrow(columns=["id"], filter=f"id >= {task.group.fragment_ids[0] * 4000} AND id < {(task.group.fragment_ids[-1] + 1) * 4000}")
+        first, last = task.group.fragment_ids[0], task.group.fragment_ids[-1]
+        want = t.to_arrow(columns=["id"], filter=f"id >= {first * 4000} AND id < {(last + 1) * 4000}")
         assert got == want.column("id").to_pylist()
         assert r.rows_out == len(got) == sum(f.live_rows for f in task.fragments)
         assert sum(run[4] for run in r.mapping) == r.rows_out
@@ -61,8 +68,8 @@ def test_binary_copy_chunks_are_byte_identical(local_table_uri):
 
 def test_unknown_metadata_falls_back_to_full_rewrite(local_table_uri):
     t = lamina.create_table(local_table_uri, mixed_table(local_table_uri + "-src").schema)
-    from tests.lamina.helpers import rows
     from tests.compaction_helpers import append_foreign_file
+    from tests.lamina.helpers import rows
 
     t.append(rows(0, 4000), row_group_rows=4000)
     append_foreign_file(t, rows(4000, 4000).replace_schema_metadata({"pandas": "{}"}))

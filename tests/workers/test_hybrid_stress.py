@@ -18,8 +18,8 @@ import lamina
 from lamina.compaction import CompactionSummary, commit_results
 from lamina.planner import CompactionOptions, plan_compaction
 from lamina.planner.eligibility import HYBRID
-from tests.lamina.helpers import SCHEMA, rows
 from lamina.workers.compaction import GroupCompactor, tasks_for
+from tests.lamina.helpers import SCHEMA, rows
 
 #: Row groups of 3,000 rows are "large" (copied), smaller ones are re-encoded. Every fragment
 #: appended ends in a short row group, and chains of fragments are compacted together until they

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import time
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +16,6 @@ import pytest
 
 import lamina
 import lamina.catalog
-from tests.lamina.helpers import catalog_queue_files, hold_catalog_turn
 from lamina.catalog import CATALOG_DIR, CONFIG_KEY, SCHEMA, SCHEMA_V1, SCHEMA_VERSION
 from lamina.errors import (
     InvalidArgument,
@@ -28,6 +27,7 @@ from lamina.errors import (
 )
 from lamina.manifest import list_versions
 from lamina.transaction import Create
+from tests.lamina.helpers import catalog_queue_files, hold_catalog_turn
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA_T = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -46,7 +46,8 @@ def assert_indices_exact(catalog_table: lamina.Table) -> None:
     if not ids:
         return
     assert {ix.name for ix in catalog_table.manifest.indices} == {"object_id_btree", "object_type_bitmap", "metadata_fts"}
-    assert all(ix.coverage(catalog_table.manifest.fragment_map()) for ix in catalog_table.manifest.indices), "indices cover the rewrite"
+    fragments = catalog_table.manifest.fragment_map()
+    assert all(ix.coverage(fragments) for ix in catalog_table.manifest.indices), "indices cover the rewrite"
     for flt in [f"object_id = '{ids[0]}'", f"object_id = '{ids[-1]}'", "object_id = 'nope'",
                 "object_type = 'namespace'", "object_type = 'table'"]:
         assert catalog_table.to_arrow(filter=flt).equals(catalog_table.to_arrow(filter=flt, use_index=False)), flt
@@ -164,7 +165,7 @@ def test_purge_never_removes_another_tables_files(local_table_uri):
     inner.append(pa.table({"id": [1], "name": ["x"]}))
     outer_uri = os.path.dirname(inner.uri)  # the namespace directory, holding the inner table
     lamina.create_table(outer_uri, SCHEMA_T).append(pa.table({"id": [2], "name": ["y"]}))
-    with pytest.MonkeyPatch.context() as mp:  # refused today (test_catalog_checks.py); an older catalog may hold it
+    with pytest.MonkeyPatch.context() as mp:  # refused today (test_checks.py); an older catalog may hold it
         mp.setattr(lamina.catalog.locations, "check_location", lambda *args: None)
         cat.register_table("outer", outer_uri)
     with pytest.raises(InvalidArgument, match="not purging"):
@@ -560,7 +561,8 @@ def test_a_claim_left_by_a_stopped_writer_is_settled_by_the_next(local_table_uri
     cat.create_namespace("next")  # has the turn: settles the claims and the taken request first
     assert cat.list_namespaces() == ["base", "committed", "next", "taken", "uncommitted"]
     assert cat.table.version == version + 1, "the requests never committed were applied with the next writer's own"
-    assert catalog_queue_files(cat) == sorted(f"{r}.out" for r in (committed, uncommitted, taken)), "outcomes wait for their writers"
+    assert catalog_queue_files(cat) == sorted(f"{r}.out" for r in (committed, uncommitted, taken)), \
+        "outcomes wait for their writers"
     for r in (committed, uncommitted, taken):
         assert lamina.catalog.mutations.result(queue.collect(r)) is None
     assert catalog_queue_files(cat) == []

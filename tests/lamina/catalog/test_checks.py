@@ -14,10 +14,10 @@ import pytest
 import lamina
 import lamina.catalog
 import lamina.table
-from tests.lamina.helpers import catalog_queue_files, hold_catalog_turn
 from lamina.catalog import CATALOG_DIR, MAX_DEPTH, MAX_LEVEL_CHARS, MAX_NAME_CHARS
 from lamina.errors import CommitStateUnknown, InvalidArgument, LaminaError, TableNotFound
 from lamina.store import open_store
+from tests.lamina.helpers import catalog_queue_files, hold_catalog_turn
 
 SCHEMA_T = pa.schema([("id", pa.int64()), ("name", pa.string())])
 

@@ -42,7 +42,8 @@ def random_rows(n: int, seed: int) -> pa.Table:
     docs = [None if rng.random() < 0.05 else " ".join(rng.choice(WORDS, rng.integers(0, 9))) for _ in range(n)]
     return pa.table({
         "id": pa.array(ids, mask=rng.random(n) < 0.03),
-        "u": pa.array(rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + np.uint64(rng.integers(0, 2)), type=pa.uint64()),
+        "u": pa.array(rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + np.uint64(rng.integers(0, 2)),
+                      type=pa.uint64()),
         "f": pa.array(f),
         "ts": pa.array(np.datetime64("2024-01-01", "ms") + rng.integers(0, 100, n).astype("timedelta64[s]")),
         "cat": pa.array([None if x == 5 else f"c{x}" for x in rng.integers(0, 6, n)]),

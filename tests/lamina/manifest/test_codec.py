@@ -79,7 +79,8 @@ def test_malformed_index_segment_is_corrupt_naming_manifest_and_index(local_tabl
     ix = t.manifest.indices[0]
     bad = dataclasses.replace(ix, segments=(dataclasses.replace(ix.segments[0], path="data/seg.idx"),))
     version = put_next_version(t, indices=(bad,))
-    with pytest.raises(CorruptFile, match=rf"manifest {_where(t, version)} index 'by_id': segment 'data/seg.idx' is not under _indices/"):
+    with pytest.raises(CorruptFile, match=rf"manifest {_where(t, version)} index 'by_id': "
+                                          r"segment 'data/seg.idx' is not under _indices/"):
         lamina.open_table(local_table_uri)
 
 
@@ -141,7 +142,8 @@ def _put_raw(t, body):
 def test_json_that_is_not_a_lamina_manifest_is_corrupt(local_table_uri, body):
     t = _table(local_table_uri)
     version = _put_raw(t, body)
-    with pytest.raises(CorruptFile, match=rf"manifest {_where(t, version)} is corrupt: not a Lamina manifest\. Open an earlier version"):
+    with pytest.raises(CorruptFile, match=rf"manifest {_where(t, version)} is corrupt: "
+                                          r"not a Lamina manifest\. Open an earlier version"):
         lamina.open_table(local_table_uri)
 
 
@@ -154,5 +156,6 @@ def test_manifest_of_a_newer_format_asks_for_an_upgrade(local_table_uri):
     body = json.loads(encode_manifest(t.manifest.replace(version=t.version + 1)))
     body["format_version"] = 99
     version = _put_raw(t, body)
-    with pytest.raises(LaminaError, match=rf"manifest {_where(t, version)} has format version 99; this Lamina reads versions 1, 2: upgrade Lamina"):
+    with pytest.raises(LaminaError, match=rf"manifest {_where(t, version)} has format version 99; "
+                                          r"this Lamina reads versions 1, 2: upgrade Lamina"):
         lamina.open_table(local_table_uri)

@@ -34,7 +34,6 @@ from lamina.manifest import (
 )
 from lamina.manifest.codec import _canonical
 from lamina.transaction import Append
-
 from tests.lamina.helpers import BeatenOnce
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
@@ -282,7 +281,8 @@ def test_layouts_hold_exactly_the_fragments_and_rewrite_only_what_changed(seed):
         assert not more and again is m
         decoded = [f for seg in m.segments for f in decode_segment(stored[seg.path], seg, "u", seg.path).fragments]
         assert decoded == held
-        relisted = [e for lst in m.segment_lists for e in decode_segment(stored[lst.path], lst, "u", lst.path, is_list=True).items]
+        relisted = [e for lst in m.segment_lists
+                    for e in decode_segment(stored[lst.path], lst, "u", lst.path, is_list=True).items]
         assert relisted == listed
     assert len(m.segments) <= len(m.fragments)  # and never empty segments
 
@@ -328,6 +328,7 @@ def test_segments_survive_a_moto_s3_table(s3_table_uri, s3_options):
 
 def _live_fragments() -> int:
     import gc
+
     from lamina.manifest import Fragment
     return sum(1 for o in gc.get_objects() if isinstance(o, Fragment))
 
@@ -438,7 +439,8 @@ def test_segment_entries_bound_their_fragments_ids_and_zones(local_table_uri):
         frags = seg.fragments
         assert seg.ids == (min(f.id for f in frags), max(f.id for f in frags))
         (zone,) = [z for z in seg.zones if z.column == "id"]
-        ids = [z.lo for f in frags for z in f.zones if z.column == "id"] + [z.hi for f in frags for z in f.zones if z.column == "id"]
+        id_zones = [z for f in frags for z in f.zones if z.column == "id"]
+        ids = [z.lo for z in id_zones] + [z.hi for z in id_zones]
         assert (zone.lo, zone.hi) == (min(ids), max(ids))
 
 

@@ -368,7 +368,8 @@ def test_keys_in_options_or_the_environment_need_no_boto3(monkeypatch):
                  "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CREDENTIAL_EXPIRATION"):
         monkeypatch.delenv(name, raising=False)
     asked = []
-    monkeypatch.setattr(s3mod, "session_for", lambda o, uri, keys=None: asked.append(o) or pytest.fail("botocore's chain was asked"))
+    monkeypatch.setattr(s3mod, "session_for",
+                        lambda o, uri, keys=None: asked.append(o) or pytest.fail("botocore's chain was asked"))
     given = {"aws_access_key_id": "A", "aws_secret_access_key": "S", "aws_session_token": "T", "region": "eu-west-3"}
     assert s3mod.resolve(given, "s3://b/t") == (s3mod.StaticCredentials("A", "S", "T"), "eu-west-3")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "EA")

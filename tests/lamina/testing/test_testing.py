@@ -10,13 +10,13 @@ import os
 import subprocess
 import sys
 import threading
-import tomllib
 import uuid
 from pathlib import Path
 
 import boto3
 import pyarrow as pa
 import pytest
+import tomllib
 from botocore.exceptions import ClientError
 
 import lamina
@@ -41,7 +41,7 @@ def _racing_puts(endpoint: str, rounds: int, writers: int) -> list[int]:
         won = []
         barrier = threading.Barrier(writers)
 
-        def put(i: int) -> None:
+        def put(i: int, r: int, won: list[int], barrier: threading.Barrier) -> None:
             client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                                   aws_access_key_id="testing", aws_secret_access_key="testing")
             barrier.wait()
@@ -51,7 +51,7 @@ def _racing_puts(endpoint: str, rounds: int, writers: int) -> list[int]:
             except ClientError as e:
                 assert e.response["Error"]["Code"] == "PreconditionFailed"
 
-        threads = [threading.Thread(target=put, args=(i,)) for i in range(writers)]
+        threads = [threading.Thread(target=put, args=(i, r, won, barrier)) for i in range(writers)]
         for t in threads:
             t.start()
         for t in threads:
@@ -100,7 +100,8 @@ def _raw(url: str, method: str, path: str, body: bytes = b"", headers: dict | No
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
-        conn.request(method, path, body=body, headers={"Content-Length": str(len(body)), "Authorization": _AUTH, **(headers or {})})
+        conn.request(method, path, body=body,
+                     headers={"Content-Length": str(len(body)), "Authorization": _AUTH, **(headers or {})})
         resp = conn.getresponse()
         try:
             return resp.status, resp.read()
