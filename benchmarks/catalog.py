@@ -191,8 +191,7 @@ def cold_child(request: str) -> None:
     print(json.dumps(cold_worker(system, backend, op, arg)))
 
 
-def warm_worker(backend: dict[str, Any], systems: tuple[str, ...], plan: list[tuple[str, list]],
-                warmup: int) -> dict[str, Any]:
+def warm_worker(backend: dict[str, Any], systems: tuple[str, ...], plan: list[tuple[str, list]], warmup: int) -> dict[str, Any]:
     """One handle per system, the calls of ``plan`` interleaved call by call; results compared across systems."""
     hs = {s: handle(s, backend) for s in systems}
     for op, args in plan:
@@ -206,7 +205,7 @@ def warm_worker(backend: dict[str, Any], systems: tuple[str, ...], plan: list[tu
         order = [s for s in systems if op != LANCE_NAME_ONLY or s == "lance"]
         for i, a in enumerate(args):
             got = {}
-            for s in (order if i % 2 == 0 else order[::-1]):
+            for s in order if i % 2 == 0 else order[::-1]:
                 t0 = time.perf_counter()
                 got[s] = run_op(s, hs[s], op, a)
                 lat.setdefault(f"{s}/{op}", []).append(time.perf_counter() - t0)
@@ -234,15 +233,20 @@ def write_worker(system: str, backend: dict[str, Any], op: str, names: list[str]
         queue.put({"error": traceback.format_exc()})
 
 
-def verify_worker(system: str, backend: dict[str, Any], op: str, parent: str | None, prefix: str,
-                  expected: list[str]) -> dict[str, Any]:
+def verify_worker(
+    system: str, backend: dict[str, Any], op: str, parent: str | None, prefix: str, expected: list[str]
+) -> dict[str, Any]:
     """A fresh handle lists what the writers created: missing, duplicated and unexpected names."""
     h = handle(system, backend)
     listed = run_op(system, h, "list_tables" if op == "create_table" else "list_namespaces(top)", parent)
     listed = [n for n in listed if n.startswith(prefix)]
     want = sorted(n.rpartition(".")[2] for n in expected)
-    return {"listed": len(listed), "missing": sorted(set(want) - set(listed)),
-            "duplicated": sorted({n for n in listed if listed.count(n) > 1}), "unexpected": sorted(set(listed) - set(want))}
+    return {
+        "listed": len(listed),
+        "missing": sorted(set(want) - set(listed)),
+        "duplicated": sorted({n for n in listed if listed.count(n) > 1}),
+        "unexpected": sorted(set(listed) - set(want)),
+    }
 
 
 def maintenance_worker(root: str, options: dict[str, Any] | None, tables: int) -> dict[str, Any]:
@@ -262,8 +266,9 @@ def maintenance_worker(root: str, options: dict[str, Any] | None, tables: int) -
         report = maintain(root, storage_options=options)
         seconds = time.perf_counter() - t0
         actions = sorted({a for t in report.tables for a in t.done()})
-        runs.append({"seconds": seconds, "tables": len(report.tables), "ok": report.ok, "actions": actions,
-                     "failed": list(report.failed)})
+        runs.append(
+            {"seconds": seconds, "tables": len(report.tables), "ok": report.ok, "actions": actions, "failed": list(report.failed)}
+        )
     return {"runs": runs}
 
 
@@ -288,7 +293,7 @@ def profile_worker(backend: dict[str, Any], op: str, arg: str | None, cold: bool
     stats.sort_stats("cumulative").print_stats(10)
     lines = [ln for ln in out.getvalue().splitlines() if ln.strip()]
     start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls")), 0)
-    return "\n".join(lines[start:start + 11])
+    return "\n".join(lines[start : start + 11])
 
 
 # -- the driver ------------------------------------------------------------------------------------------------
@@ -312,8 +317,10 @@ class Run:
         self.write_calls = 16 if quick else 64
         self.maint_tables = 10 if quick else 50
         self.ctx = mp.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["pyarrow", "lamina", "lamina.catalog", "boto3"]
-                                        + (["lance", "lance_namespace", "lance.namespace"] if "lance" in systems else []))
+        self.ctx.set_forkserver_preload(
+            ["pyarrow", "lamina", "lamina.catalog", "boto3"]
+            + (["lance", "lance_namespace", "lance.namespace"] if "lance" in systems else [])
+        )
 
     def one(self, fn, *args) -> Any:
         """``fn(*args)`` in a new process (forked from the preloaded forkserver)."""
@@ -324,8 +331,13 @@ class Run:
         """:func:`cold_worker` in a new interpreter (``python -m benchmarks.catalog --cold-child``)."""
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
-        p = subprocess.run([sys.executable, "-m", "benchmarks.catalog", "--cold-child", json.dumps([system, backend, op, arg])],
-                           cwd=root, env=env, capture_output=True, text=True)
+        p = subprocess.run(
+            [sys.executable, "-m", "benchmarks.catalog", "--cold-child", json.dumps([system, backend, op, arg])],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if p.returncode:
             raise RuntimeError(f"cold {system} {op}({arg!r}) failed in its own process:\n{p.stderr[-3000:]}")
         total, connect, out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -339,10 +351,12 @@ class Run:
     def read_plan(self, n: int, rng: random.Random) -> list[tuple[str, list]]:
         top, inner, tables = catalog_names(self.entries)
         with_tables = sorted({t.rpartition(".")[0] for t in tables})
-        plan = [("list_namespaces(parent)", [rng.choice(top) for _ in range(n)]),
-                ("list_namespaces(top)", [None] * n),
-                ("list_tables", [rng.choice(with_tables) for _ in range(n)]),
-                ("describe_table", [rng.choice(tables) for _ in range(n)])]
+        plan = [
+            ("list_namespaces(parent)", [rng.choice(top) for _ in range(n)]),
+            ("list_namespaces(top)", [None] * n),
+            ("list_tables", [rng.choice(with_tables) for _ in range(n)]),
+            ("describe_table", [rng.choice(tables) for _ in range(n)]),
+        ]
         if "lance" in self.systems:
             plan.append((LANCE_NAME_ONLY, list(plan[-1][1])))
         return plan
@@ -354,9 +368,10 @@ class Run:
         for op, args in self.read_plan(self.cold_n, random.Random(11)):
             order = [s for s in self.systems if op != LANCE_NAME_ONLY or s == "lance"]
             for i, a in enumerate(args):
-                for s in (order if i % 2 == 0 else order[::-1]):
-                    total, c, out = (self.one(cold_worker, s, backend, op, a) if self.cold_forkserver
-                                     else self.fresh_cold(s, backend, op, a))
+                for s in order if i % 2 == 0 else order[::-1]:
+                    total, c, out = (
+                        self.one(cold_worker, s, backend, op, a) if self.cold_forkserver else self.fresh_cold(s, backend, op, a)
+                    )
                     lat.setdefault(f"{s}/{op}", []).append(total)
                     conn.setdefault(f"{s}/{op}", []).append(c)
                     results.setdefault(f"{op}/{i}", []).append(out)
@@ -376,8 +391,10 @@ class Run:
             names = [f"{parent}.t{p}-{i:03d}" for p in range(level) for i in range(self.write_calls // level)]
         per = self.write_calls // level
         barrier, queue = self.ctx.Barrier(level), self.ctx.Queue()
-        procs = [self.ctx.Process(target=write_worker, args=(system, backend, op, names[p * per:(p + 1) * per], barrier, queue))
-                 for p in range(level)]
+        procs = [
+            self.ctx.Process(target=write_worker, args=(system, backend, op, names[p * per : (p + 1) * per], barrier, queue))
+            for p in range(level)
+        ]
         for p in procs:
             p.start()
         got = [queue.get(timeout=1800) for _ in procs]
@@ -390,8 +407,14 @@ class Run:
         failed = [x for g in got for x in g["failed"]]
         span = max(g["end"] for g in got) - min(g["start"] for g in got)
         check = self.one(verify_worker, system, backend, op, parent, prefix, names)
-        return {"ops": len(lat), "seconds": span, "throughput": len(lat) / span if span > 0 else 0.0, "lat": lat,
-                "failed": failed, **check}
+        return {
+            "ops": len(lat),
+            "seconds": span,
+            "throughput": len(lat) / span if span > 0 else 0.0,
+            "lat": lat,
+            "failed": failed,
+            **check,
+        }
 
     def writes(self, backend: dict[str, Any]) -> dict[str, Any]:
         out = {}
@@ -425,33 +448,52 @@ def make_buckets(endpoint: str, *names: str) -> None:
 def backends(kind: str, tmp: str, endpoint: str | None) -> tuple[dict[str, Any], tuple[str, dict | None]]:
     """(the catalog backend for both systems, (maintenance root, its storage options))."""
     if kind == "local":
-        return ({"name": "local", "lamina_root": os.path.join(tmp, "lamina"), "lamina_options": None,
-                 "lance_props": {"root": os.path.join(tmp, "lance")}}, (os.path.join(tmp, "maint"), None))
+        return (
+            {
+                "name": "local",
+                "lamina_root": os.path.join(tmp, "lamina"),
+                "lamina_options": None,
+                "lance_props": {"root": os.path.join(tmp, "lance")},
+            },
+            (os.path.join(tmp, "maint"), None),
+        )
     make_buckets(endpoint, "lamina-catalog-bench", "lance-catalog-bench", "lamina-maint-bench")
     opts = {"endpoint_url": endpoint, "aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region": "us-east-1"}
-    lance_props = {"root": "s3://lance-catalog-bench/warehouse", "storage.endpoint": endpoint, "storage.allow_http": "true",
-                   "storage.aws_access_key_id": "testing", "storage.aws_secret_access_key": "testing",
-                   "storage.region": "us-east-1"}
-    return ({"name": "s3", "lamina_root": "s3://lamina-catalog-bench/warehouse", "lamina_options": opts,
-             "lance_props": lance_props}, ("s3://lamina-maint-bench/warehouse", opts))
+    lance_props = {
+        "root": "s3://lance-catalog-bench/warehouse",
+        "storage.endpoint": endpoint,
+        "storage.allow_http": "true",
+        "storage.aws_access_key_id": "testing",
+        "storage.aws_secret_access_key": "testing",
+        "storage.region": "us-east-1",
+    }
+    return (
+        {"name": "s3", "lamina_root": "s3://lamina-catalog-bench/warehouse", "lamina_options": opts, "lance_props": lance_props},
+        ("s3://lamina-maint-bench/warehouse", opts),
+    )
 
 
 def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:6.2f}x" if a and b else "     -"
 
 
-def report_backend(run: Run, name: str, seed: dict, cold: dict, warm: dict, writes: dict, maint: dict | None,
-                   lance_note: str) -> list[dict[str, Any]]:
+def report_backend(
+    run: Run, name: str, seed: dict, cold: dict, warm: dict, writes: dict, maint: dict | None, lance_note: str
+) -> list[dict[str, Any]]:
     """Prints the backend's tables; returns its target checks."""
     checks: list[dict[str, Any]] = []
     has_lance = "lance" in run.systems
-    print(f"\n== {name} ==  catalog of {run.entries:,} entries "
-          f"({len(catalog_names(run.entries)[0]) + len(catalog_names(run.entries)[1])} namespaces + "
-          f"{len(catalog_names(run.entries)[2])} tables)")
+    print(
+        f"\n== {name} ==  catalog of {run.entries:,} entries "
+        f"({len(catalog_names(run.entries)[0]) + len(catalog_names(run.entries)[1])} namespaces + "
+        f"{len(catalog_names(run.entries)[2])} tables)"
+    )
 
     print("\nSeeding through the API, one call at a time (concurrency 1):")
-    print(f"  {'':18s} {'lamina ops/s':>13s} {'p50 ms':>8s} {'p95 ms':>8s}   "
-          f"{'lance ops/s':>12s} {'p50 ms':>8s} {'p95 ms':>8s}   lamina/lance ops/s")
+    print(
+        f"  {'':18s} {'lamina ops/s':>13s} {'p50 ms':>8s} {'p95 ms':>8s}   "
+        f"{'lance ops/s':>12s} {'p50 ms':>8s} {'p95 ms':>8s}   lamina/lance ops/s"
+    )
     for op in WRITE_OPS:
         row = {}
         for s in run.systems:
@@ -459,31 +501,50 @@ def report_backend(run: Run, name: str, seed: dict, cold: dict, warm: dict, writ
             row[s] = (len(lat) / sum(lat), pct(lat, 50), pct(lat, 95))
         la = row["lamina"]
         lc = row.get("lance")
-        print(f"  {op:18s} {la[0]:13.1f} {ms(la[1])} {ms(la[2])}   "
-              + (f"{lc[0]:12.1f} {ms(lc[1])} {ms(lc[2])}   {ratio(la[0], lc[0])}" if lc else f"{lance_note:>30s}"))
+        print(
+            f"  {op:18s} {la[0]:13.1f} {ms(la[1])} {ms(la[2])}   "
+            + (f"{lc[0]:12.1f} {ms(lc[1])} {ms(lc[2])}   {ratio(la[0], lc[0])}" if lc else f"{lance_note:>30s}")
+        )
     for s in run.systems:
         print(f"  {s}: {run.entries:,} calls in {seed[s]['seconds']:.1f} s = {run.entries / seed[s]['seconds']:.1f} ops/s")
 
     for kind, res in (("cold", cold), ("warm", warm)):
-        how = (("new process per call (forked from a forkserver preloading both libraries; connect() + the call timed)"
-                if run.cold_forkserver else "new interpreter per call, the measured library imported; connect() + the call timed")
-               if kind == "cold" else "one handle, repeated calls, interleaved")
+        how = (
+            (
+                "new process per call (forked from a forkserver preloading both libraries; connect() + the call timed)"
+                if run.cold_forkserver
+                else "new interpreter per call, the measured library imported; connect() + the call timed"
+            )
+            if kind == "cold"
+            else "one handle, repeated calls, interleaved"
+        )
         n = run.cold_n if kind == "cold" else run.warm_n
         print(f"\nReads, {kind}: {how}; {n} calls each")
-        print(f"  {'operation':28s} {'lamina p50':>10s} {'p95':>8s} {'ops/s':>7s}   {'lance p50':>9s} {'p95':>8s} {'ops/s':>7s}"
-              f"   {'lamina/lance p50':>16s} {'p95':>7s}   target <= 0.5x")
+        print(
+            f"  {'operation':28s} {'lamina p50':>10s} {'p95':>8s} {'ops/s':>7s}   {'lance p50':>9s} {'p95':>8s} {'ops/s':>7s}"
+            f"   {'lamina/lance p50':>16s} {'p95':>7s}   target <= 0.5x"
+        )
         for op in READ_OPS + ((LANCE_NAME_ONLY,) if has_lance else ()):
             la = res["lat"].get(f"lamina/{op}")
             lc = res["lat"].get(f"lance/{op}")
-            cols = (f"{ms(pct(la, 50))}  {ms(pct(la, 95))} {len(la) / sum(la):7.1f}" if la else f"{'-':>10s} {'':8s} {'':7s}")
-            lcols = (f"{ms(pct(lc, 50))}  {ms(pct(lc, 95))} {len(lc) / sum(lc):7.1f}" if lc else f"{lance_note:>26s}")
+            cols = f"{ms(pct(la, 50))}  {ms(pct(la, 95))} {len(la) / sum(la):7.1f}" if la else f"{'-':>10s} {'':8s} {'':7s}"
+            lcols = f"{ms(pct(lc, 50))}  {ms(pct(lc, 95))} {len(lc) / sum(lc):7.1f}" if lc else f"{lance_note:>26s}"
             verdict = ""
             if la and lc:
                 r50, r95 = pct(la, 50) / pct(lc, 50), pct(la, 95) / pct(lc, 95)
                 met = r50 <= 0.5 and r95 <= 0.5
                 verdict = "met" if met else "MISSED"
-                checks.append({"backend": name, "what": f"{kind} {op}", "ratio_p50": r50, "ratio_p95": r95, "met": met,
-                               "op": op, "kind": kind})
+                checks.append(
+                    {
+                        "backend": name,
+                        "what": f"{kind} {op}",
+                        "ratio_p50": r50,
+                        "ratio_p95": r95,
+                        "met": met,
+                        "op": op,
+                        "kind": kind,
+                    }
+                )
             rr = f"{ratio(pct(la, 50), pct(lc, 50))}  {ratio(pct(la, 95), pct(lc, 95))}" if la and lc else ""
             print(f"  {op:28s} {cols}   {lcols}   {rr:>25s}   {verdict}")
         if kind == "cold":
@@ -495,10 +556,13 @@ def report_backend(run: Run, name: str, seed: dict, cold: dict, warm: dict, writ
         elif has_lance:
             print("  every listing returned the same names in both")
 
-    print(f"\nWrites: {run.write_calls} calls per level, split over N processes with a handle each; "
-          "then a fresh handle lists them")
-    print(f"  {'operation':18s} {'N':>2s}  {'lamina ops/s':>12s} {'p50 ms':>8s} {'p95 ms':>8s} {'lost':>5s}"
-          f"   {'lance ops/s':>11s} {'p50 ms':>8s} {'p95 ms':>8s} {'lost':>5s}   lamina/lance ops/s   target >= 1x, 0 lost")
+    print(
+        f"\nWrites: {run.write_calls} calls per level, split over N processes with a handle each; then a fresh handle lists them"
+    )
+    print(
+        f"  {'operation':18s} {'N':>2s}  {'lamina ops/s':>12s} {'p50 ms':>8s} {'p95 ms':>8s} {'lost':>5s}"
+        f"   {'lance ops/s':>11s} {'p50 ms':>8s} {'p95 ms':>8s} {'lost':>5s}   lamina/lance ops/s   target >= 1x, 0 lost"
+    )
     for op in WRITE_OPS:
         for level in LEVELS:
             cells = {}
@@ -507,17 +571,22 @@ def report_backend(run: Run, name: str, seed: dict, cold: dict, warm: dict, writ
                 lost = len(w["missing"]) + len(w["duplicated"]) + len(w["unexpected"]) + len(w["failed"])
                 cells[s] = (w, lost)
             w, lost = cells["lamina"]
-            line = f"  {op:18s} {level:2d}  {w['throughput']:12.1f} {ms(pct(w['lat'], 50)) if w['lat'] else '-':>8s} " \
-                   f"{ms(pct(w['lat'], 95)) if w['lat'] else '-':>8s} {lost:5d}"
+            line = (
+                f"  {op:18s} {level:2d}  {w['throughput']:12.1f} {ms(pct(w['lat'], 50)) if w['lat'] else '-':>8s} "
+                f"{ms(pct(w['lat'], 95)) if w['lat'] else '-':>8s} {lost:5d}"
+            )
             if "lance" in cells:
                 lw, llost = cells["lance"]
                 r = w["throughput"] / lw["throughput"] if lw["throughput"] else float("inf")
                 met = r >= 1 and lost == 0
-                checks.append({"backend": name, "what": f"write {op} x{level}", "ratio": r, "met": met, "lost": lost,
-                               "lance_lost": llost})
-                line += f"   {lw['throughput']:11.1f} {ms(pct(lw['lat'], 50)) if lw['lat'] else '-':>8s} " \
-                        f"{ms(pct(lw['lat'], 95)) if lw['lat'] else '-':>8s} {llost:5d}   {r:17.2f}x   " \
-                        f"{'met' if met else 'MISSED'}"
+                checks.append(
+                    {"backend": name, "what": f"write {op} x{level}", "ratio": r, "met": met, "lost": lost, "lance_lost": llost}
+                )
+                line += (
+                    f"   {lw['throughput']:11.1f} {ms(pct(lw['lat'], 50)) if lw['lat'] else '-':>8s} "
+                    f"{ms(pct(lw['lat'], 95)) if lw['lat'] else '-':>8s} {llost:5d}   {r:17.2f}x   "
+                    f"{'met' if met else 'MISSED'}"
+                )
             else:
                 line += f"   {lance_note}"
             print(line)
@@ -530,10 +599,12 @@ def report_backend(run: Run, name: str, seed: dict, cold: dict, warm: dict, writ
         print(f"\nMaintenance overhead: maintain(root) over {run.maint_tables} healthy tables (one fragment each), fresh process")
         for i, r in enumerate(maint["runs"], 1):
             per = r["seconds"] / max(1, r["tables"]) * 1e3
-            print(f"  run {i}: {r['seconds']:.2f} s for {r['tables']} tables = {per:.1f} ms/table; "
-                  f"actions {r['actions'] or 'none'}; "
-                  f"ok={r['ok']}{'; failed ' + str(r['failed']) if r['failed'] else ''}   target < 50 ms/table: "
-                  f"{'met' if per < 50 else 'MISSED'}")
+            print(
+                f"  run {i}: {r['seconds']:.2f} s for {r['tables']} tables = {per:.1f} ms/table; "
+                f"actions {r['actions'] or 'none'}; "
+                f"ok={r['ok']}{'; failed ' + str(r['failed']) if r['failed'] else ''}   target < 50 ms/table: "
+                f"{'met' if per < 50 else 'MISSED'}"
+            )
         per = max(r["seconds"] / max(1, r["tables"]) for r in maint["runs"]) * 1e3
         checks.append({"backend": name, "what": "maintenance", "ms_per_table": per, "met": per < 50})
     return checks
@@ -546,8 +617,11 @@ def main() -> None:
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile of missed reads")
     ap.add_argument("--no-maintenance", action="store_true", help="skip the maintenance overhead")
     ap.add_argument("--json", action="store_true", help="also print every figure as one JSON object at the end")
-    ap.add_argument("--cold-forkserver", action="store_true",
-                    help="cold calls in processes forked from a preloaded forkserver (the earlier rounds' method)")
+    ap.add_argument(
+        "--cold-forkserver",
+        action="store_true",
+        help="cold calls in processes forked from a preloaded forkserver (the earlier rounds' method)",
+    )
     ap.add_argument("--cold-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.cold_child:
@@ -564,9 +638,11 @@ def main() -> None:
     lance_note = "" if lance_version else "lance: not installed"
     import lamina
 
-    print(f"Catalog benchmark: Lamina {lamina.__version__} vs {lance_version or 'Lance: not installed'}; "
-          f"pyarrow {pa.__version__}, "
-          f"Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"Catalog benchmark: Lamina {lamina.__version__} vs {lance_version or 'Lance: not installed'}; "
+        f"pyarrow {pa.__version__}, "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
     run = Run(args.quick, systems, args.cold_forkserver)
     tmp = tempfile.mkdtemp(prefix="lamina-bench-catalog-")
     server, endpoint = (None, None)
@@ -588,8 +664,13 @@ def main() -> None:
             name = "local (temp directory)" if kind == "local" else f"S3 (moto server on {endpoint})"
             checks += report_backend(run, name, seed, cold, warm, writes, maint, lance_note)
             print(f"  ({kind}: {time.perf_counter() - t0:.0f} s in all)")
-            everything[kind] = {"seed": seed, "cold": cold, "warm": {"lat": warm["lat"], "mismatches": warm["mismatches"]},
-                                "writes": writes, "maintenance": maint}
+            everything[kind] = {
+                "seed": seed,
+                "cold": cold,
+                "warm": {"lat": warm["lat"], "mismatches": warm["mismatches"]},
+                "writes": writes,
+                "maintenance": maint,
+            }
             if not args.no_profile:
                 plan = dict(run.read_plan(1, random.Random(13)))
                 for c in checks:
@@ -597,8 +678,7 @@ def main() -> None:
                         calls = 1 if c["kind"] == "cold" else 50
                         text = run.one(profile_worker, backend, c["op"], plan[c["op"]][0], c["kind"] == "cold", calls)
                         how = "connect() + 1 call, fresh process" if c["kind"] == "cold" else f"{calls} warm calls"
-                        profiles.append((f"{kind}: {c['kind']} {c['op']} (Lamina, {how})",
-                                         text))
+                        profiles.append((f"{kind}: {c['kind']} {c['op']} (Lamina, {how})", text))
     finally:
         if server is not None:
             server.stop()
@@ -609,14 +689,19 @@ def main() -> None:
         if c["met"] is None:
             print(f"  {c['backend']:40s} {c['what']:40s} not measured")
         elif "ratio_p50" in c:
-            print(f"  {c['backend']:40s} {c['what']:40s} lamina/lance p50 {c['ratio_p50']:.2f}x, p95 {c['ratio_p95']:.2f}x "
-                  f"(<= 0.5x): {'met' if c['met'] else 'MISSED'}")
+            print(
+                f"  {c['backend']:40s} {c['what']:40s} lamina/lance p50 {c['ratio_p50']:.2f}x, p95 {c['ratio_p95']:.2f}x "
+                f"(<= 0.5x): {'met' if c['met'] else 'MISSED'}"
+            )
         elif "ratio" in c:
-            print(f"  {c['backend']:40s} {c['what']:40s} lamina/lance throughput {c['ratio']:.2f}x (>= 1x), lost {c['lost']}"
-                  f" (lance lost {c['lance_lost']}): {'met' if c['met'] else 'MISSED'}")
+            print(
+                f"  {c['backend']:40s} {c['what']:40s} lamina/lance throughput {c['ratio']:.2f}x (>= 1x), lost {c['lost']}"
+                f" (lance lost {c['lance_lost']}): {'met' if c['met'] else 'MISSED'}"
+            )
         else:
-            print(f"  {c['backend']:40s} {c['what']:40s} {c['ms_per_table']:.1f} ms/table (< 50): "
-                  f"{'met' if c['met'] else 'MISSED'}")
+            print(
+                f"  {c['backend']:40s} {c['what']:40s} {c['ms_per_table']:.1f} ms/table (< 50): {'met' if c['met'] else 'MISSED'}"
+            )
     if not lance_version:
         print("  lance: not installed: the Lamina/Lance targets could not be checked")
     for title, text in profiles:

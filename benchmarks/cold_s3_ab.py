@@ -85,20 +85,27 @@ def main() -> None:
         if args.skip != "catalog":
             backend, _ = cat.backends("s3", tempfile.gettempdir(), server.endpoint)
             top, inner, tables = cat.catalog_names(1000)
-            cat.seed_worker("lamina", backend,
-                            [("create_namespace", n) for n in top + inner] + [("create_table", n) for n in tables])
+            cat.seed_worker(
+                "lamina", backend, [("create_namespace", n) for n in top + inner] + [("create_table", n) for n in tables]
+            )
             run = cat.Run(False, ("lamina",))
             lat: dict[str, dict[str, list[float]]] = {}
             for op, calls in run.read_plan(args.catalog_calls, random.Random(11)):
                 for i, a in enumerate(calls):
-                    for side in (("before", "after") if i % 2 == 0 else ("after", "before")):
-                        total, _, _ = json.loads(child(sides[side], ["-m", "benchmarks.catalog", "--cold-child",
-                                                                     json.dumps(["lamina", backend, op, a])]))
+                    for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+                        total, _, _ = json.loads(
+                            child(
+                                sides[side], ["-m", "benchmarks.catalog", "--cold-child", json.dumps(["lamina", backend, op, a])]
+                            )
+                        )
                         lat.setdefault(op, {}).setdefault(side, []).append(total)
                 b, a = lat[op]["before"], lat[op]["after"]
-                print(f"catalog cold {op:26s} p50 before {pct(b, 50) * 1e3:6.1f} ms, after {pct(a, 50) * 1e3:6.1f} ms "
-                      f"({pct(a, 50) / pct(b, 50):.2f}x); p95 {pct(b, 95) * 1e3:6.1f} / {pct(a, 95) * 1e3:6.1f} ms "
-                      f"({pct(a, 95) / pct(b, 95):.2f}x)", flush=True)
+                print(
+                    f"catalog cold {op:26s} p50 before {pct(b, 50) * 1e3:6.1f} ms, after {pct(a, 50) * 1e3:6.1f} ms "
+                    f"({pct(a, 50) / pct(b, 50):.2f}x); p95 {pct(b, 95) * 1e3:6.1f} / {pct(a, 95) * 1e3:6.1f} ms "
+                    f"({pct(a, 95) / pct(b, 95):.2f}x)",
+                    flush=True,
+                )
         if args.skip != "scattered":
             import boto3
 
@@ -117,18 +124,22 @@ def main() -> None:
                 secs: dict[str, list[float]] = {"before": [], "after": []}
                 gets: dict[str, list[int]] = {"before": [], "after": []}
                 for r in range(args.rounds):
-                    for side in (("before", "after") if r % 2 == 0 else ("after", "before")):
+                    for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
                         was = server.requests("lamina-scatter")
-                        elapsed, rows = json.loads(child(sides[side], ["-c", SCATTER_CHILD,
-                                                                       json.dumps([uri, opts, frag_ids, ids, op])]))
+                        elapsed, rows = json.loads(
+                            child(sides[side], ["-c", SCATTER_CHILD, json.dumps([uri, opts, frag_ids, ids, op])])
+                        )
                         now = server.requests("lamina-scatter")
                         assert rows == args.lookups, (side, op, rows)
                         secs[side].append(elapsed)
                         gets[side].append(now.get("GET", 0) - was.get("GET", 0))
                 b, a = secs["before"], secs["after"]
-                print(f"scattered cold {op:5s} median before {np.median(b):.2f} s {sorted(round(x, 2) for x in b)}, "
-                      f"after {np.median(a):.2f} s {sorted(round(x, 2) for x in a)} ({np.median(a) / np.median(b):.2f}x); "
-                      f"GETs {gets['before'][0]} / {gets['after'][0]}", flush=True)
+                print(
+                    f"scattered cold {op:5s} median before {np.median(b):.2f} s {sorted(round(x, 2) for x in b)}, "
+                    f"after {np.median(a):.2f} s {sorted(round(x, 2) for x in a)} ({np.median(a) / np.median(b):.2f}x); "
+                    f"GETs {gets['before'][0]} / {gets['after'][0]}",
+                    flush=True,
+                )
     finally:
         server.stop()
 

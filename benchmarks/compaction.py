@@ -85,8 +85,9 @@ def bench_a(root: str, fragments: int, rows: int) -> dict:
         subprocess.run(f"cat {' '.join(files)} > {out} && sync {out}", shell=True, check=True)
         os.remove(out)
 
-    opts = CompactionOptions(target_rows_per_fragment=fragments * rows + 1, target_bytes_per_fragment=64 * 1024 * MiB,
-                             min_row_group_bytes=4 * MiB)
+    opts = CompactionOptions(
+        target_rows_per_fragment=fragments * rows + 1, target_bytes_per_fragment=64 * 1024 * MiB, min_row_group_bytes=4 * MiB
+    )
     results = {}
     cat_s = min(timed(cat)[0] for _ in range(3))
     for mode, o in (("binary_copy", opts), ("full_rewrite", opts.with_overrides(enable_binary_copy=False))):
@@ -98,8 +99,14 @@ def bench_a(root: str, fragments: int, rows: int) -> dict:
             os.remove(local_file(t, r.fragment.path))
             best = s if best is None else min(best, s)
         results[mode] = best
-    return {"fragments": fragments, "bytes": total, "min_row_group_bytes": min_rg, "cat_fsync_s": cat_s,
-            "uri": uri, **{f"{k}_s": v for k, v in results.items()}}
+    return {
+        "fragments": fragments,
+        "bytes": total,
+        "min_row_group_bytes": min_rg,
+        "cat_fsync_s": cat_s,
+        "uri": uri,
+        **{f"{k}_s": v for k, v in results.items()},
+    }
 
 
 def bench_s3(root: str, uri: str, fragments: int, rows: int) -> dict:
@@ -128,8 +135,9 @@ def bench_s3(root: str, uri: str, fragments: int, rows: int) -> dict:
         os.remove(out)
 
     base_s = min(timed(get_put)[0] for _ in range(2))
-    opts = CompactionOptions(target_rows_per_fragment=fragments * rows + 1, target_bytes_per_fragment=64 * 1024 * MiB,
-                             min_row_group_bytes=4 * MiB)
+    opts = CompactionOptions(
+        target_rows_per_fragment=fragments * rows + 1, target_bytes_per_fragment=64 * 1024 * MiB, min_row_group_bytes=4 * MiB
+    )
     best, gets = None, None
     for _ in range(2):
         plan = plan_compaction(t.manifest, opts, t.uri)
@@ -142,8 +150,15 @@ def bench_s3(root: str, uri: str, fragments: int, rows: int) -> dict:
         if best is None or s < best:
             best, gets = s, {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
             worker_gets = r.get_requests
-    return {"bytes": total, "files": len(keys), "get_put_s": base_s, "binary_copy_s": best, "server_requests": gets,
-            "worker_get_requests": worker_gets, "read_batch_bytes": opts.read_batch_bytes}
+    return {
+        "bytes": total,
+        "files": len(keys),
+        "get_put_s": base_s,
+        "binary_copy_s": best,
+        "server_requests": gets,
+        "worker_get_requests": worker_gets,
+        "read_batch_bytes": opts.read_batch_bytes,
+    }
 
 
 def bench_e(root: str, quick: bool) -> dict:
@@ -160,8 +175,9 @@ def bench_e(root: str, quick: bool) -> dict:
         for _ in range(10):  # a run of small fragments after each
             t.append(sample_rows(start, 2000))
             start += 2000
-    opts = CompactionOptions(target_rows_per_fragment=start + 1, target_bytes_per_fragment=64 * 1024 * MiB,
-                             min_row_group_bytes=MiB)
+    opts = CompactionOptions(
+        target_rows_per_fragment=start + 1, target_bytes_per_fragment=64 * 1024 * MiB, min_row_group_bytes=MiB
+    )
     out: dict = {"rows": t.count_rows(), "fragments": len(t.manifest.fragments)}
     for mode, o in (("hybrid", opts), ("full_rewrite", opts.with_overrides(enable_binary_copy=False))):
         task = one_group_task(t, o)
@@ -239,8 +255,18 @@ def rss_child(uri: str, fragments: int) -> None:
     peak = _status_kib("VmHWM")
     width = t.checkout(t.version).to_arrow().slice(0, 10_000).nbytes / 10_000
     bound = memory_bound(t.write_options.row_group_rows, width, len(frags))
-    print(json.dumps({"fragments": fragments, "input_bytes": sum(f.file_bytes for f in frags), "bound_mib": bound / MiB,
-                      "output_bytes": r.bytes_out, "rss_before_mib": base / 1024, "peak_growth_mib": (peak - base) / 1024}))
+    print(
+        json.dumps(
+            {
+                "fragments": fragments,
+                "input_bytes": sum(f.file_bytes for f in frags),
+                "bound_mib": bound / MiB,
+                "output_bytes": r.bytes_out,
+                "rss_before_mib": base / 1024,
+                "peak_growth_mib": (peak - base) / 1024,
+            }
+        )
+    )
 
 
 def memory_bound(row_group_rows: int, row_bytes: float, fragments: int) -> float:
@@ -260,8 +286,12 @@ def _status_kib(field: str) -> int:
 def bench_c(uri: str) -> list[dict]:
     out = []
     for n in (100, 400):
-        p = subprocess.run([sys.executable, "-m", "benchmarks.compaction", "--rss-child", uri, str(n)],
-                           capture_output=True, text=True, check=True)
+        p = subprocess.run(
+            [sys.executable, "-m", "benchmarks.compaction", "--rss-child", uri, str(n)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         out.append(json.loads(p.stdout.strip().splitlines()[-1]))
     return out
 
@@ -291,8 +321,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a smaller run for a smoke test")
     ap.add_argument("--no-s3", action="store_true", help="skip the moto S3 variant of (a)")
     ap.add_argument("--only", choices=["a", "e"], help="run (a) [with s3] or (e) only")
-    ap.add_argument("--no-read-after", action="store_true",
-                    help="skip (f), how the outputs read (benchmarks.read_after_compaction on local disk, one round)")
+    ap.add_argument(
+        "--no-read-after",
+        action="store_true",
+        help="skip (f), how the outputs read (benchmarks.read_after_compaction on local disk, one round)",
+    )
     ap.add_argument("--rss-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rss_child:
@@ -307,29 +340,41 @@ def main() -> None:
             mb = a["bytes"] / MiB
             print(f"(a) {a['fragments']} fragments, {mb:.0f} MiB, smallest row group {a['min_row_group_bytes'] / MiB:.1f} MiB")
             print(f"    cat + fsync        {a['cat_fsync_s']:7.3f} s  {mb / a['cat_fsync_s']:7.0f} MiB/s")
-            print(f"    binary copy        {a['binary_copy_s']:7.3f} s  {mb / a['binary_copy_s']:7.0f} MiB/s  "
-                  f"= {a['cat_fsync_s'] / a['binary_copy_s']:.2f}x cat throughput")
-            print(f"    full rewrite       {a['full_rewrite_s']:7.3f} s  {mb / a['full_rewrite_s']:7.0f} MiB/s  "
-                  f"binary copy is {a['full_rewrite_s'] / a['binary_copy_s']:.1f}x faster")
+            print(
+                f"    binary copy        {a['binary_copy_s']:7.3f} s  {mb / a['binary_copy_s']:7.0f} MiB/s  "
+                f"= {a['cat_fsync_s'] / a['binary_copy_s']:.2f}x cat throughput"
+            )
+            print(
+                f"    full rewrite       {a['full_rewrite_s']:7.3f} s  {mb / a['full_rewrite_s']:7.0f} MiB/s  "
+                f"binary copy is {a['full_rewrite_s'] / a['binary_copy_s']:.1f}x faster"
+            )
 
             if not args.no_s3:
                 s3 = bench_s3(root, a["uri"], fa, ra)
                 mb3 = s3["bytes"] / MiB
-                print(f"(s3) the same {s3['files']} files on a moto S3 server (in this process), reads of up to "
-                      f"{s3['read_batch_bytes'] / MiB:.0f} MiB")
+                print(
+                    f"(s3) the same {s3['files']} files on a moto S3 server (in this process), reads of up to "
+                    f"{s3['read_batch_bytes'] / MiB:.0f} MiB"
+                )
                 print(f"    GET each + PUT cat {s3['get_put_s']:7.3f} s  {mb3 / s3['get_put_s']:7.0f} MiB/s")
-                print(f"    binary copy        {s3['binary_copy_s']:7.3f} s  {mb3 / s3['binary_copy_s']:7.0f} MiB/s  "
-                      f"= {s3['get_put_s'] / s3['binary_copy_s']:.2f}x; worker GETs {s3['worker_get_requests']}, "
-                      f"server requests {s3['server_requests']}")
+                print(
+                    f"    binary copy        {s3['binary_copy_s']:7.3f} s  {mb3 / s3['binary_copy_s']:7.0f} MiB/s  "
+                    f"= {s3['get_put_s'] / s3['binary_copy_s']:.2f}x; worker GETs {s3['worker_get_requests']}, "
+                    f"server requests {s3['server_requests']}"
+                )
 
         if args.only in (None, "e"):
             e = bench_e(root, args.quick)
             print(f"\n(e) mixed table: {e['rows']:,} rows in {e['fragments']} fragments, one group ({e['reason']})")
-            print(f"    hybrid             {e['hybrid_s']:7.3f} s  {e['hybrid_copied']} row groups copied "
-                  f"({e['resolved_copy']} of them copy_if_clean), {e['hybrid_encoded']} written re-encoded "
-                  f"({e['resolved_encode']} copy_if_clean held deleted rows)")
-            print(f"    full rewrite       {e['full_rewrite_s']:7.3f} s  {e['full_rewrite_encoded']} row groups written: "
-                  f"hybrid is {e['full_rewrite_s'] / e['hybrid_s']:.2f}x faster")
+            print(
+                f"    hybrid             {e['hybrid_s']:7.3f} s  {e['hybrid_copied']} row groups copied "
+                f"({e['resolved_copy']} of them copy_if_clean), {e['hybrid_encoded']} written re-encoded "
+                f"({e['resolved_encode']} copy_if_clean held deleted rows)"
+            )
+            print(
+                f"    full rewrite       {e['full_rewrite_s']:7.3f} s  {e['full_rewrite_encoded']} row groups written: "
+                f"hybrid is {e['full_rewrite_s'] / e['hybrid_s']:.2f}x faster"
+            )
 
         if args.only is None:
             uri, data = build_b(root, fb, rb)
@@ -343,20 +388,27 @@ def main() -> None:
 
             print("\n(c) peak RSS growth of one compaction task (full rewrite), by group size")
             for c in bench_c(uri) if not args.quick else []:
-                print(f"    {c['fragments']:4d} fragments, {c['input_bytes'] / MiB:6.1f} MiB in: "
-                      f"peak +{c['peak_growth_mib']:.0f} MiB, "
-                      f"bound {c['bound_mib']:.0f} MiB ({c['peak_growth_mib'] / c['bound_mib']:.2f} of it)")
+                print(
+                    f"    {c['fragments']:4d} fragments, {c['input_bytes'] / MiB:6.1f} MiB in: "
+                    f"peak +{c['peak_growth_mib']:.0f} MiB, "
+                    f"bound {c['bound_mib']:.0f} MiB ({c['peak_growth_mib'] / c['bound_mib']:.2f} of it)"
+                )
 
             d = bench_d(root, uri)
-            print(f"\n(d) the Ray job over {d['groups']} groups: 1 worker {d['job_1_workers_s']:.2f} s, 2 workers "
-                  f"{d['job_2_workers_s']:.2f} s = {d['job_1_workers_s'] / d['job_2_workers_s']:.2f}x")
+            print(
+                f"\n(d) the Ray job over {d['groups']} groups: 1 worker {d['job_1_workers_s']:.2f} s, 2 workers "
+                f"{d['job_2_workers_s']:.2f} s = {d['job_1_workers_s'] / d['job_2_workers_s']:.2f}x"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if not args.only and not args.no_read_after:
         from benchmarks import read_after_compaction
 
-        print("\n(f) read after compaction: the same rows uncompacted, binary-copied, hybrid and fully rewritten, read back "
-              "(benchmarks.read_after_compaction --only local --rounds 1; its own command adds S3 and rounds)", flush=True)
+        print(
+            "\n(f) read after compaction: the same rows uncompacted, binary-copied, hybrid and fully rewritten, read back "
+            "(benchmarks.read_after_compaction --only local --rounds 1; its own command adds S3 and rounds)",
+            flush=True,
+        )
         read_after_compaction.main(["--only", "local", "--rounds", "1"] + (["--quick"] if args.quick else []))
 
 

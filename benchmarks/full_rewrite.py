@@ -34,15 +34,17 @@ def flat_rows(start: int, n: int) -> pa.Table:
     """Only numeric and string columns: ids, a timestamp as int64, measurements, a counter, two strings."""
     rng = np.random.default_rng(start)
     ids = np.arange(start, start + n, dtype=np.int64)
-    return pa.table({
-        "id": ids,
-        "ts": ids * 1000 + 1_767_225_600_000_000,
-        "value": rng.normal(size=n),
-        "score": rng.random(n).astype(np.float32),
-        "count": rng.integers(0, 10_000, n, dtype=np.int32),
-        "host": pa.array([f"host-{i % 50:02d}" for i in ids.tolist()]),
-        "message": pa.array([f"event {i} from {i * 2654435761 % 1_000_003:x}" for i in ids.tolist()]),
-    })
+    return pa.table(
+        {
+            "id": ids,
+            "ts": ids * 1000 + 1_767_225_600_000_000,
+            "value": rng.normal(size=n),
+            "score": rng.random(n).astype(np.float32),
+            "count": rng.integers(0, 10_000, n, dtype=np.int32),
+            "host": pa.array([f"host-{i % 50:02d}" for i in ids.tolist()]),
+            "message": pa.array([f"event {i} from {i * 2654435761 % 1_000_003:x}" for i in ids.tolist()]),
+        }
+    )
 
 
 def build(root: str, name: str, rows_fn, fragments: int, rows: int) -> tuple[str, str]:
@@ -110,8 +112,10 @@ def main() -> None:
                     versus = "pylance not installed"
                 print(f"  run {run + 1}: lamina full rewrite {lam:6.3f} s  {versus}  load {os.getloadavg()[0]:.2f}")
             if ratios:
-                print(f"  {name}: ratio median {statistics.median(ratios):.2f}x, min {min(ratios):.2f}x, "
-                      f"max {max(ratios):.2f}x (target >= {target}x)")
+                print(
+                    f"  {name}: ratio median {statistics.median(ratios):.2f}x, min {min(ratios):.2f}x, "
+                    f"max {max(ratios):.2f}x (target >= {target}x)"
+                )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

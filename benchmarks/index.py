@@ -119,6 +119,7 @@ def write_lamina(path: str, data: pa.Table, per_file: int) -> tuple[float, lamin
         t = lamina.create_table(path, data.schema)
         t.append(data, max_rows_per_file=per_file)
         return t
+
     return timed(go)
 
 
@@ -127,8 +128,15 @@ def write_lance(lance, path: str, data: pa.Table, per_file: int):
 
 
 # -- builds --------------------------------------------------------------------
-LANCE_FTS = dict(with_position=False, stem=False, remove_stop_words=False, lower_case=True, ascii_folding=False,
-                 max_token_length=64, base_tokenizer="simple")
+LANCE_FTS = dict(
+    with_position=False,
+    stem=False,
+    remove_stop_words=False,
+    lower_case=True,
+    ascii_folding=False,
+    max_token_length=64,
+    base_tokenizer="simple",
+)
 
 
 def child_build(spec: dict) -> dict:
@@ -153,8 +161,7 @@ def child_build(spec: dict) -> dict:
 
 
 def in_child(spec: dict) -> dict:
-    p = subprocess.run([sys.executable, "-m", "benchmarks.index", "--child", json.dumps(spec)],
-                       capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "benchmarks.index", "--child", json.dumps(spec)], capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"child {spec} failed:\n{p.stderr[-3000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -165,7 +172,7 @@ def builds(specs: dict[str, dict], repeat: int) -> dict[str, dict]:
     best: dict[str, dict] = {}
     names = list(specs)
     for r in range(repeat):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             got = in_child(specs[name])
             if name not in best or got["wall_s"] < best[name]["wall_s"]:
                 best[name] = got
@@ -181,7 +188,7 @@ def interleaved(items: list, warmup: list, fns: dict) -> dict[str, tuple[list[fl
     out = {name: ([], []) for name in fns}
     names = list(fns)
     for i, q in enumerate(items):
-        for name in (names if i % 2 == 0 else names[::-1]):
+        for name in names if i % 2 == 0 else names[::-1]:
             s, r = timed(lambda name=name, q=q: fns[name](q))
             out[name][0].append(s)
             out[name][1].append(r)
@@ -219,8 +226,15 @@ def profile(path: str, column: str, kind: str) -> dict[str, float]:
     written += [s.path for s in segs]
     store.delete(written)
     tasks = len(plan.parts)
-    return {"segments": len(plan.segments), "tasks": tasks, "read_column_s": read_s, "native_build_s": build_s,
-            "native_merge_s": merge_s, "serial_sum_s": read_s + build_s + merge_s, "threaded_build_segments_s": threaded_s}
+    return {
+        "segments": len(plan.segments),
+        "tasks": tasks,
+        "read_column_s": read_s,
+        "native_build_s": build_s,
+        "native_merge_s": merge_s,
+        "serial_sum_s": read_s + build_s + merge_s,
+        "threaded_build_segments_s": threaded_s,
+    }
 
 
 def ray_job(uri: str) -> dict[str, float]:
@@ -243,22 +257,34 @@ def ray_job(uri: str) -> dict[str, float]:
 def git_state() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--short", "--", "lamina", "native"], capture_output=True, text=True,
-                               check=True).stdout.split("\n")
+        dirty = subprocess.run(
+            ["git", "status", "--short", "--", "lamina", "native"], capture_output=True, text=True, check=True
+        ).stdout.split("\n")
         dirty = [line[3:] for line in dirty if line.strip()]
         return rev + (f" + uncommitted changes in {', '.join(dirty)}" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
 
-def builds_and_lookups(args, lance, paths: dict[str, str], keyed: pa.Table, repeat: int, n_keyed: int, n_docs: int,
-                       n_lookups: int, results: dict[str, dict]) -> dict:
+def builds_and_lookups(
+    args,
+    lance,
+    paths: dict[str, str],
+    keyed: pa.Table,
+    repeat: int,
+    n_keyed: int,
+    n_docs: int,
+    n_lookups: int,
+    results: dict[str, dict],
+) -> dict:
     """The timed builds (each in a fresh process) and the point lookups; returns the correctness checks so far."""
     # builds, each in a fresh process
     no_merge = {"task_rows": IndexOptions().segment_rows, "segment_rows": IndexOptions().segment_rows}
-    for label, column, kind, lance_kind, data in (("btree", "id", "btree", "BTREE", "keyed"),
-                                                   ("bitmap", "cat", "bitmap", "BITMAP", "keyed"),
-                                                   ("fts", "doc", "fts", "INVERTED", "docs")):
+    for label, column, kind, lance_kind, data in (
+        ("btree", "id", "btree", "BTREE", "keyed"),
+        ("bitmap", "cat", "bitmap", "BITMAP", "keyed"),
+        ("fts", "doc", "fts", "INVERTED", "docs"),
+    ):
         specs = {"lamina": dict(lib="lamina", path=paths[f"lamina-{data}"], column=column, kind=kind)}
         if lance:
             specs["lance"] = dict(lib="lance", path=paths[f"lance-{data}"], column=column, kind=lance_kind)
@@ -316,8 +342,10 @@ def builds_and_lookups(args, lance, paths: dict[str, str], keyed: pa.Table, repe
         checks["lookup_counts_agree"] = f"{sum(a == b for a, b in zip(lam_counts, lance_counts))}/{len(look)}"
     for name, (xs, _) in lat.items():
         results.setdefault("point lookup", {})[name] = latency_fields(xs)
-    emit(f"point lookup id = X, {len(look)} ids",
-         **{f"{k}_{f}": v for k, d in results["point lookup"].items() for f, v in d.items()})
+    emit(
+        f"point lookup id = X, {len(look)} ids",
+        **{f"{k}_{f}": v for k, d in results["point lookup"].items() for f, v in d.items()},
+    )
 
     return checks
 
@@ -329,10 +357,16 @@ def main() -> None:
     ap.add_argument("--no-profile", action="store_true", help="skip the per-phase profile of Lamina's builds")
     ap.add_argument("--ray", action="store_true", help="also time the Ray job (lamina.jobs.index) for the btree")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir under /tmp)")
-    ap.add_argument("--fts-queries", action="store_true",
-                    help="only the full-text queries (docs data, fts indices built once untimed, no other builds or lookups)")
-    ap.add_argument("--fts-build", action="store_true",
-                    help="only the timed full-text builds (docs data), then the full-text queries and their checks")
+    ap.add_argument(
+        "--fts-queries",
+        action="store_true",
+        help="only the full-text queries (docs data, fts indices built once untimed, no other builds or lookups)",
+    )
+    ap.add_argument(
+        "--fts-build",
+        action="store_true",
+        help="only the timed full-text builds (docs data), then the full-text queries and their checks",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.fts_build and args.fts_queries:
@@ -361,12 +395,17 @@ def main() -> None:
         vocab = vocabulary()
         docs = doc_rows(n_docs, vocab)
         tokens = pc.sum(pc.list_value_length(pc.split_pattern(docs.column("doc"), " "))).as_py()
-        print(f"data generated in {time.perf_counter() - t0:.1f} s: "
-              f"keyed {keyed.num_rows:,} rows ({keyed.nbytes / 2**20:.0f} MiB), "
-              f"docs {n_docs:,} rows, {tokens:,} words ({docs.nbytes / 2**20:.0f} MiB); files of {per_file:,} rows; "
-              f"builds best of {repeat}, each in a fresh process", flush=True)
-        print(f"versions: lamina {lamina.__version__} at {git_state()}, pyarrow {pa.__version__}, "
-              f"pylance {lance.__version__ if lance else '-'}; cpus {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}")
+        print(
+            f"data generated in {time.perf_counter() - t0:.1f} s: "
+            f"keyed {keyed.num_rows:,} rows ({keyed.nbytes / 2**20:.0f} MiB), "
+            f"docs {n_docs:,} rows, {tokens:,} words ({docs.nbytes / 2**20:.0f} MiB); files of {per_file:,} rows; "
+            f"builds best of {repeat}, each in a fresh process",
+            flush=True,
+        )
+        print(
+            f"versions: lamina {lamina.__version__} at {git_state()}, pyarrow {pa.__version__}, "
+            f"pylance {lance.__version__ if lance else '-'}; cpus {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}"
+        )
 
         paths = {k: os.path.join(root, k) for k in ("lamina-keyed", "lamina-docs", "lance-keyed", "lance-docs")}
         w = {}
@@ -395,8 +434,9 @@ def main() -> None:
             b = builds(specs, repeat)
             r = {"lamina_s": b["lamina"]["wall_s"], "lamina_cpu_s": b["lamina"]["cpu_s"]}
             if lance:
-                r.update(lance_s=b["lance"]["wall_s"], lance_cpu_s=b["lance"]["cpu_s"],
-                         ratio=b["lance"]["wall_s"] / r["lamina_s"])
+                r.update(
+                    lance_s=b["lance"]["wall_s"], lance_cpu_s=b["lance"]["cpu_s"], ratio=b["lance"]["wall_s"] / r["lamina_s"]
+                )
             results["build fts"] = r
             emit(f"build fts (doc, {n_docs:,} rows)", **r)
             td = lamina.open_table(paths["lamina-docs"])
@@ -429,19 +469,28 @@ def main() -> None:
                 extra["same_hit_count"] = f"{sum(a.num_rows == b.num_rows for a, b in zip(la, lb))}/{len(la)}"
                 extra["top10_id_overlap"] = statistics.fmean(
                     len(set(a.column("id").to_pylist()) & set(b.column("id").to_pylist())) / max(1, a.num_rows)
-                    for a, b in zip(la, lb))
+                    for a, b in zip(la, lb)
+                )
                 # ties make ids differ; scores (both BM25 k1=1.2, b=0.75 over the same statistics) should match
-                same = sum(np.allclose(a.column("_score").to_numpy(), b.column("_score").to_numpy(), rtol=1e-3)
-                           for a, b in zip(la, lb) if a.num_rows == b.num_rows)
+                same = sum(
+                    np.allclose(a.column("_score").to_numpy(), b.column("_score").to_numpy(), rtol=1e-3)
+                    for a, b in zip(la, lb)
+                    if a.num_rows == b.num_rows
+                )
                 extra["top10_scores_match"] = f"{same}/{len(la)}"
-            emit(f"{key}, {n_fts} queries top-10",
-                 **{f"{k}_{f}": v for k, d in results[key].items() for f, v in d.items()}, **extra)
+            emit(
+                f"{key}, {n_fts} queries top-10",
+                **{f"{k}_{f}": v for k, d in results[key].items() for f, v in d.items()},
+                **extra,
+            )
         emit("correctness", **checks)
 
         if not args.no_profile and not fts_only:
             for column, kind, data in (("id", "btree", "keyed"), ("cat", "bitmap", "keyed"), ("doc", "fts", "docs")):
-                emit(f"profile {kind} (lamina, serial phases, no commit)",
-                     **in_child(dict(op="profile", path=paths[f"lamina-{data}"], column=column, kind=kind)))
+                emit(
+                    f"profile {kind} (lamina, serial phases, no commit)",
+                    **in_child(dict(op="profile", path=paths[f"lamina-{data}"], column=column, kind=kind)),
+                )
         if args.ray and not fts_only:
             emit("ray job btree (lamina.jobs.index.run)", **ray_job(lamina.open_table(paths["lamina-keyed"]).uri))
 
@@ -451,11 +500,14 @@ def main() -> None:
         targets = {"build": 1.5, "point lookup": 1.0, "fts query": 1.0}
         for key, r in results.items():
             target = None if key.endswith("(info)") else next(v for k, v in targets.items() if key.startswith(k))
-            rows = [("", "lamina_s", "lance_s", "s")] if key.startswith("build") else \
-                [(" p50", "p50_ms", "p50_ms", "ms"), (" p95", "p95_ms", "p95_ms", "ms")]
+            rows = (
+                [("", "lamina_s", "lance_s", "s")]
+                if key.startswith("build")
+                else [(" p50", "p50_ms", "p50_ms", "ms"), (" p95", "p95_ms", "p95_ms", "ms")]
+            )
             for suffix, a, b, unit in rows:
                 lam = r["lamina_s"] if unit == "s" else r["lamina"][a]
-                pl = (r.get("lance_s") if unit == "s" else r.get("lance", {}).get(b))
+                pl = r.get("lance_s") if unit == "s" else r.get("lance", {}).get(b)
                 if pl is None:
                     print(f"  {key + suffix:44}{lam:9.3f}{unit:>2}{'skipped':>11}")
                     continue

@@ -56,16 +56,21 @@ def make_data(kind: str, n: int, seed: int) -> dict:
         arrow_keys = pa.array(ints, pa.int64())
         # Order-preserving bytes for RocksDB: flip the sign bit, big-endian.
         be = (ints.view(np.uint64) ^ np.uint64(1 << 63)).astype(">u8").tobytes()
-        peer_keys = [be[i * 8:(i + 1) * 8] for i in range(n)]
+        peer_keys = [be[i * 8 : (i + 1) * 8] for i in range(n)]
     else:
         raw = rng.bytes(16 * n)
-        keys = [raw[i * 16:(i + 1) * 16] for i in range(n)]
+        keys = [raw[i * 16 : (i + 1) * 16] for i in range(n)]
         arrow_keys = pa.array(keys, pa.binary())
         peer_keys = keys
     blob = rng.bytes(VALUE_BYTES * n)
-    values = [blob[i * VALUE_BYTES:(i + 1) * VALUE_BYTES] for i in range(n)]
-    return {"keys": keys, "arrow_keys": arrow_keys, "peer_keys": peer_keys, "values": values,
-            "arrow_values": pa.array(values, pa.binary())}
+    values = [blob[i * VALUE_BYTES : (i + 1) * VALUE_BYTES] for i in range(n)]
+    return {
+        "keys": keys,
+        "arrow_keys": arrow_keys,
+        "peer_keys": peer_keys,
+        "values": values,
+        "arrow_values": pa.array(values, pa.binary()),
+    }
 
 
 def open_peer(rocksdict, path: str):
@@ -132,12 +137,13 @@ def bench_kind(kind: str, n: int, lookups: int, rocksdict, root: str) -> dict:
     r["ours_arena_mib"] = ours.arena_bytes / 2**20
     peer = None
     if rocksdict is not None:
+
         def peer_batch():
             db = open_peer(rocksdict, os.path.join(root, f"{kind}-batch"))
             for i in range(0, n, BATCH_ROWS):
                 wb = rocksdict.WriteBatch(raw_mode=True)
                 put = wb.put
-                for k, v in zip(pkeys[i:i + BATCH_ROWS], values[i:i + BATCH_ROWS]):
+                for k, v in zip(pkeys[i : i + BATCH_ROWS], values[i : i + BATCH_ROWS]):
                     put(k, v)
                 db.write(wb)
             return db
@@ -173,7 +179,7 @@ def bench_kind(kind: str, n: int, lookups: int, rocksdict, root: str) -> dict:
     for rd in range(rounds):
         sl = slice(rd * per, (rd + 1) * per)
         order = [("ours", ours_get, sample[sl]), ("peer", peer_get, psample[sl])]
-        for who, fn, ks in (order if rd % 2 == 0 else order[::-1]):
+        for who, fn, ks in order if rd % 2 == 0 else order[::-1]:
             if fn is not None:
                 (ours_means if who == "ours" else peer_means).append(loop_ns(fn, ks))
     r["ours_get_mean_ns"] = statistics.median(ours_means)
@@ -184,8 +190,10 @@ def bench_kind(kind: str, n: int, lookups: int, rocksdict, root: str) -> dict:
         r["peer_get_mean_ns"] = statistics.median(peer_means)
         r["peer_get_p50_ns"] = per_call_p50(peer_get, psample[:50_000], overhead)
 
-    batches = [(pa.array(sample[i:i + MULTI_GET_KEYS], akeys.type), sample[i:i + MULTI_GET_KEYS],
-                psample[i:i + MULTI_GET_KEYS]) for i in range(0, lookups, MULTI_GET_KEYS)]
+    batches = [
+        (pa.array(sample[i : i + MULTI_GET_KEYS], akeys.type), sample[i : i + MULTI_GET_KEYS], psample[i : i + MULTI_GET_KEYS])
+        for i in range(0, lookups, MULTI_GET_KEYS)
+    ]
     s, _ = timed(lambda: [ours.get_many(a) for a, _, _ in batches])
     r["ours_get_many_ns"] = s / lookups * 1e9
     s, _ = timed(lambda: [ours.get_many(pa.array(lst, akeys.type)) for _, lst, _ in batches])
@@ -204,17 +212,29 @@ def report(results: list[dict], have_peer: bool) -> None:
     print()
     for r in results:
         n = r["n"]
-        print(f"{r['label']} keys, {n:,} rows of {VALUE_BYTES} bytes; Lamina arena {r['ours_arena_mib']:.0f} MiB"
-              + (f", RocksDB memtables {r['peer_memtable_mib']:.0f} MiB ({r['peer_l0_files']} L0 files)" if have_peer else ""))
-        print(f"    inserts/s   put_many {n / r['ours_put_many_s'] / 1e6:6.2f} M   "
-              f"put loop {n / r['ours_put_loop_s'] / 1e6:6.2f} M"
-              + (f"   | rocksdict WriteBatch {n / r['peer_write_batch_s'] / 1e6:6.2f} M   "
-                 f"put loop {n / r['peer_put_loop_s'] / 1e6:6.2f} M" if have_peer else ""))
-        print(f"    get         mean {r['ours_get_mean_ns']:6.0f} ns   p50 {r['ours_get_p50_ns']:6.0f} ns"
-              + (f"   | rocksdict mean {r['peer_get_mean_ns']:6.0f} ns   p50 {r['peer_get_p50_ns']:6.0f} ns" if have_peer else "")
-              + f"   (p50 net of the timer's {r['timer_ns']:.0f} ns)")
-        print(f"    get_many    {r['ours_get_many_ns']:6.0f} ns/key ({r['ours_get_many_from_list_ns']:.0f} with pa.array(list))"
-              + (f"   | rocksdict multi_get {r['peer_multi_get_ns']:6.0f} ns/key" if have_peer else ""))
+        print(
+            f"{r['label']} keys, {n:,} rows of {VALUE_BYTES} bytes; Lamina arena {r['ours_arena_mib']:.0f} MiB"
+            + (f", RocksDB memtables {r['peer_memtable_mib']:.0f} MiB ({r['peer_l0_files']} L0 files)" if have_peer else "")
+        )
+        print(
+            f"    inserts/s   put_many {n / r['ours_put_many_s'] / 1e6:6.2f} M   "
+            f"put loop {n / r['ours_put_loop_s'] / 1e6:6.2f} M"
+            + (
+                f"   | rocksdict WriteBatch {n / r['peer_write_batch_s'] / 1e6:6.2f} M   "
+                f"put loop {n / r['peer_put_loop_s'] / 1e6:6.2f} M"
+                if have_peer
+                else ""
+            )
+        )
+        print(
+            f"    get         mean {r['ours_get_mean_ns']:6.0f} ns   p50 {r['ours_get_p50_ns']:6.0f} ns"
+            + (f"   | rocksdict mean {r['peer_get_mean_ns']:6.0f} ns   p50 {r['peer_get_p50_ns']:6.0f} ns" if have_peer else "")
+            + f"   (p50 net of the timer's {r['timer_ns']:.0f} ns)"
+        )
+        print(
+            f"    get_many    {r['ours_get_many_ns']:6.0f} ns/key ({r['ours_get_many_from_list_ns']:.0f} with pa.array(list))"
+            + (f"   | rocksdict multi_get {r['peer_multi_get_ns']:6.0f} ns/key" if have_peer else "")
+        )
     if not have_peer:
         return
     print("\nSummary (ratio = Lamina / rocksdict; one run on a noisy 2-core machine)")
@@ -223,10 +243,20 @@ def report(results: list[dict], have_peer: bool) -> None:
         rows = [
             ("get mean ns", r["ours_get_mean_ns"], r["peer_get_mean_ns"], "<= 0.5", lambda x: x <= 0.5),
             ("get p50 ns", r["ours_get_p50_ns"], r["peer_get_p50_ns"], "<= 0.5", lambda x: x <= 0.5),
-            ("inserts/s: put_many vs WriteBatch", r["n"] / r["ours_put_many_s"], r["n"] / r["peer_write_batch_s"], ">= 1",
-             lambda x: x >= 1),
-            ("inserts/s: put loop vs put loop", r["n"] / r["ours_put_loop_s"], r["n"] / r["peer_put_loop_s"], ">= 1",
-             lambda x: x >= 1),
+            (
+                "inserts/s: put_many vs WriteBatch",
+                r["n"] / r["ours_put_many_s"],
+                r["n"] / r["peer_write_batch_s"],
+                ">= 1",
+                lambda x: x >= 1,
+            ),
+            (
+                "inserts/s: put loop vs put loop",
+                r["n"] / r["ours_put_loop_s"],
+                r["n"] / r["peer_put_loop_s"],
+                ">= 1",
+                lambda x: x >= 1,
+            ),
             ("get_many vs multi_get ns/key", r["ours_get_many_ns"], r["peer_multi_get_ns"], "-", None),
         ]
         for name, ours, peer, target, ok in rows:

@@ -44,8 +44,16 @@ def main() -> None:
         t = lamina.create_table(root, pa.schema([("id", pa.int64()), ("url", pa.string()), ("x", pa.float64())]))
         for f in range(args.fragments):
             ids = np.arange(f * args.rows, (f + 1) * args.rows)
-            t.append(pa.table({"id": ids, "url": [f"https://example.com/item/{i:09d}/path" for i in ids],
-                               "x": np.random.default_rng(f).random(len(ids))}), row_group_rows=args.group_rows)
+            t.append(
+                pa.table(
+                    {
+                        "id": ids,
+                        "url": [f"https://example.com/item/{i:09d}/path" for i in ids],
+                        "x": np.random.default_rng(f).random(len(ids)),
+                    }
+                ),
+                row_group_rows=args.group_rows,
+            )
         mid = args.fragments * args.rows // 2 + args.group_rows // 3
         filters = [f"id BETWEEN {mid} AND {mid + 1000}", "id < 0", "x < 0.001", "url LIKE '%0001%'"]
         print(f"{args.fragments} fragments x {args.rows:,} rows, row groups of {args.group_rows:,}; best of {args.rounds}")
@@ -54,7 +62,7 @@ def main() -> None:
             t.to_arrow(filter=text)  # footers cached, as in a warm process
             on = off = float("inf")
             for r in range(args.rounds):  # interleaved, alternating which goes first: a busy machine slows both alike
-                for pruning in ((True, False) if r % 2 else (False, True)):
+                for pruning in (True, False) if r % 2 else (False, True):
                     with mock.patch.object(prune, "plan_fragment", prune.plan_fragment if pruning else (lambda *a, **k: None)):
                         took, n = best_of(1, lambda text=text: t.to_arrow(filter=text).num_rows)
                     if pruning:

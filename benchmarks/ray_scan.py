@@ -57,11 +57,18 @@ def main(argv: list[str] | None = None) -> int:
             t = build(uri, args.fragments, args.rows_per_fragment)
         files = [os.path.join(uri, f.path) for f in t.manifest.fragments]
         size = sum(f.file_bytes for f in t.manifest.fragments)
-        print(f"table: {t.count_rows():,} rows in {len(files)} fragments, {size / 2**20:.0f} MiB on disk "
-              f"(built/opened in {time.perf_counter() - t0:.1f} s)")
+        print(
+            f"table: {t.count_rows():,} rows in {len(files)} fragments, {size / 2**20:.0f} MiB on disk "
+            f"(built/opened in {time.perf_counter() - t0:.1f} s)"
+        )
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 _temp_dir=os.path.join(tempfile.gettempdir(), "lamina-ray-scan-ray"))
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            _temp_dir=os.path.join(tempfile.gettempdir(), "lamina-ray-scan-ray"),
+        )
         ray.data.DataContext.get_current().enable_progress_bars = False
 
         def lamina_scan() -> int:
@@ -88,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         ratio = med["ray.data.read_parquet"] / med["lamina.ray.read_table"]
         print(f"ratio read_parquet / lamina = {ratio:.2f} (target >= 1.0: {'met' if ratio >= 1.0 else 'missed'})")
         if args.profile:  # where each spends its time: Ray Data's own per-operator stats of one more run
-            for name, ds in (("lamina.ray.read_table", lamina.ray.read_table(uri)),
-                             ("ray.data.read_parquet", ray.data.read_parquet(files))):
+            for name, ds in (
+                ("lamina.ray.read_table", lamina.ray.read_table(uri)),
+                ("ray.data.read_parquet", ray.data.read_parquet(files)),
+            ):
                 print(f"\n{name}, per operator:")
                 for line in ds.materialize().stats().splitlines():
                     if line.startswith("Operator") or "Remote wall time" in line or "Remote cpu time" in line:

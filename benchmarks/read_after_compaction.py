@@ -60,8 +60,7 @@ DUMMY = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AW
 
 
 def lamina_options(endpoint: str) -> dict[str, str]:
-    return {"endpoint_url": endpoint, "aws_access_key_id": "testing", "aws_secret_access_key": "testing",
-            "region": "us-east-1"}
+    return {"endpoint_url": endpoint, "aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region": "us-east-1"}
 
 
 # -- building the four tables ------------------------------------------------------------------------------
@@ -123,13 +122,22 @@ def compact_copies(root: str, source: str) -> dict[str, dict[str, Any]]:
             assert modes == [mode], f"{mode}: the summary says {modes} ({reasons})"
             copied = sum(g.get("row_groups_copied", 0) for g in summary.groups)
             encoded = sum(g.get("row_groups_encoded", 0) for g in summary.groups)
-            out[mode] = {"modes": modes, "reasons": reasons, "groups": len(summary.groups),
-                         "fragments_after": summary.fragments_after, "row_groups_copied": copied,
-                         "row_groups_encoded": encoded, "min_row_group_bytes": options.min_row_group_bytes,
-                         "seconds": seconds}
-            print(f"  {mode:13s} summary: modes {modes} reasons {reasons}, {len(summary.groups)} groups -> "
-                  f"{summary.fragments_after} fragments, row groups {copied} copied / {encoded} re-encoded "
-                  f"(min_row_group_bytes={options.min_row_group_bytes:,}) in {seconds:.2f} s", flush=True)
+            out[mode] = {
+                "modes": modes,
+                "reasons": reasons,
+                "groups": len(summary.groups),
+                "fragments_after": summary.fragments_after,
+                "row_groups_copied": copied,
+                "row_groups_encoded": encoded,
+                "min_row_group_bytes": options.min_row_group_bytes,
+                "seconds": seconds,
+            }
+            print(
+                f"  {mode:13s} summary: modes {modes} reasons {reasons}, {len(summary.groups)} groups -> "
+                f"{summary.fragments_after} fragments, row groups {copied} copied / {encoded} re-encoded "
+                f"(min_row_group_bytes={options.min_row_group_bytes:,}) in {seconds:.2f} s",
+                flush=True,
+            )
     finally:
         runtime.shutdown()
     return out
@@ -278,19 +286,27 @@ def layout(uri: str) -> dict[str, Any]:
                 chunks += 1
                 dictionary = col.has_dictionary_page and col.dictionary_page_offset
                 start = col.dictionary_page_offset if dictionary else col.data_page_offset
-                for ptype, size in chunk_pages(raw[start:start + col.total_compressed_size]):
+                for ptype, size in chunk_pages(raw[start : start + col.total_compressed_size]):
                     if ptype == 2:
                         dict_pages += 1
                         continue
                     data_pages.append(size)
                     if col.path_in_schema == "value":
                         value_pages.append(size)
-    return {"files": len(t.manifest.fragments), "row_groups": len(rg_rows),
-            "row_group_rows_median": statistics.median(rg_rows), "row_group_bytes_median": statistics.median(rg_bytes),
-            "row_group_bytes_min": min(rg_bytes), "row_group_bytes_max": max(rg_bytes), "column_chunks": chunks,
-            "data_pages": len(data_pages), "dictionary_pages": dict_pages,
-            "data_page_bytes_median": statistics.median(data_pages),
-            "value_pages": len(value_pages), "value_page_bytes_median": statistics.median(value_pages)}
+    return {
+        "files": len(t.manifest.fragments),
+        "row_groups": len(rg_rows),
+        "row_group_rows_median": statistics.median(rg_rows),
+        "row_group_bytes_median": statistics.median(rg_bytes),
+        "row_group_bytes_min": min(rg_bytes),
+        "row_group_bytes_max": max(rg_bytes),
+        "column_chunks": chunks,
+        "data_pages": len(data_pages),
+        "dictionary_pages": dict_pages,
+        "data_page_bytes_median": statistics.median(data_pages),
+        "value_pages": len(value_pages),
+        "value_page_bytes_median": statistics.median(value_pages),
+    }
 
 
 # -- reading --------------------------------------------------------------------------------------------
@@ -344,19 +360,29 @@ def measure(
         proc.join(60)
         if proc.is_alive():
             proc.kill()
-    return {"cold": calls[0][0], "warm": (calls[1][0] + calls[2][0]) / 2, "check": calls[0][1],
-            "cold_io": calls[0][2], "warm_io": calls[1][2]}
+    return {
+        "cold": calls[0][0],
+        "warm": (calls[1][0] + calls[2][0]) / 2,
+        "check": calls[0][1],
+        "cold_io": calls[0][2],
+        "warm_io": calls[1][2],
+    }
 
 
-def run_store(store: str, specs: dict[str, tuple[str, dict[str, str] | None, str | None]],
-              points: dict[str, dict[str, list[int]]], expected: dict[str, Any], rounds: int,
-              server: Any) -> list[dict[str, Any]]:
+def run_store(
+    store: str,
+    specs: dict[str, tuple[str, dict[str, str] | None, str | None]],
+    points: dict[str, dict[str, list[int]]],
+    expected: dict[str, Any],
+    rounds: int,
+    server: Any,
+) -> list[dict[str, Any]]:
     """Every (table, operation) on one store, ``rounds`` rotating rounds; medians per (table, operation)."""
     rows = []
     for op in OPS:
         per: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
         for r in range(rounds):
-            order = TABLES[r % len(TABLES):] + TABLES[:r % len(TABLES)]
+            order = TABLES[r % len(TABLES) :] + TABLES[: r % len(TABLES)]
             for name in order:
                 uri, options, bucket = specs[name]
                 key = "take1" if op == "take1" else "take"
@@ -374,8 +400,12 @@ def run_store(store: str, specs: dict[str, tuple[str, dict[str, str] | None, str
             for ph in ("cold", "warm"):
                 s = float(np.median([m[ph] for m in per[name]]))
                 io = per[name][0][f"{ph}_io"]
-                row[ph] = {"s": s, "vs_uncompacted": s / base[ph], "io": io,
-                           "spread": [min(m[ph] for m in per[name]), max(m[ph] for m in per[name])]}
+                row[ph] = {
+                    "s": s,
+                    "vs_uncompacted": s / base[ph],
+                    "io": io,
+                    "spread": [min(m[ph] for m in per[name]), max(m[ph] for m in per[name])],
+                }
             rows.append(row)
             report(row)
     return rows
@@ -386,8 +416,7 @@ def report(row: dict[str, Any]) -> None:
     for ph in ("cold", "warm"):
         r = row[ph]
         io = r["io"]
-        text = (f"{ph} {r['s'] * 1000:8.1f} ms ({r['vs_uncompacted']:5.2f}x) GET {io['GET']:5d} "
-                f"{io['bytes_read'] / MiB:7.1f} MiB")
+        text = f"{ph} {r['s'] * 1000:8.1f} ms ({r['vs_uncompacted']:5.2f}x) GET {io['GET']:5d} {io['bytes_read'] / MiB:7.1f} MiB"
         if row["store"] == "s3":
             text += f" [server GET {io['server'].get('GET', 0)}]"
         parts.append(text)
@@ -414,8 +443,11 @@ def main(argv: list[str] | None = None) -> None:
         source = os.path.join(root, "uncompacted")
         t0 = time.perf_counter()
         rows = build_source(source, fragments)
-        print(f"source: {fragments} fragments of {SMALL_ROWS:,} or {LARGE_ROWS:,} rows, {rows:,} rows, "
-              f"built in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"source: {fragments} fragments of {SMALL_ROWS:,} or {LARGE_ROWS:,} rows, {rows:,} rows, "
+            f"built in {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
         result["compaction"] = compact_copies(root, source)
         local = {name: os.path.join(root, name) for name in TABLES}
         deleted = {name: delete_some(uri, rows) for name, uri in local.items()}
@@ -424,12 +456,14 @@ def main(argv: list[str] | None = None) -> None:
 
         result["layout"] = {name: layout(uri) for name, uri in local.items()}
         for name, lay in result["layout"].items():
-            print(f"  layout {name:13s} files {lay['files']:4d}  row groups {lay['row_groups']:4d} (median "
-                  f"{lay['row_group_rows_median']:,.0f} rows, {lay['row_group_bytes_median'] / KiB:,.0f} KiB; "
-                  f"{lay['row_group_bytes_min'] / KiB:,.0f}-{lay['row_group_bytes_max'] / KiB:,.0f} KiB)  "
-                  f"data pages {lay['data_pages']:6d} (median {lay['data_page_bytes_median'] / KiB:,.1f} KiB)  "
-                  f"'value' pages {lay['value_pages']:5d} (median {lay['value_page_bytes_median'] / KiB:,.1f} KiB)",
-                  flush=True)
+            print(
+                f"  layout {name:13s} files {lay['files']:4d}  row groups {lay['row_groups']:4d} (median "
+                f"{lay['row_group_rows_median']:,.0f} rows, {lay['row_group_bytes_median'] / KiB:,.0f} KiB; "
+                f"{lay['row_group_bytes_min'] / KiB:,.0f}-{lay['row_group_bytes_max'] / KiB:,.0f} KiB)  "
+                f"data pages {lay['data_pages']:6d} (median {lay['data_page_bytes_median'] / KiB:,.1f} KiB)  "
+                f"'value' pages {lay['value_pages']:5d} (median {lay['value_page_bytes_median'] / KiB:,.1f} KiB)",
+                flush=True,
+            )
 
         gone = np.random.default_rng(7).choice(rows, int(rows * DELETED_SHARE), replace=False)
         live = np.setdiff1d(np.arange(rows), np.sort(gone))
@@ -463,12 +497,16 @@ def main(argv: list[str] | None = None) -> None:
                 bucket = specs["s3"][name][2]
                 calib[name] = (frag.file_bytes, moto_get_ms(client, bucket, f"t/{frag.path}", frag.file_bytes))
             result["moto_get_ms"] = calib
-            print("moto: a 64 KiB ranged GET takes " + ", ".join(
-                f"{ms:.1f} ms on a {size / MiB:.1f} MiB object" for size, ms in calib.values()), flush=True)
+            print(
+                "moto: a 64 KiB ranged GET takes "
+                + ", ".join(f"{ms:.1f} ms on a {size / MiB:.1f} MiB object" for size, ms in calib.values()),
+                flush=True,
+            )
         result["reads"] = []
         for store in stores:
-            points = {name: {k: addresses(uri, options, v) for k, v in ids.items()}
-                      for name, (uri, options, _) in specs[store].items()}
+            points = {
+                name: {k: addresses(uri, options, v) for k, v in ids.items()} for name, (uri, options, _) in specs[store].items()
+            }
             # the one-column scan's expected sum, from the uncompacted table in this process
             uri, options, _ = specs[store]["uncompacted"]
             col = lamina.open_table(uri, storage_options=options).to_arrow(columns=["value"])

@@ -125,8 +125,9 @@ def snapshot(root: str, dirs: tuple[str, ...]) -> dict[str, tuple[int, int]]:
 
 def written(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], under: str | None = None) -> int:
     """Bytes of the files new or rewritten between two snapshots (only those under ``under`` if given)."""
-    return sum(size for path, (size, mt) in after.items()
-               if before.get(path) != (size, mt) and (under is None or path.startswith(under)))
+    return sum(
+        size for path, (size, mt) in after.items() if before.get(path) != (size, mt) and (under is None or path.startswith(under))
+    )
 
 
 LAMINA_META = ("_versions", "_segments")
@@ -253,8 +254,13 @@ def open_figures(system: str, uri: str, processes: int, warm: int) -> dict[str, 
         warm_open += got["open"][1:]
         warm_count += got["count"][1:]
         rows_seen.add(got["rows"])
-    return {"open_cold_s": p(cold_open, 50), "count_cold_s": p(cold_count, 50),
-            "open_warm_s": p(warm_open, 50), "count_warm_s": p(warm_count, 50), "rows": rows_seen.pop()}
+    return {
+        "open_cold_s": p(cold_open, 50),
+        "count_cold_s": p(cold_count, 50),
+        "open_warm_s": p(warm_open, 50),
+        "count_warm_s": p(warm_count, 50),
+        "rows": rows_seen.pop(),
+    }
 
 
 # -- one size ----------------------------------------------------------------------------------------------------
@@ -287,8 +293,7 @@ def run_size(n: int, systems: tuple[str, ...], args: argparse.Namespace, where: 
 
     each("open", opens)
     if "open" in profile and "lamina" in sides:
-        profiled(f"Lamina open_table + count_rows at {n:,} fragments (warm process)",
-                 lambda: sides["lamina"].open().count_rows())
+        profiled(f"Lamina open_table + count_rows at {n:,} fragments (warm process)", lambda: sides["lamina"].open().count_rows())
 
     def plan(side: Any) -> None:
         times = []
@@ -320,8 +325,16 @@ def run_size(n: int, systems: tuple[str, ...], args: argparse.Namespace, where: 
             else:
                 manifest_only.append(written(before, after, "_versions/"))
         r = res[side.name]
-        r.update({"append_p50_s": p(times, 50), "append_p95_s": p(times, 95), "append_times_s": times,
-                  "commit_bytes_p50": p(sizes, 50), "commit_bytes_max": max(sizes), "commit_bytes": sizes})
+        r.update(
+            {
+                "append_p50_s": p(times, 50),
+                "append_p95_s": p(times, 95),
+                "append_times_s": times,
+                "commit_bytes_p50": p(sizes, 50),
+                "commit_bytes_max": max(sizes),
+                "commit_bytes": sizes,
+            }
+        )
         if io_puts:
             r["io_put_bytes"] = io_puts
         if manifest_only:
@@ -395,10 +408,12 @@ def report(size: dict[str, Any]) -> None:
 
         ratio = f"{a / b:.2f}x" if (a is not None and b) else ""
         print(f"{label:36} {cell(a):>14} {cell(b) if has_lance else '':>14} {ratio:>8}")
-    extra = [f"Lamina segments+lists {size['lamina'].get('manifest_segment_objects', 0)} "
-             f"(root {size['lamina'].get('manifest_root_bytes', 0):,} B)",
-             f"plan groups Lamina {size['lamina']['plan_groups']}"
-             + (f" / pylance tasks {size['lance']['plan_groups']}" if has_lance else "")]
+    extra = [
+        f"Lamina segments+lists {size['lamina'].get('manifest_segment_objects', 0)} "
+        f"(root {size['lamina'].get('manifest_root_bytes', 0):,} B)",
+        f"plan groups Lamina {size['lamina']['plan_groups']}"
+        + (f" / pylance tasks {size['lance']['plan_groups']}" if has_lance else ""),
+    ]
     print("  " + "; ".join(extra), flush=True)
 
 
@@ -410,14 +425,19 @@ def targets(sizes: list[dict[str, Any]]) -> list[str]:
     big = max(by)
     a_big = by[big]["lamina"]["append_p50_s"]
     a_small = by[small]["lamina"]["append_p50_s"]
-    out.append(f"1-row append p50 at {big:,}: {a_big * 1e3:.1f} ms (<= 20 ms: {'met' if a_big <= 0.020 else 'MISSED'}); "
-               f"at {small:,}: {a_small * 1e3:.1f} ms (flat: {'met' if a_big <= 1.5 * a_small + 0.002 else 'MISSED'})")
+    out.append(
+        f"1-row append p50 at {big:,}: {a_big * 1e3:.1f} ms (<= 20 ms: {'met' if a_big <= 0.020 else 'MISSED'}); "
+        f"at {small:,}: {a_small * 1e3:.1f} ms (flat: {'met' if a_big <= 1.5 * a_small + 0.002 else 'MISSED'})"
+    )
     cb = [by[k]["lamina"]["commit_bytes_p50"] for k in sorted(by)]
     # Growth with the table's size shows between the smallest and the largest; sizes in between differ by
     # where the root's layout stands when the appends start (0-64 inline fragments, 0-16 segment entries).
     flat = cb[-1] <= 1.25 * cb[0] + 512
-    out.append("bytes per commit p50 by size: " + ", ".join(f"{k:,}: {v / 1024:.1f} KiB" for k, v in zip(sorted(by), cb))
-               + f" (largest size within 1.25x + 512 B of the smallest, independent of size: {'met' if flat else 'MISSED'})")
+    out.append(
+        "bytes per commit p50 by size: "
+        + ", ".join(f"{k:,}: {v / 1024:.1f} KiB" for k, v in zip(sorted(by), cb))
+        + f" (largest size within 1.25x + 512 B of the smallest, independent of size: {'met' if flat else 'MISSED'})"
+    )
     if "lance" not in by[big]:
         return out
     for k in (10_000, 100_000):
@@ -428,11 +448,17 @@ def targets(sizes: list[dict[str, Any]]) -> list[str]:
         r = by[10_000]["lamina"]["write_s"] / by[10_000]["lance"]["write_s"]
         out.append(f"bulk write of 10,000 files: {r:.2f}x pylance (<= 1.0x: {'met' if r <= 1.0 else 'MISSED'})")
     if 100_000 in by:
-        for key, label in (("open_cold_s", "open latest (new process)"), ("count_cold_s", "count_rows (new process)"),
-                           ("open_warm_s", "open latest (warm process)"), ("count_warm_s", "count_rows (warm process)")):
+        for key, label in (
+            ("open_cold_s", "open latest (new process)"),
+            ("count_cold_s", "count_rows (new process)"),
+            ("open_warm_s", "open latest (warm process)"),
+            ("count_warm_s", "count_rows (warm process)"),
+        ):
             a, b = by[100_000]["lamina"][key], by[100_000]["lance"][key]
-            out.append(f"{label} at 100,000: {a * 1e3:.2f} ms vs {b * 1e3:.2f} ms, {a / b:.2f}x "
-                       f"(<= 1.0x: {'met' if a <= b else 'MISSED'})")
+            out.append(
+                f"{label} at 100,000: {a * 1e3:.2f} ms vs {b * 1e3:.2f} ms, {a / b:.2f}x "
+                f"(<= 1.0x: {'met' if a <= b else 'MISSED'})"
+            )
     return out
 
 
@@ -445,15 +471,22 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--profile", default="", help=f"Lamina operations to profile once more: {','.join(PROFILE_OPS)}")
     ap.add_argument("--no-lance", action="store_true", help="Lamina only")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON line at the end")
-    ap.add_argument("--synthetic", metavar="SIZES", help="instead: tables of a million fragments whose manifests are "
-                    "written without data files (benchmarks.scale_million), e.g. 1000,1000000")
+    ap.add_argument(
+        "--synthetic",
+        metavar="SIZES",
+        help="instead: tables of a million fragments whose manifests are "
+        "written without data files (benchmarks.scale_million), e.g. 1000,1000000",
+    )
     args = ap.parse_args(argv)
     if args.synthetic:
         from benchmarks import scale_million
 
         return scale_million.main(["--sizes", args.synthetic, "--appends", str(args.appends)] + (["--json"] if args.json else []))
-    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",")] if args.sizes else (
-        [1000, 10_000] if args.quick else [1000, 10_000, 100_000])
+    sizes = (
+        [int(s.replace("_", "")) for s in args.sizes.split(",")]
+        if args.sizes
+        else ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])
+    )
     args.profile = [op for op in args.profile.split(",") if op]
     bad = set(args.profile) - set(PROFILE_OPS)
     if bad:
@@ -463,9 +496,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if not lv and not args.no_lance:
         print("pylance is not installed (pip install pylance, an optional benchmark extra): Lamina only")
     load = os.getloadavg()
-    print(f"benchmarks.scale: sizes {sizes}, {ROWS_PER_FRAGMENT} rows per fragment, {args.appends} appends; "
-          f"pylance {lv or '-'}; {os.cpu_count()} CPUs, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
-          f"Python {platform.python_version()}", flush=True)
+    print(
+        f"benchmarks.scale: sizes {sizes}, {ROWS_PER_FRAGMENT} rows per fragment, {args.appends} appends; "
+        f"pylance {lv or '-'}; {os.cpu_count()} CPUs, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+        f"Python {platform.python_version()}",
+        flush=True,
+    )
     out = []
     where = tempfile.mkdtemp(prefix="lamina-scale-")
     try:

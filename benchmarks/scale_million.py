@@ -64,8 +64,9 @@ def build(uri: str, n: int) -> float:
         frags = []
         for i in range(start, min(n, start + CHUNK)):
             zones = tuple(dataclasses.replace(z, lo=10 * i, hi=10 * i + 9) if z.column == "id" else z for z in real.zones or ())
-            frags.append(dataclasses.replace(real, id=-1, path=f"data/{uuid.uuid4().hex}.parquet", zones=zones,
-                                             schema=base.schema))
+            frags.append(
+                dataclasses.replace(real, id=-1, path=f"data/{uuid.uuid4().hex}.parquet", zones=zones, schema=base.schema)
+            )
         base = commit(t.store, Append(base.version, frags), base)
         del frags
     return time.perf_counter() - t0
@@ -138,14 +139,21 @@ def report(s: dict[str, Any]) -> None:
     n = s["fragments"]
     o, it, pl, ap, de = (s[k] for k in OPS[:2] + ("plan", "append", "delete"))
     print(f"\n{n:,} fragments (built in {s['build_s']:.1f} s)")
-    print(f"  open latest      {o['open_s'] * 1e3:9.2f} ms   count_rows {o['count_s'] * 1e3:.3f} ms ({o['rows']:,} rows)"
-          f"   peak RSS +{o['rss_above_imports_mib']:.1f} MiB")
-    print(f"  iterate          {it['iterate_s']:9.2f} s    {it['fragments']:,} fragments   "
-          f"peak RSS +{it['rss_above_imports_mib']:.1f} MiB")
-    print(f"  1-row append     p50 {ap['append_p50_s'] * 1e3:.2f} ms, p95 {ap['append_p95_s'] * 1e3:.2f} ms, "
-          f"{ap['commit_bytes_p50'] / 1024:.1f} KiB per commit   peak RSS +{ap['rss_above_imports_mib']:.1f} MiB")
-    print(f"  delete one key   {de['delete_s']:9.2f} s    ({de['deleted']} row)   "
-          f"peak RSS +{de['rss_above_imports_mib']:.1f} MiB")
+    print(
+        f"  open latest      {o['open_s'] * 1e3:9.2f} ms   count_rows {o['count_s'] * 1e3:.3f} ms ({o['rows']:,} rows)"
+        f"   peak RSS +{o['rss_above_imports_mib']:.1f} MiB"
+    )
+    print(
+        f"  iterate          {it['iterate_s']:9.2f} s    {it['fragments']:,} fragments   "
+        f"peak RSS +{it['rss_above_imports_mib']:.1f} MiB"
+    )
+    print(
+        f"  1-row append     p50 {ap['append_p50_s'] * 1e3:.2f} ms, p95 {ap['append_p95_s'] * 1e3:.2f} ms, "
+        f"{ap['commit_bytes_p50'] / 1024:.1f} KiB per commit   peak RSS +{ap['rss_above_imports_mib']:.1f} MiB"
+    )
+    print(
+        f"  delete one key   {de['delete_s']:9.2f} s    ({de['deleted']} row)   peak RSS +{de['rss_above_imports_mib']:.1f} MiB"
+    )
     print(f"  compaction plan  {pl['plan_s']:9.2f} s    {pl['groups']} groups   peak RSS +{pl['rss_above_imports_mib']:.1f} MiB")
 
 
@@ -162,11 +170,14 @@ def targets(sizes: list[dict[str, Any]]) -> list[str]:
         f"(independent of size: {'met' if b_big <= 1.25 * b_small + 512 else 'MISSED'})",
     ]
     from lamina.manifest.versions import _SEGMENTS
+
     bound = _SEGMENTS.budget / 2**20 + 64  # the segment cache's budget, plus a window of segments and slack
     for op in ("open", "iterate", "append"):
         rss = by[big][op]["rss_above_imports_mib"]
-        out.append(f"peak RSS of {op} at {big:,}: +{rss:.0f} MiB (the version as Python objects: ~{per_fragment_mib:.0f} MiB; "
-                   f"within the segment cache's {_SEGMENTS.budget / 2**20:.0f} MiB + 64: {'met' if rss <= bound else 'MISSED'})")
+        out.append(
+            f"peak RSS of {op} at {big:,}: +{rss:.0f} MiB (the version as Python objects: ~{per_fragment_mib:.0f} MiB; "
+            f"within the segment cache's {_SEGMENTS.budget / 2**20:.0f} MiB + 64: {'met' if rss <= bound else 'MISSED'})"
+        )
     return out
 
 
@@ -180,9 +191,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if len(sizes) < 2 or min(sizes) < 2:
         ap.error("--sizes takes at least two counts of 2 or more (the smallest is the baseline)")
     load = os.getloadavg()
-    print(f"benchmarks.scale_million: sizes {sizes}, {args.appends} appends; {os.cpu_count()} CPUs, "
-          f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; Python {platform.python_version()}, numpy {np.__version__}",
-          flush=True)
+    print(
+        f"benchmarks.scale_million: sizes {sizes}, {args.appends} appends; {os.cpu_count()} CPUs, "
+        f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; Python {platform.python_version()}, numpy {np.__version__}",
+        flush=True,
+    )
     where = tempfile.mkdtemp(prefix="lamina-scale-million-")
     out = []
     try:

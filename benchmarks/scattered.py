@@ -39,13 +39,26 @@ DUMMY = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AW
 def make_rows(lo: int, hi: int) -> pa.Table:
     ids = np.arange(lo, hi, dtype=np.int64)
     url = pa.array([f"https://example.com/item/{i:012d}/{'p' * (10 + i % 23)}" for i in range(lo, hi)])
-    return pa.table({"id": ids, "url": url, "score": (ids % 1000) / 7.0,
-                     "cat": (ids % 11).astype(np.int32), "ts": pa.array(ids * 1_000_000, pa.timestamp("us"))})
+    return pa.table(
+        {
+            "id": ids,
+            "url": url,
+            "score": (ids % 1000) / 7.0,
+            "cat": (ids % 11).astype(np.int32),
+            "ts": pa.array(ids * 1_000_000, pa.timestamp("us")),
+        }
+    )
 
 
 def lance_options(endpoint: str) -> dict[str, str]:
-    return {"aws_endpoint": endpoint, "aws_access_key_id": "testing", "aws_secret_access_key": "testing",
-            "aws_region": "us-east-1", "allow_http": "true", "aws_virtual_hosted_style_request": "false"}
+    return {
+        "aws_endpoint": endpoint,
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "aws_region": "us-east-1",
+        "allow_http": "true",
+        "aws_virtual_hosted_style_request": "false",
+    }
 
 
 def lamina_options(endpoint: str) -> dict[str, str]:
@@ -71,8 +84,9 @@ def build(where: str, endpoint: str | None, fragments: int) -> dict[str, Any]:
         n = min(chunk, fragments - start)
         data = make_rows(start * ROWS_PER_FRAGMENT, (start + n) * ROWS_PER_FRAGMENT)
         t.append(data, max_rows_per_file=ROWS_PER_FRAGMENT)
-        writer = lance.write_dataset(data, lance_uri, mode="append" if writer else "create",
-                                     max_rows_per_file=ROWS_PER_FRAGMENT, storage_options=la)
+        writer = lance.write_dataset(
+            data, lance_uri, mode="append" if writer else "create", max_rows_per_file=ROWS_PER_FRAGMENT, storage_options=la
+        )
     t.create_index("id", "btree")
     ds = lance.dataset(lance_uri, storage_options=la)
     ds.create_scalar_index("id", index_type="BTREE")
@@ -131,8 +145,13 @@ def measure(system: str, spec: Any, op: str, ids: list[int], server: Any, bucket
         proc.join(60)
         if proc.is_alive():
             proc.kill()
-    return {"cold": results[0][0], "warm": (results[1][0] + results[2][0]) / 2, "urls": results[0][1],
-            "cold_requests": results[0][2], "warm_requests": results[1][2]}
+    return {
+        "cold": results[0][0],
+        "warm": (results[1][0] + results[2][0]) / 2,
+        "urls": results[0][1],
+        "cold_requests": results[0][2],
+        "warm_requests": results[1][2],
+    }
 
 
 def run(store: str, fragments: int, lookups: int, rounds: int) -> list[dict[str, Any]]:
@@ -153,14 +172,16 @@ def run(store: str, fragments: int, lookups: int, rounds: int) -> list[dict[str,
                 client.create_bucket(Bucket=b)
         t0 = time.perf_counter()
         specs = build(where, endpoint, fragments)
-        print(f"[{store}] wrote {fragments} fragments x {ROWS_PER_FRAGMENT} rows twice in {time.perf_counter() - t0:.1f} s",
-              flush=True)
+        print(
+            f"[{store}] wrote {fragments} fragments x {ROWS_PER_FRAGMENT} rows twice in {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
         ids = np.random.default_rng(12).choice(fragments * ROWS_PER_FRAGMENT, lookups, replace=False).tolist()
         rows = []
         for op in ("take", "index"):
             per: dict[str, list[dict[str, Any]]] = {"lamina": [], "lance": []}
             for r in range(rounds):
-                for system in (("lamina", "lance") if r % 2 == 0 else ("lance", "lamina")):
+                for system in ("lamina", "lance") if r % 2 == 0 else ("lance", "lamina"):
                     bucket = f"{system}-scatter" if server else None
                     per[system].append(measure(system, specs[system], op, ids, server, bucket))
             a, b = per["lamina"], per["lance"]
@@ -169,8 +190,13 @@ def run(store: str, fragments: int, lookups: int, rounds: int) -> list[dict[str,
             for phase in ("cold", "warm"):
                 la = float(np.median([m[phase] for m in a]))
                 lb = float(np.median([m[phase] for m in b]))
-                row[phase] = {"lamina_s": la, "lance_s": lb, "ratio": la / lb,
-                              "lamina_requests": a[0][f"{phase}_requests"], "lance_requests": b[0][f"{phase}_requests"]}
+                row[phase] = {
+                    "lamina_s": la,
+                    "lance_s": lb,
+                    "ratio": la / lb,
+                    "lamina_requests": a[0][f"{phase}_requests"],
+                    "lance_requests": b[0][f"{phase}_requests"],
+                }
             rows.append(row)
             report(row)
         return rows
@@ -184,8 +210,10 @@ def report(row: dict[str, Any]) -> None:
     for phase in ("cold", "warm"):
         r = row[phase]
         met = "met" if r["ratio"] <= 0.25 else "MISSED"
-        line = (f"[{row['store']}] {row['op']:5s} {phase}: Lamina {r['lamina_s'] * 1000:8.1f} ms  pylance "
-                f"{r['lance_s'] * 1000:8.1f} ms  ratio {r['ratio']:.2f}x (<= 0.25x: {met})")
+        line = (
+            f"[{row['store']}] {row['op']:5s} {phase}: Lamina {r['lamina_s'] * 1000:8.1f} ms  pylance "
+            f"{r['lance_s'] * 1000:8.1f} ms  ratio {r['ratio']:.2f}x (<= 0.25x: {met})"
+        )
         if row["store"] == "s3":
             gets_a, gets_b = r["lamina_requests"].get("GET", 0), r["lance_requests"].get("GET", 0)
             line += f"  requests Lamina {r['lamina_requests']} pylance {r['lance_requests']}"
@@ -210,7 +238,7 @@ def main() -> None:
     lookups = args.lookups or (1000 if args.quick else 5000)
     rounds = args.rounds or (1 if args.quick else 3)
     rows = []
-    for store in ([args.only] if args.only else ["local", "s3"]):
+    for store in [args.only] if args.only else ["local", "s3"]:
         rows += run(store, fragments, lookups, rounds)
     if args.json:
         print(json.dumps(rows, indent=2))

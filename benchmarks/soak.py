@@ -42,8 +42,7 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parents[1]
 #: Row ids of process ``wid`` are ``wid * ID_BLOCK + n``: unique across every process of a run.
 ID_BLOCK = 10**9
-SCHEMA = pa.schema([("id", pa.int64()), ("wid", pa.int64()), ("cat", pa.string()), ("v", pa.float64()),
-                    ("payload", pa.string())])
+SCHEMA = pa.schema([("id", pa.int64()), ("wid", pa.int64()), ("cat", pa.string()), ("v", pa.float64()), ("payload", pa.string())])
 CATS = 7
 INDICES = (("id", "btree", "id_btree"), ("cat", "bitmap", "cat_bitmap"))
 SHARDS = 2
@@ -70,16 +69,20 @@ class SoakConfig:
 def rows_for(ids: Any) -> pa.Table:
     """The row every process writes for each id: every column is a function of the id, so the checker knows it."""
     ids = np.asarray(ids, dtype=np.int64)
-    return pa.table({
-        "id": ids,
-        "wid": ids // ID_BLOCK,
-        "cat": [f"c{i % CATS}" for i in ids.tolist()],
-        "v": ids.astype(np.float64) * 0.5,
-        "payload": [f"{i:x}-{(i * 2654435761) % 2**32:08x}" for i in ids.tolist()],
-    }, schema=SCHEMA)
+    return pa.table(
+        {
+            "id": ids,
+            "wid": ids // ID_BLOCK,
+            "cat": [f"c{i % CATS}" for i in ids.tolist()],
+            "v": ids.astype(np.float64) * 0.5,
+            "payload": [f"{i:x}-{(i * 2654435761) % 2**32:08x}" for i in ids.tolist()],
+        },
+        schema=SCHEMA,
+    )
 
 
 # -- the processes' side: a log per process, one role per process ---------------------------------------
+
 
 class OpLog:
     """A process's log: one JSON line when a call starts and one when it ends, each fsynced before going on."""
@@ -103,9 +106,16 @@ class OpLog:
     def error(self, n: int, started: float, e: BaseException) -> None:
         from lamina.errors import LaminaError
 
-        self.write(ev="end", n=n, ok=False, seconds=round(time.time() - started, 3), type=type(e).__name__,
-                   lamina=isinstance(e, LaminaError), msg=str(e)[:2000],
-                   tb=None if isinstance(e, LaminaError) else traceback.format_exc()[-3000:])
+        self.write(
+            ev="end",
+            n=n,
+            ok=False,
+            seconds=round(time.time() - started, 3),
+            type=type(e).__name__,
+            lamina=isinstance(e, LaminaError),
+            msg=str(e)[:2000],
+            tb=None if isinstance(e, LaminaError) else traceback.format_exc()[-3000:],
+        )
 
     def call(self, op: str, fn, **detail: Any) -> tuple[bool, Any]:
         """Runs ``fn()`` between a begin and an end entry; (True, result) or (False, the exception)."""
@@ -156,7 +166,7 @@ def _writer(spec: dict) -> None:
             else:
                 srt = sorted(live)
                 i = rng.randrange(len(srt))
-                chosen = srt[i:i + rng.randint(1, 30)]
+                chosen = srt[i : i + rng.randint(1, 30)]
                 flt = f"id >= {chosen[0]} AND id <= {chosen[-1]}"
                 rng_ids = [chosen[0], chosen[-1]]
             ok, out = log.call("delete", lambda table=table, flt=flt: table.delete(flt), ids=chosen, range=rng_ids)
@@ -218,14 +228,23 @@ def _compactor(spec: dict) -> None:
     log = OpLog(spec["log"])
     while not _stopped(spec):
         policy = rng.choice(["binpack", "binpack", "tiered"])
-        options = CompactionOptions(target_rows_per_fragment=spec["target_rows"], partial_commit_every=1,
-                                    max_concurrency=2, policy=policy, min_merge_width=4)
+        options = CompactionOptions(
+            target_rows_per_fragment=spec["target_rows"],
+            partial_commit_every=1,
+            max_concurrency=2,
+            policy=policy,
+            min_merge_width=4,
+        )
 
         def run(options=options):
             _, s = compact(spec["uri"], options, storage_options=spec["storage_options"])
-            return {"groups": len(s.groups), "committed": sum(g["status"] == "committed" for g in s.groups),
-                    "failed": s.failed_groups, "retries": s.retries,
-                    "errors": sorted({str(g["error"])[:300] for g in s.groups if g.get("error")})[:5]}
+            return {
+                "groups": len(s.groups),
+                "committed": sum(g["status"] == "committed" for g in s.groups),
+                "failed": s.failed_groups,
+                "retries": s.retries,
+                "errors": sorted({str(g["error"])[:300] for g in s.groups if g.get("error")})[:5],
+            }
 
         log.call("compact", run, policy=policy)
         time.sleep(rng.uniform(0.5, 2.0))
@@ -239,9 +258,15 @@ def _indexer(spec: dict) -> None:
     log = OpLog(spec["log"])
     while not _stopped(spec):
         for _, _, name in INDICES:
-            log.call("index_update", lambda name=name: build_index(spec["uri"], name=name, update=True, ray=True,
-                                                         storage_options=spec["storage_options"]).to_dict().get("action"),
-                     index=name)
+            log.call(
+                "index_update",
+                lambda name=name: (
+                    build_index(spec["uri"], name=name, update=True, ray=True, storage_options=spec["storage_options"])
+                    .to_dict()
+                    .get("action")
+                ),
+                index=name,
+            )
         time.sleep(rng.uniform(1.0, 3.0))
 
 
@@ -252,8 +277,14 @@ def _cleaner(spec: dict) -> None:
     rng = random.Random(spec["seed"])
     log = OpLog(spec["log"])
     while not _stopped(spec):
-        log.call("cleanup", lambda: asdict(lamina.open_table(spec["uri"], storage_options=spec["storage_options"])
-                                           .cleanup(spec["retention"], enforce_retention=False)))
+        log.call(
+            "cleanup",
+            lambda: asdict(
+                lamina.open_table(spec["uri"], storage_options=spec["storage_options"]).cleanup(
+                    spec["retention"], enforce_retention=False
+                )
+            ),
+        )
         time.sleep(rng.uniform(2.0, 5.0))
 
 
@@ -261,6 +292,7 @@ ROLES = {"writer": _writer, "producer": _producer, "compactor": _compactor, "ind
 
 
 # -- the driver: processes, kills, the end --------------------------------------------------------------
+
 
 @dataclass
 class _Proc:
@@ -304,22 +336,28 @@ class SoakResult:
         return asdict(self)
 
     def describe(self) -> str:
-        ops = ", ".join(f"{k} {v.get('ok', 0)} ok/{v.get('failed', 0)} failed/{v.get('maybe', 0)} maybe"
-                        for k, v in sorted(self.operations.items()))
-        return "\n".join([
-            f"soak {self.backend} seed {self.seed}: {self.seconds:.0f} s of chaos, {self.wall_seconds:.0f} s in all",
-            f"  operations: {ops}",
-            f"  faults injected by kind: {dict(sorted(self.faults.items()))}; by fault: {dict(sorted(self.fault_types.items()))}",
-            f"  kills by target: {dict(sorted(self.kills.items()))}",
-            f"  compaction: {self.compaction}; cleanup (retention {self.retention_seconds:g} s): {self.cleanup}",
-            f"  rows checked: {self.rows_checked:,} ({self.rows_present:,} present, {self.rows_maybe:,} maybe); "
-            f"versions {self.versions}; index lookups checked: {self.index_checks}",
-            f"  errors callers saw: {dict(sorted(self.errors_seen.items()))}; longest write {self.longest_write_seconds:.1f} s",
-            f"  every kind of call succeeded: {self.coverage}",
-            f"  files after the final cleanup: {self.files_after_cleanup}",
-            f"  phases (s): {self.phases}",
-            f"  anomalies: {len(self.anomalies)}" + "".join(f"\n    - {a}" for a in self.anomalies[:50]),
-        ])
+        ops = ", ".join(
+            f"{k} {v.get('ok', 0)} ok/{v.get('failed', 0)} failed/{v.get('maybe', 0)} maybe"
+            for k, v in sorted(self.operations.items())
+        )
+        return "\n".join(
+            [
+                f"soak {self.backend} seed {self.seed}: {self.seconds:.0f} s of chaos, {self.wall_seconds:.0f} s in all",
+                f"  operations: {ops}",
+                f"  faults injected by kind: {dict(sorted(self.faults.items()))}; "
+                f"by fault: {dict(sorted(self.fault_types.items()))}",
+                f"  kills by target: {dict(sorted(self.kills.items()))}",
+                f"  compaction: {self.compaction}; cleanup (retention {self.retention_seconds:g} s): {self.cleanup}",
+                f"  rows checked: {self.rows_checked:,} ({self.rows_present:,} present, {self.rows_maybe:,} maybe); "
+                f"versions {self.versions}; index lookups checked: {self.index_checks}",
+                f"  errors callers saw: {dict(sorted(self.errors_seen.items()))}; "
+                f"longest write {self.longest_write_seconds:.1f} s",
+                f"  every kind of call succeeded: {self.coverage}",
+                f"  files after the final cleanup: {self.files_after_cleanup}",
+                f"  phases (s): {self.phases}",
+                f"  anomalies: {len(self.anomalies)}" + "".join(f"\n    - {a}" for a in self.anomalies[:50]),
+            ]
+        )
 
 
 class _Driver:
@@ -337,12 +375,26 @@ class _Driver:
         wid = self.next_wid
         self.next_wid += 1
         log = str(self.workdir / f"{role}-{wid}.log")
-        spec = {"role": role, "wid": wid, "uri": self.uri, "storage_options": self.opts, "stop": self.stop_file,
-                "seed": self.cfg.seed * 100_003 + wid, "log": log, "target_rows": self.cfg.compact_target_rows,
-                "retention": self.cfg.retention_seconds}
+        spec = {
+            "role": role,
+            "wid": wid,
+            "uri": self.uri,
+            "storage_options": self.opts,
+            "stop": self.stop_file,
+            "seed": self.cfg.seed * 100_003 + wid,
+            "log": log,
+            "target_rows": self.cfg.compact_target_rows,
+            "retention": self.cfg.retention_seconds,
+        }
         err = open(self.workdir / f"{role}-{wid}.stderr", "wb")
-        popen = subprocess.Popen([sys.executable, "-m", "benchmarks.soak", "--role-spec", json.dumps(spec)],
-                                 cwd=REPO, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.soak", "--role-spec", json.dumps(spec)],
+            cwd=REPO,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
         err.close()
         proc = _Proc(role, wid, popen, log)
         self.procs.append(proc)
@@ -359,8 +411,10 @@ class _Driver:
             if rc is not None:
                 self.procs.remove(p)
                 if rc != -signal.SIGKILL:
-                    self.exits.append(f"{p.role} {p.wid} exited with status {rc} before the stop "
-                                      f"(stderr: {self.workdir / f'{p.role}-{p.wid}.stderr'})")
+                    self.exits.append(
+                        f"{p.role} {p.wid} exited with status {rc} before the stop "
+                        f"(stderr: {self.workdir / f'{p.role}-{p.wid}.stderr'})"
+                    )
                 self.spawn(p.role)
 
     def kill_one(self) -> None:
@@ -413,8 +467,10 @@ class _Driver:
                 self.kills["stop_timeout"] += 1
             else:
                 if p.popen.returncode not in (0, -signal.SIGKILL):
-                    self.exits.append(f"{p.role} {p.wid} exited with status {p.popen.returncode} at the stop "
-                                      f"(stderr: {self.workdir / f'{p.role}-{p.wid}.stderr'})")
+                    self.exits.append(
+                        f"{p.role} {p.wid} exited with status {p.popen.returncode} at the stop "
+                        f"(stderr: {self.workdir / f'{p.role}-{p.wid}.stderr'})"
+                    )
 
 
 def _ray_pids(title: str) -> list[int]:
@@ -436,7 +492,7 @@ def _descends(pid: int, ancestor: int) -> bool:
     for _ in range(8):
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
-        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+        pid = int(stat[stat.rindex(")") + 2 :].split()[1])
         if pid == ancestor:
             return True
         if pid <= 1:
@@ -465,22 +521,34 @@ def run_soak(cfg: SoakConfig, workdir: str | Path | None = None, *, server: Any 
     with contextlib.ExitStack() as stack:
         s3 = None
         if cfg.backend == "s3":
-            s3 = stack.enter_context(moto_s3(fault_rate=cfg.fault_rate, seed=cfg.seed, server=server, max_faults=1_000_000,
-                                             max_seconds=cfg.seconds + cfg.stop_timeout + 60))
+            s3 = stack.enter_context(
+                moto_s3(
+                    fault_rate=cfg.fault_rate,
+                    seed=cfg.seed,
+                    server=server,
+                    max_faults=1_000_000,
+                    max_seconds=cfg.seconds + cfg.stop_timeout + 60,
+                )
+            )
             uri, opts, check_opts = s3.uri(f"soak-{cfg.seed}"), s3.storage_options, s3.direct_options
         elif cfg.backend == "local":
             uri, opts, check_opts = str(workdir / "table"), None, None
         else:
             raise ValueError(f"backend must be 's3' or 'local', not {cfg.backend!r}")
         ray = stack.enter_context(local_ray(num_cpus=2, temp_dir=str(workdir / "ray")))
-        env = {**os.environ, **{k: os.environ.get(k, v) for k, v in DUMMY_AWS_ENV.items()}, "RAY_AUTH_MODE": "disabled",
-               "PYTHONPATH": os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
-               "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+        env = {
+            **os.environ,
+            **{k: os.environ.get(k, v) for k, v in DUMMY_AWS_ENV.items()},
+            "RAY_AUTH_MODE": "disabled",
+            "PYTHONPATH": os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
+            "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
+        }
         table = lamina.create_table(uri, SCHEMA, primary_key="id", storage_options=check_opts)
         for column, kind, name in INDICES:
             table.create_index(column, kind, name=name)
-        ingestion = Ingestion.start(uri, SHARDS, storage_options=opts,
-                                    options=IngestOptions(flush_rows=400, flush_seconds=1.0, retention_seconds=2.0))
+        ingestion = Ingestion.start(
+            uri, SHARDS, storage_options=opts, options=IngestOptions(flush_rows=400, flush_seconds=1.0, retention_seconds=2.0)
+        )
         driver = _Driver(cfg, workdir, uri, opts, env)
         try:
             for _ in range(cfg.writers):
@@ -547,6 +615,7 @@ def _laps(result: SoakResult):
 
 # -- the checker --------------------------------------------------------------------------------------------
 
+
 @dataclass
 class _Model:
     """What the logs say about every id: appended (ok / maybe / failed) and deleted (ok / maybe)."""
@@ -601,11 +670,13 @@ def _build_model(logs: list[tuple[str, int, str]], uri: str, result: SoakResult)
             if end is not None and not end["ok"]:
                 errors[end["type"]] += 1
                 if not end.get("lamina"):
-                    result.anomalies.append(f"{where} raised {end['type']}, not a LaminaError: {end['msg'][:300]} "
-                                            f"{(end.get('tb') or '')[-1500:]}")
+                    result.anomalies.append(
+                        f"{where} raised {end['type']}, not a LaminaError: {end['msg'][:300]} {(end.get('tb') or '')[-1500:]}"
+                    )
                 elif not _names_table(end["msg"], uri):
-                    result.anomalies.append(f"{where} raised {end['type']} without naming the table or an object: "
-                                            f"{end['msg'][:300]}")
+                    result.anomalies.append(
+                        f"{where} raised {end['type']} without naming the table or an object: {end['msg'][:300]}"
+                    )
             if op == "cleanup" and end is not None and end["ok"]:
                 cleaned["versions_removed"] += end["result"]["versions_removed"]
                 cleaned["files_removed"] += end["result"]["files_removed"]
@@ -660,11 +731,14 @@ def check(result: SoakResult, uri: str, opts: dict | None, logs: list[tuple[str,
     result.versions = {"first_kept": versions[0], "latest": versions[-1], "kept": len(versions)}
     if versions != list(range(versions[0], versions[-1] + 1)):
         missing = sorted(set(range(versions[0], versions[-1] + 1)) - set(versions))
-        result.anomalies.append(f"versions are not contiguous: {len(versions)} kept from {versions[0]} to {versions[-1]}, "
-                                f"missing {missing[:20]}")
-    for what, fn in (("rows", lambda: _check_rows(result, table, model)),
-                     ("indices", lambda: _check_indices(result, table, model, random.Random(cfg.seed))),
-                     ("verify", lambda: _check_verify(result, table))):
+        result.anomalies.append(
+            f"versions are not contiguous: {len(versions)} kept from {versions[0]} to {versions[-1]}, missing {missing[:20]}"
+        )
+    for what, fn in (
+        ("rows", lambda: _check_rows(result, table, model)),
+        ("indices", lambda: _check_indices(result, table, model, random.Random(cfg.seed))),
+        ("verify", lambda: _check_verify(result, table)),
+    ):
         try:
             fn()
         except Exception as e:  # a read of the end state failed: a file is gone or damaged
@@ -713,8 +787,10 @@ def _read_rows(table) -> tuple[pa.Table, list[str]]:
                 if f.id in frags and f.id not in added:
                     added[f.id] = f"version {v.version} ({v.operation}, committed {v.timestamp:%H:%M:%S})"
         for f, e in missing:
-            notes.append(f"fragment {f.id} ({f.rows} rows, {f.path}) of version {table.version} cannot be read ({e}); "
-                         f"it is in every kept version since {added.get(f.id, 'before the first kept one')}")
+            notes.append(
+                f"fragment {f.id} ({f.rows} rows, {f.path}) of version {table.version} cannot be read ({e}); "
+                f"it is in every kept version since {added.get(f.id, 'before the first kept one')}"
+            )
     return (pa.concat_tables(parts) if parts else SCHEMA.empty_table()), notes
 
 
@@ -759,14 +835,18 @@ def _row_anomalies(table, model: _Model, result: SoakResult) -> list[str]:
     for what, rows in wrong.items():
         if rows:
             longest = max((model.seconds.get(i, 0.0) for i in rows), default=0.0)
-            found.append(f"{len(rows)} rows {what}, e.g. ids {sorted(rows)[:5]}; the longest call that wrote them took "
-                         f"{longest:.1f} s (cleanup retention {result.retention_seconds:g} s)")
+            found.append(
+                f"{len(rows)} rows {what}, e.g. ids {sorted(rows)[:5]}; the longest call that wrote them took "
+                f"{longest:.1f} s (cleanup retention {result.retention_seconds:g} s)"
+            )
     for where, count, aimed, span in model.delete_counts:
         # A writer deletes only its own live rows; a range may also hold its rows whose append was "maybe".
         maybe = 0 if span is None else sum(1 for i in range(span[0], span[1] + 1) if model.appended.get(i) == "maybe")
         if not len(aimed) <= count <= len(aimed) + maybe:
-            found.append(f"{where}: deleted {count} rows, aiming at {len(aimed)} live rows"
-                         + (f" (and {maybe} maybe rows in ids {span[0]}..{span[1]})" if span else ""))
+            found.append(
+                f"{where}: deleted {count} rows, aiming at {len(aimed)} live rows"
+                + (f" (and {maybe} maybe rows in ids {span[0]}..{span[1]})" if span else "")
+            )
     return found
 
 
@@ -812,6 +892,7 @@ def _sorted(t: pa.Table) -> pa.Table:
 
 # -- command line -------------------------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=["s3", "local", "both"], default="both")
@@ -832,10 +913,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     results = []
-    for backend in (["s3", "local"] if args.backend == "both" else [args.backend]):
-        cfg = SoakConfig(backend=backend, seconds=args.seconds, seed=args.seed, writers=args.writers,
-                         producers=args.producers, fault_rate=args.fault_rate if backend == "s3" else 0.0,
-                         kill_every=args.kill_every, retention_seconds=args.retention)
+    for backend in ["s3", "local"] if args.backend == "both" else [args.backend]:
+        cfg = SoakConfig(
+            backend=backend,
+            seconds=args.seconds,
+            seed=args.seed,
+            writers=args.writers,
+            producers=args.producers,
+            fault_rate=args.fault_rate if backend == "s3" else 0.0,
+            kill_every=args.kill_every,
+            retention_seconds=args.retention,
+        )
         workdir = Path(args.workdir) / backend if args.workdir else None
         r = run_soak(cfg, workdir)
         results.append(r)

@@ -223,8 +223,12 @@ def read_times(engine: Engine, ref_path: str, keys: list[int], rounds: int = 7) 
                 kbest[i] = min(kbest[i], best_of(1, fn))
         looks[0].append(kbest[0])
         looks[1].append(kbest[1])
-    return {"scan": best[0], "ref_scan": best[1], "lookup": statistics.median(looks[0]),
-            "ref_lookup": statistics.median(looks[1])}
+    return {
+        "scan": best[0],
+        "ref_scan": best[1],
+        "lookup": statistics.median(looks[0]),
+        "ref_lookup": statistics.median(looks[1]),
+    }
 
 
 def fragment_bound(options: CompactionOptions, table_share: float, append_share: float) -> int:
@@ -247,11 +251,15 @@ def run_case(root: str, passes: int, rows: int, runner: str, every: int) -> dict
     except ImportError:
         lance_version = None
     via = "lamina.compaction.compact on a local Ray" if runner == "ray" else "plan -> GroupCompactor -> commit_results in process"
-    print(f"\n{passes} passes x {rows:,} rows (demo schema; Lamina compaction via "
-          f"{via}"
-          f"; pylance {lance_version or 'not installed'} compact_files())")
-    print(f"{'pass':>5} {'engine':8} {'WA':>6} {'frags':>5} {'max':>4} {'scan ms':>8} {'vs ref':>6} {'lookup ms':>9} "
-          f"{'vs ref':>6} {'storage MiB':>11} {'compact s':>9}")
+    print(
+        f"\n{passes} passes x {rows:,} rows (demo schema; Lamina compaction via "
+        f"{via}"
+        f"; pylance {lance_version or 'not installed'} compact_files())"
+    )
+    print(
+        f"{'pass':>5} {'engine':8} {'WA':>6} {'frags':>5} {'max':>4} {'scan ms':>8} {'vs ref':>6} {'lookup ms':>9} "
+        f"{'vs ref':>6} {'storage MiB':>11} {'compact s':>9}"
+    )
     rng = np.random.default_rng(passes * rows)
     checkpoints = []
     for i in range(passes):
@@ -264,13 +272,22 @@ def run_case(root: str, passes: int, rows: int, runner: str, every: int) -> dict
             keys = sorted(int(k) for k in rng.integers(0, total, LOOKUPS))
             for e in engines:
                 t = read_times(e, ref.lance_path if isinstance(e, LanceEngine) else ref.lamina_path, keys)
-                line = {"pass": i + 1, "engine": e.name, "wa": e.written / e.appended, "fragments": e.fragments(),
-                        "max_fragments": e.max_fragments, **t, "storage": dir_bytes(e.path),
-                        "compaction_s": e.compaction_s}
+                line = {
+                    "pass": i + 1,
+                    "engine": e.name,
+                    "wa": e.written / e.appended,
+                    "fragments": e.fragments(),
+                    "max_fragments": e.max_fragments,
+                    **t,
+                    "storage": dir_bytes(e.path),
+                    "compaction_s": e.compaction_s,
+                }
                 checkpoints.append(line)
-                print(f"{i + 1:5d} {e.name:8} {line['wa']:6.2f} {line['fragments']:5d} {e.max_fragments:4d} "
-                      f"{t['scan'] * 1e3:8.1f} {t['scan'] / t['ref_scan']:6.2f} {t['lookup'] * 1e3:9.2f} "
-                      f"{t['lookup'] / t['ref_lookup']:6.2f} {line['storage'] / MiB:11.1f} {e.compaction_s:9.2f}")
+                print(
+                    f"{i + 1:5d} {e.name:8} {line['wa']:6.2f} {line['fragments']:5d} {e.max_fragments:4d} "
+                    f"{t['scan'] * 1e3:8.1f} {t['scan'] / t['ref_scan']:6.2f} {t['lookup'] * 1e3:9.2f} "
+                    f"{t['lookup'] / t['ref_lookup']:6.2f} {line['storage'] / MiB:11.1f} {e.compaction_s:9.2f}"
+                )
     for e in engines:
         if isinstance(e, LaminaEngine):  # the JSON summary's bytes_written is what was written
             assert e.summary_written == e.written, (e.name, e.summary_written, e.written)
@@ -278,8 +295,13 @@ def run_case(root: str, passes: int, rows: int, runner: str, every: int) -> dict
     t_opts = tiered.options
     append_share = max(rows / t_opts.target_rows_per_fragment, (tiered.appended / passes) / t_opts.target_bytes_per_fragment)
     table_share = max(tiered.rows / t_opts.target_rows_per_fragment, tiered.appended / t_opts.target_bytes_per_fragment)
-    return {"passes": passes, "rows": rows, "engines": engines, "checkpoints": checkpoints,
-            "bound": fragment_bound(t_opts, table_share, append_share)}
+    return {
+        "passes": passes,
+        "rows": rows,
+        "engines": engines,
+        "checkpoints": checkpoints,
+        "bound": fragment_bound(t_opts, table_share, append_share),
+    }
 
 
 def verdict(case: dict) -> list[str]:
@@ -294,11 +316,17 @@ def verdict(case: dict) -> list[str]:
         ratios = [(c[kind] / c[f"ref_{kind}"], c["pass"]) for c in cps]
         worst, at = max(ratios)
         over = [p for r, p in ratios if r > 1.25]
-        return (f"{ratios[-1][0]:.2f}x of the fully compacted table at the end, worst {worst:.2f}x (pass {at}, "
-                f"{at * case['rows']:,} rows) (target <= 1.25x): "
-                + ("met at every checkpoint" if not over else
-                   f"{'met' if ratios[-1][0] <= 1.25 else 'MISSED'} at the end, MISSED at {len(over)} of {len(ratios)} "
-                   f"checkpoints (passes {', '.join(map(str, over))})"))
+        return (
+            f"{ratios[-1][0]:.2f}x of the fully compacted table at the end, worst {worst:.2f}x (pass {at}, "
+            f"{at * case['rows']:,} rows) (target <= 1.25x): "
+            + (
+                "met at every checkpoint"
+                if not over
+                else f"{'met' if ratios[-1][0] <= 1.25 else 'MISSED'} at the end, MISSED at {len(over)} of {len(ratios)} "
+                f"checkpoints (passes {', '.join(map(str, over))})"
+            )
+        )
+
     lines = [
         f"write amplification {t.written / t.appended:.2f}x (target <= {wa_target:g}x): "
         f"{'met' if t.written / t.appended <= wa_target else 'MISSED'}; binpack {b.written / b.appended:.2f}x"

@@ -30,22 +30,42 @@ import lamina
 from lamina import _native
 
 TAGS = ["hostname", "region", "datacenter", "rack", "os", "arch", "team", "service", "service_version", "service_environment"]
-FIELDS = ["usage_user", "usage_system", "usage_idle", "usage_nice", "usage_iowait", "usage_irq", "usage_softirq",
-          "usage_steal", "usage_guest", "usage_guest_nice"]
-SCHEMA = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("ns"))] + [(t, pa.string()) for t in TAGS]
-                   + [(f, pa.float64()) for f in FIELDS])
+FIELDS = [
+    "usage_user",
+    "usage_system",
+    "usage_idle",
+    "usage_nice",
+    "usage_iowait",
+    "usage_irq",
+    "usage_softirq",
+    "usage_steal",
+    "usage_guest",
+    "usage_guest_nice",
+]
+SCHEMA = pa.schema(
+    [("id", pa.int64()), ("ts", pa.timestamp("ns"))] + [(t, pa.string()) for t in TAGS] + [(f, pa.float64()) for f in FIELDS]
+)
 
 
 def cpu_rows(start: int, n: int) -> pa.Table:
     rng = np.random.default_rng(start)
     hosts = rng.integers(0, 4000, n)
-    cols = {"id": np.arange(start, start + n, dtype=np.int64),
-            "ts": pa.array(np.datetime64("2016-01-01", "ns") + (np.arange(n) * 10**10).astype("timedelta64[ns]"))}
-    choices = {"hostname": [f"host_{i}" for i in range(4000)], "region": ["us-east-1", "us-west-1", "eu-central-1", "ap-south-1"],
-               "datacenter": [f"dc{i}" for i in range(12)], "rack": [str(i) for i in range(100)],
-               "os": ["Ubuntu16.04LTS", "Ubuntu15.10"],
-               "arch": ["x64", "x86"], "team": ["SF", "NYC", "LON", "CHI"], "service": [str(i) for i in range(20)],
-               "service_version": ["0", "1"], "service_environment": ["production", "staging", "test"]}
+    cols = {
+        "id": np.arange(start, start + n, dtype=np.int64),
+        "ts": pa.array(np.datetime64("2016-01-01", "ns") + (np.arange(n) * 10**10).astype("timedelta64[ns]")),
+    }
+    choices = {
+        "hostname": [f"host_{i}" for i in range(4000)],
+        "region": ["us-east-1", "us-west-1", "eu-central-1", "ap-south-1"],
+        "datacenter": [f"dc{i}" for i in range(12)],
+        "rack": [str(i) for i in range(100)],
+        "os": ["Ubuntu16.04LTS", "Ubuntu15.10"],
+        "arch": ["x64", "x86"],
+        "team": ["SF", "NYC", "LON", "CHI"],
+        "service": [str(i) for i in range(20)],
+        "service_version": ["0", "1"],
+        "service_environment": ["production", "staging", "test"],
+    }
     for t in TAGS:
         vals = choices[t]
         idx = hosts % len(vals) if t != "hostname" else hosts
@@ -101,10 +121,19 @@ def bench_apply(rows: int, txn_rows: int) -> dict:
             keys, values, _ = _native.wal_split(e, SCHEMA, 0, "bench")
             mt.put_many(t.column("id").combine_chunks(), values)
 
-    out = {"rows": rows, "txn_rows": txn_rows, "row_first_bytes_per_row": round(raw_bytes / rows, 1),
-           "ipc_bytes_per_row": round(sum(b.size for b in ipc) / rows, 1)}
-    for name, fn in (("apply_split_insert", apply), ("split_only", split_only), ("decode_to_arrow", decode),
-                     ("ipc_read", ipc_read), ("ipc_fed_insert", ipc_apply)):
+    out = {
+        "rows": rows,
+        "txn_rows": txn_rows,
+        "row_first_bytes_per_row": round(raw_bytes / rows, 1),
+        "ipc_bytes_per_row": round(sum(b.size for b in ipc) / rows, 1),
+    }
+    for name, fn in (
+        ("apply_split_insert", apply),
+        ("split_only", split_only),
+        ("decode_to_arrow", decode),
+        ("ipc_read", ipc_read),
+        ("ipc_fed_insert", ipc_apply),
+    ):
         s = best(fn, 3)
         out[name] = {"seconds": round(s, 4), "rows_per_s": round(rows / s)}
     out["apply_target_met"] = out["apply_split_insert"]["rows_per_s"] >= 2_000_000
@@ -139,9 +168,12 @@ def bench_end_to_end(root: str, rows_per_producer: int, txn_rows: int) -> dict:
         ing = Ingestion.start(uri, 2, options=IngestOptions(flush_rows=200_000, flush_seconds=1.0))
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         t0 = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, "-c",
-                                   PRODUCER.format(repo=repo, uri=uri, shard=s, rows=rows_per_producer, txn=txn_rows)])
-                 for s in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", PRODUCER.format(repo=repo, uri=uri, shard=s, rows=rows_per_producer, txn=txn_rows)]
+            )
+            for s in range(2)
+        ]
         for p in procs:
             p.wait()
         produced = time.perf_counter() - t0
@@ -152,9 +184,16 @@ def bench_end_to_end(root: str, rows_per_producer: int, txn_rows: int) -> dict:
         ing.stop(flush=False)
     finally:
         runtime.shutdown()
-    return {"producers": 2, "shards": 2, "rows": total, "txn_rows": txn_rows, "produce_seconds": round(produced, 3),
-            "producer_rows_per_s": round(total / produced), "end_to_end_seconds": round(done, 3),
-            "end_to_end_rows_per_s": round(total / done)}
+    return {
+        "producers": 2,
+        "shards": 2,
+        "rows": total,
+        "txn_rows": txn_rows,
+        "produce_seconds": round(produced, 3),
+        "producer_rows_per_s": round(total / produced),
+        "end_to_end_seconds": round(done, 3),
+        "end_to_end_rows_per_s": round(total / done),
+    }
 
 
 def main() -> int:
@@ -171,13 +210,19 @@ def main() -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print("\nsummary")
-    print(f"  apply (split + memtable insert), 1 core: {a['apply_split_insert']['rows_per_s']:,} rows/s "
-          f"(target >= 2,000,000: {'met' if a['apply_target_met'] else 'missed'})")
-    print(f"  row-first decode to Arrow: {a['decode_to_arrow']['rows_per_s']:,} rows/s; Arrow IPC read: "
-          f"{a['ipc_read']['rows_per_s']:,} rows/s ({a['decode_to_arrow']['rows_per_s'] / a['ipc_read']['rows_per_s']:.2f}x)")
+    print(
+        f"  apply (split + memtable insert), 1 core: {a['apply_split_insert']['rows_per_s']:,} rows/s "
+        f"(target >= 2,000,000: {'met' if a['apply_target_met'] else 'missed'})"
+    )
+    print(
+        f"  row-first decode to Arrow: {a['decode_to_arrow']['rows_per_s']:,} rows/s; Arrow IPC read: "
+        f"{a['ipc_read']['rows_per_s']:,} rows/s ({a['decode_to_arrow']['rows_per_s'] / a['ipc_read']['rows_per_s']:.2f}x)"
+    )
     print(f"  memtable insert fed from IPC batches: {a['ipc_fed_insert']['rows_per_s']:,} rows/s")
-    print(f"  end to end, 2 producers / 2 shards: {b['end_to_end_rows_per_s']:,} rows/s "
-          f"(producers alone {b['producer_rows_per_s']:,} rows/s)")
+    print(
+        f"  end to end, 2 producers / 2 shards: {b['end_to_end_rows_per_s']:,} rows/s "
+        f"(producers alone {b['producer_rows_per_s']:,} rows/s)"
+    )
     return 0
 
 

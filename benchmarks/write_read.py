@@ -88,9 +88,14 @@ def main() -> None:
             shutil.rmtree(plain_dir, ignore_errors=True)
             os.makedirs(plain_dir)
             for i in range(args.files):
-                pq.write_table(data.slice(i * per_file, per_file), os.path.join(plain_dir, f"{i}.parquet"),
-                               compression="zstd", compression_level=3, row_group_size=131_072,
-                               write_page_index=True)
+                pq.write_table(
+                    data.slice(i * per_file, per_file),
+                    os.path.join(plain_dir, f"{i}.parquet"),
+                    compression="zstd",
+                    compression_level=3,
+                    row_group_size=131_072,
+                    write_page_index=True,
+                )
 
         counter = iter(range(10**6))
 

@@ -1,6 +1,6 @@
 """Command-line pieces shared by the jobs, and the ``lamina`` console script that dispatches to them.
 
-    lamina compact|index|ingest|maintain|verify|upgrade|demo ARGS...   ==   python -m lamina.jobs.<command> ARGS...
+lamina compact|index|ingest|maintain|verify|upgrade|demo ARGS...   ==   python -m lamina.jobs.<command> ARGS...
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
         width = max(map(len, COMMANDS))
         usage = "usage: lamina <command> [ARGS...]   (lamina <command> --help for its flags)\n\ncommands:\n" + "\n".join(
-            f"  {name:{width}s}  {what}" for name, what in COMMANDS.items())
+            f"  {name:{width}s}  {what}" for name, what in COMMANDS.items()
+        )
         if args and args[0] not in ("-h", "--help"):
             print(f"lamina: unknown command {args[0]!r}\n\n{usage}", file=sys.stderr)
             return 2

@@ -60,10 +60,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.compa
     args = ap.parse_args(argv)
     log_to_stderr()
     try:
-        options = load_options(args.config, args.assignments, max_concurrency=args.max_concurrency,
-                               partial_commit_every=args.partial_commit_every)
-        plan, summary = compact(args.uri, options, storage_options=storage_options(args.storage_option),
-                                dry_run=args.dry_run, progress=Progress("compacting", "groups", enabled=not args.json))
+        options = load_options(
+            args.config, args.assignments, max_concurrency=args.max_concurrency, partial_commit_every=args.partial_commit_every
+        )
+        plan, summary = compact(
+            args.uri,
+            options,
+            storage_options=storage_options(args.storage_option),
+            dry_run=args.dry_run,
+            progress=Progress("compacting", "groups", enabled=not args.json),
+        )
     except LaminaError as e:
         return failed(e)
     if args.json:
@@ -74,10 +80,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.compa
     else:
         print(plan.describe())
         if not args.dry_run:
-            print(f"\n{summary.table}: version {summary.read_version} -> {summary.committed_versions or 'no commit'}; "
-                  f"fragments {summary.fragments_before} -> {summary.fragments_after}; rows {summary.rows_before:,} -> "
-                  f"{summary.rows_after:,}; {summary.failed_groups} failed groups; {summary.retries} commit retries; "
-                  f"{summary.seconds:.1f} s")
+            print(
+                f"\n{summary.table}: version {summary.read_version} -> {summary.committed_versions or 'no commit'}; "
+                f"fragments {summary.fragments_before} -> {summary.fragments_after}; rows {summary.rows_before:,} -> "
+                f"{summary.rows_after:,}; {summary.failed_groups} failed groups; {summary.retries} commit retries; "
+                f"{summary.seconds:.1f} s"
+            )
     return 1 if summary.failed_groups else 0
 
 

@@ -28,30 +28,39 @@ from lamina.jobs.cli import Progress
 from lamina.planner import CompactionOptions
 from lamina.workers import runtime
 
-SCHEMA = pa.schema([
-    ("id", pa.int64()),
-    ("ts", pa.timestamp("us", tz="UTC")),
-    ("host", pa.string()),
-    ("value", pa.float64()),
-    ("embedding", pa.list_(pa.float32(), 8)),
-    ("attrs", pa.struct([("region", pa.string()), ("code", pa.int32())])),
-])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("host", pa.string()),
+        ("value", pa.float64()),
+        ("embedding", pa.list_(pa.float32(), 8)),
+        ("attrs", pa.struct([("region", pa.string()), ("code", pa.int32())])),
+    ]
+)
 
 
 def sample_rows(start: int, n: int) -> pa.Table:
     """``n`` rows with ids from ``start``: ints, timestamps, strings, a float vector, a struct with nulls."""
     rng = np.random.default_rng(start)
     ids = np.arange(start, start + n, dtype=np.int64)
-    attrs = [None if i % 11 == 0 else {"region": ("eu", "us", "ap")[i % 3], "code": None if i % 5 == 0 else i % 1000}
-             for i in ids.tolist()]
-    return pa.table({
-        "id": ids,
-        "ts": pa.array(np.datetime64("2026-01-01T00:00:00", "us") + ids.astype("timedelta64[ms]"), pa.timestamp("us", tz="UTC")),
-        "host": pa.array([f"host-{i % 50:02d}" for i in ids.tolist()]),
-        "value": rng.normal(size=n),
-        "embedding": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 8, dtype=np.float32)), 8),
-        "attrs": pa.array(attrs, SCHEMA.field("attrs").type),
-    }, schema=SCHEMA)
+    attrs = [
+        None if i % 11 == 0 else {"region": ("eu", "us", "ap")[i % 3], "code": None if i % 5 == 0 else i % 1000}
+        for i in ids.tolist()
+    ]
+    return pa.table(
+        {
+            "id": ids,
+            "ts": pa.array(
+                np.datetime64("2026-01-01T00:00:00", "us") + ids.astype("timedelta64[ms]"), pa.timestamp("us", tz="UTC")
+            ),
+            "host": pa.array([f"host-{i % 50:02d}" for i in ids.tolist()]),
+            "value": rng.normal(size=n),
+            "embedding": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 8, dtype=np.float32)), 8),
+            "attrs": pa.array(attrs, SCHEMA.field("attrs").type),
+        },
+        schema=SCHEMA,
+    )
 
 
 @dataclass(frozen=True)
@@ -68,8 +77,10 @@ class WriterTask:
 def write_fragments(task: WriterTask) -> list[int]:
     """The demo's Ray task: appends its fragments (each a commit racing the other writers); the versions."""
     t = lamina.open_table(task.uri)
-    return [t.append(sample_rows(f * task.rows_per_fragment, task.rows_per_fragment))
-            for f in range(task.first, task.fragments, task.step)]
+    return [
+        t.append(sample_rows(f * task.rows_per_fragment, task.rows_per_fragment))
+        for f in range(task.first, task.fragments, task.step)
+    ]
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.demo") -> int:
@@ -129,16 +140,18 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.demo"
     print(f"  {'live rows':22}{before_stats.rows:>14,}{after_stats.rows:>14,}")
     print(f"  {'deleted rows':22}{before_stats.deleted_rows:>14,}{after_stats.deleted_rows:>14,}")
     print(f"  {'MiB of Parquet':22}{before_stats.data_bytes / 2**20:>14.1f}{after_stats.data_bytes / 2**20:>14.1f}")
-    print(f"  groups: {', '.join(f'{n} {m}' for m, n in modes.items())}; {summary.failed_groups} failed; "
-          f"{summary.seconds:.1f} s")
+    print(f"  groups: {', '.join(f'{n} {m}' for m, n in modes.items())}; {summary.failed_groups} failed; {summary.seconds:.1f} s")
     same = after.equals(before)
     final = lamina.open_table(uri)
     [index] = final.list_indices()
     probes = [int(x) for x in np.random.default_rng(1).choice(ids, 20)] + [total + 5]
     lookups_ok = index.uncovered_fragments == 0 and all(
-        final.to_arrow(filter=f"id = {i}").equals(after.filter(pc.equal(after.column("id"), i))) for i in probes)
-    print(f"  index {index.name}: {index.covered_fragments} fragments covered, "
-          f"{index.uncovered_fragments} uncovered after compaction")
+        final.to_arrow(filter=f"id = {i}").equals(after.filter(pc.equal(after.column("id"), i))) for i in probes
+    )
+    print(
+        f"  index {index.name}: {index.covered_fragments} fragments covered, "
+        f"{index.uncovered_fragments} uncovered after compaction"
+    )
     print(f"  check: rows written exactly once: {'OK' if written_ok else 'FAILED'}")
     print(f"  check: rows unchanged by compaction, in order: {'OK' if same else 'FAILED'}")
     print(f"  check: index covers the compacted table, lookups equal a scan: {'OK' if lookups_ok else 'FAILED'}")

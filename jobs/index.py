@@ -26,14 +26,33 @@ from lamina.index.build import IndexBuild, build_index
 from lamina.jobs.cli import Progress, failed, log_to_stderr, storage_options
 
 
-def run(uri: str, column: str | None, kind: str | None, *, name: str | None = None, update: bool = False,
-        options: IndexOptions | None = None, storage_options: dict[str, Any] | None = None,
-        max_concurrency: int | None = None, runtime_env: dict[str, Any] | None = None,
-        progress: bool = False) -> IndexBuild:
+def run(
+    uri: str,
+    column: str | None,
+    kind: str | None,
+    *,
+    name: str | None = None,
+    update: bool = False,
+    options: IndexOptions | None = None,
+    storage_options: dict[str, Any] | None = None,
+    max_concurrency: int | None = None,
+    runtime_env: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> IndexBuild:
     """``lamina.index.build.build_index`` on Ray with the job's progress display."""
-    return build_index(uri, column, kind, name=name, update=update, options=options, storage_options=storage_options,
-                       ray=True, max_concurrency=max_concurrency, runtime_env=runtime_env,
-                       progress=Progress(f"index {name or column}", "build tasks", enabled=progress))
+    return build_index(
+        uri,
+        column,
+        kind,
+        name=name,
+        update=update,
+        options=options,
+        storage_options=storage_options,
+        ray=True,
+        max_concurrency=max_concurrency,
+        runtime_env=runtime_env,
+        progress=Progress(f"index {name or column}", "build tasks", enabled=progress),
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.index") -> int:
@@ -59,9 +78,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.index
             raise InvalidArgument("--update needs --name or --column")
         sizes = {k: v for k, v in (("task_rows", args.task_rows), ("segment_rows", args.segment_rows)) if v is not None}
         options = IndexOptions(stem=args.stem, **sizes)
-        result = run(args.uri, args.column, args.kind, name=args.name, update=args.update, options=options,
-                     storage_options=storage_options(args.storage_option), max_concurrency=args.max_concurrency,
-                     progress=not args.json)
+        result = run(
+            args.uri,
+            args.column,
+            args.kind,
+            name=args.name,
+            update=args.update,
+            options=options,
+            storage_options=storage_options(args.storage_option),
+            max_concurrency=args.max_concurrency,
+            progress=not args.json,
+        )
     except LaminaError as e:
         return failed(e)
     seconds = time.perf_counter() - started
@@ -70,9 +97,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.index
     elif result.action == "none":
         print(f"{args.uri}: index {result.name!r} already covers every fragment (version {result.version})")
     else:
-        print(f"{args.uri}: {result.action}d index {result.name!r} ({result.kind} on {result.column}) at version "
-              f"{result.version}: {result.segments} segment(s), {result.fragments} fragments, {result.rows:,} rows indexed, "
-              f"{result.bytes:,} bytes; {result.uncovered_after} fragments uncovered; {seconds:.1f} s")
+        print(
+            f"{args.uri}: {result.action}d index {result.name!r} ({result.kind} on {result.column}) at version "
+            f"{result.version}: {result.segments} segment(s), {result.fragments} fragments, {result.rows:,} rows indexed, "
+            f"{result.bytes:,} bytes; {result.uncovered_after} fragments uncovered; {seconds:.1f} s"
+        )
     return 0
 
 

@@ -42,10 +42,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.inges
     args = ap.parse_args(argv)
     log_to_stderr()
     try:
-        options = IngestOptions(flush_rows=args.flush_rows, flush_bytes=args.flush_bytes, flush_seconds=args.flush_seconds,
-                                retention_seconds=args.retention_seconds)
-        ingestion = Ingestion.start(args.uri, args.shards, storage_options=storage_options(args.storage_option),
-                                    options=options)
+        options = IngestOptions(
+            flush_rows=args.flush_rows,
+            flush_bytes=args.flush_bytes,
+            flush_seconds=args.flush_seconds,
+            retention_seconds=args.retention_seconds,
+        )
+        ingestion = Ingestion.start(args.uri, args.shards, storage_options=storage_options(args.storage_option), options=options)
     except LaminaError as e:
         return failed(e)
     last_applied, idle_since = -1, time.monotonic()
@@ -59,8 +62,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.inges
                     reported.add(s["shard"])
                     log.error("ingest: %s", s["error"])
             applied = sum(s["applied_rows"] for s in stats)
-            log.info("ingest: %s", "; ".join(f"shard {s['shard']}: applied {s['applied_rows']:,}, flushed {s['flushed_rows']:,}, "
-                                              f"in memtable {s['memtable_rows']:,}, version {s['version']}" for s in stats))
+            log.info(
+                "ingest: %s",
+                "; ".join(
+                    f"shard {s['shard']}: applied {s['applied_rows']:,}, flushed {s['flushed_rows']:,}, "
+                    f"in memtable {s['memtable_rows']:,}, version {s['version']}"
+                    for s in stats
+                ),
+            )
             if applied != last_applied:
                 last_applied, idle_since = applied, time.monotonic()
             elif args.until_idle is not None and time.monotonic() - idle_since >= args.until_idle:

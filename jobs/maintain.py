@@ -46,8 +46,11 @@ def load_policy(config: str | None) -> MaintenancePolicy:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.maintain") -> int:
-    ap = argparse.ArgumentParser(prog=prog, description="Maintain every table of a Lamina catalog: compaction, index "
-                                                        "updates, WAL retirement and cleanup, as its policy says.")
+    ap = argparse.ArgumentParser(
+        prog=prog,
+        description="Maintain every table of a Lamina catalog: compaction, index "
+        "updates, WAL retirement and cleanup, as its policy says.",
+    )
     ap.add_argument("root", help="catalog root: a local directory or s3://bucket/prefix")
     ap.add_argument("--config", help="YAML policy file (see configs/maintenance.yaml); defaults without it")
     ap.add_argument("--namespace", help="only the tables of this namespace (and the namespaces in it)")
@@ -64,10 +67,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.maint
         return 2
     try:
         policy = load_policy(args.config)
-        report = maintain(args.root, policy, storage_options=storage_options(args.storage_option),
-                          namespace=args.namespace, names=args.tables, max_tables=args.max_tables,
-                          max_concurrency=args.max_concurrency, dry_run=args.dry_run,
-                          progress=Progress("maintaining", "tables", enabled=not args.json))
+        report = maintain(
+            args.root,
+            policy,
+            storage_options=storage_options(args.storage_option),
+            namespace=args.namespace,
+            names=args.tables,
+            max_tables=args.max_tables,
+            max_concurrency=args.max_concurrency,
+            dry_run=args.dry_run,
+            progress=Progress("maintaining", "tables", enabled=not args.json),
+        )
     except LaminaError as e:
         return failed(e)
     print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else report.describe())

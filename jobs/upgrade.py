@@ -40,13 +40,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.upgra
     if args.json:
         print(json.dumps({**dataclasses.asdict(done), "dry_run": args.dry_run, "seconds": round(seconds, 3)}, indent=2))
     elif done.upgraded:
-        print(f"{done.uri}: manifest format {done.from_format} -> {done.to_format}, committed as version {done.version} "
-              f"(no row changed); {seconds:.1f} s")
+        print(
+            f"{done.uri}: manifest format {done.from_format} -> {done.to_format}, committed as version {done.version} "
+            f"(no row changed); {seconds:.1f} s"
+        )
     elif done.from_format >= done.to_format:
         print(f"{done.uri}: already in manifest format {done.from_format} at version {done.version}; nothing to do")
     else:
-        print(f"{done.uri}: version {done.version} is in manifest format {done.from_format}; "
-              f"without --dry-run it would be converted to format {done.to_format}")
+        print(
+            f"{done.uri}: version {done.version} is in manifest format {done.from_format}; "
+            f"without --dry-run it would be converted to format {done.to_format}"
+        )
     return 0
 
 

@@ -59,8 +59,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.verif
         for problem in report.problems:
             print(problem)
         state = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-        print(f"{report.uri} version {report.version}: {state}; {report.files_checked} files, {report.bytes_checked:,} bytes "
-              f"checked ({report.without_checksum} without a recorded checksum); {time.perf_counter() - started:.1f} s")
+        print(
+            f"{report.uri} version {report.version}: {state}; {report.files_checked} files, {report.bytes_checked:,} bytes "
+            f"checked ({report.without_checksum} without a recorded checksum); {time.perf_counter() - started:.1f} s"
+        )
     return 0 if report.ok else 1
 
 

@@ -56,8 +56,12 @@ def write_data_files(
     writer properties): a bulk write of many small files. Returns their dicts in order; on an error the
     files it wrote are removed and the error names the file that failed."""
 
-def take_rows_many(files: Sequence[tuple[str, str | os.PathLike[str] | None, bytes | None, int, int]], offsets: bytes,
-                   columns: list[str], threads: int) -> pa.RecordBatch:
+def take_rows_many(
+    files: Sequence[tuple[str, str | os.PathLike[str] | None, bytes | None, int, int]],
+    offsets: bytes,
+    columns: list[str],
+    threads: int,
+) -> pa.RecordBatch:
     """Rows of many data files in one call, decoded on up to ``threads`` threads (GIL released).
 
     ``files[i]`` = (object location for errors and the footer cache, local path or None, the whole

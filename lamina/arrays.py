@@ -12,15 +12,28 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-_NUMPY_TYPES = {pa.uint32(): np.uint32, pa.uint64(): np.uint64, pa.int32(): np.int32, pa.int64(): np.int64,
-                pa.float64(): np.float64}
+_NUMPY_TYPES = {
+    pa.uint32(): np.uint32,
+    pa.uint64(): np.uint64,
+    pa.int32(): np.int32,
+    pa.int64(): np.int64,
+    pa.float64(): np.float64,
+}
 _INT_TYPES: dict[pa.DataType, type[np.integer[Any]]] = {
-    pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
-    pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
+    pa.int8(): np.int8,
+    pa.int16(): np.int16,
+    pa.int32(): np.int32,
+    pa.int64(): np.int64,
+    pa.uint8(): np.uint8,
+    pa.uint16(): np.uint16,
+    pa.uint32(): np.uint32,
+    pa.uint64(): np.uint64,
 }
 _TEXT_TYPES: dict[pa.DataType, tuple[type, type[np.integer[Any]]]] = {
-    pa.string(): (str, np.int32), pa.large_string(): (str, np.int64),
-    pa.binary(): (bytes, np.int32), pa.large_binary(): (bytes, np.int64),
+    pa.string(): (str, np.int32),
+    pa.large_string(): (str, np.int64),
+    pa.binary(): (bytes, np.int32),
+    pa.large_binary(): (bytes, np.int64),
 }
 
 
@@ -124,7 +137,7 @@ def _spread(data: list[pa.Buffer], valid: list[bool], type: pa.DataType) -> list
         np.cumsum(lengths, out=offsets[1:])
         return [pa.py_buffer(offsets.astype(offset_type)), data[1]]
     if type == pa.bool_():
-        bits = np.unpackbits(np.frombuffer(data[0], dtype=np.uint8), bitorder="little")[:int(mask.sum())]
+        bits = np.unpackbits(np.frombuffer(data[0], dtype=np.uint8), bitorder="little")[: int(mask.sum())]
         full = np.zeros(len(valid), dtype=np.bool_)
         full[mask] = bits
         return [pa.py_buffer(np.packbits(full, bitorder="little"))]

@@ -63,8 +63,9 @@ def _retention_seconds(older_than: dt.timedelta | dt.datetime | float | int) -> 
     return seconds
 
 
-def cleanup(store: ObjectStore, older_than: dt.timedelta | dt.datetime | float | int, *,
-            enforce_retention: bool = True) -> CleanupStats:
+def cleanup(
+    store: ObjectStore, older_than: dt.timedelta | dt.datetime | float | int, *, enforce_retention: bool = True
+) -> CleanupStats:
     """Removes versions that stopped being the latest more than ``older_than`` ago, then the files
     that no remaining version references and that are older than ``older_than``.
 
@@ -120,6 +121,12 @@ def cleanup(store: ObjectStore, older_than: dt.timedelta | dt.datetime | float |
             doomed.append(obj.path)
             doomed_bytes += obj.size
     store.delete(doomed)
-    log.info("cleanup of %s: removed %d versions and %d files (%d bytes); latest version %d kept",
-             store.uri, len(expired), len(doomed), doomed_bytes, latest)
+    log.info(
+        "cleanup of %s: removed %d versions and %d files (%d bytes); latest version %d kept",
+        store.uri,
+        len(expired),
+        len(doomed),
+        doomed_bytes,
+        latest,
+    )
     return CleanupStats(len(expired), len(doomed), doomed_bytes, len(kept))

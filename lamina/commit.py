@@ -53,8 +53,9 @@ VERIFY_FILES_AFTER_SECONDS = 15 * 60
 COMMIT_BACKOFF = Backoff(base_seconds=0.01, cap_seconds=1.0, max_attempts=100)
 
 
-def commit(store: ObjectStore, txn: Transaction, base: Manifest, *, backoff: Backoff = COMMIT_BACKOFF,
-           abandon_on_conflict: bool = True) -> Manifest:
+def commit(
+    store: ObjectStore, txn: Transaction, base: Manifest, *, backoff: Backoff = COMMIT_BACKOFF, abandon_on_conflict: bool = True
+) -> Manifest:
     """Commits ``txn`` read at ``base``; returns the manifest it became.
 
     ``abandon_on_conflict=False`` keeps the written files after a CommitConflict, for a
@@ -186,7 +187,8 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
                     raise TableReplaced(
                         f"{txn.operation} on table {store.uri} read version {txn.read_version}, but the table was dropped and "
                         f"created again at this URI (version {first_kept} belongs to another table). Nothing was committed; "
-                        f"open the table again (lamina.open_table)")
+                        f"open the table again (lamina.open_table)"
+                    )
                 if kept is not None and kept.dropped:
                     raise table_dropped(txn, store.uri, first_kept)
                 raise CommitConflict(
@@ -236,7 +238,8 @@ def _check_not_dropped(store: ObjectStore, txn: Transaction, new: Manifest, segm
     raise TableReplaced(
         f"{txn.operation} on table {store.uri} (read at version {txn.read_version}) cannot commit: the table was "
         f"dropped and created again at this URI (version {head.version} belongs to another table). Nothing was "
-        f"committed; open the table again (lamina.open_table)")
+        f"committed; open the table again (lamina.open_table)"
+    )
 
 
 def _resolve_unknown(store: ObjectStore, txn: Transaction, version: int, table_uuid: str | None, error: StorageError) -> bool:

@@ -30,8 +30,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lamina.compact")
 
-__all__ = ["GroupResult", "CompactionSummary", "rewrite_transaction", "commit_results", "compact",
-           "FAULT_KILL_DRIVER_BEFORE_COMMIT"]
+__all__ = [
+    "GroupResult",
+    "CompactionSummary",
+    "rewrite_transaction",
+    "commit_results",
+    "compact",
+    "FAULT_KILL_DRIVER_BEFORE_COMMIT",
+]
 
 
 @dataclass
@@ -60,20 +66,38 @@ class CompactionSummary:
     @classmethod
     def for_plan(cls, plan: CompactionPlan) -> CompactionSummary:
         """A summary with every group of ``plan`` ``planned``."""
-        summary = cls(table=plan.table, read_version=plan.read_version, fragments_before=plan.fragments_before,
-                      rows_before=plan.rows_before)
-        summary.groups = [{**g.to_dict(), "bytes_in": g.bytes, "bytes_out": 0, "seconds": 0.0, "status": "planned",
-                           "error": None, "committed_version": None} for g in plan.groups]
+        summary = cls(
+            table=plan.table, read_version=plan.read_version, fragments_before=plan.fragments_before, rows_before=plan.rows_before
+        )
+        summary.groups = [
+            {
+                **g.to_dict(),
+                "bytes_in": g.bytes,
+                "bytes_out": 0,
+                "seconds": 0.0,
+                "status": "planned",
+                "error": None,
+                "committed_version": None,
+            }
+            for g in plan.groups
+        ]
         return summary
 
     def record(self, result: GroupResult) -> None:
         """Notes a group's result (``written`` or ``failed``)."""
         self.groups[result.index].update(
-            mode=result.mode, reason=result.reason, bytes_out=result.bytes_out, seconds=round(result.seconds, 3),
-            status="written" if result.ok else "failed", error=result.error,
-            row_groups_copied=result.row_groups_copied, row_groups_encoded=result.row_groups_encoded,
-            get_requests=result.get_requests, index_segments=sorted(result.index_segments),
-            resolved=[f"fragment {fid} rg {rg}: {action} ({why})" for fid, rg, action, why in result.resolved])
+            mode=result.mode,
+            reason=result.reason,
+            bytes_out=result.bytes_out,
+            seconds=round(result.seconds, 3),
+            status="written" if result.ok else "failed",
+            error=result.error,
+            row_groups_copied=result.row_groups_copied,
+            row_groups_encoded=result.row_groups_encoded,
+            get_requests=result.get_requests,
+            index_segments=sorted(result.index_segments),
+            resolved=[f"fragment {fid} rg {rg}: {action} ({why})" for fid, rg, action, why in result.resolved],
+        )
         if not result.ok:
             self.failed_groups += 1
         else:
@@ -115,9 +139,15 @@ def commit_results(table: Table, base: Manifest, results: Sequence[GroupResult],
         commit_results(table, base, [r], summary)
 
 
-def compact(uri: str, options: CompactionOptions | None = None, *, storage_options: dict[str, Any] | None = None,
-            dry_run: bool = False, progress: Callable[[int, int], None] | None = None,
-            runtime_env: dict[str, Any] | None = None) -> tuple[CompactionPlan, CompactionSummary]:
+def compact(
+    uri: str,
+    options: CompactionOptions | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    dry_run: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    runtime_env: dict[str, Any] | None = None,
+) -> tuple[CompactionPlan, CompactionSummary]:
     """Plans and runs a compaction of the table at ``uri`` on Ray; returns the plan and the summary.
 
     Joins the running Ray cluster (``RAY_ADDRESS``) or starts a local one. ``progress(done, total)``
@@ -143,8 +173,14 @@ def compact(uri: str, options: CompactionOptions | None = None, *, storage_optio
     finished: list[GroupResult] = []
     if not dry_run and plan.groups:
         tasks = tasks_for(plan, base, uri, storage_options, table.write_options, options.read_batch_bytes)
-        for task, result in run_tasks(compact_group, tasks, concurrency=options.max_concurrency,
-                                      max_retries=options.max_task_retries, runtime_env=runtime_env, progress=progress):
+        for task, result in run_tasks(
+            compact_group,
+            tasks,
+            concurrency=options.max_concurrency,
+            max_retries=options.max_task_retries,
+            runtime_env=runtime_env,
+            progress=progress,
+        ):
             if isinstance(result, TaskFailed):
                 g = task.group
                 result = GroupResult(g.index, g.fragment_ids, g.mode, g.reason, ok=False, error=result.error)

@@ -93,10 +93,10 @@ _NAME_PREFIX_CHARS = frozenset("0123456789abcdef")
 
 def check_name_prefix(name_prefix: str) -> str:
     """``name_prefix`` if it can start data file names: lowercase hex, at most ``MAX_NAME_PREFIX`` digits."""
-    if (not isinstance(name_prefix, str) or len(name_prefix) > MAX_NAME_PREFIX
-            or not _NAME_PREFIX_CHARS.issuperset(name_prefix)):
-        raise InvalidArgument(f"name_prefix={name_prefix!r}: data file names take a prefix of at most "
-                              f"{MAX_NAME_PREFIX} lowercase hex digits")
+    if not isinstance(name_prefix, str) or len(name_prefix) > MAX_NAME_PREFIX or not _NAME_PREFIX_CHARS.issuperset(name_prefix):
+        raise InvalidArgument(
+            f"name_prefix={name_prefix!r}: data file names take a prefix of at most {MAX_NAME_PREFIX} lowercase hex digits"
+        )
     return name_prefix
 
 
@@ -106,11 +106,18 @@ def data_file_path(name_prefix: str = "") -> str:
     finds every file written with that prefix (a Ray write's way to find the files of tasks that died)."""
     if not name_prefix:
         return f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
-    return f"{DATA_DIR}{name_prefix}{secrets.token_hex(16)[len(name_prefix):]}.parquet"
+    return f"{DATA_DIR}{name_prefix}{secrets.token_hex(16)[len(name_prefix) :]}.parquet"
 
 
-def write_fragment(store: ObjectStore, schema: pa.Schema, batches: list[pa.RecordBatch], options: WriteOptions,
-                   zones: tuple[Zone, ...] | None = None, *, name_prefix: str = "") -> Fragment:
+def write_fragment(
+    store: ObjectStore,
+    schema: pa.Schema,
+    batches: list[pa.RecordBatch],
+    options: WriteOptions,
+    zones: tuple[Zone, ...] | None = None,
+    *,
+    name_prefix: str = "",
+) -> Fragment:
     """Writes one data file from ``batches``; returns its fragment (id -1 until committed).
 
     The file is fsynced, unless ``store`` is a local store's ``deferring_sync()`` view: then the caller
@@ -162,8 +169,9 @@ GROUP_FILES = 64
 GROUP_ROWS = 4096
 
 
-def _write_group(store: ObjectStore, schema: pa.Schema, chunks: list[list[pa.RecordBatch]],
-                 options: WriteOptions, name_prefix: str = "") -> list[Fragment]:
+def _write_group(
+    store: ObjectStore, schema: pa.Schema, chunks: list[list[pa.RecordBatch]], options: WriteOptions, name_prefix: str = ""
+) -> list[Fragment]:
     """Writes consecutive files, in order; on error removes the ones it wrote and raises. Into a local
     store that syncs them together later (``deferring_sync``), several files are one native call."""
     zones = zones_of_many(chunks, schema)
@@ -171,8 +179,9 @@ def _write_group(store: ObjectStore, schema: pa.Schema, chunks: list[list[pa.Rec
         started = time.time()
         paths = [data_file_path(name_prefix) for _ in chunks]
         try:
-            metas = _native.write_data_files(list(zip(store.new_files(paths), chunks)), schema, **_native_options(options),
-                                             sync=False)
+            metas = _native.write_data_files(
+                list(zip(store.new_files(paths), chunks)), schema, **_native_options(options), sync=False
+            )
         except BaseException:
             store.delete(paths)  # the native call removes what it wrote; this is for anything it could not
             raise
@@ -200,8 +209,9 @@ def _grouped(chunks: Iterator[list[pa.RecordBatch]], rows_per_file: int) -> Iter
         size = min(most, size * 2)
 
 
-def write_fragments(store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.RecordBatch], options: WriteOptions,
-                    *, name_prefix: str = "") -> list[Fragment]:
+def write_fragments(
+    store: ObjectStore, schema: pa.Schema, batches: Iterable[pa.RecordBatch], options: WriteOptions, *, name_prefix: str = ""
+) -> list[Fragment]:
     """Writes the stream into files of at most ``max_rows_per_file`` rows, in order.
 
     ``name_prefix`` (at most ``MAX_NAME_PREFIX`` lowercase hex digits): every file's name starts with it,
@@ -248,8 +258,10 @@ def reading(store: ObjectStore, fragment: Fragment, action: str) -> Iterator[Non
     try:
         yield
     except ObjectNotFound:
-        raise ObjectNotFound(f"data file {where} of fragment {fragment.id} is missing: the table is damaged; "
-                             "check out an earlier version or restore the file") from None
+        raise ObjectNotFound(
+            f"data file {where} of fragment {fragment.id} is missing: the table is damaged; "
+            "check out an earlier version or restore the file"
+        ) from None
     except CorruptFile as e:
         raise CorruptFile(f"data file {where} of fragment {fragment.id}: {e}") from None
     except LaminaError:
@@ -289,8 +301,9 @@ def open_parquet(store: ObjectStore, fragment: Fragment, whole: bool = False) ->
             with reading(store, fragment, "is not readable Parquet"):
                 pf = pq.ParquetFile(store.open_input(fragment.path, fragment.file_bytes), metadata=metadata)
     if pf.metadata.num_rows != fragment.rows:
-        raise CorruptFile(f"data file {where} of fragment {fragment.id} has {pf.metadata.num_rows} rows, "
-                          f"the manifest says {fragment.rows}")
+        raise CorruptFile(
+            f"data file {where} of fragment {fragment.id} has {pf.metadata.num_rows} rows, the manifest says {fragment.rows}"
+        )
     return pf
 
 
@@ -311,25 +324,42 @@ def _needed(schema: pa.Schema, columns: Sequence[str] | None, flt: Filter | None
     return out_cols, out_cols + [c for c in extra if c not in out_cols]
 
 
-def output_schema(schema: pa.Schema, columns: Sequence[str] | None, with_row_address: bool = False,
-                  with_row_id: bool = False, with_offsets: bool = False) -> pa.Schema:
+def output_schema(
+    schema: pa.Schema,
+    columns: Sequence[str] | None,
+    with_row_address: bool = False,
+    with_row_id: bool = False,
+    with_offsets: bool = False,
+) -> pa.Schema:
     """The schema ``read_fragment`` / ``read_rows_many`` return for these arguments."""
     names = list(schema.names) if columns is None else list(columns)
     fields = [schema.field(n) for n in names]
-    for flag, name, typ in ((with_row_address, ROWADDR, pa.uint64()), (with_row_id, ROWID, pa.uint64()),
-                            (with_offsets, "_offset", pa.uint32())):
+    for flag, name, typ in (
+        (with_row_address, ROWADDR, pa.uint64()),
+        (with_row_id, ROWID, pa.uint64()),
+        (with_offsets, "_offset", pa.uint32()),
+    ):
         if flag:
             fields.append(pa.field(name, typ))
     return pa.schema(fields)
 
 
-def _finish(table: pa.Table, fragment: Fragment, offsets: np.ndarray, flt: Filter | None, out_cols: list[str],
-            with_row_address: bool, with_row_id: bool, with_offsets: bool) -> pa.Table:
+def _finish(
+    table: pa.Table,
+    fragment: Fragment,
+    offsets: np.ndarray,
+    flt: Filter | None,
+    out_cols: list[str],
+    with_row_address: bool,
+    with_row_id: bool,
+    with_offsets: bool,
+) -> pa.Table:
     """Adds the requested special columns for the physical ``offsets`` of ``table``'s rows, filters, projects."""
     special: dict[str, pa.Array] = {}
     if with_row_address:
-        special[ROWADDR] = from_numpy((np.uint64(fragment.id) << np.uint64(ADDRESS_SHIFT)) | offsets.astype(np.uint64),
-                                      pa.uint64())
+        special[ROWADDR] = from_numpy(
+            (np.uint64(fragment.id) << np.uint64(ADDRESS_SHIFT)) | offsets.astype(np.uint64), pa.uint64()
+        )
     if with_row_id:
         special[ROWID] = from_numpy(_row_ids(fragment)[offsets], pa.uint64())
     if with_offsets:
@@ -390,8 +420,10 @@ def read_fragment(
             with reading(store, fragment, "cannot be decoded"):
                 table = pf.read_row_groups(plan.groups, columns=needed, use_threads=_decode_threads(fragment))
     if table.num_rows != len(offsets):
-        raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} decoded {table.num_rows} rows, "
-                          f"the manifest and footer say {len(offsets)}")
+        raise CorruptFile(
+            f"data file {store.describe(fragment.path)} of fragment {fragment.id} decoded {table.num_rows} rows, "
+            f"the manifest and footer say {len(offsets)}"
+        )
     table = as_table_types(table, schema)
     mask = live_mask(fragment, read_deleted(store, fragment)) if len(offsets) else None
     if mask is not None:
@@ -424,14 +456,30 @@ def read_rows_many(
         table = pa.table({"_": pa.nulls(len(offsets))}).drop_columns(["_"])
     out, at = [], 0
     for (frag, offs, final), n in zip(items, counts):
-        out.append(_finish(table.slice(at, n), frag, np.asarray(offs, dtype=np.uint32), None if final else flt, out_cols,
-                           with_row_address, with_row_id, with_offsets))
+        out.append(
+            _finish(
+                table.slice(at, n),
+                frag,
+                np.asarray(offs, dtype=np.uint32),
+                None if final else flt,
+                out_cols,
+                with_row_address,
+                with_row_id,
+                with_offsets,
+            )
+        )
         at += n
     return out
 
 
-def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragment], offsets: np.ndarray,
-              counts: Sequence[int] | np.ndarray, columns: Sequence[str]) -> pa.Table:
+def take_many(
+    store: ObjectStore,
+    schema: pa.Schema,
+    fragments: Sequence[Fragment],
+    offsets: np.ndarray,
+    counts: Sequence[int] | np.ndarray,
+    columns: Sequence[str],
+) -> pa.Table:
     """Rows of many fragments in one pass: ``fragments[i]`` gives the next ``counts[i]`` of ``offsets``
     (physical, already checked live, sorted and distinct within each fragment); the rows come back in
     that order.
@@ -459,18 +507,20 @@ def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragmen
             if data is not None and f.checksum is not None:
                 check(f.checksum, of_bytes(data), f"data file {store.describe(f.path)} of fragment {f.id}")
             files.append((store.describe(f.path), local, data, f.file_bytes, counts[i]))
-        sel = offsets if len(whole) == len(fragments) else np.concatenate([offsets[starts[i]:starts[i + 1]] for i in whole])
+        sel = offsets if len(whole) == len(fragments) else np.concatenate([offsets[starts[i] : starts[i + 1]] for i in whole])
         try:
             batch = _native.take_rows_many(files, np.asarray(sel, dtype="<u4").tobytes(), cols, pool_size(len(files)))
         except ObjectNotFound as e:
-            raise ObjectNotFound("a data file is missing: the table is damaged; "
-                                 f"check out an earlier version or restore it ({e})") from None
+            raise ObjectNotFound(
+                f"a data file is missing: the table is damaged; check out an earlier version or restore it ({e})"
+            ) from None
         pieces.append((whole, as_table_types(pa.Table.from_batches([batch]), schema)))
     chosen = set(whole)
     rest = [i for i in range(len(fragments)) if i not in chosen]
     if rest:
         tables = map_fragments(
-            lambda i: _take_by_row_groups(store, schema, fragments[i], offsets[starts[i]:starts[i + 1]], cols), rest)
+            lambda i: _take_by_row_groups(store, schema, fragments[i], offsets[starts[i] : starts[i + 1]], cols), rest
+        )
         pieces.append((rest, pa.concat_tables(tables)))
     if len(pieces) == 1 and len(pieces[0][0]) == len(fragments):
         return pieces[0][1]
@@ -480,8 +530,9 @@ def take_many(store: ObjectStore, schema: pa.Schema, fragments: Sequence[Fragmen
     return table.take(from_numpy(np.argsort(order, kind="stable"), pa.int64()))
 
 
-def _take_by_row_groups(store: ObjectStore, schema: pa.Schema, fragment: Fragment, offsets: np.ndarray,
-                        columns: Sequence[str]) -> pa.Table:
+def _take_by_row_groups(
+    store: ObjectStore, schema: pa.Schema, fragment: Fragment, offsets: np.ndarray, columns: Sequence[str]
+) -> pa.Table:
     """Rows at sorted ``offsets`` of a large object on an object store: the row groups holding them."""
     pf = open_parquet(store, fragment)
     bounds = np.cumsum([0] + [g.rows for g in fragment.row_groups])

@@ -27,8 +27,6 @@ def _remember(store: ObjectStore, path: str, offsets: np.ndarray) -> None:
     _CACHE.put((store.uri, path), offsets, offsets.nbytes + 64)
 
 
-
-
 def read_offsets(store: ObjectStore, path: str | None, checksum: str | None = None, rows: int | None = None) -> np.ndarray:
     """Sorted uint32 offsets held by the deletion file at ``path`` (empty for None), checked
     against its recorded ``checksum`` when read from storage; an offset not below ``rows`` (the

@@ -102,7 +102,8 @@ def free_after(store: ObjectStore) -> int:
         raise TableExists(
             f"the table at {store.uri} is being dropped (its version {latest} is a tombstone) and {len(left)} of its "
             f"objects are not removed yet (e.g. {left[0].path}): run lamina.drop_table({store.uri!r}) to finish the "
-            f"drop (safe while another drop runs), then create the table")
+            f"drop (safe while another drop runs), then create the table"
+        )
     return head.version
 
 
@@ -111,8 +112,12 @@ def leftovers(store: ObjectStore, tomb: Manifest) -> list[ObjectInfo]:
     temp files live writers may still hold."""
     tomb_path = manifest_path(tomb.version)
     fresh = time.time() - FRESH_TEMP_SECONDS
-    return [o for prefix in TABLE_DIRS for o in store.list(prefix)
-            if o.path != tomb_path and not (o.path.rsplit("/", 1)[-1].startswith(".tmp-") and o.modified > fresh)]
+    return [
+        o
+        for prefix in TABLE_DIRS
+        for o in store.list(prefix)
+        if o.path != tomb_path and not (o.path.rsplit("/", 1)[-1].startswith(".tmp-") and o.modified > fresh)
+    ]
 
 
 def _commit_drop(store: ObjectStore, head: Manifest) -> Manifest | None:
@@ -141,7 +146,7 @@ def _remove(store: ObjectStore, tomb: Manifest) -> DropStats:
             return DropStats(store.uri, tomb.version, removed, size)
         ordered = [o.path for o in sorted(doomed, key=_order)]
         versions = [p for p in ordered if _order_of(p)[0] == 2]
-        store.delete(ordered[:len(ordered) - len(versions)])
+        store.delete(ordered[: len(ordered) - len(versions)])
         for path in versions:  # one at a time, oldest first: a request removing many keys promises no order
             store.delete([path])
         removed += len(doomed)
@@ -149,11 +154,15 @@ def _remove(store: ObjectStore, tomb: Manifest) -> DropStats:
     else:
         left = len(leftovers(store, tomb))
         if left:
-            log.warning("drop of %s: %d objects written while it ran are left (unreferenced: run lamina.drop_table "
-                        "again to remove them)", store.uri, left)
+            log.warning(
+                "drop of %s: %d objects written while it ran are left (unreferenced: run lamina.drop_table again to remove them)",
+                store.uri,
+                left,
+            )
     forget_table(store, tomb.table_uuid)
-    log.info("dropped %s at version %d: removed %d objects (%d bytes); the tombstone stays", store.uri, tomb.version,
-             removed, size)
+    log.info(
+        "dropped %s at version %d: removed %d objects (%d bytes); the tombstone stays", store.uri, tomb.version, removed, size
+    )
     return DropStats(store.uri, tomb.version, removed, size)
 
 
@@ -169,6 +178,6 @@ def _order_of(path: str) -> tuple[int, int, str]:
         return (0, 0, path)
     if path == LATEST_HINT:
         return (1, 0, path)
-    name = path[len(VERSIONS_DIR):]
+    name = path[len(VERSIONS_DIR) :]
     number = name[: -len(".manifest")] if name.endswith(".manifest") else ""
     return (2, int(number), path) if number.isdigit() else (1, 1, path)

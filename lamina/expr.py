@@ -148,8 +148,14 @@ Node = Column | Compare | In | Between | Like | IsNull | Relation | Const | And 
 
 
 # -- to Arrow -------------------------------------------------------------------------------------
-_CMP = {"=": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
-        "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+_CMP = {
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
 
 
 def ref(col: Column) -> pc.Expression:
@@ -256,8 +262,13 @@ def _range(c: Compare) -> tuple[Any, bool, Any, bool] | None:
     s = c.value
     if s is None or not s.is_valid or c.op == "!=":
         return None
-    return {"=": (s, True, s, True), "<": (None, False, s, False), "<=": (None, False, s, True),
-            ">": (s, False, None, False), ">=": (s, True, None, False)}[c.op]
+    return {
+        "=": (s, True, s, True),
+        "<": (None, False, s, False),
+        "<=": (None, False, s, True),
+        ">": (s, False, None, False),
+        ">=": (s, True, None, False),
+    }[c.op]
 
 
 def render(node: Node) -> str:
@@ -333,9 +344,17 @@ class ArrowLiteral:
 class _ArrowSchemaC(ctypes.Structure):
     """``struct ArrowSchema`` of the Arrow C data interface."""
 
-    _fields_ = [("format", ctypes.c_char_p), ("name", ctypes.c_char_p), ("metadata", ctypes.c_void_p),
-                ("flags", ctypes.c_int64), ("n_children", ctypes.c_int64), ("children", ctypes.c_void_p),
-                ("dictionary", ctypes.c_void_p), ("release", ctypes.c_void_p), ("private_data", ctypes.c_void_p)]
+    _fields_ = [
+        ("format", ctypes.c_char_p),
+        ("name", ctypes.c_char_p),
+        ("metadata", ctypes.c_void_p),
+        ("flags", ctypes.c_int64),
+        ("n_children", ctypes.c_int64),
+        ("children", ctypes.c_void_p),
+        ("dictionary", ctypes.c_void_p),
+        ("release", ctypes.c_void_p),
+        ("private_data", ctypes.c_void_p),
+    ]
 
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -360,10 +379,10 @@ def _metadata_pairs(schema: pa.Schema) -> list[tuple[bytes, bytes]]:
     at, pairs = 4, []
     for _ in range(n):
         (k,) = struct.unpack_from("=i", blob, at)
-        key = blob[at + 4:at + 4 + k]
+        key = blob[at + 4 : at + 4 + k]
         at += 4 + k
         (v,) = struct.unpack_from("=i", blob, at)
-        pairs.append((key, blob[at + 4:at + 4 + v]))
+        pairs.append((key, blob[at + 4 : at + 4 + v]))
         at += 4 + v
     return pairs
 
@@ -383,7 +402,7 @@ class _Serialized:
         return self.batch.column(int(column))[0]
 
     def expression(self, span: tuple[int, int]) -> pc.Expression:
-        schema = self.batch.schema.with_metadata(pa.KeyValueMetadata(self.pairs[span[0]:span[1]]))
+        schema = self.batch.schema.with_metadata(pa.KeyValueMetadata(self.pairs[span[0] : span[1]]))
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, schema) as w:
             w.write_batch(pa.RecordBatch.from_arrays(self.batch.columns, schema=schema))
@@ -411,7 +430,7 @@ def read_arrow(expression: pc.Expression) -> ArrowCall | ArrowField | ArrowLiter
             item = ArrowField((value,))
         elif key == "nested_field_ref":
             n = int(value)
-            names = pairs[i:i + n]
+            names = pairs[i : i + n]
             if len(names) != n or any(k != "field_ref" for k, _ in names):
                 raise ValueError("malformed nested field reference")
             item = ArrowField(tuple(v for _, v in names))

@@ -183,9 +183,17 @@ def _is_nan(s: pa.Scalar) -> bool:
 
 def _plain(t: pa.DataType) -> bool:
     """Types every comparison and IN with a literal of the same type binds to."""
-    return (pa.types.is_integer(t) or (pa.types.is_floating(t) and t != pa.float16()) or pa.types.is_boolean(t)
-            or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t) or pa.types.is_timestamp(t) or pa.types.is_date(t))
+    return (
+        pa.types.is_integer(t)
+        or (pa.types.is_floating(t) and t != pa.float16())
+        or pa.types.is_boolean(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+    )
 
 
 def _is_number(v: Any) -> bool:
@@ -200,8 +208,13 @@ _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 def _counted(t: pa.DataType) -> bool:
     """Types whose values are integers (temporal ones: a count of their unit), compared by value."""
-    return (pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_duration(t)
-            or pa.types.is_time(t))
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+        or pa.types.is_duration(t)
+        or pa.types.is_time(t)
+    )
 
 
 def _unit_ns(t: pa.DataType) -> int:
@@ -353,7 +366,7 @@ def _tokenize(text: str) -> list[_Tok]:
         m = match(text, pos)
         if not m or m.end() == pos:
             pos = len(text) - len(text[pos:].lstrip())  # the first character that is not a space
-            raise InvalidFilter(f"cannot parse filter {_short(text)} at position {pos}: unexpected {text[pos:pos + 10]!r}")
+            raise InvalidFilter(f"cannot parse filter {_short(text)} at position {pos}: unexpected {text[pos : pos + 10]!r}")
         kind = m.lastgroup or ""
         value, start = m.group(kind), m.start(kind)
         if kind == "word" and value.upper() in _KEYWORDS:
@@ -375,8 +388,10 @@ class _Parser:
     def __init__(self, text: str, schema: pa.Schema):
         self.text, self.schema = text, schema
         if len(text) > MAX_FILTER_LENGTH:
-            raise InvalidFilter(f"filter {_short(text)} is longer than {MAX_FILTER_LENGTH:,} characters; split it into "
-                                "several calls, or pass an Expression such as pyarrow.compute.field('id').isin(values)")
+            raise InvalidFilter(
+                f"filter {_short(text)} is longer than {MAX_FILTER_LENGTH:,} characters; split it into "
+                "several calls, or pass an Expression such as pyarrow.compute.field('id').isin(values)"
+            )
         self.toks = _tokenize(text)
         self.i = 0
         self.columns: set[str] = set()
@@ -409,7 +424,7 @@ class _Parser:
     # -- grammar
     def parse(self) -> Node:
         if not self.toks:
-            raise InvalidFilter("empty filter: pass a condition such as \"id < 100\"")
+            raise InvalidFilter('empty filter: pass a condition such as "id < 100"')
         e = self.or_()
         t = self.peek()
         if t is not None:
@@ -440,7 +455,7 @@ class _Parser:
 
     def _span(self, start: int) -> str:
         end_tok = self.toks[self.i - 1]
-        return self.text[self.toks[start].pos:end_tok.pos + len(end_tok.value)]
+        return self.text[self.toks[start].pos : end_tok.pos + len(end_tok.value)]
 
     def predicate(self) -> Node:
         t = self.peek()
@@ -449,16 +464,20 @@ class _Parser:
             self.i += 1
             self.depth += 1
             if self.depth > MAX_FILTER_DEPTH:
-                raise InvalidFilter(f"filter {_short(self.text)} nests parentheses more than {MAX_FILTER_DEPTH} deep "
-                                    f"(at position {t.pos}); write it with fewer levels")
+                raise InvalidFilter(
+                    f"filter {_short(self.text)} nests parentheses more than {MAX_FILTER_DEPTH} deep "
+                    f"(at position {t.pos}); write it with fewer levels"
+                )
             e = self.or_()
             self.expect("op", ")")
             self.depth -= 1
             return e
         self.terms += 1
         if self.terms > MAX_FILTER_TERMS:
-            raise InvalidFilter(f"filter {_short(self.text)} has more than {MAX_FILTER_TERMS:,} terms (at position "
-                                f"{t.pos if t else len(self.text)}); write long lists of values as one IN (...)")
+            raise InvalidFilter(
+                f"filter {_short(self.text)} has more than {MAX_FILTER_TERMS:,} terms (at position "
+                f"{t.pos if t else len(self.text)}); write long lists of values as one IN (...)"
+            )
         if t and t.kind == "kw" and t.value in ("TRUE", "FALSE"):
             nxt = self.peek(1)
             if nxt is None or (nxt.kind == "kw" and nxt.value in ("AND", "OR")) or (nxt.kind == "op" and nxt.value == ")"):
@@ -504,8 +523,9 @@ class _Parser:
                 raise InvalidFilter(f"cannot parse filter {_short(self.text)}: NOT must precede IN, BETWEEN or LIKE here")
             op = self.expect("op")
             if op.value not in _OPS:
-                raise InvalidFilter(f"cannot parse filter {_short(self.text)}: {op.value!r} at position {op.pos} "
-                                    "is not a comparison")
+                raise InvalidFilter(
+                    f"cannot parse filter {_short(self.text)}: {op.value!r} at position {op.pos} is not a comparison"
+                )
             cmp = _OPS[op.value]
             right = self.operand()
             if isinstance(left, _Lit) and isinstance(right, Column):
@@ -605,8 +625,10 @@ class _Parser:
         field_type: pa.DataType
         idx = self.schema.get_field_index(names[0])
         if idx < 0:
-            raise InvalidFilter(f"filter {_short(self.text)} names column {names[0]!r}, which the table does not have; "
-                                f"columns: {', '.join(self.schema.names)}")
+            raise InvalidFilter(
+                f"filter {_short(self.text)} names column {names[0]!r}, which the table does not have; "
+                f"columns: {', '.join(self.schema.names)}"
+            )
         field_type = self.schema.field(idx).type
         for part in names[1:]:
             if not pa.types.is_struct(field_type) or field_type.get_field_index(part) < 0:
@@ -663,8 +685,9 @@ class _Parser:
                 return arrays.scalar(lit.value, pa.string()).cast(target)
             return arrays.scalar(lit.value, target)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
-            raise InvalidFilter(f"filter {_short(self.text)}: value {lit.value!r} cannot be compared with a column "
-                                f"of type {target}") from None
+            raise InvalidFilter(
+                f"filter {_short(self.text)}: value {lit.value!r} cannot be compared with a column of type {target}"
+            ) from None
 
     def value(self, operand: Column | _Lit, other_type: pa.DataType | None) -> Column | Literal:
         """An operand of a comparison that does not bind to one column (``Relation``, ``IsNull``): a
@@ -858,8 +881,7 @@ def _arrow_in(col: Column, opts: dict) -> Node | None:
         return None
     null = values.null_count > 0
     values = values.drop_null()
-    if pa.types.is_floating(col.type) and len(values) and (
-            _has_zero(values) or pc.any(pc.is_nan(values)).as_py()):
+    if pa.types.is_floating(col.type) and len(values) and (_has_zero(values) or pc.any(pc.is_nan(values)).as_py()):
         return None  # Arrow's set lookup tells NaN from NaN and -0.0 from 0.0; comparisons do not
     found = In(col, values, False)
     return Or((found, IsNull(col))) if null else And((found, IsNull(col, True)))
@@ -890,4 +912,4 @@ def parse_filter(flt: str | pc.Expression | Filter, schema: pa.Schema) -> Filter
         tree = from_expression(flt, schema)
         found, _ = conjuncts(tree)  # evaluated as given: index candidates are always re-checked
         return Filter(flt, None, str(flt), found, False, tree)
-    raise InvalidFilter(f"a filter is a string such as \"id < 100\" or a pyarrow.compute.Expression, not {type(flt).__name__}")
+    raise InvalidFilter(f'a filter is a string such as "id < 100" or a pyarrow.compute.Expression, not {type(flt).__name__}')

@@ -113,8 +113,15 @@ def memtable_key_type(t: pa.DataType) -> str:
     return primary_key_domain(t, "a WAL primary key")
 
 
-def remove_applied_segments(store: ObjectStore, shard: int, watermarks: Mapping[str, int], retention_seconds: float,
-                            *, now: float | None = None, segments: Iterable[int] | None = None) -> list[int]:
+def remove_applied_segments(
+    store: ObjectStore,
+    shard: int,
+    watermarks: Mapping[str, int],
+    retention_seconds: float,
+    *,
+    now: float | None = None,
+    segments: Iterable[int] | None = None,
+) -> list[int]:
     """Deletes the sealed segments of ``shard`` whose every transaction is committed to the table,
     once their seal is older than ``retention_seconds``; returns the segments this call removed.
 
@@ -175,8 +182,11 @@ STOPPED = "stopped"
 
 #: Pairs of column types in which every WAL value decodes to the same value.
 _SAME_ENCODING = {
-    (pa.string(), pa.large_string()), (pa.binary(), pa.large_binary()),
-    (pa.string(), pa.binary()), (pa.string(), pa.large_binary()), (pa.large_string(), pa.large_binary()),
+    (pa.string(), pa.large_string()),
+    (pa.binary(), pa.large_binary()),
+    (pa.string(), pa.binary()),
+    (pa.string(), pa.large_binary()),
+    (pa.large_string(), pa.large_binary()),
 }
 
 
@@ -206,7 +216,7 @@ def wal_schema_change(old: pa.Schema, new: pa.Schema, old_key: str | None, new_k
             return f"column {f.name!r} changed type from {f.type} to {g.type}"
         if f.nullable and not g.nullable:
             return f"column {f.name!r} is no longer nullable"
-    required = [g.name for g in list(new)[len(old):] if not g.nullable]
+    required = [g.name for g in list(new)[len(old) :] if not g.nullable]
     if required:
         return f"new column(s) {required} are not nullable, and rows written before have no value for them"
     try:
@@ -236,8 +246,7 @@ class _PutWatch:
 class ShardApplier:
     """Applies one shard of a table's WAL. Thread-safe (one lock); see the module docstring."""
 
-    def __init__(self, uri: str, shard: int, storage_options: dict[str, Any] | None = None,
-                 options: IngestOptions | None = None):
+    def __init__(self, uri: str, shard: int, storage_options: dict[str, Any] | None = None, options: IngestOptions | None = None):
         import lamina
 
         self.uri, self.shard, self.options = uri, int(shard), options or IngestOptions()
@@ -298,15 +307,21 @@ class ShardApplier:
         starts, positions = getattr(self, "starts", {}), getattr(self, "positions", {})  # none yet when opening
         unflushed = getattr(self, "unflushed_rows", 0)
         if unflushed:
-            where = ", ".join(f"segment {watermark_key(self.shard, s)} transactions {starts.get(s, 0)} to {n - 1}"
-                              for s, n in sorted(positions.items()) if n != starts.get(s, 0))
-            lost = (f"{unflushed} rows read from its WAL ({where}) were not applied and will not be: they were "
-                    f"for the dropped table")
+            where = ", ".join(
+                f"segment {watermark_key(self.shard, s)} transactions {starts.get(s, 0)} to {n - 1}"
+                for s, n in sorted(positions.items())
+                if n != starts.get(s, 0)
+            )
+            lost = (
+                f"{unflushed} rows read from its WAL ({where}) were not applied and will not be: they were for the dropped table"
+            )
         else:
             lost = "no rows were waiting to be flushed"
-        message = (f"WAL shard {self.shard} of table {self.uri} stopped: {why}; nothing was committed after the drop, "
-                   f"{lost}. Stop the table's producers (their WalWriters raise TableDropped too); to ingest into a table "
-                   f"created at this URI since, start a new applier on it")
+        message = (
+            f"WAL shard {self.shard} of table {self.uri} stopped: {why}; nothing was committed after the drop, "
+            f"{lost}. Stop the table's producers (their WalWriters raise TableDropped too); to ingest into a table "
+            f"created at this URI since, start a new applier on it"
+        )
         self._stopped = TableDropped(message)
         self.stats.error = message
         log.error("%s", message)
@@ -324,8 +339,12 @@ class ShardApplier:
             # checked segment by segment against the schema their writer recorded.
             why = None
         if why is None:
-            log.warning("shard %d of %s: the table's schema changed to (%s); WAL rows are read in it from now on",
-                        self.shard, self.uri, show_schema(new))
+            log.warning(
+                "shard %d of %s: the table's schema changed to (%s); WAL rows are read in it from now on",
+                self.shard,
+                self.uri,
+                show_schema(new),
+            )
             self.pk = new_key
             self._use_schema(new)
             return
@@ -351,8 +370,13 @@ class ShardApplier:
         self._stopped = ShardStopped(message)
         self.stats.error = message
         log.error("%s", message)
-        record = {"table": self.uri, "shard": self.shard, "error": message, "primary_key": self.pk,
-                  "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode()}
+        record = {
+            "table": self.uri,
+            "shard": self.shard,
+            "error": message,
+            "primary_key": self.pk,
+            "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode(),
+        }
         try:
             self.store.put(shard_prefix(self.shard) + STOPPED, json.dumps(record).encode())
         except Exception as e:  # the in-memory stop still holds; a restart re-checks the schema
@@ -368,8 +392,10 @@ class ShardApplier:
         except ObjectNotFound:
             return None
         except (ValueError, KeyError, TypeError, pa.ArrowException):
-            raise CorruptFile(f"the stop record {self.store.describe(path)} of WAL shard {self.shard} is unreadable; "
-                              f"check the table's schema against the WAL and remove it by hand") from None
+            raise CorruptFile(
+                f"the stop record {self.store.describe(path)} of WAL shard {self.shard} is unreadable; "
+                f"check the table's schema against the WAL and remove it by hand"
+            ) from None
 
     def _check_running(self) -> None:
         if self._stopped is not None:
@@ -554,9 +580,13 @@ class ShardApplier:
                 fragments = write_fragments(self.store, self.schema, iter(batches), self.table.write_options)
                 deltas = self._older_versions(base, changed_keys) if changed_keys is not None and len(changed_keys) else {}
                 maybe_die(FAULT_KILL_IN_FLUSH)
-                txn = WalFlush(base.version, fragments,
-                               deltas, {watermark_key(self.shard, s): n for s, n in moved.items()},
-                               {watermark_key(self.shard, s): self.starts.get(s, 0) for s in moved})
+                txn = WalFlush(
+                    base.version,
+                    fragments,
+                    deltas,
+                    {watermark_key(self.shard, s): n for s, n in moved.items()},
+                    {watermark_key(self.shard, s): self.starts.get(s, 0) for s in moved},
+                )
             except Exception:
                 self.stats.flush_failures += 1
                 self._remove_files(fragments)  # nothing was committed
@@ -573,17 +603,20 @@ class ShardApplier:
                 return None
             except SchemaMismatch as e:  # the commit path refused the fragment: nothing committed
                 self._remove_files(fragments)
-                self._stop(f"WAL shard {self.shard} of table {self.uri} stopped: its flush was refused ({e}). "
-                           f"The applier read its WAL rows in ({show_schema(self.schema)}); the table has "
-                           f"({show_schema(self._reload_table().schema)}). Nothing was lost: the unflushed rows stay in "
-                           f"the WAL; start the applier again once the table's schema fits them")
+                self._stop(
+                    f"WAL shard {self.shard} of table {self.uri} stopped: its flush was refused ({e}). "
+                    f"The applier read its WAL rows in ({show_schema(self.schema)}); the table has "
+                    f"({show_schema(self._reload_table().schema)}). Nothing was lost: the unflushed rows stay in "
+                    f"the WAL; start the applier again once the table's schema fits them"
+                )
             except Exception as e:
                 self.stats.flush_failures += 1
                 if not watch.manifest_put:
                     self._remove_files(fragments)  # failed before any manifest put: nothing committed
                 else:
-                    log.warning("shard %d: flush failed with an unknown outcome (%s); its data files stay for cleanup",
-                                self.shard, e)
+                    log.warning(
+                        "shard %d: flush failed with an unknown outcome (%s); its data files stay for cleanup", self.shard, e
+                    )
                 raise
             self.stats.flushes += 1
             self.stats.flushed_rows += self.unflushed_rows
@@ -597,8 +630,9 @@ class ShardApplier:
         try:
             self.store.delete([f.path for f in fragments])
         except Exception as e:  # cleanup() removes them later (no version references them)
-            log.warning("shard %d: could not remove the %d data files of a failed flush (%s); cleanup will",
-                        self.shard, len(fragments), e)
+            log.warning(
+                "shard %d: could not remove the %d data files of a failed flush (%s); cleanup will", self.shard, len(fragments), e
+            )
 
     def drain(self) -> int | None:
         """Applies and flushes what is committed to the WAL now, flush_bytes at a time; returns

@@ -25,9 +25,16 @@ class Ingestion:
         self.uri, self.handles = uri, handles
 
     @classmethod
-    def start(cls, uri: str, shards: int, *, storage_options: dict[str, Any] | None = None,
-              options: IngestOptions | None = None, runtime_env: dict[str, Any] | None = None,
-              actor_cpus: float = 0.25) -> Ingestion:
+    def start(
+        cls,
+        uri: str,
+        shards: int,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        options: IngestOptions | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        actor_cpus: float = 0.25,
+    ) -> Ingestion:
         """Starts the appliers of shards ``0..shards-1`` (or attaches to those already running) on the
         Ray cluster of this process (``RAY_ADDRESS``), or on a local Ray it starts."""
         from lamina.workers.ingest import applier_actor

@@ -87,14 +87,22 @@ class TableReport:
     def record(self, at_ms: int) -> dict[str, Any]:
         """What the catalog keeps as the table's last maintenance (``version``/``rows``/``bytes`` also
         refresh the catalog's last known state of the table)."""
-        out: dict[str, Any] = {"at_ms": at_ms, "status": self.status, "actions": self.done(), "error": self.error,
-                               "seconds": self.seconds}
+        out: dict[str, Any] = {
+            "at_ms": at_ms,
+            "status": self.status,
+            "actions": self.done(),
+            "error": self.error,
+            "seconds": self.seconds,
+        }
         version = self.version_after if self.version_after is not None else self.version_before
         if version is not None:
             after = self.version_after is not None
-            out.update(version=version, rows=self.rows_after if after else self.rows_before,
-                       bytes=self.bytes_after if after else self.bytes_before,
-                       fragments=self.fragments_after if after else self.fragments_before)
+            out.update(
+                version=version,
+                rows=self.rows_after if after else self.rows_before,
+                bytes=self.bytes_after if after else self.bytes_before,
+                fragments=self.fragments_after if after else self.fragments_before,
+            )
         failed = [a for a in self.actions if a["status"] == "failed"]
         if failed:
             out["failed_action"] = _label(failed[0])
@@ -170,8 +178,10 @@ class MaintenanceReport:
             lines.append(self.catalog.describe())
         c = self.counts()
         what = "would get actions" if self.dry_run else "got actions"
-        lines.append(f"\n{self.root}: {len(self.tables)} tables, {c['with_actions']} {what}, {c[FAILED]} failed, "
-                     f"{c[SKIPPED]} skipped; {self.seconds:.1f} s")
+        lines.append(
+            f"\n{self.root}: {len(self.tables)} tables, {c['with_actions']} {what}, {c[FAILED]} failed, "
+            f"{c[SKIPPED]} skipped; {self.seconds:.1f} s"
+        )
         if self.record_error:
             lines.append(f"recording the outcome in the catalog failed: {self.record_error}")
         if self.failed:
@@ -179,11 +189,20 @@ class MaintenanceReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"root": self.root, "dry_run": self.dry_run, "ok": self.ok, "failed": self.failed,
-                "counts": self.counts(), "seconds": self.seconds, "started_ms": self.started_ms,
-                "record_error": self.record_error, "policy": self.policy, "io": self.io,
-                "tables": [t.to_dict() for t in self.tables],
-                "catalog": self.catalog.to_dict() if self.catalog is not None else None}
+        return {
+            "root": self.root,
+            "dry_run": self.dry_run,
+            "ok": self.ok,
+            "failed": self.failed,
+            "counts": self.counts(),
+            "seconds": self.seconds,
+            "started_ms": self.started_ms,
+            "record_error": self.record_error,
+            "policy": self.policy,
+            "io": self.io,
+            "tables": [t.to_dict() for t in self.tables],
+            "catalog": self.catalog.to_dict() if self.catalog is not None else None,
+        }
 
 
 def _label(action: dict[str, Any]) -> str:
@@ -203,13 +222,13 @@ def table_inputs(table: Table, retention_seconds: float, now: float) -> tuple[li
     store = table.store
     versions = []
     for obj in store.list(VERSIONS_DIR):
-        name = obj.path[len(VERSIONS_DIR):]
+        name = obj.path[len(VERSIONS_DIR) :]
         if name.endswith(MANIFEST_SUFFIX) and name[: -len(MANIFEST_SUFFIX)].isdigit():
             versions.append((int(name[: -len(MANIFEST_SUFFIX)]), obj.modified))
     versions.sort()
     segments: dict[tuple[int, int], float | None] = {}
     for obj in store.list(WAL_DIR):
-        parts = obj.path[len(WAL_DIR):].split("/")
+        parts = obj.path[len(WAL_DIR) :].split("/")
         if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
             continue
         key = (int(parts[0]), int(parts[1]))
@@ -234,16 +253,26 @@ def _compact(table: Table, plan: TablePlan, budget: int | None) -> dict[str, Any
     if budget is not None:
         options = options.with_overrides(max_concurrency=min(budget, options.max_concurrency or budget))
     _, summary = compact(table.uri, options, storage_options=table.storage_options)
-    detail = {"groups": len(summary.groups), "committed_versions": summary.committed_versions,
-              "fragments": [summary.fragments_before, summary.fragments_after],
-              "failed_groups": summary.failed_groups, "retries": summary.retries}
+    detail = {
+        "groups": len(summary.groups),
+        "committed_versions": summary.committed_versions,
+        "fragments": [summary.fragments_before, summary.fragments_after],
+        "failed_groups": summary.failed_groups,
+        "retries": summary.retries,
+    }
     if summary.failed_groups:
-        errors = [f"group {i} (fragments {g['fragment_ids']}): {g['error']}" for i, g in enumerate(summary.groups)
-                  if g["status"] in ("failed", "conflict")]
+        errors = [
+            f"group {i} (fragments {g['fragment_ids']}): {g['error']}"
+            for i, g in enumerate(summary.groups)
+            if g["status"] in ("failed", "conflict")
+        ]
         others = len(summary.groups) - summary.failed_groups
-        raise _ActionFailed(f"{summary.failed_groups} of {len(summary.groups)} compaction group(s) failed"
-                            + (f" (the other {others} were committed)" if others else "") + f": {'; '.join(errors)}",
-                            detail)
+        raise _ActionFailed(
+            f"{summary.failed_groups} of {len(summary.groups)} compaction group(s) failed"
+            + (f" (the other {others} were committed)" if others else "")
+            + f": {'; '.join(errors)}",
+            detail,
+        )
     return detail
 
 
@@ -253,8 +282,9 @@ def _update_index(table: Table, name: str, budget: int | None) -> dict[str, Any]
     table.reload()
     if not any(ix.name == name for ix in table.manifest.indices):
         return {"action": "none", "why": f"index {name!r} was dropped meanwhile"}
-    return build_index(table, name=name, update=True, ray=True, max_concurrency=budget,
-                       storage_options=table.storage_options).to_dict()
+    return build_index(
+        table, name=name, update=True, ray=True, max_concurrency=budget, storage_options=table.storage_options
+    ).to_dict()
 
 
 def _retire_wal(table: Table, plan: TablePlan) -> dict[str, Any]:
@@ -264,9 +294,10 @@ def _retire_wal(table: Table, plan: TablePlan) -> dict[str, Any]:
     by_shard: dict[int, list[int]] = {}
     for shard, segment in plan.wal_segments:
         by_shard.setdefault(shard, []).append(segment)
-    removed = {str(shard): remove_applied_segments(table.store, shard, watermarks, plan.policy.retention_seconds,
-                                                   segments=segments)
-               for shard, segments in sorted(by_shard.items())}
+    removed = {
+        str(shard): remove_applied_segments(table.store, shard, watermarks, plan.policy.retention_seconds, segments=segments)
+        for shard, segments in sorted(by_shard.items())
+    }
     return {"removed": removed}
 
 
@@ -327,8 +358,15 @@ class _Budget:
         return True
 
 
-def _maintain_one(name: str, open_table: Callable[[str], Table], properties: Callable[[str], dict[str, Any]],
-                  policy: MaintenancePolicy, budget: _Budget, max_concurrency: int | None, dry_run: bool) -> TableReport:
+def _maintain_one(
+    name: str,
+    open_table: Callable[[str], Table],
+    properties: Callable[[str], dict[str, Any]],
+    policy: MaintenancePolicy,
+    budget: _Budget,
+    max_concurrency: int | None,
+    dry_run: bool,
+) -> TableReport:
     report = TableReport(name)
     started = time.perf_counter()
     io_before = io_stats()
@@ -376,9 +414,17 @@ def _check_limits(max_tables: int | None, max_concurrency: int | None) -> None:
             raise InvalidArgument(f"{what} must be a positive integer, got {value!r}")
 
 
-def _run(names: Sequence[str], open_table: Callable[[str], Table], properties: Callable[[str], dict[str, Any]],
-         policy: MaintenancePolicy, report: MaintenanceReport, max_tables: int | None, max_concurrency: int | None,
-         dry_run: bool, progress: Callable[[int, int], None] | None) -> None:
+def _run(
+    names: Sequence[str],
+    open_table: Callable[[str], Table],
+    properties: Callable[[str], dict[str, Any]],
+    policy: MaintenancePolicy,
+    report: MaintenanceReport,
+    max_tables: int | None,
+    max_concurrency: int | None,
+    dry_run: bool,
+    progress: Callable[[int, int], None] | None,
+) -> None:
     budget = _Budget(max_tables)
     for n, name in enumerate(names, 1):
         report.tables.append(_maintain_one(name, open_table, properties, policy, budget, max_concurrency, dry_run))
@@ -386,10 +432,16 @@ def _run(names: Sequence[str], open_table: Callable[[str], Table], properties: C
             progress(n, len(names))
 
 
-def maintain_tables(uris: Iterable[str], policy: MaintenancePolicy | None = None, *,
-                    storage_options: dict[str, Any] | None = None, max_tables: int | None = None,
-                    max_concurrency: int | None = None, dry_run: bool = False,
-                    progress: Callable[[int, int], None] | None = None) -> MaintenanceReport:
+def maintain_tables(
+    uris: Iterable[str],
+    policy: MaintenancePolicy | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    max_tables: int | None = None,
+    max_concurrency: int | None = None,
+    dry_run: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> MaintenanceReport:
     """``maintain`` for tables outside any catalog, named by URI: the policy as given (no property
     overrides), and nothing recorded."""
     from lamina.table import open_table
@@ -400,8 +452,17 @@ def maintain_tables(uris: Iterable[str], policy: MaintenancePolicy | None = None
     started = time.time()
     io_before = io_stats()
     report = MaintenanceReport(", ".join(uris), dry_run, policy.to_dict(), started_ms=int(started * 1000))
-    _run(uris, lambda uri: open_table(uri, storage_options=storage_options), lambda _uri: {}, policy, report,
-         max_tables, max_concurrency, dry_run, progress)
+    _run(
+        uris,
+        lambda uri: open_table(uri, storage_options=storage_options),
+        lambda _uri: {},
+        policy,
+        report,
+        max_tables,
+        max_concurrency,
+        dry_run,
+        progress,
+    )
     report.seconds = round(time.time() - started, 3)
     report.io = stats_delta(io_before)
     return report
@@ -414,10 +475,18 @@ def open_catalog(root: str, storage_options: dict[str, Any] | None = None) -> Ca
     return connect(root, storage_options=storage_options, create=False)
 
 
-def maintain(root: str, policy: MaintenancePolicy | None = None, *, storage_options: dict[str, Any] | None = None,
-             namespace: str | None = None, names: Sequence[str] | None = None, max_tables: int | None = None,
-             max_concurrency: int | None = None, dry_run: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> MaintenanceReport:
+def maintain(
+    root: str,
+    policy: MaintenancePolicy | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    namespace: str | None = None,
+    names: Sequence[str] | None = None,
+    max_tables: int | None = None,
+    max_concurrency: int | None = None,
+    dry_run: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> MaintenanceReport:
     """Maintains the tables of the catalog at ``root`` (those of ``namespace`` and the namespaces in
     it, or the tables ``names``): compaction, index updates, WAL retirement and cleanup, each table
     as ``policy`` overridden by its ``maintenance.*`` properties says; then cleans up the catalog
@@ -444,14 +513,18 @@ def maintain(root: str, policy: MaintenancePolicy | None = None, *, storage_opti
             names = catalog.list_tables(namespace, recursive=True)
         except LookupError as e:  # NamespaceNotFound: a bad argument
             raise InvalidArgument(str(e)) from None
-    _run(names, catalog.open_table, catalog.effective_properties, policy, report, max_tables, max_concurrency,
-         dry_run, progress)
+    _run(names, catalog.open_table, catalog.effective_properties, policy, report, max_tables, max_concurrency, dry_run, progress)
 
-    own = MaintenancePolicy(compaction=policy.compaction, compact=False, update_indices=False, retire_wal=False,
-                            cleanup=policy.cleanup, retention_seconds=policy.retention_seconds,
-                            enforce_retention=policy.enforce_retention)
-    report.catalog = _maintain_one("_catalog", lambda _name: catalog.table, lambda _name: {}, own, _Budget(None),
-                                   None, dry_run)
+    own = MaintenancePolicy(
+        compaction=policy.compaction,
+        compact=False,
+        update_indices=False,
+        retire_wal=False,
+        cleanup=policy.cleanup,
+        retention_seconds=policy.retention_seconds,
+        enforce_retention=policy.enforce_retention,
+    )
+    report.catalog = _maintain_one("_catalog", lambda _name: catalog.table, lambda _name: {}, own, _Budget(None), None, dry_run)
     report.catalog.notes = []  # rewritten whole with its indices by every change: cleanup is all it needs
     if not dry_run:
         recorded = {t.name: t.record(report.started_ms) for t in report.tables if t.status != SKIPPED}
@@ -459,12 +532,22 @@ def maintain(root: str, policy: MaintenancePolicy | None = None, *, storage_opti
             catalog.record_maintenance(recorded)
         except Exception as e:
             report.record_error = _error_text(e)
-            log.error("recording the maintenance of %d tables in %s failed: %s", len(recorded), catalog.root,
-                      report.record_error)
+            log.error("recording the maintenance of %d tables in %s failed: %s", len(recorded), catalog.root, report.record_error)
     report.seconds = round(time.time() - started, 3)
     report.io = stats_delta(io_before)
     return report
 
 
-__all__ = ["maintain", "maintain_tables", "open_catalog", "run_actions", "table_inputs", "MaintenanceReport",
-           "TableReport", "OK", "FAILED", "SKIPPED", "PLANNED"]
+__all__ = [
+    "maintain",
+    "maintain_tables",
+    "open_catalog",
+    "run_actions",
+    "table_inputs",
+    "MaintenanceReport",
+    "TableReport",
+    "OK",
+    "FAILED",
+    "SKIPPED",
+    "PLANNED",
+]

@@ -197,8 +197,7 @@ def _cmp_values(op: str, v: Any, c: Chunk) -> int:
         all_eq = c.hi_inclusive and c.hi is not None and c.lo == v and c.hi == v
     except TypeError:
         return out | T | F
-    t, f = {"<": (lt, ge), "<=": (le, gt), ">": (gt, le), ">=": (ge, lt), "=": (eq, not all_eq),
-            "!=": (not all_eq, eq)}[op]
+    t, f = {"<": (lt, ge), "<=": (le, gt), ">": (gt, le), ">=": (ge, lt), "=": (eq, not all_eq), "!=": (not all_eq, eq)}[op]
     return out | (T if t else 0) | (F if f else 0)
 
 
@@ -250,7 +249,8 @@ class _Decoder:
             width = t.bit_width
             signed = pa.types.is_signed_integer(t)
             self.ok = physical == ("INT64" if width == 64 else "INT32") and (
-                signed or (ltype == "Int" and logical.get("isSigned") is False))
+                signed or (ltype == "Int" and logical.get("isSigned") is False)
+            )
             self.bounds = int_bounds(t)
         elif kind == "float":
             self.ok = physical == ("FLOAT" if t == pa.float32() else "DOUBLE")
@@ -303,11 +303,13 @@ class _Decoder:
                 lo, hi = lo * self.scale, hi * self.scale
             else:
                 lo, hi = st.min, st.max
-            if self.kind == "int" and not (isinstance(lo, int) and isinstance(hi, int)
-                                           and self.bounds[0] <= lo <= hi <= self.bounds[1]):
+            if self.kind == "int" and not (
+                isinstance(lo, int) and isinstance(hi, int) and self.bounds[0] <= lo <= hi <= self.bounds[1]
+            ):
                 return None
-            if self.kind == "float" and (not isinstance(lo, float) or not isinstance(hi, float)
-                                         or math.isnan(lo) or math.isnan(hi)):
+            if self.kind == "float" and (
+                not isinstance(lo, float) or not isinstance(hi, float) or math.isnan(lo) or math.isnan(hi)
+            ):
                 return None
             if self.kind == "bool" and not (isinstance(lo, bool) and isinstance(hi, bool)):
                 return None
@@ -463,8 +465,9 @@ FOOTER_MEMORY_FACTOR = 10
 
 def footer(store: ObjectStore, fragment: Fragment, load: Callable[[], pq.FileMetaData]) -> pq.FileMetaData:
     """A data file's Parquet metadata: cached (paths are never reused), else ``load()``."""
-    return _footers().get_or_load(("parquet", store.uri, fragment.path), load,
-                                  lambda md: FOOTER_MEMORY_FACTOR * md.serialized_size + 4096)
+    return _footers().get_or_load(
+        ("parquet", store.uri, fragment.path), load, lambda md: FOOTER_MEMORY_FACTOR * md.serialized_size + 4096
+    )
 
 
 # -- fragments and manifest segments, by their zone maps (lamina.zones) ------------------------
@@ -543,8 +546,9 @@ class FragmentPlan:
         return np.concatenate([np.arange(bounds[g], bounds[g + 1], dtype=np.uint32) for g in self.groups])
 
 
-def plan_fragment(store: ObjectStore, fragment: Fragment, schema: pa.Schema, flt: Filter,
-                  open_file: Callable[[], pq.ParquetFile]) -> FragmentPlan | None:
+def plan_fragment(
+    store: ObjectStore, fragment: Fragment, schema: pa.Schema, flt: Filter, open_file: Callable[[], pq.ParquetFile]
+) -> FragmentPlan | None:
     """Which row groups of ``fragment`` a scan for ``flt`` reads; None: all of them, decided
     without reading the footer (the filter has nothing statistics can prune)."""
     pruner = compile_filter(flt, schema)
@@ -574,8 +578,14 @@ class PruneSummary:
     pruned_ids: list[int] | None = None
 
 
-def summarize(store: ObjectStore, fragments: Sequence[Fragment], schema: pa.Schema, flt: Filter,
-              open_file: Callable[[Fragment], pq.ParquetFile], map_fn=None) -> PruneSummary | None:
+def summarize(
+    store: ObjectStore,
+    fragments: Sequence[Fragment],
+    schema: pa.Schema,
+    flt: Filter,
+    open_file: Callable[[Fragment], pq.ParquetFile],
+    map_fn=None,
+) -> PruneSummary | None:
     """Row groups a scan of ``fragments`` would read and skip (reads footers, cached); None when
     the filter has nothing statistics can prune."""
     if not compile_filter(flt, schema).useful:

@@ -97,8 +97,9 @@ def group_fragments(fragments: Sequence[Fragment], parallelism: int) -> list[lis
 class _ReadGroup:
     """One read task's work: a group of fragments of one pinned version (plain values, so it pickles)."""
 
-    def __init__(self, uri: str, storage_options: dict[str, Any] | None, manifest: Manifest,
-                 columns: list[str] | None, flt: Filter | None):
+    def __init__(
+        self, uri: str, storage_options: dict[str, Any] | None, manifest: Manifest, columns: list[str] | None, flt: Filter | None
+    ):
         self.uri = uri
         self.storage_options = storage_options
         self.manifest = manifest  # only this group's fragments; the indices of the pinned version
@@ -140,8 +141,7 @@ class LaminaDatasource(Datasource):
     Ray's projection pushdown (``select_columns`` after the read) narrows what is read.
     """
 
-    def __init__(self, table: Table, columns: Sequence[str] | None = None,
-                 filter: str | pa.compute.Expression | None = None):
+    def __init__(self, table: Table, columns: Sequence[str] | None = None, filter: str | pa.compute.Expression | None = None):
         super().__init__()
         self._uri = table.uri
         self._storage_options = table.storage_options
@@ -180,16 +180,16 @@ class LaminaDatasource(Datasource):
         """The schema of the rows read (projection applied)."""
         return output_schema(self._pinned.schema, self._columns())
 
-    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
-                       data_context: Any = None) -> list[ReadTask]:
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None) -> list[ReadTask]:
         cols = self._columns()
         out_schema = self.read_schema()
         fraction = self._fraction()
         tasks = []
         if not self._pinned.fragments:  # no rows, but a schema: one task yielding an empty block
             empty = _ReadGroup(self._uri, self._storage_options, self._pinned, cols, None)
-            return [ReadTask(empty, BlockMetadata(num_rows=0, size_bytes=0, input_files=None, exec_stats=None),
-                             schema=out_schema)]
+            return [
+                ReadTask(empty, BlockMetadata(num_rows=0, size_bytes=0, input_files=None, exec_stats=None), schema=out_schema)
+            ]
         for group in group_fragments(self._pinned.fragments, parallelism):
             meta = BlockMetadata(
                 num_rows=sum(f.live_rows for f in group) if self._filter is None else None,
@@ -203,16 +203,23 @@ class LaminaDatasource(Datasource):
         return tasks
 
 
-def from_table(table: Table, *, columns: Sequence[str] | None = None,
-               filter: str | pa.compute.Expression | None = None, **read_args: Any) -> ray.data.Dataset:
+def from_table(
+    table: Table, *, columns: Sequence[str] | None = None, filter: str | pa.compute.Expression | None = None, **read_args: Any
+) -> ray.data.Dataset:
     """The rows of ``table`` (its version) as a Ray Dataset; ``read_args`` go to ``ray.data.read_datasource``
     (e.g. ``override_num_blocks``, ``concurrency``, ``ray_remote_args``)."""
     return ray.data.read_datasource(LaminaDatasource(table, columns, filter), **read_args)
 
 
-def read_table(uri: str, *, columns: Sequence[str] | None = None, filter: str | pa.compute.Expression | None = None,
-               version: int | None = None, storage_options: dict[str, Any] | None = None,
-               **read_args: Any) -> ray.data.Dataset:
+def read_table(
+    uri: str,
+    *,
+    columns: Sequence[str] | None = None,
+    filter: str | pa.compute.Expression | None = None,
+    version: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    **read_args: Any,
+) -> ray.data.Dataset:
     """A Lamina table as a Ray Dataset: live rows (deletions applied) of ``version`` (default: the
     latest, fixed now: later commits do not show), ``columns`` only, matching ``filter`` (SQL-like
     text or a pyarrow Expression, answered through indices like ``Table.to_arrow``).
@@ -283,7 +290,7 @@ class _WrittenFiles:
         """Ends registration; the paths accepted until now."""
         with self._changed:
             self._closed = True
-            return self._paths[:self._accepted]
+            return self._paths[: self._accepted]
 
     def wait_for_tasks(self, timeout: float) -> dict[str, tuple[str, int]]:
         """The tasks still running after waiting up to ``timeout`` seconds for them all to end."""
@@ -335,9 +342,16 @@ class LaminaDatasink(Datasink):
     table at the version the write committed (None until then).
     """
 
-    def __init__(self, uri: str, mode: str, *, schema: pa.Schema | None = None,
-                 storage_options: dict[str, Any] | None = None, max_rows_per_file: int | None = None,
-                 min_rows_per_write: int | None = None):
+    def __init__(
+        self,
+        uri: str,
+        mode: str,
+        *,
+        schema: pa.Schema | None = None,
+        storage_options: dict[str, Any] | None = None,
+        max_rows_per_file: int | None = None,
+        min_rows_per_write: int | None = None,
+    ):
         if mode not in MODES:
             raise InvalidArgument(f"mode={mode!r} for table {uri}: use one of {', '.join(MODES)}")
         self.uri = uri
@@ -356,8 +370,10 @@ class LaminaDatasink(Datasink):
             self._base = None
         if self._base is not None:
             if self._explicit_schema is not None and mode == "append" and not self._explicit_schema.equals(self._base.schema):
-                raise InvalidArgument(f"schema= differs from the schema of table {self.uri}; an append keeps the "
-                                      f"table's schema (mode='overwrite' with schema= replaces it)")
+                raise InvalidArgument(
+                    f"schema= differs from the schema of table {self.uri}; an append keeps the "
+                    f"table's schema (mode='overwrite' with schema= replaces it)"
+                )
             self.schema = self._explicit_schema if self._explicit_schema is not None else self._base.schema
             config = self._base.config
         else:
@@ -395,8 +411,10 @@ class LaminaDatasink(Datasink):
         task = uuid.uuid4().hex
         try:
             if not ray.get(self._files.begin.remote(task, ray.get_runtime_context().get_node_id(), os.getpid())):
-                raise LaminaError(f"writing to table {self.uri}: the write was abandoned (another task failed) "
-                                  f"before this task began; it wrote nothing")
+                raise LaminaError(
+                    f"writing to table {self.uri}: the write was abandoned (another task failed) "
+                    f"before this task began; it wrote nothing"
+                )
             return self._write_files(store, schema, blocks)
         finally:
             try:
@@ -406,7 +424,8 @@ class LaminaDatasink(Datasink):
 
     def _write_files(self, store: ObjectStore, schema: pa.Schema, blocks: Iterable[Block]) -> list[Fragment]:
         batches = itertools.chain.from_iterable(
-            conform(align_types(BlockAccessor.for_block(b).to_arrow(), schema), schema) for b in blocks)
+            conform(align_types(BlockAccessor.for_block(b).to_arrow(), schema), schema) for b in blocks
+        )
         try:
             # Removes its files on error; named with the write id, so that the driver finds them all the same
             # if this task is cancelled or killed before it reports them (on_write_failed).
@@ -421,8 +440,9 @@ class LaminaDatasink(Datasink):
             raise
         if not accepted:  # the write already failed elsewhere
             store.delete(paths)
-            raise LaminaError(f"writing to table {self.uri}: the write was abandoned (another task failed); "
-                              f"this task's files were removed")
+            raise LaminaError(
+                f"writing to table {self.uri}: the write was abandoned (another task failed); this task's files were removed"
+            )
         return fragments
 
     def written_files(self, store: ObjectStore) -> list[str]:
@@ -465,7 +485,8 @@ class LaminaDatasink(Datasink):
                 raise SchemaMismatch(
                     f"table {self.uri} was created by another writer during this append, with schema ({base.schema}) "
                     f"where this write has ({self.schema}); nothing was committed and this write's files are "
-                    f"removed: append again in the table's schema, or overwrite it (mode='overwrite')")
+                    f"removed: append again in the table's schema, or overwrite it (mode='overwrite')"
+                )
         txn: Overwrite | Append
         if self.mode == "overwrite":
             # Over this write's own empty create or over what a racing creator committed: the table holds
@@ -511,8 +532,11 @@ class LaminaDatasink(Datasink):
             reported = ray.get(self._files.paths.remote())
             store.delete(list(dict.fromkeys([*self.written_files(store), *reported])))
         except Exception as e:  # best effort: the write's own error is what the caller sees
-            log.warning("writing to table %s failed and its data files could not all be removed (%s); "
-                        "table.cleanup() removes them later", self.uri, e)
+            log.warning(
+                "writing to table %s failed and its data files could not all be removed (%s); table.cleanup() removes them later",
+                self.uri,
+                e,
+            )
 
     def _wait_for_tasks(self) -> None:
         """Returns once no write task is running: each ended, or its process died (the files it wrote
@@ -521,8 +545,11 @@ class LaminaDatasink(Datasink):
         running = ray.get(self._files.wait_for_tasks.remote(0.0))
         if not running:
             return
-        log.info("writing to table %s failed: waiting for %d write task(s) still running to end and remove their files",
-                 self.uri, len(running))
+        log.info(
+            "writing to table %s failed: waiting for %d write task(s) still running to end and remove their files",
+            self.uri,
+            len(running),
+        )
         deadline = time.monotonic() + TASK_WAIT_SECONDS
         while running:
             alive_nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
@@ -530,8 +557,12 @@ class LaminaDatasink(Datasink):
             if gone:
                 ray.get(self._files.forget.remote(gone))
             if time.monotonic() > deadline:
-                log.warning("writing to table %s failed and %d of its write tasks still run; files they write later "
-                            "are left for table.cleanup()", self.uri, len(running))
+                log.warning(
+                    "writing to table %s failed and %d of its write tasks still run; files they write later "
+                    "are left for table.cleanup()",
+                    self.uri,
+                    len(running),
+                )
                 return
             running = ray.get(self._files.wait_for_tasks.remote(LIVENESS_CHECK_SECONDS))
 
@@ -545,14 +576,23 @@ def dataset_schema(dataset: ray.data.Dataset, uri: str) -> pa.Schema:
     found = dataset.schema(fetch_if_missing=True)
     base = getattr(found, "base_schema", found)
     if not isinstance(base, pa.Schema):
-        raise InvalidArgument(f"cannot create table {uri}: the dataset's schema is not known as Arrow types "
-                              f"({found!r}); pass schema=")
+        raise InvalidArgument(
+            f"cannot create table {uri}: the dataset's schema is not known as Arrow types ({found!r}); pass schema="
+        )
     return validate_schema(base.remove_metadata())
 
 
-def write_table(dataset: ray.data.Dataset, uri: str, *, mode: str = "append", schema: pa.Schema | None = None,
-                storage_options: dict[str, Any] | None = None, max_rows_per_file: int | None = None,
-                min_rows_per_write: int | None = None, **write_args: Any) -> Table:
+def write_table(
+    dataset: ray.data.Dataset,
+    uri: str,
+    *,
+    mode: str = "append",
+    schema: pa.Schema | None = None,
+    storage_options: dict[str, Any] | None = None,
+    max_rows_per_file: int | None = None,
+    min_rows_per_write: int | None = None,
+    **write_args: Any,
+) -> Table:
     """Writes ``dataset`` into the Lamina table at ``uri`` and returns the table at the new version.
 
     ``mode="append"`` adds the rows; ``"overwrite"`` replaces every row (and the schema, given
@@ -575,8 +615,14 @@ def write_table(dataset: ray.data.Dataset, uri: str, *, mode: str = "append", sc
     """
     if not isinstance(dataset, ray.data.Dataset):
         raise InvalidArgument(f"write_table writes a ray.data.Dataset into {uri!r}, not {type(dataset).__name__}")
-    sink = LaminaDatasink(uri, mode, schema=schema, storage_options=storage_options,
-                          max_rows_per_file=max_rows_per_file, min_rows_per_write=min_rows_per_write)
+    sink = LaminaDatasink(
+        uri,
+        mode,
+        schema=schema,
+        storage_options=storage_options,
+        max_rows_per_file=max_rows_per_file,
+        min_rows_per_write=min_rows_per_write,
+    )
     try:
         if sink.schema is None:
             sink.schema = dataset_schema(dataset, sink.uri)
@@ -590,5 +636,12 @@ def write_table(dataset: ray.data.Dataset, uri: str, *, mode: str = "append", sc
 
 
 __all__ = [
-    "read_table", "write_table", "from_table", "group_fragments", "align_types", "LaminaDatasource", "LaminaDatasink", "MODES",
+    "read_table",
+    "write_table",
+    "from_table",
+    "group_fragments",
+    "align_types",
+    "LaminaDatasource",
+    "LaminaDatasink",
+    "MODES",
 ]

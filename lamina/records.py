@@ -41,8 +41,9 @@ class AddressMapping:
         return cls(*(arr[:, i].copy() for i in range(5)))
 
     def runs(self) -> list[list[int]]:
-        runs: list[list[int]] = np.stack([self.old_fragment, self.old_start, self.output, self.new_start, self.length],
-                                         axis=1).tolist()
+        runs: list[list[int]] = np.stack(
+            [self.old_fragment, self.old_start, self.output, self.new_start, self.length], axis=1
+        ).tolist()
         return runs
 
     def __eq__(self, other: object) -> bool:
@@ -88,8 +89,12 @@ class TransactionRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The stored object (docs/FORMAT.md §6)."""
-        out: dict[str, Any] = {"uuid": self.uuid, "operation": self.operation, "read_version": self.read_version,
-                               "timestamp_ms": self.timestamp_ms}
+        out: dict[str, Any] = {
+            "uuid": self.uuid,
+            "operation": self.operation,
+            "read_version": self.read_version,
+            "timestamp_ms": self.timestamp_ms,
+        }
         if self.sidecar is not None:
             out["sidecar"] = self.sidecar
         out.update(self._details())
@@ -164,12 +169,20 @@ class DeleteRecord(TransactionRecord):
 
     @classmethod
     def _fields_from(cls, f: _Fields) -> dict[str, Any]:
-        return {"predicate": f.text("predicate"), "fragment_ids": f.numbers("fragment_ids"),
-                "removed_fragment_ids": f.numbers("removed_fragment_ids"), "rows": f.number("rows")}
+        return {
+            "predicate": f.text("predicate"),
+            "fragment_ids": f.numbers("fragment_ids"),
+            "removed_fragment_ids": f.numbers("removed_fragment_ids"),
+            "rows": f.number("rows"),
+        }
 
     def _details(self) -> dict[str, Any]:
-        return {"predicate": self.predicate, "fragment_ids": list(self.fragment_ids),
-                "removed_fragment_ids": list(self.removed_fragment_ids), "rows": self.rows}
+        return {
+            "predicate": self.predicate,
+            "fragment_ids": list(self.fragment_ids),
+            "removed_fragment_ids": list(self.removed_fragment_ids),
+            "rows": self.rows,
+        }
 
 
 @dataclass(frozen=True)
@@ -183,8 +196,11 @@ class RewrittenGroup:
     mapping: AddressMapping
 
     def to_json(self) -> dict[str, Any]:
-        return {"old_fragment_ids": list(self.old_fragment_ids), "new_fragment_ids": list(self.new_fragment_ids),
-                "mapping": self.mapping.runs()}
+        return {
+            "old_fragment_ids": list(self.old_fragment_ids),
+            "new_fragment_ids": list(self.new_fragment_ids),
+            "mapping": self.mapping.runs(),
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,16 +265,24 @@ class WalFlushRecord(TransactionRecord):
 
     @classmethod
     def _fields_from(cls, f: _Fields) -> dict[str, Any]:
-        return {"fragment_ids": f.numbers("fragment_ids"), "rows": f.number("rows"),
-                "deleted_fragment_ids": f.numbers("deleted_fragment_ids"),
-                "removed_fragment_ids": f.numbers("removed_fragment_ids"), "rows_deleted": f.number("rows_deleted"),
-                "watermarks": f.positions("watermarks")}
+        return {
+            "fragment_ids": f.numbers("fragment_ids"),
+            "rows": f.number("rows"),
+            "deleted_fragment_ids": f.numbers("deleted_fragment_ids"),
+            "removed_fragment_ids": f.numbers("removed_fragment_ids"),
+            "rows_deleted": f.number("rows_deleted"),
+            "watermarks": f.positions("watermarks"),
+        }
 
     def _details(self) -> dict[str, Any]:
-        return {"fragment_ids": list(self.fragment_ids), "rows": self.rows,
-                "deleted_fragment_ids": list(self.deleted_fragment_ids),
-                "removed_fragment_ids": list(self.removed_fragment_ids), "rows_deleted": self.rows_deleted,
-                "watermarks": dict(self.watermarks)}
+        return {
+            "fragment_ids": list(self.fragment_ids),
+            "rows": self.rows,
+            "deleted_fragment_ids": list(self.deleted_fragment_ids),
+            "removed_fragment_ids": list(self.removed_fragment_ids),
+            "rows_deleted": self.rows_deleted,
+            "watermarks": dict(self.watermarks),
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,8 +300,16 @@ class UnknownRecord(TransactionRecord):
 #: The record type of each stored operation.
 RECORD_TYPES: dict[str, type[TransactionRecord]] = {
     cls.operation: cls
-    for cls in (CreateRecord, AppendRecord, OverwriteRecord, DeleteRecord, RewriteRecord, IndexChangeRecord, WalFlushRecord,
-                DropRecord)
+    for cls in (
+        CreateRecord,
+        AppendRecord,
+        OverwriteRecord,
+        DeleteRecord,
+        RewriteRecord,
+        IndexChangeRecord,
+        WalFlushRecord,
+        DropRecord,
+    )
 }
 
 INDEX_ACTIONS = ("create", "update", "drop")
@@ -393,8 +425,12 @@ class _Header(TypedDict):
 
 def _decode(raw: Any) -> TransactionRecord:
     f = _Fields(raw, "")
-    header = _Header(uuid=f.text("uuid", ""), read_version=f.number("read_version"), timestamp_ms=f.number("timestamp_ms"),
-                     sidecar=f.optional_text("sidecar"))
+    header = _Header(
+        uuid=f.text("uuid", ""),
+        read_version=f.number("read_version"),
+        timestamp_ms=f.number("timestamp_ms"),
+        sidecar=f.optional_text("sidecar"),
+    )
     operation = f.text("operation")
     cls = RECORD_TYPES.get(operation)
     if cls is None:

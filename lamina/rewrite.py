@@ -89,7 +89,7 @@ def full_rewrite(store: ObjectStore, manifest: Manifest, fragment_ids: list[int]
             frag = write_fragment(store, manifest.schema, chunk.to_batches(), options)
             written.append(frag.path)
             if all_ids is not None:
-                frag = dataclasses.replace(frag, row_ids=id_ranges(all_ids[start:start + chunk.num_rows]))
+                frag = dataclasses.replace(frag, row_ids=id_ranges(all_ids[start : start + chunk.num_rows]))
             outputs.append(frag)
     except BaseException:
         store.delete(written)

@@ -68,8 +68,10 @@ def conform(data: DataLike, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         names = set(schema.names)
         extra = sorted({str(k) for row in data for k in row if k not in names})
         if extra:
-            raise SchemaMismatch(f"rows have keys {extra} that are not columns of the table ({', '.join(schema.names)}); "
-                                 "remove them or add the columns with overwrite(..., schema=...)")
+            raise SchemaMismatch(
+                f"rows have keys {extra} that are not columns of the table ({', '.join(schema.names)}); "
+                "remove them or add the columns with overwrite(..., schema=...)"
+            )
         try:
             table = pa.Table.from_pylist(data, schema=schema)
         except (pa.ArrowException, TypeError, ValueError, KeyError) as e:

@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     from lamina.verify import VerifyReport
 
 
-
 class Table:
     """One version of a Lamina table."""
 
@@ -67,8 +66,9 @@ class Table:
         return (_reopen, (self.uri, self.version, self._storage_options, self._manifest.table_uuid))
 
     def __repr__(self) -> str:
-        return (f"Table({self.uri!r}, version={self.version}, rows={self._manifest.rows}, "
-                f"fragments={len(self._manifest.fragments)})")
+        return (
+            f"Table({self.uri!r}, version={self.version}, rows={self._manifest.rows}, fragments={len(self._manifest.fragments)})"
+        )
 
     # -- properties ---------------------------------------------------------
     @property
@@ -113,14 +113,24 @@ class Table:
                 m = load_manifest(self._store, v, self._manifest.table_uuid)
             except TableReplaced:
                 continue
-            out.append(VersionInfo(v, dt.datetime.fromtimestamp(m.timestamp_ms / 1000, dt.timezone.utc),
-                                   m.record.operation, m.rows, len(m.fragments)))
+            out.append(
+                VersionInfo(
+                    v,
+                    dt.datetime.fromtimestamp(m.timestamp_ms / 1000, dt.timezone.utc),
+                    m.record.operation,
+                    m.rows,
+                    len(m.fragments),
+                )
+            )
         return out
 
     def checkout(self, version: int) -> Table:
         """The table as of ``version`` (this object is unchanged)."""
-        return Table(self._store, _live(self._store, load_manifest(self._store, int(version), self._manifest.table_uuid)),
-                     self._storage_options)
+        return Table(
+            self._store,
+            _live(self._store, load_manifest(self._store, int(version), self._manifest.table_uuid)),
+            self._storage_options,
+        )
 
     def reload(self) -> Table:
         """Moves this view to the latest version; returns self.
@@ -163,8 +173,9 @@ class Table:
             )
         self._manifest = manifest
 
-    def commit_transaction(self, txn: Transaction, *, store: ObjectStore | None = None,
-                           backoff: Backoff = COMMIT_BACKOFF) -> Manifest:
+    def commit_transaction(
+        self, txn: Transaction, *, store: ObjectStore | None = None, backoff: Backoff = COMMIT_BACKOFF
+    ) -> Manifest:
         """Commits ``txn``, read at this view's version, and moves the view to the version it made; returns
         that manifest. ``store``: a view of this table's store to commit through (e.g. one that records
         its requests); ``backoff``: how lost races are retried (``lamina.commit``)."""
@@ -192,8 +203,9 @@ class Table:
         ``data`` is a pyarrow Table, RecordBatch or RecordBatchReader, a pandas
         DataFrame, or a list of dicts. Memory held: ``max_rows_per_file`` rows.
         """
-        options = WriteOptions.from_config(self._manifest.config, max_rows_per_file=max_rows_per_file,
-                                           row_group_rows=row_group_rows)
+        options = WriteOptions.from_config(
+            self._manifest.config, max_rows_per_file=max_rows_per_file, row_group_rows=row_group_rows
+        )
         fragments = write_fragments(self._store, self.schema, conform(data, self.schema), options)
         if not fragments:
             return self.version
@@ -224,8 +236,14 @@ class Table:
         return record.rows
 
     # -- reads --------------------------------------------------------------
-    def to_arrow(self, columns: Sequence[str] | None = None, filter: str | pa.compute.Expression | None = None,
-                 with_row_address: bool = False, with_row_id: bool = False, use_index: bool = True) -> pa.Table:
+    def to_arrow(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: str | pa.compute.Expression | None = None,
+        with_row_address: bool = False,
+        with_row_id: bool = False,
+        use_index: bool = True,
+    ) -> pa.Table:
         """Live rows as a pyarrow Table, in fragment order (``_rowaddr`` / ``_rowid`` on request).
 
         A filter is answered through btree/bitmap indices where its shape allows
@@ -241,15 +259,28 @@ class Table:
                 list(self._manifest.fragments),
             )
         else:
-            parts = select(self._store, self._manifest, flt, cols, with_row_address=with_row_address,
-                           with_row_id=with_row_id, use_index=use_index, map_fn=map_fragments).tables
+            parts = select(
+                self._store,
+                self._manifest,
+                flt,
+                cols,
+                with_row_address=with_row_address,
+                with_row_id=with_row_id,
+                use_index=use_index,
+                map_fn=map_fragments,
+            ).tables
         out_schema = self._output_schema(cols, with_row_address, with_row_id)
         if not parts:
             return out_schema.empty_table()
         return pa.concat_tables(parts)
 
-    def to_pandas(self, columns: Sequence[str] | None = None, filter: str | pa.compute.Expression | None = None,
-                  with_row_address: bool = False, with_row_id: bool = False):
+    def to_pandas(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: str | pa.compute.Expression | None = None,
+        with_row_address: bool = False,
+        with_row_id: bool = False,
+    ):
         """``to_arrow(...).to_pandas()``."""
         return self.to_arrow(columns, filter, with_row_address, with_row_id).to_pandas()
 
@@ -272,8 +303,9 @@ class Table:
         if isinstance(row_addresses, (pa.Array, pa.ChunkedArray)):
             row_addresses = row_addresses.to_numpy(zero_copy_only=False)
         try:
-            addrs = np.asarray(list(row_addresses) if not isinstance(row_addresses, np.ndarray)
-                               else row_addresses).astype(np.uint64)
+            addrs = np.asarray(list(row_addresses) if not isinstance(row_addresses, np.ndarray) else row_addresses).astype(
+                np.uint64
+            )
         except (TypeError, ValueError, OverflowError):
             raise InvalidArgument("row_addresses must be integers (values of the _rowaddr column)") from None
         if len(addrs) == 0:
@@ -289,15 +321,18 @@ class Table:
         for fid, at, n in zip(fids[starts].tolist(), starts.tolist(), counts.tolist()):
             frag = frags.get(fid)
             if frag is None:
-                raise RowNotFound(f"row address {int(uniq[at])} names fragment {fid}, "
-                                  f"which version {self.version} of {self.uri} does not have")
-            o = offs[at:at + n]
+                raise RowNotFound(
+                    f"row address {int(uniq[at])} names fragment {fid}, which version {self.version} of {self.uri} does not have"
+                )
+            o = offs[at : at + n]
             bad = o[o >= frag.rows]
             if len(bad) == 0 and frag.deletion is not None:
                 bad = o[among(o, read_deleted(self._store, frag))]
             if len(bad):
-                raise RowNotFound(f"row address {(fid << ADDRESS_SHIFT) | int(bad[0])} (fragment {fid}, offset {int(bad[0])}) "
-                                  f"is deleted or out of range at version {self.version} of {self.uri}")
+                raise RowNotFound(
+                    f"row address {(fid << ADDRESS_SHIFT) | int(bad[0])} (fragment {fid}, offset {int(bad[0])}) "
+                    f"is deleted or out of range at version {self.version} of {self.uri}"
+                )
             chosen.append(frag)
         rows = take_many(self._store, self.schema, chosen, offs, counts, cols)
         return rows.take(from_numpy(inverse.ravel(), pa.int64()))
@@ -311,8 +346,9 @@ class Table:
         return pa.schema(fields)
 
     # -- indices ------------------------------------------------------------
-    def create_index(self, column: str, kind: str, *, name: str | None = None, stem: bool = False,
-                     options: IndexOptions | None = None) -> int:
+    def create_index(
+        self, column: str, kind: str, *, name: str | None = None, stem: bool = False, options: IndexOptions | None = None
+    ) -> int:
         """Builds a ``btree``, ``bitmap`` or ``fts`` index on ``column`` in this process (threads)
         and commits it; returns the new version. For a cluster build use ``python -m lamina.jobs.index``.
 
@@ -339,16 +375,29 @@ class Table:
         out = []
         for ix in self._manifest.indices:
             cov = ix.coverage(live)
-            out.append(IndexInfo(ix.name, ix.column, ix.kind, len(set(cov.values())), len(cov), len(live) - len(cov),
-                                 sum(live[f].live_rows for f in cov), sum(s.bytes for s in ix.segments), dict(ix.details)))
+            out.append(
+                IndexInfo(
+                    ix.name,
+                    ix.column,
+                    ix.kind,
+                    len(set(cov.values())),
+                    len(cov),
+                    len(live) - len(cov),
+                    sum(live[f].live_rows for f in cov),
+                    sum(s.bytes for s in ix.segments),
+                    dict(ix.details),
+                )
+            )
         return out
 
     def drop_index(self, name: str) -> int:
         """Removes index ``name`` (its files go at the next cleanup); returns the new version."""
         ix = next((i for i in self._manifest.indices if i.name == name), None)
         if ix is None:
-            raise IndexNotFound(f"table {self.uri} has no index named {name!r} at version {self.version}; "
-                                f"indices: {', '.join(i.name for i in self._manifest.indices) or 'none'}")
+            raise IndexNotFound(
+                f"table {self.uri} has no index named {name!r} at version {self.version}; "
+                f"indices: {', '.join(i.name for i in self._manifest.indices) or 'none'}"
+            )
         return self.commit_transaction(ChangeIndex(self.version, ix, "drop")).version
 
     def explain(self, filter: str | pa.compute.Expression) -> str:
@@ -358,8 +407,15 @@ class Table:
 
         return explain(self._manifest, parse_filter(filter, self.schema), self.uri, self._store, map_fragments)
 
-    def search(self, text: str, column: str | None = None, k: int = 10, *, columns: Sequence[str] | None = None,
-               with_row_address: bool = False) -> pa.Table:
+    def search(
+        self,
+        text: str,
+        column: str | None = None,
+        k: int = 10,
+        *,
+        columns: Sequence[str] | None = None,
+        with_row_address: bool = False,
+    ) -> pa.Table:
         """The ``k`` rows best matching ``text`` by BM25, best first, with a ``_score`` column.
 
         ``column`` may be omitted when the table has one full-text index. Fragments the
@@ -385,9 +441,17 @@ class Table:
         """The fragments of this version one by one, reading its manifest segments a few at a time:
         a table of a million fragments is walked without holding a million objects."""
         for f in self._manifest.fragments:
-            yield FragmentInfo(f.id, f.path, f.rows, f.deleted_rows, f.live_rows, f.file_bytes,
-                               tuple((g.rows, g.bytes) for g in f.row_groups), f.file_version,
-                               f.deletion.path if f.deletion else None)
+            yield FragmentInfo(
+                f.id,
+                f.path,
+                f.rows,
+                f.deleted_rows,
+                f.live_rows,
+                f.file_bytes,
+                tuple((g.rows, g.bytes) for g in f.row_groups),
+                f.file_version,
+                f.deletion.path if f.deletion else None,
+            )
 
     def stats(self) -> TableStats:
         m = self._manifest
@@ -399,11 +463,17 @@ class Table:
             row_groups += len(f.row_groups)
             with_deletions += f.deletion is not None
         return TableStats(
-            uri=self.uri, version=m.version, rows=m.rows,
-            deleted_rows=deleted, fragments=n, data_bytes=data_bytes, row_groups=row_groups,
+            uri=self.uri,
+            version=m.version,
+            rows=m.rows,
+            deleted_rows=deleted,
+            fragments=n,
+            data_bytes=data_bytes,
+            row_groups=row_groups,
             fragments_with_deletions=with_deletions,
             mean_rows_per_fragment=(m.rows / n) if n else 0.0,
-            versions=len(list_versions(self._store)), indices=len(m.indices),
+            versions=len(list_versions(self._store)),
+            indices=len(m.indices),
         )
 
     def verify(self, *, threads: int = 4, progress=None) -> VerifyReport:
@@ -418,8 +488,7 @@ class Table:
 
         return verify(self._store, self._manifest, threads=threads, progress=progress)
 
-    def cleanup(self, older_than: dt.timedelta | dt.datetime | float = dt.timedelta(days=7), *,
-                enforce_retention: bool = True):
+    def cleanup(self, older_than: dt.timedelta | dt.datetime | float = dt.timedelta(days=7), *, enforce_retention: bool = True):
         """Removes versions that stopped being the latest before the cutoff, and every file no
         remaining version needs.
 
@@ -433,9 +502,16 @@ class Table:
         return cleanup(self._store, older_than, enforce_retention=enforce_retention)
 
 
-def create_table(uri: str, schema: pa.Schema, *, primary_key: str | Sequence[str] | None = None,
-                 stable_row_ids: bool = False, storage_options: dict[str, Any] | None = None,
-                 max_rows_per_file: int | None = None, row_group_rows: int | None = None) -> Table:
+def create_table(
+    uri: str,
+    schema: pa.Schema,
+    *,
+    primary_key: str | Sequence[str] | None = None,
+    stable_row_ids: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    max_rows_per_file: int | None = None,
+    row_group_rows: int | None = None,
+) -> Table:
     """Creates an empty table at ``uri`` (a local path or ``s3://bucket/prefix``): version 1, or at a URI
     where a table was dropped, the version after the drop's tombstone (docs/FORMAT.md §9.1)."""
     from lamina.drop import free_after
@@ -453,8 +529,9 @@ def open_table(uri: str, *, version: int | None = None, storage_options: dict[st
     return open_with_hint(uri, version, storage_options)
 
 
-def open_with_hint(uri: str, version: int | None, storage_options: dict[str, Any] | None,
-                   known_latest: int | None = None) -> Table:
+def open_with_hint(
+    uri: str, version: int | None, storage_options: dict[str, Any] | None, known_latest: int | None = None
+) -> Table:
     """``open_table``; ``known_latest``, a version that was once the latest (a catalog's record), is tried
     first (``load_latest_from``: one round trip when it still is)."""
     store = open_store(uri, storage_options)
@@ -467,8 +544,9 @@ def open_with_hint(uri: str, version: int | None, storage_options: dict[str, Any
     if version is None:
         latest = latest_version(store)
         if latest is None:
-            raise TableNotFound(f"no Lamina table at {store.uri} (no manifests under _versions/); "
-                                "create one with lamina.create_table")
+            raise TableNotFound(
+                f"no Lamina table at {store.uri} (no manifests under _versions/); create one with lamina.create_table"
+            )
         version = latest
     return Table(store, _live(store, load_manifest(store, int(version))), storage_options)
 
@@ -478,7 +556,8 @@ def _live(store: ObjectStore, m: Manifest) -> Manifest:
     if m.dropped:
         raise TableNotFound(
             f"no Lamina table at {store.uri}: the table there was dropped at version {m.version}; create one with "
-            f"lamina.create_table (if the drop stopped before it finished, run lamina.drop_table({store.uri!r}) first)")
+            f"lamina.create_table (if the drop stopped before it finished, run lamina.drop_table({store.uri!r}) first)"
+        )
     return m
 
 
@@ -497,8 +576,10 @@ def drop_table(uri: str, *, storage_options: dict[str, Any] | None = None) -> Dr
     store = open_store(uri, storage_options)
     done = purge(store)
     if done is None:
-        raise TableNotFound(f"no Lamina table at {store.uri} to drop (no manifests under _versions/, or its latest "
-                            f"version is the tombstone of a drop that finished)")
+        raise TableNotFound(
+            f"no Lamina table at {store.uri} to drop (no manifests under _versions/, or its latest "
+            f"version is the tombstone of a drop that finished)"
+        )
     return done
 
 
@@ -537,6 +618,14 @@ def _reopen(uri: str, version: int, storage_options: dict[str, Any] | None, tabl
 
 
 __all__ = [
-    "Table", "create_table", "open_table", "drop_table", "upgrade_table", "Upgrade", "FragmentInfo", "VersionInfo", "TableStats",
+    "Table",
+    "create_table",
+    "open_table",
+    "drop_table",
+    "upgrade_table",
+    "Upgrade",
+    "FragmentInfo",
+    "VersionInfo",
+    "TableStats",
     "IndexInfo",
 ]

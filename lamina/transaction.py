@@ -242,11 +242,15 @@ def check_schema(f: Fragment, schema: Any, version: int) -> None:
     whatever path wrote it (append, WAL flush, compaction), its schema must be the table's.
     """
     if f.schema is None:
-        raise SchemaMismatch(f"new fragment {f.path} does not say which schema its data file was written in; "
-                             "fragments must come from lamina.datafile.write_fragment or carry their schema")
+        raise SchemaMismatch(
+            f"new fragment {f.path} does not say which schema its data file was written in; "
+            "fragments must come from lamina.datafile.write_fragment or carry their schema"
+        )
     if not f.schema.equals(schema):
+
         def show(s: Any) -> str:
             return ", ".join(f"{x.name}: {x.type}" for x in s)
+
         raise SchemaMismatch(
             f"data file {f.path} was written with schema ({show(f.schema)}) but the table has schema ({show(schema)}) "
             f"at version {version}: the table's schema changed since the data was written. Nothing was committed; "
@@ -282,13 +286,29 @@ class Create(Transaction):
     operation = "create"
     creates = True
 
-    def __init__(self, schema: Any, *, primary_key: Iterable[str] = (), stable_row_ids: bool = False,
-                 config: dict[str, Any] | None = None, after: int = 0):
+    def __init__(
+        self,
+        schema: Any,
+        *,
+        primary_key: Iterable[str] = (),
+        stable_row_ids: bool = False,
+        config: dict[str, Any] | None = None,
+        after: int = 0,
+    ):
         super().__init__(after)
         #: The table before it existed (version ``after``), with this create's settings and a new table uuid.
-        self.base = Manifest(version=after, timestamp_ms=0, schema=schema, fragments=(), next_fragment_id=0,
-                             next_row_id=0, primary_key=tuple(primary_key), stable_row_ids=bool(stable_row_ids),
-                             config=dict(config or {}), table_uuid=uuid.uuid4().hex)
+        self.base = Manifest(
+            version=after,
+            timestamp_ms=0,
+            schema=schema,
+            fragments=(),
+            next_fragment_id=0,
+            next_row_id=0,
+            primary_key=tuple(primary_key),
+            stable_row_ids=bool(stable_row_ids),
+            config=dict(config or {}),
+            table_uuid=uuid.uuid4().hex,
+        )
 
     def rebase(self, theirs: Manifest, files: DeletionFiles) -> Create:
         raise TableExists(f"a Lamina table was created at {files.uri} concurrently; open it with lamina.open_table")
@@ -317,8 +337,11 @@ class Append(Transaction):
     def apply(self, base: Manifest) -> Manifest:
         new, next_id, next_row = assign_ids(base, self.fragments)
         return self._next(
-            base, AppendRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new)),
-            removes=False, fragments=appended(base.fragments, new, next_id, next_row), next_fragment_id=next_id,
+            base,
+            AppendRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new)),
+            removes=False,
+            fragments=appended(base.fragments, new, next_id, next_row),
+            next_fragment_id=next_id,
             next_row_id=next_row,
         )
 
@@ -334,7 +357,8 @@ class Delete(Transaction):
     def __init__(self, read_version: int, deltas: dict[int, np.ndarray], predicate: str = ""):
         super().__init__(read_version)
         self.deltas: dict[int, np.ndarray] = {
-            fid: np.unique(np.asarray(o, dtype=np.uint32)) for fid, o in deltas.items() if len(o)}
+            fid: np.unique(np.asarray(o, dtype=np.uint32)) for fid, o in deltas.items() if len(o)
+        }
         self.predicate = predicate
         # Set by prepare, carried from attempt to attempt: fid -> (deletion path it was merged with, file written).
         self._files: dict[int, tuple[str | None, DeletionFile]] = {}
@@ -406,8 +430,14 @@ class Delete(Transaction):
     def apply(self, base: Manifest) -> Manifest:
         fragments, removed, touched = self._deleted(base, base.next_fragment_id, base.next_row_id)
         return self._next(
-            base, DeleteRecord(**self._header(), predicate=self.predicate, fragment_ids=tuple(touched),
-                               removed_fragment_ids=tuple(removed), rows=self._rows_deleted),
+            base,
+            DeleteRecord(
+                **self._header(),
+                predicate=self.predicate,
+                fragment_ids=tuple(touched),
+                removed_fragment_ids=tuple(removed),
+                rows=self._rows_deleted,
+            ),
             fragments=fragments,
         )
 
@@ -423,8 +453,14 @@ class WalFlush(Delete):
 
     operation = "wal_flush"
 
-    def __init__(self, read_version: int, fragments: list[Fragment], deltas: dict[int, np.ndarray],
-                 watermarks: dict[str, int], starts: dict[str, int]):
+    def __init__(
+        self,
+        read_version: int,
+        fragments: list[Fragment],
+        deltas: dict[int, np.ndarray],
+        watermarks: dict[str, int],
+        starts: dict[str, int],
+    ):
         super().__init__(read_version, deltas, predicate="")
         self.fragments = fragments
         self.watermarks = dict(watermarks)
@@ -448,11 +484,21 @@ class WalFlush(Delete):
             raise CommitConflict(f"WAL segments {behind} moved since this flush read them; nothing was committed")
         new, next_id, next_row = assign_ids(base, self.fragments)
         fragments, removed, touched = self._deleted(base, next_id, next_row)
-        record = WalFlushRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new),
-                                deleted_fragment_ids=tuple(touched), removed_fragment_ids=tuple(removed),
-                                rows_deleted=self._rows_deleted, watermarks=dict(self.watermarks))
+        record = WalFlushRecord(
+            **self._header(),
+            fragment_ids=tuple(f.id for f in new),
+            rows=sum(f.rows for f in new),
+            deleted_fragment_ids=tuple(touched),
+            removed_fragment_ids=tuple(removed),
+            rows_deleted=self._rows_deleted,
+            watermarks=dict(self.watermarks),
+        )
         return self._next(
-            base, record, fragments=appended(fragments, new, next_id, next_row), next_fragment_id=next_id, next_row_id=next_row,
+            base,
+            record,
+            fragments=appended(fragments, new, next_id, next_row),
+            next_fragment_id=next_id,
+            next_row_id=next_row,
             wal_watermarks={**base.wal_watermarks, **self.watermarks},
         )
 
@@ -536,11 +582,19 @@ def _output(r: GroupResult) -> Fragment:
 
 def rewrite_transaction(read_version: int, results: Sequence[GroupResult]) -> Rewrite:
     """The one transaction that replaces each result's source fragments with its output."""
-    return Rewrite(read_version, [
-        RewriteGroup(r.fragment_ids, [_output(r)], AddressMapping.from_runs(r.mapping), dict(r.source_deletions),
-                     index_segments=dict(r.index_segments))
-        for r in results
-    ])
+    return Rewrite(
+        read_version,
+        [
+            RewriteGroup(
+                r.fragment_ids,
+                [_output(r)],
+                AddressMapping.from_runs(r.mapping),
+                dict(r.source_deletions),
+                index_segments=dict(r.index_segments),
+            )
+            for r in results
+        ],
+    )
 
 
 class Rewrite(Transaction):
@@ -597,8 +651,11 @@ class Rewrite(Transaction):
                 if deletion is not None and deletion.deleted_rows >= f.rows:
                     new_ids.append(-1)  # every row of this output was deleted meanwhile: not committed
                     continue
-                new_frags.append(dataclasses.replace(f, id=next_id, deletion=deletion, schema=None,
-                                                     row_ids=f.row_ids if base.stable_row_ids else None))
+                new_frags.append(
+                    dataclasses.replace(
+                        f, id=next_id, deletion=deletion, schema=None, row_ids=f.row_ids if base.stable_row_ids else None
+                    )
+                )
                 new_ids.append(next_id)
                 next_id += 1
             outputs.append(new_frags)
@@ -628,13 +685,18 @@ class Rewrite(Transaction):
             # A source may only vanish because a delete removed all its rows (rebase carried them).
             unexplained = [i for i in group.old_fragment_ids if i not in seen and group.source_deletions.get(i) != REMOVED]
             if unexplained:
-                raise CommitConflict(f"rewrite of fragments {list(group.old_fragment_ids)} cannot commit on version "
-                                     f"{base.version}: fragments {unexplained} no longer exist")
-        indices = tuple(dataclasses.replace(ix, segments=ix.segments + tuple(segments.get(ix.name, ())))
-                        for ix in base.indices)
+                raise CommitConflict(
+                    f"rewrite of fragments {list(group.old_fragment_ids)} cannot commit on version "
+                    f"{base.version}: fragments {unexplained} no longer exist"
+                )
+        indices = tuple(dataclasses.replace(ix, segments=ix.segments + tuple(segments.get(ix.name, ()))) for ix in base.indices)
         return self._next(
-            base, RewriteRecord(**self._header(), groups=tuple(groups_record)),
-            fragments=fragments, next_fragment_id=next_id, next_row_id=next_row, indices=indices,
+            base,
+            RewriteRecord(**self._header(), groups=tuple(groups_record)),
+            fragments=fragments,
+            next_fragment_id=next_id,
+            next_row_id=next_row,
+            indices=indices,
         )
 
 
@@ -679,15 +741,16 @@ class ChangeIndex(Transaction):
                 f"index {self.index.name!r} was dropped or re-created at version {base.version}; nothing to {self.action}"
             )
         elif self.action == "update":
-            indices = tuple(dataclasses.replace(ix, segments=ix.segments + self.index.segments) if ix is current else ix
-                            for ix in base.indices)
+            indices = tuple(
+                dataclasses.replace(ix, segments=ix.segments + self.index.segments) if ix is current else ix
+                for ix in base.indices
+            )
         else:
             indices = tuple(ix for ix in base.indices if ix is not current)
-        record = IndexChangeRecord(**self._header(), index=self.index.name, action=self.action,
-                                   segments=tuple(s.uuid for s in self.index.segments))
+        record = IndexChangeRecord(
+            **self._header(), index=self.index.name, action=self.action, segments=tuple(s.uuid for s in self.index.segments)
+        )
         return self._next(base, record, indices=indices)
-
-
 
 
 class Overwrite(Transaction):
@@ -702,8 +765,16 @@ class Overwrite(Transaction):
 
     operation = "overwrite"
 
-    def __init__(self, read_version: int, fragments: list[Fragment], schema: Any = None, *,
-                 indices: tuple[IndexEntry, ...] = (), strict: bool = False, config: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        read_version: int,
+        fragments: list[Fragment],
+        schema: Any = None,
+        *,
+        indices: tuple[IndexEntry, ...] = (),
+        strict: bool = False,
+        config: dict[str, Any] | None = None,
+    ):
         super().__init__(read_version)
         self.fragments = fragments
         self.schema = schema
@@ -723,13 +794,21 @@ class Overwrite(Transaction):
     def apply(self, base: Manifest) -> Manifest:
         new, next_id, next_row = assign_ids(base, self.fragments, self.schema)
         indices = tuple(
-            dataclasses.replace(ix, segments=tuple(
-                dataclasses.replace(seg, fragment_ids=tuple(new[p].id for p in seg.fragment_ids)) for seg in ix.segments))
+            dataclasses.replace(
+                ix,
+                segments=tuple(
+                    dataclasses.replace(seg, fragment_ids=tuple(new[p].id for p in seg.fragment_ids)) for seg in ix.segments
+                ),
+            )
             for ix in self.indices
         )
         return self._next(
-            base, OverwriteRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new)),
-            fragments=tuple(new), next_fragment_id=next_id, next_row_id=next_row, indices=indices,
+            base,
+            OverwriteRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new)),
+            fragments=tuple(new),
+            next_fragment_id=next_id,
+            next_row_id=next_row,
+            indices=indices,
             schema=self.schema if self.schema is not None else base.schema,
             config={**base.config, **self.config} if self.config else base.config,
         )
@@ -745,5 +824,14 @@ class Drop(Transaction):
     operation = "drop"
 
     def apply(self, base: Manifest) -> Manifest:
-        return self._next(base, DropRecord(**self._header()), removes=False, fragments=(), indices=(), wal_watermarks={},
-                          segments=(), segment_lists=(), dropped=True)
+        return self._next(
+            base,
+            DropRecord(**self._header()),
+            removes=False,
+            fragments=(),
+            indices=(),
+            wal_watermarks={},
+            segments=(),
+            segment_lists=(),
+            dropped=True,
+        )

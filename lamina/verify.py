@@ -48,9 +48,16 @@ class VerifyReport:
         return not self.problems
 
     def to_dict(self) -> dict:
-        return {"uri": self.uri, "version": self.version, "ok": self.ok, "files_checked": self.files_checked,
-                "bytes_checked": self.bytes_checked, "without_checksum": self.without_checksum,
-                "manifest_objects_checked": self.manifest_objects_checked, "problems": list(self.problems)}
+        return {
+            "uri": self.uri,
+            "version": self.version,
+            "ok": self.ok,
+            "files_checked": self.files_checked,
+            "bytes_checked": self.bytes_checked,
+            "without_checksum": self.without_checksum,
+            "manifest_objects_checked": self.manifest_objects_checked,
+            "problems": list(self.problems),
+        }
 
 
 @dataclass(frozen=True)
@@ -113,8 +120,9 @@ def _compare(item: _Item, actual: str, what: str, where: str) -> list[str]:
     return []
 
 
-def _read_segment(store: ObjectStore, entry: ManifestSegment, table_uuid: str, is_list: bool
-                  ) -> tuple[int, tuple | None, str | None]:
+def _read_segment(
+    store: ObjectStore, entry: ManifestSegment, table_uuid: str, is_list: bool
+) -> tuple[int, tuple | None, str | None]:
     """(bytes read, the items it holds or None, its problem or None) for one manifest segment or segment list,
     read from storage (not from the segment cache) and checked against its entry."""
     what = "manifest segment list" if is_list else "manifest segment"
@@ -152,8 +160,14 @@ def _fragments(store: ObjectStore, m: Manifest, pool: ThreadPoolExecutor) -> tup
     return out, len(objects), read, problems
 
 
-def verify_version(store: ObjectStore, version: int, *, threads: int = 4, batch_bytes: int = 8 << 20,
-                   progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+def verify_version(
+    store: ObjectStore,
+    version: int,
+    *,
+    threads: int = 4,
+    batch_bytes: int = 8 << 20,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
     """``verify`` of ``version`` of the table in ``store``, read from storage; a root (or a segment list it
     names) that cannot be read is the report's problem, not an exception (``VersionNotFound`` still is)."""
     try:
@@ -165,8 +179,14 @@ def verify_version(store: ObjectStore, version: int, *, threads: int = 4, batch_
     return verify(store, manifest, threads=threads, batch_bytes=batch_bytes, progress=progress)
 
 
-def verify(store: ObjectStore, manifest: Manifest, *, threads: int = 4, batch_bytes: int = 8 << 20,
-           progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+def verify(
+    store: ObjectStore,
+    manifest: Manifest,
+    *,
+    threads: int = 4,
+    batch_bytes: int = 8 << 20,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
     """Checks every manifest segment, segment list and file ``manifest`` references; returns what it found
     (raises nothing for damaged objects). ``progress(done, total)`` is called after each file."""
     with ThreadPoolExecutor(max(1, threads), thread_name_prefix="lamina-verify") as pool:
@@ -179,5 +199,12 @@ def verify(store: ObjectStore, manifest: Manifest, *, threads: int = 4, batch_by
             done += 1
             if progress is not None:
                 progress(done, len(items))
-    return VerifyReport(store.uri, manifest.version, len(items), read,
-                        sum(1 for it in items if it.checksum is None), tuple(problems), manifest_objects)
+    return VerifyReport(
+        store.uri,
+        manifest.version,
+        len(items),
+        read,
+        sum(1 for it in items if it.checksum is None),
+        tuple(problems),
+        manifest_objects,
+    )

@@ -90,7 +90,7 @@ def list_segments(store: ObjectStore, shard: int) -> list[int]:
     segs = set()
     prefix = shard_prefix(shard)
     for o in store.list(prefix):
-        head = o.path[len(prefix):].split("/", 1)[0]
+        head = o.path[len(prefix) :].split("/", 1)[0]
         if head.isdigit():
             segs.add(int(head))
     return sorted(segs)
@@ -177,8 +177,15 @@ class WalWriter:
     table; locally the append can cut the other writer's rows). Stop producers before a drop.
     """
 
-    def __init__(self, table_uri: str, shard: int, *, storage_options: dict[str, Any] | None = None,
-                 max_segment_rows: int = 1_000_000, max_segment_bytes: int = 256 << 20):
+    def __init__(
+        self,
+        table_uri: str,
+        shard: int,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        max_segment_rows: int = 1_000_000,
+        max_segment_bytes: int = 256 << 20,
+    ):
         import lamina
 
         if not isinstance(shard, int) or isinstance(shard, bool) or shard < 0:
@@ -224,8 +231,9 @@ class WalWriter:
         try:
             batch = pa.RecordBatch.from_pylist(rows, schema=self.schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
-            raise SchemaMismatch(f"rows do not match the table schema ({e}); columns: "
-                                 + ", ".join(f"{f.name}: {f.type}" for f in self.schema)) from None
+            raise SchemaMismatch(
+                f"rows do not match the table schema ({e}); columns: " + ", ".join(f"{f.name}: {f.type}" for f in self.schema)
+            ) from None
         self.put_batch(batch)
 
     def put_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
@@ -305,8 +313,14 @@ class WalWriter:
         nxt = (existing[-1] + 1) if existing else 0
         # The claim records the schema the writer encodes rows in, so an applier reads each
         # segment in the schema it was written in (or refuses it), whatever the table has now.
-        me = json.dumps({"writer": uuid.uuid4().hex, "pid": os.getpid(), "schema": encode_schema(self.schema),
-                         "primary_key": list(self.primary_key)}).encode()
+        me = json.dumps(
+            {
+                "writer": uuid.uuid4().hex,
+                "pid": os.getpid(),
+                "schema": encode_schema(self.schema),
+                "primary_key": list(self.primary_key),
+            }
+        ).encode()
         while not self.store.put_if_absent(segment_prefix(self.shard, nxt) + CLAIM, me):
             nxt += 1
         # A purge whose last listing ran before this claim landed cannot see it: look once more.
@@ -455,8 +469,9 @@ def read_sealed(store: ObjectStore, shard: int, segment: int) -> int | None:
         raise CorruptFile(f"WAL seal marker {store.describe(path)} is unreadable") from None
 
 
-def read_segment(store: ObjectStore, shard: int, segment: int, start: int,
-                 max_bytes: int | None = None) -> tuple[list[WalTxn], SegmentState]:
+def read_segment(
+    store: ObjectStore, shard: int, segment: int, start: int, max_bytes: int | None = None
+) -> tuple[list[WalTxn], SegmentState]:
     """Committed transactions ``start…`` of a segment, and its state (see ``SegmentLog.read``)."""
     return segment_log(store, shard, segment).read(start, max_bytes)
 
@@ -508,14 +523,12 @@ class SegmentLog(abc.ABC):
             torn = None  # retention's work, not a torn tail: the caller checks the watermarks
         elif sealed is not None and torn is None and not more and committed < sealed and start <= sealed:
             torn = (
-                f"segment {self.store.describe(self.prefix)} is sealed at {sealed} transactions "
-                f"but only {committed} are readable"
+                f"segment {self.store.describe(self.prefix)} is sealed at {sealed} transactions but only {committed} are readable"
             )
         return out, SegmentState(self.segment, committed, sealed, torn, more, gone)
 
     @abc.abstractmethod
-    def _scan(self, start: int, sealed: int | None,
-              max_bytes: int | None) -> tuple[list[WalTxn], str | None, str | None, bool]:
+    def _scan(self, start: int, sealed: int | None, max_bytes: int | None) -> tuple[list[WalTxn], str | None, str | None, bool]:
         """(transactions from ``start``, torn, gone, more), as ``read`` describes them."""
 
     def _txn(self, i: int, rows: int, data: bytes) -> WalTxn:
@@ -538,8 +551,7 @@ class LocalSegmentLog(SegmentLog):
     def written_paths(self, txn: int) -> list[str]:
         return [self.prefix + DATA_FILE, self.prefix + INDEX_FILE]  # recreated by the append if a purge removed them
 
-    def _scan(self, start: int, sealed: int | None,
-              max_bytes: int | None) -> tuple[list[WalTxn], str | None, str | None, bool]:
+    def _scan(self, start: int, sealed: int | None, max_bytes: int | None) -> tuple[list[WalTxn], str | None, str | None, bool]:
         store, index_path, data_path = self.store, self.prefix + INDEX_FILE, self.prefix + DATA_FILE
         out: list[WalTxn] = []
         torn = gone = None
@@ -619,17 +631,16 @@ class ObjectSegmentLog(SegmentLog):
         except ObjectNotFound:
             return False
 
-    def _scan(self, start: int, sealed: int | None,
-              max_bytes: int | None) -> tuple[list[WalTxn], str | None, str | None, bool]:
+    def _scan(self, start: int, sealed: int | None, max_bytes: int | None) -> tuple[list[WalTxn], str | None, str | None, bool]:
         store, seg = self.store, self.prefix
         out: list[WalTxn] = []
         torn = gone = None
         more = False
         taken = 0
         # Only `<txn:010d>.t` objects are transactions: a stray key is not read (nor a reason to fail).
-        names = sorted(o.path for o in store.list(seg) if _TXN_NAME.fullmatch(o.path[len(seg):]))
+        names = sorted(o.path for o in store.list(seg) if _TXN_NAME.fullmatch(o.path[len(seg) :]))
         for i, name in enumerate(names):
-            if int(name[len(seg):-2]) != i:
+            if int(name[len(seg) : -2]) != i:
                 if sealed is not None:
                     gone = f"WAL transaction objects of {store.describe(seg)} skip number {i}"
                 else:
@@ -649,7 +660,7 @@ class ObjectSegmentLog(SegmentLog):
                 torn = f"{store.describe(name)} is truncated"
                 break
             s, e, rows, crc, txn = ENTRY.unpack_from(obj, len(obj) - ENTRY.size)
-            data = obj[:-ENTRY.size]
+            data = obj[: -ENTRY.size]
             if txn != i or s != 0 or e != len(data) or zlib.crc32(data) != crc:
                 torn = f"{store.describe(name)} fails its checksum"
                 break
@@ -669,8 +680,9 @@ def decode_rows(data: bytes, schema: pa.Schema, where: str) -> tuple[pa.RecordBa
     return batch, deletes.to_numpy(zero_copy_only=False).astype(bool)
 
 
-def iter_shard(store: ObjectStore, shard: int, positions: dict[int, int],
-               skip: set[int] | frozenset[int] = frozenset()) -> Iterator[tuple[list[WalTxn], SegmentState]]:
+def iter_shard(
+    store: ObjectStore, shard: int, positions: dict[int, int], skip: set[int] | frozenset[int] = frozenset()
+) -> Iterator[tuple[list[WalTxn], SegmentState]]:
     """For each segment of ``shard`` not in ``skip``: its transactions after ``positions[segment]`` (default 0)."""
     for segment in list_segments(store, shard):
         if segment not in skip:

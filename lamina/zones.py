@@ -30,8 +30,16 @@ from lamina.errors import CorruptFile
 
 # -- the key domain ------------------------------------------------------------------------------
 #: Nanoseconds per unit of a timestamp type (and of Parquet's time units).
-UNIT_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1,
-            "seconds": 10**9, "milliseconds": 10**6, "microseconds": 10**3, "nanoseconds": 1}
+UNIT_NS = {
+    "s": 10**9,
+    "ms": 10**6,
+    "us": 10**3,
+    "ns": 1,
+    "seconds": 10**9,
+    "milliseconds": 10**6,
+    "microseconds": 10**3,
+    "nanoseconds": 1,
+}
 
 
 def key_kind(t: pa.DataType) -> str | None:
@@ -104,6 +112,7 @@ class ZoneText(NamedTuple):
     def decode(self) -> tuple[Zone, ...]:
         def what() -> str:
             return self.where
+
         try:
             raw = json.loads(self.text)
             if not isinstance(raw, list):
@@ -230,14 +239,26 @@ def zones_of_many(chunks: Sequence[Sequence[pa.RecordBatch]], schema: pa.Schema)
     for fld, kind, name in wanted:
         mm = out.column(f"{name}_min_max").combine_chunks()
         nans = out.column(f"n{name[1:]}_sum").to_pylist() if kind == "float" else None
-        per_column.append((fld, kind, mm.field("min").to_pylist(), mm.field("max").to_pylist(),
-                           out.column(f"{name}_count").to_pylist(), nans))
+        per_column.append(
+            (fld, kind, mm.field("min").to_pylist(), mm.field("max").to_pylist(), out.column(f"{name}_count").to_pylist(), nans)
+        )
     zones = []
     for g, n in enumerate(rows):
         j = at[g]
-        zones.append(tuple(_zone(fld.name, kind, n, nulls[j], int(nans[j] or 0) if nans is not None else 0,
-                                 _value_key(kind, fld.type, lo[j]), _value_key(kind, fld.type, hi[j]))
-                           for fld, kind, lo, hi, nulls, nans in per_column))
+        zones.append(
+            tuple(
+                _zone(
+                    fld.name,
+                    kind,
+                    n,
+                    nulls[j],
+                    int(nans[j] or 0) if nans is not None else 0,
+                    _value_key(kind, fld.type, lo[j]),
+                    _value_key(kind, fld.type, hi[j]),
+                )
+                for fld, kind, lo, hi, nulls, nans in per_column
+            )
+        )
     return zones
 
 

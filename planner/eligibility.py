@@ -87,18 +87,33 @@ def row_group_actions(fragments: Sequence[Fragment], options: CompactionOptions)
             if rg.bytes < options.min_row_group_bytes:
                 out.append(RowGroupAction(ENCODE, si, ri, small))
             elif f.deleted_rows and f.deleted_rows > f.rows - rg.rows:
-                out.append(RowGroupAction(ENCODE, si, ri, f"{WHY_DELETED} (at least {f.deleted_rows - (f.rows - rg.rows):,} "
-                                                          f"of the fragment's {f.deleted_rows:,} deleted rows)"))
+                out.append(
+                    RowGroupAction(
+                        ENCODE,
+                        si,
+                        ri,
+                        f"{WHY_DELETED} (at least {f.deleted_rows - (f.rows - rg.rows):,} "
+                        f"of the fragment's {f.deleted_rows:,} deleted rows)",
+                    )
+                )
             elif f.deleted_rows:
-                out.append(RowGroupAction(COPY_IF_CLEAN, si, ri, f"{WHY_MAYBE_DELETED} (the fragment has {f.deleted_rows:,} "
-                                                                 "deleted rows: copied if none is in this row group)"))
+                out.append(
+                    RowGroupAction(
+                        COPY_IF_CLEAN,
+                        si,
+                        ri,
+                        f"{WHY_MAYBE_DELETED} (the fragment has {f.deleted_rows:,} "
+                        "deleted rows: copied if none is in this row group)",
+                    )
+                )
             else:
                 out.append(RowGroupAction(COPY, si, ri, WHY_LARGE))
     return out
 
 
-def choose_mode(fragments: Sequence[Fragment], options: CompactionOptions,
-                planned: Sequence[RowGroupAction] | None = None) -> tuple[str, str]:
+def choose_mode(
+    fragments: Sequence[Fragment], options: CompactionOptions, planned: Sequence[RowGroupAction] | None = None
+) -> tuple[str, str]:
     """(mode, reason) for rewriting ``fragments`` together (``planned``: their ``row_group_actions``
     when the caller has them)."""
     if not options.enable_binary_copy:
@@ -120,8 +135,9 @@ def choose_mode(fragments: Sequence[Fragment], options: CompactionOptions,
     return HYBRID, SOME_SMALL_ROW_GROUPS if small else SOME_ROW_GROUPS_DELETED
 
 
-def actions(fragments: Sequence[Fragment], mode: str, options: CompactionOptions,
-            planned: Sequence[RowGroupAction] | None = None) -> list[RowGroupAction]:
+def actions(
+    fragments: Sequence[Fragment], mode: str, options: CompactionOptions, planned: Sequence[RowGroupAction] | None = None
+) -> list[RowGroupAction]:
     """Per source row group, in order: copy it, copy it if clean, or re-encode it, and why
     (``planned``: the fragments' ``row_group_actions`` when the caller has them)."""
     if planned is None:
@@ -129,7 +145,6 @@ def actions(fragments: Sequence[Fragment], mode: str, options: CompactionOptions
     if mode == FULL_REWRITE:
         return [a if a.action == ENCODE else RowGroupAction(ENCODE, a.source, a.row_group, "full_rewrite") for a in planned]
     return list(planned)
-
 
 
 #: A fragment's deleted offsets, sorted: a sequence, or the array ``lamina.deletion.read_deleted`` returns.
@@ -148,12 +163,16 @@ def resolve(
             out.append(a)
             continue
         f = fragments[a.source]
-        first = sum(rg.rows for rg in f.row_groups[:a.row_group])
+        first = sum(rg.rows for rg in f.row_groups[: a.row_group])
         offsets = deleted[a.source]
         n = bisect.bisect_left(offsets, first + f.row_groups[a.row_group].rows) - bisect.bisect_left(offsets, first)
-        out.append(RowGroupAction(ENCODE, a.source, a.row_group, f"{WHY_DELETED} ({n:,} row{'s' if n > 1 else ''})") if n
-                   else RowGroupAction(COPY, a.source, a.row_group,
-                                       f"{WHY_CLEAN} (none of the fragment's {len(offsets):,} deleted rows)"))
+        out.append(
+            RowGroupAction(ENCODE, a.source, a.row_group, f"{WHY_DELETED} ({n:,} row{'s' if n > 1 else ''})")
+            if n
+            else RowGroupAction(
+                COPY, a.source, a.row_group, f"{WHY_CLEAN} (none of the fragment's {len(offsets):,} deleted rows)"
+            )
+        )
     return tuple(out)
 
 

@@ -75,9 +75,11 @@ class IndexPlan:
         return [p for s in self.segments for p in s.parts]
 
     def describe(self) -> str:
-        lines = [f"{self.action} index {self.name!r} ({self.kind} on {self.column}) of {self.table} at version "
-                 f"{self.read_version}: {self.fragments} fragments, {self.rows:,} rows in {len(self.segments)} segment(s), "
-                 f"{len(self.parts)} build task(s)"]
+        lines = [
+            f"{self.action} index {self.name!r} ({self.kind} on {self.column}) of {self.table} at version "
+            f"{self.read_version}: {self.fragments} fragments, {self.rows:,} rows in {len(self.segments)} segment(s), "
+            f"{len(self.parts)} build task(s)"
+        ]
         for s in self.segments:
             ids = s.fragment_ids
             span = f"{ids[0]}..{ids[-1]}" if len(ids) > 3 else ",".join(map(str, ids))
@@ -85,14 +87,31 @@ class IndexPlan:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"table": self.table, "read_version": self.read_version, "name": self.name, "column": self.column,
-                "kind": self.kind, "action": self.action, "options": self.options.details(),
-                "segments": [{"uuid": s.uuid, "fragment_ids": list(s.fragment_ids),
-                              "parts": [[f.id for _, f in p.fragments] for p in s.parts]} for s in self.segments]}
+        return {
+            "table": self.table,
+            "read_version": self.read_version,
+            "name": self.name,
+            "column": self.column,
+            "kind": self.kind,
+            "action": self.action,
+            "options": self.options.details(),
+            "segments": [
+                {"uuid": s.uuid, "fragment_ids": list(s.fragment_ids), "parts": [[f.id for _, f in p.fragments] for p in s.parts]}
+                for s in self.segments
+            ],
+        }
 
 
-def plan_index(manifest: Manifest, column: str | None, kind: str | None, *, name: str | None = None,
-               update: bool = False, options: IndexOptions | None = None, table: str = "") -> IndexPlan:
+def plan_index(
+    manifest: Manifest,
+    column: str | None,
+    kind: str | None,
+    *,
+    name: str | None = None,
+    update: bool = False,
+    options: IndexOptions | None = None,
+    table: str = "",
+) -> IndexPlan:
     """The plan to create index ``name`` (default ``<column>_<kind>``) on ``column``, or with
     ``update`` to index the fragments it does not cover yet (found by ``name``, or by its column)."""
     existing = None
@@ -112,8 +131,11 @@ def plan_index(manifest: Manifest, column: str | None, kind: str | None, *, name
                     f"indices: {', '.join(ix.name for ix in manifest.indices) or 'none'}"
                 )
         column, kind, name = existing.column, existing.kind, existing.name
-        options = IndexOptions.from_details(existing.details, task_rows=options.task_rows if options else None,
-                                            segment_rows=options.segment_rows if options else None)
+        options = IndexOptions.from_details(
+            existing.details,
+            task_rows=options.task_rows if options else None,
+            segment_rows=options.segment_rows if options else None,
+        )
     else:
         if column is None or kind is None:
             raise InvalidArgument("create_index needs a column and a kind (btree, bitmap or fts)")
@@ -130,8 +152,17 @@ def plan_index(manifest: Manifest, column: str | None, kind: str | None, *, name
     else:
         todo = list(manifest.fragments)
     action = NOTHING if existing is not None and not todo else (UPDATE if existing is not None else CREATE)
-    return IndexPlan(table, manifest.version, name, column, kind, action, options,
-                     existing.uuid if existing is not None else None, _segments(todo, options))
+    return IndexPlan(
+        table,
+        manifest.version,
+        name,
+        column,
+        kind,
+        action,
+        options,
+        existing.uuid if existing is not None else None,
+        _segments(todo, options),
+    )
 
 
 def _segments(fragments: list[Fragment], options: IndexOptions) -> tuple[SegmentPlan, ...]:

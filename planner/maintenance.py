@@ -87,7 +87,8 @@ class MaintenancePolicy:
             raise InvalidConfig(
                 f"maintenance option retention_seconds={r!r} is below the {MIN_RETENTION} safety floor of cleanup: a write "
                 f"in progress or a reader of a recent version could lose its files. Use a longer retention, or set "
-                f"enforce_retention to false where nothing reads or writes the tables meanwhile")
+                f"enforce_retention to false where nothing reads or writes the tables meanwhile"
+            )
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> MaintenancePolicy:
@@ -119,20 +120,24 @@ class MaintenancePolicy:
         for key in sorted(properties):
             if not key.startswith(PROPERTY_PREFIX):
                 continue
-            name, raw = key[len(PROPERTY_PREFIX):], properties[key]
+            name, raw = key[len(PROPERTY_PREFIX) :], properties[key]
 
             def bad(expected: str, key: str = key, raw: Any = raw) -> InvalidConfig:
-                return InvalidConfig(f"{where}: property {key}={raw!r} must be {expected}; fix the property on the "
-                                     f"table or its namespace")
+                return InvalidConfig(
+                    f"{where}: property {key}={raw!r} must be {expected}; fix the property on the table or its namespace"
+                )
 
             if name.startswith("compaction."):
-                option = name[len("compaction."):]
+                option = name[len("compaction.") :]
                 known = {f.name: f for f in fields(CompactionOptions)}
                 if option not in known:
-                    raise InvalidConfig(f"{where}: property {key} names no compaction option; known: "
-                                        f"{', '.join(sorted(known))}")
-                compaction[option] = typed_value(raw, getattr(self.compaction, option) if option != "max_concurrency" else 1,
-                                            bad, nullable=option == "max_concurrency")
+                    raise InvalidConfig(f"{where}: property {key} names no compaction option; known: {', '.join(sorted(known))}")
+                compaction[option] = typed_value(
+                    raw,
+                    getattr(self.compaction, option) if option != "max_concurrency" else 1,
+                    bad,
+                    nullable=option == "max_concurrency",
+                )
             elif name in ("compact", "cleanup", "retire_wal", "enforce_retention"):
                 changes[name] = typed_value(raw, True, bad)
             elif name == "retention_seconds":
@@ -147,9 +152,11 @@ class MaintenancePolicy:
                 else:
                     raise bad("true, false or a comma-separated list of index names")
             else:
-                raise InvalidConfig(f"{where}: property {key} names no maintenance option; known: "
-                                    f"{', '.join(PROPERTY_PREFIX + f.name for f in fields(self))}, "
-                                    f"{PROPERTY_PREFIX}compaction.<option>")
+                raise InvalidConfig(
+                    f"{where}: property {key} names no maintenance option; known: "
+                    f"{', '.join(PROPERTY_PREFIX + f.name for f in fields(self))}, "
+                    f"{PROPERTY_PREFIX}compaction.<option>"
+                )
         try:
             if compaction:
                 changes["compaction"] = self.compaction.with_overrides(**compaction)
@@ -264,8 +271,14 @@ def expired_versions(versions: Sequence[tuple[int, float]], cutoff: float) -> li
     return out
 
 
-def plan_table(name: str, manifest: Manifest, versions: Sequence[tuple[int, float]], wal: Sequence[WalSegment],
-               policy: MaintenancePolicy, now: float) -> TablePlan:
+def plan_table(
+    name: str,
+    manifest: Manifest,
+    versions: Sequence[tuple[int, float]],
+    wal: Sequence[WalSegment],
+    policy: MaintenancePolicy,
+    now: float,
+) -> TablePlan:
     """What ``name`` needs, decided from its latest ``manifest``, its ``versions`` on storage as
     ``(version, commit time in seconds)``, its WAL segments and ``policy``, at time ``now``."""
     actions: list[Action] = []
@@ -281,9 +294,14 @@ def plan_table(name: str, manifest: Manifest, versions: Sequence[tuple[int, floa
                 for c in g.candidates:
                     why[c] = why.get(c, 0) + 1
                 rewritten.update(g.fragment_ids)
-            actions.append(Action(COMPACT, f"{len(compaction.groups)} group(s): {compaction.fragments_before} -> "
-                                           f"{compaction.fragments_after} fragments "
-                                           f"({', '.join(f'{n} {c}' for c, n in sorted(why.items()))})"))
+            actions.append(
+                Action(
+                    COMPACT,
+                    f"{len(compaction.groups)} group(s): {compaction.fragments_before} -> "
+                    f"{compaction.fragments_after} fragments "
+                    f"({', '.join(f'{n} {c}' for c, n in sorted(why.items()))})",
+                )
+            )
         else:
             compaction = None
     elif manifest.fragments:
@@ -300,11 +318,18 @@ def plan_table(name: str, manifest: Manifest, versions: Sequence[tuple[int, floa
         missing = [f.id for f in manifest.fragments if f.id not in covered]
         left = [fid for fid in missing if fid not in rewritten]
         if left:
-            actions.append(Action(UPDATE_INDEX, f"{len(left)} of {len(live)} live fragment(s) not covered "
-                                                f"(fragments [{_span(left)}])", target=ix.name))
+            actions.append(
+                Action(
+                    UPDATE_INDEX,
+                    f"{len(left)} of {len(live)} live fragment(s) not covered (fragments [{_span(left)}])",
+                    target=ix.name,
+                )
+            )
         elif missing:
-            notes.append(f"update_index {ix.name}: the {len(missing)} uncovered fragment(s) are compacted, and the "
-                         f"compaction indexes its outputs")
+            notes.append(
+                f"update_index {ix.name}: the {len(missing)} uncovered fragment(s) are compacted, and the "
+                f"compaction indexes its outputs"
+            )
 
     retiring: list[tuple[int, int]] = []
     if policy.retire_wal:
@@ -318,21 +343,42 @@ def plan_table(name: str, manifest: Manifest, versions: Sequence[tuple[int, floa
             for shard, seg in retiring:
                 by_shard.setdefault(shard, []).append(seg)
             shown = "; ".join(f"shard {sh}: {_span(segs)}" for sh, segs in sorted(by_shard.items()))
-            actions.append(Action(RETIRE_WAL, f"{len(retiring)} sealed WAL segment(s) fully committed and sealed more "
-                                              f"than {_seconds(policy.retention_seconds)} ago ({shown})"))
+            actions.append(
+                Action(
+                    RETIRE_WAL,
+                    f"{len(retiring)} sealed WAL segment(s) fully committed and sealed more "
+                    f"than {_seconds(policy.retention_seconds)} ago ({shown})",
+                )
+            )
 
     expired: list[int] = []
     if policy.cleanup:
         expired = expired_versions(versions, now - policy.retention_seconds)
         if expired:
-            actions.append(Action(CLEANUP, f"{len(expired)} of {len(versions)} version(s) superseded more than "
-                                           f"{_seconds(policy.retention_seconds)} ago (versions [{_span(expired)}])"))
+            actions.append(
+                Action(
+                    CLEANUP,
+                    f"{len(expired)} of {len(versions)} version(s) superseded more than "
+                    f"{_seconds(policy.retention_seconds)} ago (versions [{_span(expired)}])",
+                )
+            )
     elif len(versions) > 1:
         notes.append("cleanup: off by policy")
 
-    return TablePlan(name, manifest.version, tuple(actions), policy, compaction, tuple(expired), tuple(retiring),
-                     tuple(notes))
+    return TablePlan(name, manifest.version, tuple(actions), policy, compaction, tuple(expired), tuple(retiring), tuple(notes))
 
 
-__all__ = ["MaintenancePolicy", "WalSegment", "Action", "TablePlan", "plan_table", "expired_versions", "ACTIONS",
-           "COMPACT", "UPDATE_INDEX", "RETIRE_WAL", "CLEANUP", "PROPERTY_PREFIX"]
+__all__ = [
+    "MaintenancePolicy",
+    "WalSegment",
+    "Action",
+    "TablePlan",
+    "plan_table",
+    "expired_versions",
+    "ACTIONS",
+    "COMPACT",
+    "UPDATE_INDEX",
+    "RETIRE_WAL",
+    "CLEANUP",
+    "PROPERTY_PREFIX",
+]

@@ -85,7 +85,8 @@ class CompactionOptions:
             raise InvalidConfig(
                 f"compaction option min_merge_width={self.min_merge_width} must be at least tier_ratio={self.tier_ratio}: "
                 f"fewer peers of one tier may not add up to the next tier, and their rows could be rewritten again "
-                f"without moving up. Raise min_merge_width or lower tier_ratio")
+                f"without moving up. Raise min_merge_width or lower tier_ratio"
+            )
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> CompactionOptions:
@@ -130,7 +131,7 @@ def typed_value(raw: Any, like: Any, bad, nullable: bool = False) -> Any:
         return None
     if isinstance(like, str):  # a choice, e.g. compaction.policy; the options check which words are known
         if not isinstance(raw, str) or not raw.strip():
-            raise bad("text, e.g. \"tiered\"")
+            raise bad('text, e.g. "tiered"')
         return raw.strip().lower()
     if isinstance(like, bool):
         if isinstance(raw, bool):

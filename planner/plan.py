@@ -99,8 +99,7 @@ class CompactionGroup:
             else:
                 runs.append([a.row_group, a.row_group, a.action, a.why])
         plain = {(COPY, WHY_LARGE), (ENCODE, WHY_SMALL)}
-        notable = {s: runs for s, runs in per.items()
-                   if len(runs) > 1 or (runs[0][2], runs[0][3].split(" ")[0]) not in plain}
+        notable = {s: runs for s, runs in per.items() if len(runs) > 1 or (runs[0][2], runs[0][3].split(" ")[0]) not in plain}
         lines: list[str] = []
         for source, runs in notable.items():
             if limit is not None and len(lines) == limit:
@@ -166,8 +165,10 @@ class CompactionPlan:
         for g in self.groups:
             ids = g.fragment_ids
             span = f"{ids[0]}..{ids[-1]}" if len(ids) > 3 else ",".join(map(str, ids))
-            lines.append(f"  group {g.index:4d}: {g.mode:12s} reason={g.reason:24s} fragments [{span}] ({len(ids)}) "
-                         f"rows={g.rows:,} bytes={g.bytes:,}")
+            lines.append(
+                f"  group {g.index:4d}: {g.mode:12s} reason={g.reason:24s} fragments [{span}] ({len(ids)}) "
+                f"rows={g.rows:,} bytes={g.bytes:,}"
+            )
             lines.append(f"{'':14s}row groups: {g.describe_actions()}")
             lines.extend(f"{'':16s}{line}" for line in g.row_group_lines(20))
             if self.tiers is not None:
@@ -175,8 +176,10 @@ class CompactionPlan:
         for fid, why in self.skipped:
             lines.append(f"  skipped fragment {fid}: {why}")
         if self.limited:
-            lines.append(f"  plan limited to {self.options.max_plan_fragments:,} fragments (max_plan_fragments): "
-                         f"the fragments after group {len(self.groups) - 1} wait for the next run")
+            lines.append(
+                f"  plan limited to {self.options.max_plan_fragments:,} fragments (max_plan_fragments): "
+                f"the fragments after group {len(self.groups) - 1} wait for the next run"
+            )
         if self.tiers is not None:
             lines.extend(self.tiers.describe_lines())
         return "\n".join(lines)
@@ -187,8 +190,9 @@ def _weights(f: Fragment) -> tuple[float, float]:
     return float(f.live_rows), f.file_bytes * live_share
 
 
-def _binpack(fragments: Iterable[Fragment], options: CompactionOptions
-             ) -> tuple[list[list[tuple[Fragment, str]]], list[tuple[int, str]], bool]:
+def _binpack(
+    fragments: Iterable[Fragment], options: CompactionOptions
+) -> tuple[list[list[tuple[Fragment, str]]], list[tuple[int, str]], bool]:
     """Groups (each member with why it is a candidate), skipped lone candidates, and whether the
     groups reached ``max_plan_fragments``, under the binpack policy: one pass over ``fragments``
     keeping only the run of candidates it is in (a version's fragments stream by, and those the plan
@@ -262,19 +266,27 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
         members = [f for f, _ in g]
         planned = row_group_actions(members, options)
         mode, reason = choose_mode(members, options, planned)
-        out.append(CompactionGroup(
-            index=i,
-            fragment_ids=tuple(f.id for f in members),
-            mode=mode,
-            reason=reason,
-            rows=sum(f.live_rows for f in members),
-            bytes=sum(f.file_bytes for f in members),
-            row_groups=sum(len(f.row_groups) for f in members),
-            candidates=tuple(why for _, why in g),
-            actions=tuple(actions(members, mode, options, planned)),
-        ))
+        out.append(
+            CompactionGroup(
+                index=i,
+                fragment_ids=tuple(f.id for f in members),
+                mode=mode,
+                reason=reason,
+                rows=sum(f.live_rows for f in members),
+                bytes=sum(f.file_bytes for f in members),
+                row_groups=sum(len(f.row_groups) for f in members),
+                candidates=tuple(why for _, why in g),
+                actions=tuple(actions(members, mode, options, planned)),
+            )
+        )
     return CompactionPlan(
-        table=table or "", read_version=manifest.version, options=options, groups=tuple(out),
-        fragments_before=len(manifest.fragments), rows_before=manifest.rows, skipped=tuple(skipped), tiers=tiers,
+        table=table or "",
+        read_version=manifest.version,
+        options=options,
+        groups=tuple(out),
+        fragments_before=len(manifest.fragments),
+        rows_before=manifest.rows,
+        skipped=tuple(skipped),
+        tiers=tiers,
         limited=limited,
     )

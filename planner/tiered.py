@@ -80,8 +80,16 @@ class Decision:
     why: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"fragment_id": self.fragment_id, "tier": self.tier, "share": round(self.share, 6), "peers": self.peers,
-                "decision": self.decision, "group": self.group, "trigger": self.trigger, "why": self.why}
+        return {
+            "fragment_id": self.fragment_id,
+            "tier": self.tier,
+            "share": round(self.share, 6),
+            "peers": self.peers,
+            "decision": self.decision,
+            "group": self.group,
+            "trigger": self.trigger,
+            "why": self.why,
+        }
 
 
 @dataclass(frozen=True)
@@ -98,24 +106,35 @@ class TierReport:
     unsettled_after: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tier_ratio": self.tier_ratio, "min_merge_width": self.min_merge_width,
-                "max_fragments": self.max_fragments, "unsettled_before": self.unsettled_before,
-                "unsettled_after": self.unsettled_after, "group_triggers": list(self.group_triggers),
-                "fragments": [d.to_dict() for d in self.decisions]}
+        return {
+            "tier_ratio": self.tier_ratio,
+            "min_merge_width": self.min_merge_width,
+            "max_fragments": self.max_fragments,
+            "unsettled_before": self.unsettled_before,
+            "unsettled_after": self.unsettled_after,
+            "group_triggers": list(self.group_triggers),
+            "fragments": [d.to_dict() for d in self.decisions],
+        }
 
     def limited_to(self, groups: int, limit: int) -> TierReport:
         """This report for a plan that keeps its first ``groups`` groups (``max_plan_fragments``): the
         fragments of the others wait for the next run."""
         why = f"waits: the plan reached max_plan_fragments ({limit:,}); merges in a later run"
-        decisions = tuple(dataclasses.replace(d, decision=WAIT, group=None, trigger=None, why=why)
-                          if d.group is not None and d.group >= groups else d for d in self.decisions)
+        decisions = tuple(
+            dataclasses.replace(d, decision=WAIT, group=None, trigger=None, why=why)
+            if d.group is not None and d.group >= groups
+            else d
+            for d in self.decisions
+        )
         return dataclasses.replace(self, decisions=decisions, group_triggers=self.group_triggers[:groups])
 
     def describe_lines(self) -> list[str]:
         """Fragment by fragment (runs with the same reason shown once): what ``--dry-run`` adds."""
-        lines = [f"  tiered: tier k holds fragments of 1/{self.tier_ratio}^k to 1/{self.tier_ratio}^(k-1) of the target; "
-                 f"{self.min_merge_width} adjacent peers merge; settled from 1/2; "
-                 f"{self.unsettled_before} -> {self.unsettled_after} unsettled (max_fragments {self.max_fragments})"]
+        lines = [
+            f"  tiered: tier k holds fragments of 1/{self.tier_ratio}^k to 1/{self.tier_ratio}^(k-1) of the target; "
+            f"{self.min_merge_width} adjacent peers merge; settled from 1/2; "
+            f"{self.unsettled_before} -> {self.unsettled_after} unsettled (max_fragments {self.max_fragments})"
+        ]
         runs: list[tuple[list[int], str]] = []  # adjacent fragments with the same reason
         for d in self.decisions:
             text = f"tier {d.tier}, {d.why}" if d.decision in (MERGE, WAIT) else d.why
@@ -160,7 +179,7 @@ class _Sizes:
         """0 at the target, else the k >= 1 with 1/r^k <= share < 1/r^(k-1) (integer test on rows)."""
         if u.tier is None:
             k = 0 if u.at_target else 1
-            while 0 < k < BOTTOM_TIER and u.rows * self.r ** k < self.rows and u.bytes * self.r ** k < self.bytes:
+            while 0 < k < BOTTOM_TIER and u.rows * self.r**k < self.rows and u.bytes * self.r**k < self.bytes:
                 k += 1
             u.tier = k
         return u.tier
@@ -178,8 +197,15 @@ def _live_bytes(f: Fragment) -> float:
 
 
 def _merge(units: list[_Unit], trigger: str, text: str) -> _Unit:
-    return _Unit(units[0].first, units[-1].last, sum(u.rows for u in units), sum(u.bytes for u in units), False, trigger,
-                 [t for u in units for t in u.texts] + [text])
+    return _Unit(
+        units[0].first,
+        units[-1].last,
+        sum(u.rows for u in units),
+        sum(u.bytes for u in units),
+        False,
+        trigger,
+        [t for u in units for t in u.texts] + [text],
+    )
 
 
 class _Planner:
@@ -239,8 +265,11 @@ class _Planner:
             riders = len(chunk) - peers
             text = None
             if len(chunk) > 1 and (full or peers >= w):
-                text = (f"{peers} adjacent tier-{k} fragments " + ("fill the target" if full else f"(min_merge_width {w})")
-                        + (f", {riders} smaller between them" if riders else ""))
+                text = (
+                    f"{peers} adjacent tier-{k} fragments "
+                    + ("fill the target" if full else f"(min_merge_width {w})")
+                    + (f", {riders} smaller between them" if riders else "")
+                )
             out.append((list(chunk), text))
             chunk.clear()
 
@@ -262,20 +291,26 @@ class _Planner:
             rows, size = sum(u.rows for u in chunk), sum(u.bytes for u in chunk)
             settles = len(chunk) > 1 and (2 * rows >= self.sz.rows or 2 * size >= self.sz.bytes)
             total = max(rows / self.sz.rows, size / self.sz.bytes)
-            out.append((chunk, f"{len(chunk)} adjacent tier-1 fragments hold {total:.2f} of the target (settled from 0.50)"
-                        if settles else None))
+            out.append(
+                (
+                    chunk,
+                    f"{len(chunk)} adjacent tier-1 fragments hold {total:.2f} of the target (settled from 0.50)"
+                    if settles
+                    else None,
+                )
+            )
         return out
 
     def _merge_runs(self, k: int) -> bool:
         """Merges every run of tier k that fires; True if any did."""
         fired = False
         for i, j in reversed(self._runs(k)):  # from the right, so earlier index ranges stay valid
-            run = self.units[i:j + 1]
+            run = self.units[i : j + 1]
             if k >= 2 and sum(1 for u in run if self.sz.tier(u) == k) < self.o.min_merge_width:
                 continue
             trigger = SIZE if k >= 2 else TOP
             new: list[_Unit] = []
-            for chunk, text in (self._size_chunks(run, k) if k >= 2 else self._top_chunks(run)):
+            for chunk, text in self._size_chunks(run, k) if k >= 2 else self._top_chunks(run):
                 if text is None:
                     new.extend(chunk)
                     continue
@@ -284,7 +319,7 @@ class _Planner:
                         self.first_text.setdefault(p, (trigger, text))
                 new.append(_merge(chunk, trigger, text))
                 fired = True
-            self.units[i:j + 1] = new
+            self.units[i : j + 1] = new
         return fired
 
     def _fixpoint(self) -> None:
@@ -306,8 +341,9 @@ class _Planner:
             share = self.deleted_share.get(u.first)
             if share is not None:
                 text = f"{share:.0%} of its rows deleted (materialize_deletions_threshold {t:g})"
-                self.units[i] = _Unit(u.first, u.last, u.rows, u.bytes, u.rows >= self.sz.rows or u.bytes >= self.sz.bytes,
-                                      DELETIONS, [text])
+                self.units[i] = _Unit(
+                    u.first, u.last, u.rows, u.bytes, u.rows >= self.sz.rows or u.bytes >= self.sz.bytes, DELETIONS, [text]
+                )
                 self.first_text[u.first] = (DELETIONS, text)
 
     def _unsettled(self) -> int:
@@ -385,8 +421,9 @@ class _Planner:
         after_peers, after_held = self._original_runs(self.units)
         self.waiting = {u.first: (after_peers[i], after_held[i]) for i, u in enumerate(self.units) if u.trigger is None}
         decisions = tuple(self._decision(p, original, group_of) for p in range(len(self.ids)))
-        report = TierReport(self.o.tier_ratio, self.o.min_merge_width, self.o.max_fragments, decisions, tuple(triggers),
-                            before, self.after)
+        report = TierReport(
+            self.o.tier_ratio, self.o.min_merge_width, self.o.max_fragments, decisions, tuple(triggers), before, self.after
+        )
         return groups, report
 
     def _original_runs(self, original: list[_Unit]) -> tuple[list[int], list[float]]:
@@ -424,15 +461,20 @@ class _Planner:
         if u.at_target:
             return Decision(fid, 0, share, 0, AT_TARGET, None, None, "at the target: moves only to drop deleted rows")
         if self.sz.settled(u):
-            return Decision(fid, tier, share, 0, SETTLED, None, None,
-                            "settled (at least half the target): moves only to drop deleted rows")
+            return Decision(
+                fid, tier, share, 0, SETTLED, None, None, "settled (at least half the target): moves only to drop deleted rows"
+            )
         peers, held = self.waiting[p]
         if tier >= 2:
-            why = (f"waits: {peers} of {w} adjacent tier-{tier} fragments; {max(1, w - peers)} more next to it "
-                   f"(appended, or made by merges of smaller ones) merge them into tier {tier - 1}")
+            why = (
+                f"waits: {peers} of {w} adjacent tier-{tier} fragments; {max(1, w - peers)} more next to it "
+                f"(appended, or made by merges of smaller ones) merge them into tier {tier - 1}"
+            )
         else:
-            why = (f"waits: adjacent tier-1 fragments hold {held:.2f} of the target; they merge when they reach 0.50 "
-                   f"(more tier-1 fragments next to it)")
+            why = (
+                f"waits: adjacent tier-1 fragments hold {held:.2f} of the target; they merge when they reach 0.50 "
+                f"(more tier-1 fragments next to it)"
+            )
         if self.after > self.o.max_fragments:
             why += "; more than max_fragments are unsettled, but no neighbour fits the target with it"
         return Decision(fid, tier, share, peers, WAIT, None, None, why)
@@ -451,5 +493,16 @@ def plan_tiers(fragments: Iterable[Fragment], options: CompactionOptions) -> tup
     return [[planner.ids[p] for p in g] for g in groups], report
 
 
-__all__ = ["plan_tiers", "Decision", "TierReport", "SIZE", "TOP", "MAX_FRAGMENTS", "MERGE", "WAIT", "SETTLED",
-           "AT_TARGET", "BOTTOM_TIER"]
+__all__ = [
+    "plan_tiers",
+    "Decision",
+    "TierReport",
+    "SIZE",
+    "TOP",
+    "MAX_FRAGMENTS",
+    "MERGE",
+    "WAIT",
+    "SETTLED",
+    "AT_TARGET",
+    "BOTTOM_TIER",
+]

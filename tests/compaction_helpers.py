@@ -15,8 +15,12 @@ from tests.lamina.helpers import SCHEMA, rows
 
 #: Groups of two adjacent 4,000-row fragments; row groups of 4,000 rows are "large", of 500 "small".
 MIXED_OPTIONS = CompactionOptions(target_rows_per_fragment=8000, min_row_group_bytes=64 * 1024, max_concurrency=2)
-MIXED_MODES = [("binary_copy", "all_row_groups_large"), ("hybrid", "some_row_groups_small"),
-               ("full_rewrite", "has_deletions"), ("full_rewrite", "file_version_mismatch")]
+MIXED_MODES = [
+    ("binary_copy", "all_row_groups_large"),
+    ("hybrid", "some_row_groups_small"),
+    ("full_rewrite", "has_deletions"),
+    ("full_rewrite", "file_version_mismatch"),
+]
 
 
 def append_foreign_file(t: lamina.Table, data) -> None:
@@ -36,15 +40,15 @@ def append_foreign_file(t: lamina.Table, data) -> None:
 
 def mixed_table(uri: str, opts=None) -> lamina.Table:
     t = lamina.create_table(uri, SCHEMA, storage_options=opts)
-    t.append(rows(0, 4000), row_group_rows=4000)       # group 0: binary copy
+    t.append(rows(0, 4000), row_group_rows=4000)  # group 0: binary copy
     t.append(rows(4000, 4000), row_group_rows=4000)
-    t.append(rows(8000, 4000), row_group_rows=4000)    # group 1: hybrid
+    t.append(rows(8000, 4000), row_group_rows=4000)  # group 1: hybrid
     t.append(rows(12000, 4000), row_group_rows=500)
-    t.append(rows(16000, 4000), row_group_rows=4000)   # group 2: full rewrite, deletions
+    t.append(rows(16000, 4000), row_group_rows=4000)  # group 2: full rewrite, deletions
     t.append(rows(20000, 4000), row_group_rows=4000)
     # Both single-row-group fragments hold deleted rows: nothing of group 2 can be copied.
     t.delete("(id >= 16000 AND id < 16100) OR (id >= 20000 AND id < 20010)")
-    append_foreign_file(t, rows(24000, 4000))          # group 3: full rewrite, other file version
+    append_foreign_file(t, rows(24000, 4000))  # group 3: full rewrite, other file version
     t.append(rows(28000, 4000), row_group_rows=4000)
     return t
 
@@ -59,10 +63,10 @@ def deletion_aware_table(uri: str, opts=None) -> lamina.Table:
     """Large clean row groups next to small fragments and large fragments with a few deleted rows
     in some of their row groups: one hybrid group whose clean row groups are all copied."""
     t = lamina.create_table(uri, SCHEMA, storage_options=opts)
-    t.append(rows(0, 12000), row_group_rows=4000)        # 0: clean, copied
-    t.append(rows(12000, 12000), row_group_rows=4000)    # 1: deletions in row group 1 only
-    t.append(rows(24000, 1000), row_group_rows=500)      # 2: small, a few deletions
-    t.append(rows(25000, 2000), row_group_rows=500)      # 3: small
-    t.append(rows(27000, 12000), row_group_rows=4000)    # 4: deletions in row group 2 only (its last row too)
+    t.append(rows(0, 12000), row_group_rows=4000)  # 0: clean, copied
+    t.append(rows(12000, 12000), row_group_rows=4000)  # 1: deletions in row group 1 only
+    t.append(rows(24000, 1000), row_group_rows=500)  # 2: small, a few deletions
+    t.append(rows(25000, 2000), row_group_rows=500)  # 3: small
+    t.append(rows(27000, 12000), row_group_rows=4000)  # 4: deletions in row group 2 only (its last row too)
     t.delete("(id >= 16000 AND id < 16006) OR id IN (24001, 24500, 24999, 35000, 38998, 38999)")
     return t

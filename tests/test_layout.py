@@ -41,8 +41,11 @@ def test_planner_workers_and_jobs_are_imported_only_under_lamina():
                 bad += [f"{name}:{node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in MAPPED]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.split(".")[0] in MAPPED:
                 bad.append(f"{name}:{node.lineno}: from {node.module} import ...")
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
-                    module_path.fullmatch(node.value) or run_module.search(node.value)):
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and (module_path.fullmatch(node.value) or run_module.search(node.value))
+            ):
                 bad.append(f"{name}:{node.lineno}: {node.value!r}")  # "jobs.cli:main", "python -m jobs.x"
     assert bad == [], "use lamina.planner / lamina.workers / lamina.jobs:\n" + "\n".join(bad)
 
@@ -68,9 +71,13 @@ def test_import_lamina_does_not_import_ray():
 def test_the_planner_does_no_io_and_needs_no_workers():
     for name, tree in _modules():
         if name.startswith("planner/"):
-            bad = {m for m in _imports(tree) if m.split(".")[0] in ("boto3", "ray")
-                   or m.startswith(("lamina.workers", "lamina.jobs"))
-                   or m in ("lamina.store", "lamina.datafile", "lamina.commit", "lamina.table")}
+            bad = {
+                m
+                for m in _imports(tree)
+                if m.split(".")[0] in ("boto3", "ray")
+                or m.startswith(("lamina.workers", "lamina.jobs"))
+                or m in ("lamina.store", "lamina.datafile", "lamina.commit", "lamina.table")
+            }
             assert not bad, f"{name} imports {sorted(bad)}"
 
 
@@ -90,8 +97,13 @@ def test_jobs_only_parse_show_progress_and_print():
     """A job module calls the library: it never builds transactions, commits or plans groups itself."""
     for name, tree in _modules():
         if name.startswith("jobs/"):
-            bad = {m for m in _imports(tree) if m in ("lamina.commit", "lamina.transaction", "lamina.store")
-                   or m.startswith("lamina.workers.") and m != "lamina.workers.runtime"}
+            bad = {
+                m
+                for m in _imports(tree)
+                if m in ("lamina.commit", "lamina.transaction", "lamina.store")
+                or m.startswith("lamina.workers.")
+                and m != "lamina.workers.runtime"
+            }
             assert not bad, f"{name} imports {sorted(bad)}"
 
 
@@ -102,9 +114,12 @@ def test_every_error_class_lives_in_lamina_errors():
     for name, tree in _modules():
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and any(
-                    isinstance(b, ast.Name) and (b.id.endswith("Error") or b.id in dir(lamina.errors)) and
-                    isinstance(getattr(lamina.errors, b.id, None), type) and issubclass(getattr(lamina.errors, b.id), Exception)
-                    for b in node.bases):
+                isinstance(b, ast.Name)
+                and (b.id.endswith("Error") or b.id in dir(lamina.errors))
+                and isinstance(getattr(lamina.errors, b.id, None), type)
+                and issubclass(getattr(lamina.errors, b.id), Exception)
+                for b in node.bases
+            ):
                 defined.append(f"{name}:{node.name}")
     assert all(d.startswith("lamina/errors.py:") for d in defined), defined
 
@@ -146,8 +161,9 @@ def _module_of_file(path: str) -> str:
 def test_layers_point_one_way():
     upward = []
     for name, tree in _modules():
-        in_functions = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                        for n in ast.walk(f)}
+        in_functions = {
+            id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 modules = [a.name for a in node.names]
@@ -161,8 +177,9 @@ def test_layers_point_one_way():
                 key = (name, _module_of_file(target))
                 if key in LAZY_CONVENIENCES and id(node) in in_functions:
                     continue
-                upward.append(f"{name}:{node.lineno} ({LAYERS[_layer_of_file(name)]}) imports {key[1]} "
-                              f"({LAYERS[_layer_of_file(target)]})")
+                upward.append(
+                    f"{name}:{node.lineno} ({LAYERS[_layer_of_file(name)]}) imports {key[1]} ({LAYERS[_layer_of_file(target)]})"
+                )
     assert upward == [], "\n".join(upward)
 
 
@@ -182,9 +199,13 @@ def test_no_module_uses_another_modules_private_names():
                 defined.add(n.attr)
         for n in ast.walk(tree):
             if isinstance(n, ast.ImportFrom) and n.level == 0 and (n.module or "").startswith("lamina"):
-                bad += [f"{name}:{n.lineno}: from {n.module} import {a.name}" for a in n.names
-                        if a.name.startswith("_") and not a.name.startswith("__") and a.name != "_native"]
-            elif isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__") \
-                    and n.attr not in defined:
+                bad += [
+                    f"{name}:{n.lineno}: from {n.module} import {a.name}"
+                    for a in n.names
+                    if a.name.startswith("_") and not a.name.startswith("__") and a.name != "_native"
+                ]
+            elif (
+                isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__") and n.attr not in defined
+            ):
                 bad.append(f"{name}:{n.lineno}: {ast.unparse(n)}")
     assert bad == [], "\n".join(bad)

@@ -30,8 +30,23 @@ def wheel(tmp_path_factory) -> Path:
     (tmp / "build.cfg").write_text(f"[build]\nbuild_base = {tmp / 'build'}\n[egg_info]\negg_base = {tmp}\n")
     env = {**os.environ, "DIST_EXTRA_CONFIG": str(tmp / "build.cfg"), "SETUPTOOLS_RUST_CARGO_PROFILE": "dev"}
     env.setdefault("CARGO_TARGET_DIR", str(Path.home() / ".cache" / "lamina" / "target"))  # the Makefile's
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(tmp / "dist"), str(ROOT)], env=env, check=True, cwd=tmp)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(tmp / "dist"),
+            str(ROOT),
+        ],
+        env=env,
+        check=True,
+        cwd=tmp,
+    )
     (built,) = (tmp / "dist").glob("lamina-*.whl")
     return built
 
@@ -42,14 +57,20 @@ def venv(wheel, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     python = path / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
-                   check=True, cwd=path)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)], check=True, cwd=path
+    )
     return python
 
 
 def _site_packages(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                         capture_output=True, text=True, check=True, cwd=python.parent)
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=python.parent,
+    )
     return Path(out.stdout.strip())
 
 
@@ -68,8 +89,11 @@ def test_the_wheel_installs_only_the_lamina_package(venv):
     (dist_info,) = site.glob("lamina-*.dist-info")
     assert (dist_info / "top_level.txt").read_text().split() == ["lamina"]
     # Every module of the checkout is in it, under its installed name, with the extension, stub and marker.
-    expected = {f"{FOLDERS[p.parts[0]]}/{Path(*p.parts[1:]).as_posix()}"
-                for folder in FOLDERS for p in (q.relative_to(ROOT) for q in (ROOT / folder).rglob("*.py"))}
+    expected = {
+        f"{FOLDERS[p.parts[0]]}/{Path(*p.parts[1:]).as_posix()}"
+        for folder in FOLDERS
+        for p in (q.relative_to(ROOT) for q in (ROOT / folder).rglob("*.py"))
+    }
     assert expected - set(record) == set()
     assert {"lamina/py.typed", "lamina/_native.pyi"} <= set(record)
     assert any(p.startswith("lamina/_native.") and p.endswith(".so") for p in record), record
@@ -81,7 +105,9 @@ def test_the_installed_package_imports_from_the_wheel_alone(venv, tmp_path):
     (_site_packages(venv) / "deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
     modules = sorted(
         ".".join(Path(FOLDERS[p.parts[0]], *p.parts[1:]).with_suffix("").parts).removesuffix(".__init__")
-        for folder in FOLDERS for p in (q.relative_to(ROOT) for q in (ROOT / folder).rglob("*.py")))
+        for folder in FOLDERS
+        for p in (q.relative_to(ROOT) for q in (ROOT / folder).rglob("*.py"))
+    )
     code = f"""
 import importlib, importlib.util, sys
 for name in {modules!r}:

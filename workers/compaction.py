@@ -73,13 +73,31 @@ class GroupTask:
     indices: tuple[IndexToExtend, ...] = ()
 
 
-def tasks_for(plan: CompactionPlan, manifest: Manifest, uri: str, storage_options: dict[str, Any] | None,
-              write: WriteOptions, read_batch_bytes: int) -> list[GroupTask]:
+def tasks_for(
+    plan: CompactionPlan,
+    manifest: Manifest,
+    uri: str,
+    storage_options: dict[str, Any] | None,
+    write: WriteOptions,
+    read_batch_bytes: int,
+) -> list[GroupTask]:
     """One task per group of ``plan`` (made from ``manifest``, the version it was planned on)."""
     frags = find_fragments(manifest.fragments, (i for g in plan.groups for i in g.fragment_ids))
     indices = tuple(IndexToExtend(ix.name, ix.uuid, ix.column, ix.kind, dict(ix.details)) for ix in manifest.indices)
-    return [GroupTask(uri, storage_options, g, tuple(frags[i] for i in g.fragment_ids), manifest.schema, write,
-                      read_batch_bytes, manifest.stable_row_ids, indices) for g in plan.groups]
+    return [
+        GroupTask(
+            uri,
+            storage_options,
+            g,
+            tuple(frags[i] for i in g.fragment_ids),
+            manifest.schema,
+            write,
+            read_batch_bytes,
+            manifest.stable_row_ids,
+            indices,
+        )
+        for g in plan.groups
+    ]
 
 
 class GroupCompactor:
@@ -88,8 +106,7 @@ class GroupCompactor:
     def run(self, task: GroupTask) -> GroupResult:
         started = time.perf_counter()
         g = task.group
-        result = GroupResult(g.index, g.fragment_ids, g.mode, g.reason, ok=False,
-                             rows_in=g.rows, bytes_in=g.bytes)
+        result = GroupResult(g.index, g.fragment_ids, g.mode, g.reason, ok=False, rows_in=g.rows, bytes_in=g.bytes)
         try:
             self._run(task, result)
             result.ok = True
@@ -117,10 +134,16 @@ class GroupCompactor:
                 sources.append((source.path, pa.array(deleted[-1], type=pa.uint32())))
             planned = task.group
             group = planned.resolve(task.fragments, deleted)
-            result.resolved = [(planned.fragment_ids[p.source], p.row_group, r.action, r.why)
-                               for p, r in zip(planned.actions, group.actions) if p.action == COPY_IF_CLEAN]
-            kwargs = dict(row_group_rows=task.write.row_group_rows, row_group_bytes=task.write.row_group_bytes,
-                          zstd_level=task.write.zstd_level)
+            result.resolved = [
+                (planned.fragment_ids[p.source], p.row_group, r.action, r.why)
+                for p, r in zip(planned.actions, group.actions)
+                if p.action == COPY_IF_CLEAN
+            ]
+            kwargs = dict(
+                row_group_rows=task.write.row_group_rows,
+                row_group_bytes=task.write.row_group_bytes,
+                zstd_level=task.write.zstd_level,
+            )
             # A damaged source must never be copied into an output under a fresh, valid checksum. The
             # sources' checksums are computed beside the native rewrite (both release the GIL) and
             # checked before the output is published: a mismatch raises inside staged_output, which
@@ -129,15 +152,17 @@ class GroupCompactor:
             with store.staged_output(out_rel) as out_local:
                 try:
                     try:
-                        meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local,
-                                                         **kwargs)
+                        meta = _native.rewrite_data_file(
+                            sources, [a.native() for a in group.actions], task.schema, out_local, **kwargs
+                        )
                     except InvalidArgument as e:
                         if group.mode == FULL_REWRITE:
                             raise
                         group = group.as_full_rewrite(str(e))
                         result.mode, result.reason = group.mode, group.reason
-                        meta = _native.rewrite_data_file(sources, [a.native() for a in group.actions], task.schema, out_local,
-                                                         **kwargs)
+                        meta = _native.rewrite_data_file(
+                            sources, [a.native() for a in group.actions], task.schema, out_local, **kwargs
+                        )
                 except Exception:
                     checked.result()  # a checksum mismatch explains a failed decode better than the decoder
                     raise
@@ -158,11 +183,17 @@ class GroupCompactor:
         if position != int(meta["rows"]):
             raise LaminaError(f"group {task.group.index}: wrote {meta['rows']} rows, the sources hold {position} live rows")
         result.fragment = Fragment(
-            id=-1, path=out_rel, rows=int(meta["rows"]), file_bytes=int(meta["file_bytes"]),
+            id=-1,
+            path=out_rel,
+            rows=int(meta["rows"]),
+            file_bytes=int(meta["file_bytes"]),
             row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
             file_version=str(meta["file_version"]),
             row_ids=id_ranges(np.concatenate(ids)) if task.stable_row_ids and ids else None,
-            checksum=meta.get("checksum"), zones=merge_zones(task.fragments), schema=task.schema, written_at=written_at,
+            checksum=meta.get("checksum"),
+            zones=merge_zones(task.fragments),
+            schema=task.schema,
+            written_at=written_at,
         )
         result.mapping = runs
         result.source_deletions = {f.id: (f.deletion.path if f.deletion else None) for f in task.fragments}
@@ -170,7 +201,6 @@ class GroupCompactor:
         result.bytes_out = int(meta["file_bytes"])
         result.row_groups_copied = int(meta["row_groups_copied"])
         result.row_groups_encoded = int(meta["row_groups_encoded"])
-
 
     @staticmethod
     def _index(task: GroupTask, store: ObjectStore, output: str, rows: int, result: GroupResult) -> None:

@@ -40,9 +40,13 @@ class BuildTask:
 
 def tasks_for(plan: IndexPlan, uri: str, storage_options: dict[str, Any] | None) -> list[BuildTask]:
     """One task per planned part, segments in table order."""
-    return [BuildTask(uri, storage_options, plan.column, plan.kind, plan.options, p.segment_uuid, p.part,
-                      len(s.parts) == 1, p.fragments)
-            for s in plan.segments for p in s.parts]
+    return [
+        BuildTask(
+            uri, storage_options, plan.column, plan.kind, plan.options, p.segment_uuid, p.part, len(s.parts) == 1, p.fragments
+        )
+        for s in plan.segments
+        for p in s.parts
+    ]
 
 
 class PartBuilder:
@@ -50,8 +54,9 @@ class PartBuilder:
 
     def run(self, task: BuildTask) -> segments.BuiltPart:
         store = open_store(task.uri, task.storage_options)
-        built = segments.build_part(store, task.segment_uuid, task.part, task.only_part, task.column, task.kind,
-                                    task.options, task.fragments)
+        built = segments.build_part(
+            store, task.segment_uuid, task.part, task.only_part, task.column, task.kind, task.options, task.fragments
+        )
         maybe_die()  # test-only fault injection (lamina.faults)
         return built
 

@@ -32,8 +32,7 @@ def actor_name(uri: str, shard: int) -> str:
 class WalApplier:
     """Ray actor body (plain class: tests may run it without Ray)."""
 
-    def __init__(self, uri: str, shard: int, storage_options: dict[str, Any] | None = None,
-                 options: IngestOptions | None = None):
+    def __init__(self, uri: str, shard: int, storage_options: dict[str, Any] | None = None, options: IngestOptions | None = None):
         self.applier = ShardApplier(uri, shard, storage_options, options)
         self._stop = threading.Event()
         self._errors = 0
@@ -82,11 +81,22 @@ class WalApplier:
         self._thread.join(timeout=30)
 
 
-def applier_actor(uri: str, shard: int, storage_options: dict[str, Any] | None = None,
-                  options: IngestOptions | None = None, runtime_env: dict[str, Any] | None = None,
-                  actor_cpus: float = 0.25) -> Any:
+def applier_actor(
+    uri: str,
+    shard: int,
+    storage_options: dict[str, Any] | None = None,
+    options: IngestOptions | None = None,
+    runtime_env: dict[str, Any] | None = None,
+    actor_cpus: float = 0.25,
+) -> Any:
     """The applier actor of (uri, shard), created if it does not exist (detached: it outlives the caller)."""
     from lamina.workers.runtime import named_actor
 
-    return named_actor(WalApplier, actor_name(uri, shard), (uri, shard, storage_options, options),
-                       runtime_env=runtime_env, num_cpus=actor_cpus, max_concurrency=4)
+    return named_actor(
+        WalApplier,
+        actor_name(uri, shard),
+        (uri, shard, storage_options, options),
+        runtime_env=runtime_env,
+        num_cpus=actor_cpus,
+        max_concurrency=4,
+    )

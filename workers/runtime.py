@@ -74,9 +74,16 @@ def _counted(fn: Callable[[T], Any], task: T) -> tuple[Any, dict[str, dict[str, 
     return fn(task), stats_delta(before)
 
 
-def run_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | None = None, max_retries: int = 3,
-              runtime_env: dict[str, Any] | None = None, num_cpus: float = 1,
-              progress: Progress | None = None) -> Iterator[tuple[T, Any]]:
+def run_tasks(
+    fn: Callable[[T], Any],
+    tasks: Sequence[T],
+    *,
+    concurrency: int | None = None,
+    max_retries: int = 3,
+    runtime_env: dict[str, Any] | None = None,
+    num_cpus: float = 1,
+    progress: Progress | None = None,
+) -> Iterator[tuple[T, Any]]:
     """Runs ``fn(task)`` on Ray for every task, at most ``concurrency`` at once (default: the
     cluster's CPUs), in order of submission; yields ``(task, result)`` in order of completion.
 
@@ -92,8 +99,9 @@ def run_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | 
 
     connect()
     limit = concurrency or cluster_cpus()
-    remote: Any = ray.remote(num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False,
-                             **_remote_options(runtime_env))(_counted)
+    remote: Any = ray.remote(num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False, **_remote_options(runtime_env))(
+        _counted
+    )
     queue = list(tasks)
     queue.reverse()
     pending: dict[Any, T] = {}
@@ -123,8 +131,9 @@ def run_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | 
             ray.cancel(ref, force=True)
 
 
-def run_local(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | None = None,
-              progress: Progress | None = None) -> Iterator[tuple[T, Any]]:
+def run_local(
+    fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | None = None, progress: Progress | None = None
+) -> Iterator[tuple[T, Any]]:
     """``run_tasks`` on a thread pool of this process (``concurrency`` threads, default the CPUs):
     for work whose native part releases the GIL. An exception raised by ``fn`` is raised here."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -142,16 +151,29 @@ def run_local(fn: Callable[[T], Any], tasks: Sequence[T], *, concurrency: int | 
                 fut.cancel()
 
 
-def named_actor(cls: type, name: str, args: Iterable[Any] = (), *, namespace: str = "lamina",
-                runtime_env: dict[str, Any] | None = None, num_cpus: float = 0.25, max_concurrency: int = 4) -> Any:
+def named_actor(
+    cls: type,
+    name: str,
+    args: Iterable[Any] = (),
+    *,
+    namespace: str = "lamina",
+    runtime_env: dict[str, Any] | None = None,
+    num_cpus: float = 0.25,
+    max_concurrency: int = 4,
+) -> Any:
     """The detached actor ``name`` (created from ``cls(*args)`` if it does not exist): it outlives the
     caller, is restarted by Ray whenever its process dies, and its calls are retried 3 times."""
     import ray
 
     connect()
     # ray's overloads of remote() list the options of a task only: max_concurrency is an actor's.
-    remote_cls = ray.remote(num_cpus=num_cpus, max_restarts=-1, max_task_retries=3,  # type: ignore[call-overload]
-                            max_concurrency=max_concurrency, **_remote_options(runtime_env))(cls)
+    remote_cls = ray.remote(
+        num_cpus=num_cpus,
+        max_restarts=-1,
+        max_task_retries=3,  # type: ignore[call-overload]
+        max_concurrency=max_concurrency,
+        **_remote_options(runtime_env),
+    )(cls)
     return remote_cls.options(name=name, namespace=namespace, get_if_exists=True, lifetime="detached").remote(*args)
 
 

@@ -170,16 +170,22 @@ class Catalog:
     def _namespace(self, name: str, v: snapshots.Version | None = None) -> dict[str, Any]:
         entry = self._entry(name, v)
         if entry is None or entry["object_type"] != NAMESPACE:
-            raise NamespaceNotFound(f"catalog {self.root} has no namespace {name!r}"
-                                    + (f" ({name!r} is a table)" if entry else "") + "; create it with create_namespace")
+            raise NamespaceNotFound(
+                f"catalog {self.root} has no namespace {name!r}"
+                + (f" ({name!r} is a table)" if entry else "")
+                + "; create it with create_namespace"
+            )
         return entry
 
     def _table_entry(self, name: str, v: snapshots.Version | None = None) -> dict[str, Any]:
         check_name(name, "table name")
         entry = self._entry(name, v)
         if entry is None or entry["object_type"] != TABLE:
-            raise TableNotFound(f"catalog {self.root} has no table {name!r}"
-                                + (f" ({name!r} is a namespace)" if entry else "") + "; list them with list_tables")
+            raise TableNotFound(
+                f"catalog {self.root} has no table {name!r}"
+                + (f" ({name!r} is a namespace)" if entry else "")
+                + "; list them with list_tables"
+            )
         return entry
 
     def _location(self, entry: dict[str, Any]) -> str:
@@ -232,8 +238,13 @@ class Catalog:
         finally:
             os.close(fd)
 
-    def _commit_batch(self, queue: group_commit.Queue | None, request: dict[str, Any] | None,
-                      before_commit: Callable[[], Any] | None, own: str | None = None) -> Any:
+    def _commit_batch(
+        self,
+        queue: group_commit.Queue | None,
+        request: dict[str, Any] | None,
+        before_commit: Callable[[], Any] | None,
+        own: str | None = None,
+    ) -> Any:
         """One rewrite applying the queued requests (if ``queue``: this writer has the turn) and ``request``
         (this writer's own, unless it is queued as ``own``); redone over a version committed meanwhile.
         Returns, or raises, this writer's own outcome."""
@@ -257,8 +268,10 @@ class Catalog:
                         outcomes[rid] = {"error": [type(e).__name__, str(e)]}
                 mine = outcomes.get(own) if own is not None else outcomes.pop(None)
                 if mine is None:  # this writer's queued request vanished: nothing here can say what became of it
-                    raise CommitStateUnknown(f"catalog {self.root}: request {own} left the queue without an outcome; "
-                                             f"list or describe the catalog to find out whether it was applied")
+                    raise CommitStateUnknown(
+                        f"catalog {self.root}: request {own} left the queue without an outcome; "
+                        f"list or describe the catalog to find out whether it was applied"
+                    )
                 if queue is not None and not any("result" in o for o in outcomes.values()) and "error" in mine:
                     queue.hand_out({rid: outcomes[rid] for rid, _ in queued})  # all refused: nothing to write
                     queued = []
@@ -300,8 +313,10 @@ class Catalog:
             if queue is not None and claimed:
                 queue.unclaim(claimed)  # none of those transactions committed
                 queued = []
-            raise CommitConflict(f"catalog {self.root}: {REWRITE_BACKOFF.max_attempts} rewrites in a row lost the race "
-                                 f"to other writers; nothing was changed, retry later")
+            raise CommitConflict(
+                f"catalog {self.root}: {REWRITE_BACKOFF.max_attempts} rewrites in a row lost the race "
+                f"to other writers; nothing was changed, retry later"
+            )
         finally:
             if queue is not None and queued and not claimed:
                 queue.give_back([rid for rid, _ in queued])  # taken but never claimed: queued again
@@ -339,8 +354,9 @@ class Catalog:
             for entry in dropped:
                 self._purge(entry)
 
-    def create_table(self, name: str, schema: pa.Schema, *, properties: dict[str, Any] | None = None,
-                     **table_options: Any) -> Table:
+    def create_table(
+        self, name: str, schema: pa.Schema, *, properties: dict[str, Any] | None = None, **table_options: Any
+    ) -> Table:
         """Creates an empty table ``name`` under the root (``table_options`` as for ``lamina.create_table``), at
         ``<root>/<namespace path>/<name>-<12 hex>``: refused (InvalidArgument) if that lies inside another
         table's location (a registered one there, or a table created under a namespace named like its directory).
@@ -371,9 +387,11 @@ class Catalog:
         (the commit landed after all). Else, once no request for it can be applied any more, its files are removed
         and ``failure`` raised (for an unknown outcome, now known: StorageError saying nothing was committed).
         When that cannot be told, the files are kept and CommitStateUnknown says what to do."""
-        keep = (f"its files at {table.uri} were kept: check describe_table({name!r}); if the catalog lists it there, "
-                f"the table was created; if not, nothing names them and register_table({name!r}, {table.uri!r}) then "
-                f"drop_table({name!r}, purge=True) removes them")
+        keep = (
+            f"its files at {table.uri} were kept: check describe_table({name!r}); if the catalog lists it there, "
+            f"the table was created; if not, nothing names them and register_table({name!r}, {table.uri!r}) then "
+            f"drop_table({name!r}, purge=True) removes them"
+        )
         if not isinstance(failure, Exception):  # interrupted: no reads now
             _add_note(failure, f"catalog {self.root}: whether table {name!r} was created is unknown; {keep}")
             raise failure
@@ -386,13 +404,16 @@ class Catalog:
         if named is not None:
             return table  # committed (under ``named``: renamed since, if it is not ``name``)
         if not settled:
-            raise CommitStateUnknown(f"catalog {self.root}: whether table {name!r} was created is unknown ({failure}); "
-                                     f"{keep}") from failure
+            raise CommitStateUnknown(
+                f"catalog {self.root}: whether table {name!r} was created is unknown ({failure}); {keep}"
+            ) from failure
         _remove_table_files(table.store)  # no entry names them, and none can any more
         if isinstance(failure, CommitStateUnknown):
-            raise StorageError(f"catalog {self.root}: creating table {name!r} failed ({failure}); the catalog read back "
-                               f"shows nothing was committed, and its files at {table.uri} were removed: retry "
-                               f"create_table") from failure
+            raise StorageError(
+                f"catalog {self.root}: creating table {name!r} failed ({failure}); the catalog read back "
+                f"shows nothing was committed, and its files at {table.uri} were removed: retry "
+                f"create_table"
+            ) from failure
         raise failure
 
     def _withdraw_queued(self, relative: str) -> bool:
@@ -409,8 +430,9 @@ class Catalog:
         try:
             queue = group_commit.Queue(store)
             queue.recover(store, self._table.manifest.table_uuid)
-            queue.withdraw_matching(lambda body: body.get("op") == "create_table"
-                                    and (body.get("row") or {}).get("location") == relative)
+            queue.withdraw_matching(
+                lambda body: body.get("op") == "create_table" and (body.get("row") or {}).get("location") == relative
+            )
             return True
         finally:
             os.close(fd)
@@ -442,8 +464,14 @@ class Catalog:
         table = open_table(uri, storage_options=self.storage_options)
         m = table.manifest
 
-        row = dict(location=table.uri, registered=True, metadata=metadata, table_version=m.version, table_rows=m.rows,
-                   table_bytes=sum(f.file_bytes for f in m.fragments))
+        row = dict(
+            location=table.uri,
+            registered=True,
+            metadata=metadata,
+            table_version=m.version,
+            table_rows=m.rows,
+            table_bytes=sum(f.file_bytes for f in m.fragments),
+        )
         self._mutate({"op": "register_table", "name": name, "row": row})
         return table
 
@@ -483,9 +511,19 @@ class Catalog:
             t = self._latest_of(self._location(e), e["table_version"])
         assert e is not None  # the entry read early, or just now
         m = t.manifest
-        return TableDescription(name, t.uri, bool(e["registered"]), json.loads(e["metadata"]), e["created_ms"],
-                                e["updated_ms"], m.version, m.rows, len(m.fragments), [ix.name for ix in m.indices],
-                                json.loads(e["maintenance"]) if e["maintenance"] else None)
+        return TableDescription(
+            name,
+            t.uri,
+            bool(e["registered"]),
+            json.loads(e["metadata"]),
+            e["created_ms"],
+            e["updated_ms"],
+            m.version,
+            m.rows,
+            len(m.fragments),
+            [ix.name for ix in m.indices],
+            json.loads(e["maintenance"]) if e["maintenance"] else None,
+        )
 
     def _latest_of(self, location: str, known: int | None) -> Table:
         """The table at ``location`` at its latest version. A handle kept from an earlier ``describe_table`` is
@@ -536,13 +574,17 @@ class Catalog:
         key = locations.location_key(location)
         catalog = f"{self.root.rstrip('/')}/{CATALOG_DIR}"
         if locations.overlap(key, locations.location_key(catalog)) is not None:  # an entry an older catalog accepted
-            raise InvalidArgument(f"not purging {location}: it overlaps catalog {self.root}'s own location {catalog}; "
-                                  f"the entry {entry['object_id']!r} was dropped, its files were kept")
+            raise InvalidArgument(
+                f"not purging {location}: it overlaps catalog {self.root}'s own location {catalog}; "
+                f"the entry {entry['object_id']!r} was dropped, its files were kept"
+            )
         others = [self._location(e) for e in self._rows("object_type = 'table'").to_pylist()]
         inside = [o for o in others if locations.overlap(locations.location_key(o), key) in ("is", "lies inside")]
         if inside:
-            raise InvalidArgument(f"not purging {location}: table(s) of catalog {self.root} live there ({inside[0]}); "
-                                  f"the entry {entry['object_id']!r} was dropped, its files were kept")
+            raise InvalidArgument(
+                f"not purging {location}: table(s) of catalog {self.root} live there ({inside[0]}); "
+                f"the entry {entry['object_id']!r} was dropped, its files were kept"
+            )
         purge_table(open_store(location, self.storage_options))  # the tombstone stays: writers may hold the table
 
     def search(self, text: str, k: int = 10) -> list[str]:
@@ -575,9 +617,13 @@ class Catalog:
         names no longer in the catalog are skipped."""
         if not reports:
             return
-        recorded = {n: {"report": json.dumps(r, sort_keys=True, default=str),
-                        **{k: r[k] for k in ("version", "rows", "bytes") if isinstance(r.get(k), int)}}
-                    for n, r in reports.items()}
+        recorded = {
+            n: {
+                "report": json.dumps(r, sort_keys=True, default=str),
+                **{k: r[k] for k in ("version", "rows", "bytes") if isinstance(r.get(k), int)},
+            }
+            for n, r in reports.items()
+        }
         self._mutate({"op": "record_maintenance", "name": "", "reports": recorded})
 
     # -- checks inside a rewrite ----------------------------------------------------------------
@@ -602,7 +648,8 @@ class Catalog:
                         raise
         if entry is not None:
             raise (TableExists if entry["object_type"] == TABLE else NamespaceExists)(
-                f"catalog {self.root} already has a {entry['object_type']} named {name!r}")
+                f"catalog {self.root} already has a {entry['object_type']} named {name!r}"
+            )
         raise NamespaceNotFound(f"catalog {self.root} has no namespace {parent_of(name)!r} to hold {name!r}; create it first")
 
     def _check_location_before(self, name: str, location: str, v: snapshots.Version) -> None:
@@ -640,8 +687,10 @@ def connect(root: str, *, storage_options: dict[str, Any] | None = None, create:
         return Catalog(root, open_table(store.uri, storage_options=storage_options), storage_options, seen_at)
     except TableNotFound:
         if not create:
-            raise InvalidArgument(f"no Lamina catalog at {root} (nothing under {CATALOG_DIR}/): point at a catalog "  # noqa: B904
-                                  f"root, or create one with lamina.connect({root!r})")
+            raise InvalidArgument(  # noqa: B904 (the chained TableNotFound says where it looked)
+                f"no Lamina catalog at {root} (nothing under {CATALOG_DIR}/): point at a catalog "
+                f"root, or create one with lamina.connect({root!r})"
+            )
         txn = Create(SCHEMA, config={**WriteOptions().to_config(), CONFIG_KEY: SCHEMA_VERSION})
         try:
             commit(store, txn, txn.base)

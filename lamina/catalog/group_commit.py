@@ -90,7 +90,7 @@ class Queue:
 
     def withdraw_matching(self, match: Callable[[dict[str, Any]], bool]) -> None:
         """Takes back every queued request ``match`` accepts (a writer settling a request of its own)."""
-        for rid in [n[:-len(".req")] for n in self._names() if n.endswith(".req")]:
+        for rid in [n[: -len(".req")] for n in self._names() if n.endswith(".req")]:
             body = self._read(rid, "req") or {}
             if match(body):
                 self.withdraw(rid)
@@ -113,9 +113,11 @@ class Queue:
             if self.withdraw(rid):
                 return None
             time.sleep(0.005)
-        raise CommitStateUnknown(f"catalog {root}: request {rid} was taken into a rewrite by another writer of this "
-                                 f"host that has not finished within {seconds:.0f} s; whether it was applied is "
-                                 f"unknown: list or describe the catalog to find out")
+        raise CommitStateUnknown(
+            f"catalog {root}: request {rid} was taken into a rewrite by another writer of this "
+            f"host that has not finished within {seconds:.0f} s; whether it was applied is "
+            f"unknown: list or describe the catalog to find out"
+        )
 
     def take(self, limit: int, include: str | None = None) -> list[tuple[str, dict[str, Any]]]:
         """Up to ``limit`` queued requests, oldest first (and ``include``'s, wherever it is), each taken by an

@@ -17,8 +17,8 @@ def location_key(uri: str) -> str:
     symbolic links, doubled and trailing slashes resolved; an ``s3://`` URI without empty segments (doubled or
     trailing slashes; other segments are literal key text)."""
     if uri.startswith("s3://"):
-        return "s3://" + "/".join(part for part in uri[len("s3://"):].split("/") if part)
-    path = uri[len("file://"):] if uri.startswith("file://") else uri
+        return "s3://" + "/".join(part for part in uri[len("s3://") :].split("/") if part)
+    path = uri[len("file://") :] if uri.startswith("file://") else uri
     return os.path.realpath(os.path.expanduser(path))
 
 
@@ -51,26 +51,40 @@ def check_location(root: str, rows: pa.Table, ids: list[str], name: str, locatio
     catalog = f"{root.rstrip('/')}/{CATALOG_DIR}"
     how = overlap(key, _listed_key(catalog))
     if how is not None:
-        raise InvalidArgument(f"catalog {root}: table {name!r} cannot live at {location}: it {how} the catalog's own "
-                              f"location {catalog}; choose a location outside the catalog and every table it lists")
+        raise InvalidArgument(
+            f"catalog {root}: table {name!r} cannot live at {location}: it {how} the catalog's own "
+            f"location {catalog}; choose a location outside the catalog and every table it lists"
+        )
     base = _listed_key(root).rstrip("/") + "/"
     locations, registered = rows.column("location").to_pylist(), rows.column("registered").to_pylist()
-    hits = [i for i, r in enumerate(registered) if r and locations[i] is not None
-            and overlap(key, _listed_key(locations[i])) is not None] if True in registered else []
+    hits = (
+        [
+            i
+            for i, r in enumerate(registered)
+            if r and locations[i] is not None and overlap(key, _listed_key(locations[i])) is not None
+        ]
+        if True in registered
+        else []
+    )
     if key.startswith(base):  # (one holding the root holds the catalog: refused above)
-        relative = key[len(base):]
+        relative = key[len(base) :]
         parts = relative.split("/")
         it_or_parents = {"/".join(parts[:n]) for n in range(1, len(parts) + 1)}
         below = relative + "/"
         # One substring search per candidate over every location, then a scan only when one may match.
         text = "\n" + "\n".join(filter(None, locations)) + "\n"
         if f"\n{below}" in text or any(f"\n{p}\n" in text for p in it_or_parents):
-            hits += [i for i, (loc, r) in enumerate(zip(locations, registered))
-                     if not r and loc is not None and (loc in it_or_parents or loc.startswith(below))]
+            hits += [
+                i
+                for i, (loc, r) in enumerate(zip(locations, registered))
+                if not r and loc is not None and (loc in it_or_parents or loc.startswith(below))
+            ]
     if hits:
         i = min(hits)
         where = locations[i] if registered[i] else f"{root.rstrip('/')}/{locations[i]}"
         how = overlap(key, _listed_key(where) if registered[i] else base + locations[i])
-        raise InvalidArgument(f"catalog {root}: table {name!r} cannot live at {location}: it {how} the location "
-                              f"{where} of table {ids[i]!r}; tables never share files (a purge of one would remove "
-                              f"the other's): choose a location outside every table the catalog lists")
+        raise InvalidArgument(
+            f"catalog {root}: table {name!r} cannot live at {location}: it {how} the location "
+            f"{where} of table {ids[i]!r}; tables never share files (a purge of one would remove "
+            f"the other's): choose a location outside every table the catalog lists"
+        )

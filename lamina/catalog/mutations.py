@@ -46,7 +46,8 @@ def _append(rows: pa.Table, ids: list[str], row: dict[str, Any]) -> pa.Table:
     at = bisect.bisect_left(ids, row["object_id"])
     # One chunk: a table held across many appends would otherwise keep one chunk per append.
     return pa.concat_tables([rows.slice(0, at), pa.Table.from_pylist([row], schema=SCHEMA), rows.slice(at)]).combine_chunks(
-        memory_pool=SYSTEM_POOL)
+        memory_pool=SYSTEM_POOL
+    )
 
 
 def index_entry(store: ObjectStore, name: str, column: str, kind: str, rows: pa.Table) -> IndexEntry:
@@ -75,12 +76,20 @@ def rewrite(store: ObjectStore, base: Manifest, rows: pa.Table) -> Overwrite:
         indices = [threads.submit(index_entry, store, name, column, kind, rows) for name, column, kind in INDICES]
     errors = [f.exception() for f in fragments + indices]
     if any(errors):
-        store.delete([f.result().path for f in fragments if f.exception() is None]
-                     + [p for f in indices if f.exception() is None for p in f.result().files])
+        store.delete(
+            [f.result().path for f in fragments if f.exception() is None]
+            + [p for f in indices if f.exception() is None for p in f.result().files]
+        )
         raise next(e for e in errors if e is not None)
     migrate = not base.schema.equals(SCHEMA)
-    return Overwrite(base.version, [f.result() for f in fragments], SCHEMA if migrate else None,
-                     indices=tuple(f.result() for f in indices), strict=True, config={CONFIG_KEY: SCHEMA_VERSION})
+    return Overwrite(
+        base.version,
+        [f.result() for f in fragments],
+        SCHEMA if migrate else None,
+        indices=tuple(f.result() for f in indices),
+        strict=True,
+        config={CONFIG_KEY: SCHEMA_VERSION},
+    )
 
 
 # -- mutations as data: a writer's own, or one queued by a writer of this host waiting for its turn --
@@ -108,8 +117,10 @@ def apply(root: str, rows: pa.Table, req: dict[str, Any]) -> tuple[pa.Table, Any
         inside = pc.starts_with(ids, name + ".")
         if pc.any(inside).as_py() and not req["cascade"]:
             first = rows.filter(inside).column("object_id")[0].as_py()
-            raise NamespaceNotEmpty(f"namespace {name!r} of catalog {root} holds {pc.sum(inside).as_py()} entries "
-                                    f"(e.g. {first!r}); drop them first or pass cascade=True")
+            raise NamespaceNotEmpty(
+                f"namespace {name!r} of catalog {root} holds {pc.sum(inside).as_py()} entries "
+                f"(e.g. {first!r}); drop them first or pass cascade=True"
+            )
         gone = pc.or_(pc.equal(ids, name), inside)
         return rows.filter(pc.invert(gone)), [r for r in rows.filter(gone).to_pylist() if r["object_type"] == TABLE]
     if op == "drop_table":

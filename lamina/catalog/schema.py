@@ -20,35 +20,42 @@ CONFIG_KEY = "catalog_schema_version"
 NAMESPACE, TABLE = "namespace", "table"
 
 #: Version 2 (current): one row per namespace or table.
-SCHEMA = pa.schema([
-    pa.field("object_id", pa.string(), nullable=False),  # dotted path: "sales.eu.orders"
-    pa.field("object_type", pa.string(), nullable=False),  # "namespace" | "table"
-    pa.field("parent", pa.string(), nullable=False),  # the enclosing namespace ("" at the top)
-    pa.field("location", pa.string()),  # tables: relative to the root, or a full URI when registered
-    pa.field("registered", pa.bool_()),  # tables: added by register_table (lives outside the root's layout)
-    pa.field("metadata", pa.string(), nullable=False),  # properties, a JSON object
-    pa.field("created_ms", pa.int64(), nullable=False),
-    pa.field("updated_ms", pa.int64(), nullable=False),
-    pa.field("table_version", pa.int64()),  # tables: last known version, rows, data bytes
-    pa.field("table_rows", pa.int64()),
-    pa.field("table_bytes", pa.int64()),
-    pa.field("maintenance", pa.string()),  # tables: the last maintenance report, a JSON object
-])
+SCHEMA = pa.schema(
+    [
+        pa.field("object_id", pa.string(), nullable=False),  # dotted path: "sales.eu.orders"
+        pa.field("object_type", pa.string(), nullable=False),  # "namespace" | "table"
+        pa.field("parent", pa.string(), nullable=False),  # the enclosing namespace ("" at the top)
+        pa.field("location", pa.string()),  # tables: relative to the root, or a full URI when registered
+        pa.field("registered", pa.bool_()),  # tables: added by register_table (lives outside the root's layout)
+        pa.field("metadata", pa.string(), nullable=False),  # properties, a JSON object
+        pa.field("created_ms", pa.int64(), nullable=False),
+        pa.field("updated_ms", pa.int64(), nullable=False),
+        pa.field("table_version", pa.int64()),  # tables: last known version, rows, data bytes
+        pa.field("table_rows", pa.int64()),
+        pa.field("table_bytes", pa.int64()),
+        pa.field("maintenance", pa.string()),  # tables: the last maintenance report, a JSON object
+    ]
+)
 
 #: Version 1: properties in a column named ``properties``; no table statistics, no maintenance.
-SCHEMA_V1 = pa.schema([
-    pa.field("object_id", pa.string(), nullable=False),
-    pa.field("object_type", pa.string(), nullable=False),
-    pa.field("parent", pa.string(), nullable=False),
-    pa.field("location", pa.string()),
-    pa.field("properties", pa.string()),
-    pa.field("created_ms", pa.int64(), nullable=False),
-    pa.field("updated_ms", pa.int64(), nullable=False),
-])
+SCHEMA_V1 = pa.schema(
+    [
+        pa.field("object_id", pa.string(), nullable=False),
+        pa.field("object_type", pa.string(), nullable=False),
+        pa.field("parent", pa.string(), nullable=False),
+        pa.field("location", pa.string()),
+        pa.field("properties", pa.string()),
+        pa.field("created_ms", pa.int64(), nullable=False),
+        pa.field("updated_ms", pa.int64(), nullable=False),
+    ]
+)
 
 #: The indices every catalog version carries, built inline by each rewrite.
-INDICES = (("object_id_btree", "object_id", "btree"), ("object_type_bitmap", "object_type", "bitmap"),
-           ("metadata_fts", "metadata", "fts"))
+INDICES = (
+    ("object_id_btree", "object_id", "btree"),
+    ("object_type_bitmap", "object_type", "bitmap"),
+    ("metadata_fts", "metadata", "fts"),
+)
 
 #: A name is 1 to ``MAX_DEPTH`` levels joined by ".", each 1 to ``MAX_LEVEL_CHARS`` letters, digits, "_" or "-"
 #: starting with a letter or digit: so at most ``MAX_NAME_CHARS`` characters (docs/FORMAT.md §12).
@@ -57,8 +64,10 @@ MAX_LEVEL_CHARS = 64
 MAX_NAME_CHARS = MAX_DEPTH * (MAX_LEVEL_CHARS + 1) - 1
 #: Matched against a whole level (``fullmatch``: a "$" would also match before a final newline).
 _LEVEL = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_LEVEL_CHARS - 1}}}")
-_NAME_RULE = (f"a name is at most {MAX_DEPTH} levels of 1-{MAX_LEVEL_CHARS} characters [A-Za-z0-9_-] joined by '.' "
-              f"({MAX_NAME_CHARS} characters at most)")
+_NAME_RULE = (
+    f"a name is at most {MAX_DEPTH} levels of 1-{MAX_LEVEL_CHARS} characters [A-Za-z0-9_-] joined by '.' "
+    f"({MAX_NAME_CHARS} characters at most)"
+)
 
 
 def check_name(name: Any, what: str = "name") -> tuple[str, ...]:
@@ -78,9 +87,12 @@ def check_name(name: Any, what: str = "name") -> tuple[str, ...]:
     for level in levels:
         if _LEVEL.fullmatch(level) is None:
             control = next((c for c in level if ord(c) < 32 or 127 <= ord(c) < 160), None)
-            why = (f"level {level!r} holds the control character {control!r}" if control is not None
-                   else f"level {level!r} must be 1-{MAX_LEVEL_CHARS} letters, digits, '_' or '-', starting with a "
-                        f"letter or digit" + (" (a leading, trailing or doubled '.' makes an empty level)" if not level else ""))
+            why = (
+                f"level {level!r} holds the control character {control!r}"
+                if control is not None
+                else f"level {level!r} must be 1-{MAX_LEVEL_CHARS} letters, digits, '_' or '-', starting with a "
+                f"letter or digit" + (" (a leading, trailing or doubled '.' makes an empty level)" if not level else "")
+            )
             raise InvalidArgument(f"{what} {name!r}: {why}; {_NAME_RULE}")
     return levels
 

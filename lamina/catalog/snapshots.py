@@ -111,7 +111,7 @@ class Snapshot:
                     lo, hi = bisect.bisect_left(ids, prefix), bisect.bisect_left(ids, parent + "/")
                 else:
                     lo, hi = 0, len(ids)
-                inside = [i for i in range(lo, hi) if ids[i].startswith(prefix) and "." not in ids[i][len(prefix):]]
+                inside = [i for i in range(lo, hi) if ids[i].startswith(prefix) and "." not in ids[i][len(prefix) :]]
             else:
                 inside = [i for i, name in enumerate(ids) if "." not in name]
             if len(inside) > 64:  # many: every type at once

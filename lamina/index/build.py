@@ -51,8 +51,12 @@ class IndexBuild:
         return dict(self.__dict__)
 
 
-def merge_segments(store: ObjectStore, plan: IndexPlan, built: Iterable[tuple[Any, BuiltPart]],
-                   progress: Callable[[int, int], None] | None = None) -> list[IndexSegment]:
+def merge_segments(
+    store: ObjectStore,
+    plan: IndexPlan,
+    built: Iterable[tuple[Any, BuiltPart]],
+    progress: Callable[[int, int], None] | None = None,
+) -> list[IndexSegment]:
     """Collects the built parts (in any order), merges each segment as soon as its parts are in;
     on any error removes every file written and re-raises."""
     segments = {s.uuid: s for s in plan.segments}
@@ -63,15 +67,18 @@ def merge_segments(store: ObjectStore, plan: IndexPlan, built: Iterable[tuple[An
     try:
         for n, (_, part) in enumerate(built, 1):
             if not isinstance(part, BuiltPart):  # a task Ray could not run (lamina.workers.runtime.TaskFailed)
-                raise LaminaError(f"building index {plan.name!r} of {plan.table}: {getattr(part, 'error', part)}; "
-                                  f"nothing was committed, run the build again")
+                raise LaminaError(
+                    f"building index {plan.name!r} of {plan.table}: {getattr(part, 'error', part)}; "
+                    f"nothing was committed, run the build again"
+                )
             written.append(part.path)
             got = parts[part.segment_uuid]
             got.append(part)
             seg = segments[part.segment_uuid]
             if len(got) == len(seg.parts):
-                done[seg.uuid] = merge_parts(store, seg.uuid, seg.fragment_ids, plan.kind, plan.options,
-                                             sorted(got, key=lambda p: p.part))
+                done[seg.uuid] = merge_parts(
+                    store, seg.uuid, seg.fragment_ids, plan.kind, plan.options, sorted(got, key=lambda p: p.part)
+                )
                 written.append(done[seg.uuid].path)
             if progress is not None:
                 progress(n, total)
@@ -93,8 +100,9 @@ def index_transaction(plan: IndexPlan, base: Manifest, segments: list[IndexSegme
         existing = next(ix for ix in base.indices if ix.uuid == plan.index_uuid)
         entry = dataclasses.replace(existing, segments=tuple(segments))
         return ChangeIndex(base.version, entry, "update", started=started)
-    return ChangeIndex(base.version, new_entry(plan.name, plan.column, plan.kind, plan.options, segments), "create",
-                       started=started)
+    return ChangeIndex(
+        base.version, new_entry(plan.name, plan.column, plan.kind, plan.options, segments), "create", started=started
+    )
 
 
 def uncovered(manifest: Manifest, index: IndexEntry) -> list:
@@ -103,11 +111,20 @@ def uncovered(manifest: Manifest, index: IndexEntry) -> list:
     return [f for f in manifest.fragments if f.id not in cov]
 
 
-def build_index(table: Table | str, column: str | None = None, kind: str | None = None, *, name: str | None = None,
-                update: bool = False, options: IndexOptions | None = None,
-                storage_options: dict[str, Any] | None = None, ray: bool = True, max_concurrency: int | None = None,
-                runtime_env: dict[str, Any] | None = None,
-                progress: Callable[[int, int], None] | None = None) -> IndexBuild:
+def build_index(
+    table: Table | str,
+    column: str | None = None,
+    kind: str | None = None,
+    *,
+    name: str | None = None,
+    update: bool = False,
+    options: IndexOptions | None = None,
+    storage_options: dict[str, Any] | None = None,
+    ray: bool = True,
+    max_concurrency: int | None = None,
+    runtime_env: dict[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> IndexBuild:
     """Creates index ``name`` (default ``<column>_<kind>``) on ``column``, or with ``update`` indexes
     the fragments it does not cover yet; commits, and moves ``table`` (a Table) to the new version.
 

@@ -35,19 +35,29 @@ class IndexOptions:
     max_token_len: int = 64
 
     def __post_init__(self) -> None:
-        bounds = {"task_rows": (1, 1 << 31), "segment_rows": (1, 1 << 34), "page_entries": (1, 1 << 20),
-                  "max_bitmap_values": (1, 1 << 24), "max_token_len": (1, 1 << 16)}
+        bounds = {
+            "task_rows": (1, 1 << 31),
+            "segment_rows": (1, 1 << 34),
+            "page_entries": (1, 1 << 20),
+            "max_bitmap_values": (1, 1 << 24),
+            "max_token_len": (1, 1 << 16),
+        }
         for name, (lo, hi) in bounds.items():
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise InvalidArgument(f"index option {name} must be an integer in [{lo}, {hi}], got {v!r}")
         if self.segment_rows < self.task_rows:
-            raise InvalidArgument(f"index option segment_rows ({self.segment_rows}) "
-                                  f"must be at least task_rows ({self.task_rows})")
+            raise InvalidArgument(
+                f"index option segment_rows ({self.segment_rows}) must be at least task_rows ({self.task_rows})"
+            )
 
     def native(self) -> dict[str, Any]:
-        return dict(page_entries=self.page_entries, max_bitmap_values=self.max_bitmap_values,
-                    stem=self.stem, max_token_len=self.max_token_len)
+        return dict(
+            page_entries=self.page_entries,
+            max_bitmap_values=self.max_bitmap_values,
+            stem=self.stem,
+            max_token_len=self.max_token_len,
+        )
 
     @classmethod
     def from_details(cls, details: dict[str, Any], **overrides: Any) -> IndexOptions:
@@ -66,16 +76,19 @@ def check_indexable(schema: pa.Schema, column: str, kind: str, where: str) -> pa
     if kind not in KINDS:
         raise InvalidArgument(f"unknown index kind {kind!r}; kinds: {', '.join(KINDS)}")
     if not isinstance(column, str) or column not in schema.names:
-        raise InvalidArgument(f"cannot index column {column!r}: table {where} has no such column; "
-                              f"columns: {', '.join(schema.names)}")
+        raise InvalidArgument(
+            f"cannot index column {column!r}: table {where} has no such column; columns: {', '.join(schema.names)}"
+        )
     t = schema.field(column).type
     if kind == "fts":
         vt = t.value_type if pa.types.is_dictionary(t) else t
         if not (pa.types.is_string(vt) or pa.types.is_large_string(vt)):
             raise InvalidArgument(f"a full-text (fts) index needs a string column; {column!r} of {where} is {t}")
     elif key_domain(t) is None:
-        raise InvalidArgument(f"cannot build a {kind} index on column {column!r} of {where}: type {t} is not supported "
-                              "(integers, floats, booleans, dates/times/timestamps/durations, strings and binary are)")
+        raise InvalidArgument(
+            f"cannot build a {kind} index on column {column!r} of {where}: type {t} is not supported "
+            "(integers, floats, booleans, dates/times/timestamps/durations, strings and binary are)"
+        )
     return t
 
 
@@ -88,11 +101,12 @@ def default_name(column: str, kind: str) -> str:
     if safe == base and len(safe) <= 64:
         return base
     digest = hashlib.sha256(column.encode()).hexdigest()[:8]
-    return f"{safe[:64 - 9]}_{digest}"
+    return f"{safe[: 64 - 9]}_{digest}"
 
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidArgument(f"index name {name!r} must be 1-64 characters of letters, digits, '_', '.', '-' "
-                              "(not starting with '.' or '-')")
+        raise InvalidArgument(
+            f"index name {name!r} must be 1-64 characters of letters, digits, '_', '.', '-' (not starting with '.' or '-')"
+        )
     return name

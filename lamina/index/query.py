@@ -254,9 +254,18 @@ class Selection:
     zone_pruned_fragments: int = 0
 
 
-def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequence[str] | None, *,
-           with_row_address: bool = False, with_row_id: bool = False, with_offsets: bool = False,
-           use_index: bool = True, map_fn=None) -> Selection:
+def select(
+    store: ObjectStore,
+    manifest: Manifest,
+    flt: Filter,
+    columns: Sequence[str] | None,
+    *,
+    with_row_address: bool = False,
+    with_row_id: bool = False,
+    with_offsets: bool = False,
+    use_index: bool = True,
+    map_fn=None,
+) -> Selection:
     """Live rows matching ``flt``, per fragment in table order, using indices where they serve.
     One streaming pass over the version's fragments: only those with rows to read are held."""
     schema = manifest.schema
@@ -330,7 +339,8 @@ def select(store: ObjectStore, manifest: Manifest, flt: Filter, columns: Sequenc
             results.append((position[frag.id], frag, table))
     if scanned:
         tables = (map_fn or (lambda fn, xs: [fn(x) for x in xs]))(
-            lambda frag: read_fragment(store, frag, schema, columns, flt, **kwargs), scanned)
+            lambda frag: read_fragment(store, frag, schema, columns, flt, **kwargs), scanned
+        )
         results.extend((position[frag.id], frag, table) for frag, table in zip(scanned, tables))
     results.sort(key=lambda r: r[0])
     sel.fragments = [frag for _, frag, _ in results]
@@ -354,21 +364,29 @@ def explain(manifest: Manifest, flt: Filter, where: str, store: ObjectStore | No
     for p in plan.parts:
         served |= set(p.coverage)
         segs = len(set(p.coverage.values()))
-        lines.append(f"  {' AND '.join(p.texts)}: index {p.index.name!r} ({p.index.kind}), {len(p.coverage)}/{n} fragments "
-                     f"in {segs} segment(s)")
+        lines.append(
+            f"  {' AND '.join(p.texts)}: index {p.index.name!r} ({p.index.kind}), {len(p.coverage)}/{n} fragments "
+            f"in {segs} segment(s)"
+        )
     scanned = [f.id for f in plan.fragments if f.id not in served]
-    lines.append(f"index lookups for {len(served)} fragment(s); scan for {len(scanned)} fragment(s)"
-                 + (f" {scanned[:20]}{' …' if len(scanned) > 20 else ''}" if scanned else ""))
+    lines.append(
+        f"index lookups for {len(served)} fragment(s); scan for {len(scanned)} fragment(s)"
+        + (f" {scanned[:20]}{' …' if len(scanned) > 20 else ''}" if scanned else "")
+    )
     if served:
-        how = ("the filter is exactly these index terms: on fragments every index covers, candidates are the answer"
-               if plan.exact else "the whole filter is re-applied to candidate rows")
+        how = (
+            "the filter is exactly these index terms: on fragments every index covers, candidates are the answer"
+            if plan.exact
+            else "the whole filter is re-applied to candidate rows"
+        )
         lines.append(f"{how}; fragments where candidates exceed {TAKE_FRACTION:.0%} of the rows are scanned instead")
     unserved = [f for f in plan.fragments if f.id not in served]
     kept, zoned = prune.prune_fragments(unserved, manifest.schema, flt)
     if unserved:
-        lines.append(f"zone maps: {zoned} of the {len(unserved)} fragment(s) to scan pruned without opening their files"
-                     + ("" if any(f.zones is not None for f in unserved)
-                        else " (no fragment has zone maps: written before them)"))
+        lines.append(
+            f"zone maps: {zoned} of the {len(unserved)} fragment(s) to scan pruned without opening their files"
+            + ("" if any(f.zones is not None for f in unserved) else " (no fragment has zone maps: written before them)")
+        )
     if store is not None:
         lines.append(_pruning(store, manifest, flt, kept, map_fn))
     return "\n".join(lines)
@@ -381,11 +399,15 @@ def _pruning(store: ObjectStore, manifest: Manifest, flt: Filter, scanned: list[
     except LaminaError as e:
         return f"statistics: footers not read ({e})"
     if s is None:
-        return ("statistics: no term of this filter can prune row groups (these can: =, !=, <, <=, >, >=, BETWEEN, IN, "
-                "IS [NOT] NULL, TRUE/FALSE and AND/OR/NOT of them, on integer, float, boolean, string, binary, timestamp "
-                "and date columns)")
+        return (
+            "statistics: no term of this filter can prune row groups (these can: =, !=, <, <=, >, >=, BETWEEN, IN, "
+            "IS [NOT] NULL, TRUE/FALSE and AND/OR/NOT of them, on integer, float, boolean, string, binary, timestamp "
+            "and date columns)"
+        )
     ids = s.pruned_ids or []
     shown = f" {ids[:20]}{' …' if len(ids) > 20 else ''}" if ids else ""
-    return (f"statistics: the scan reads {s.row_groups - s.row_groups_pruned}/{s.row_groups} row groups "
-            f"({s.row_groups_pruned} pruned by min/max/null count) of {s.fragments} fragment(s); "
-            f"{s.fragments_pruned} fragment(s) pruned entirely{shown}")
+    return (
+        f"statistics: the scan reads {s.row_groups - s.row_groups_pruned}/{s.row_groups} row groups "
+        f"({s.row_groups_pruned} pruned by min/max/null count) of {s.fragments} fragment(s); "
+        f"{s.fragments_pruned} fragment(s) pruned entirely{shown}"
+    )

@@ -44,14 +44,17 @@ def _memory_source(store: ObjectStore, frag: Fragment, column: str, options: Ind
     built = _native.build_index_segment("fts", [(0, key_array(values))], None, **options.native())
     data: bytes = built["data"]
     off, length = _native.index_directory_range(data, len(data), f"(scan of fragment {frag.id})")
-    reader = _native.IndexSegment(data[-_native.INDEX_FOOTER_LEN:], data[off:off + length], len(data),
-                                  f"(scan of fragment {frag.id})")
-    return _TextSource(reader, np.array([frag.id], dtype=np.int64), {frag.id},
-                       lambda blocks: [(b, data[o:o + n]) for b, o, n in blocks])
+    reader = _native.IndexSegment(
+        data[-_native.INDEX_FOOTER_LEN :], data[off : off + length], len(data), f"(scan of fragment {frag.id})"
+    )
+    return _TextSource(
+        reader, np.array([frag.id], dtype=np.int64), {frag.id}, lambda blocks: [(b, data[o : o + n]) for b, o, n in blocks]
+    )
 
 
-def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None, k: int, where: str,
-           map_fn=None) -> tuple[np.ndarray, np.ndarray, str]:
+def search(
+    store: ObjectStore, manifest: Manifest, text: str, column: str | None, k: int, where: str, map_fn=None
+) -> tuple[np.ndarray, np.ndarray, str]:
     """Top-k row addresses and BM25 scores for ``text``; also the column searched.
 
     Statistics (N, average length, document frequencies) are over the live, non-null
@@ -72,8 +75,12 @@ def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None
     index = fts[0] if fts else None
     options = IndexOptions.from_details(index.details) if index else IndexOptions()
     if index is None:
-        log.warning("no full-text index on column %r of %s: search analyzes every fragment; create one with "
-                    "create_index(%r, 'fts')", column, where, column)
+        log.warning(
+            "no full-text index on column %r of %s: search analyzes every fragment; create one with create_index(%r, 'fts')",
+            column,
+            where,
+            column,
+        )
     terms = _native.analyze_text(text, stem=options.stem, max_token_len=options.max_token_len)
     if not terms:
         return np.zeros(0, np.uint64), np.zeros(0, np.float64), column
@@ -92,13 +99,16 @@ def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None
         assert index is not None  # only segments of the index are looked at
         seg = index.segments[si]
         # the documents depend on the served fragments and their deletion files (immutable, unique paths) only
-        key = ("fts-docs", store.uri, seg.path,
-               tuple(sorted((f, d.path if (d := live[f].deletion) else "") for f in fids)))
+        key = ("fts-docs", store.uri, seg.path, tuple(sorted((f, d.path if (d := live[f].deletion) else "") for f in fids)))
         docs = CACHE.get(key)
         deleted = None if docs is not None else {f: read_deleted(store, live[f]) for f in fids}  # outside: no index error
         try:
-            src = _TextSource(open_segment(store, seg, index.name), np.asarray(seg.fragment_ids, dtype=np.int64), fids,
-                              lambda blocks: fetch_blocks(store, seg, index.name, blocks))
+            src = _TextSource(
+                open_segment(store, seg, index.name),
+                np.asarray(seg.fragment_ids, dtype=np.int64),
+                fids,
+                lambda blocks: fetch_blocks(store, seg, index.name, blocks),
+            )
             docs, query = _text_query(src, terms, docs, deleted)
         except (CorruptFile, ObjectNotFound) as e:
             return e
@@ -113,8 +123,10 @@ def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None
             scan.extend(live[f] for f in fids)
         else:
             queries.append(got)
-    queries += mapper(lambda f: _text_query(_memory_source(store, f, column, options), terms, None,
-                                            {f.id: read_deleted(store, f)}), sorted(scan, key=lambda f: f.id))
+    queries += mapper(
+        lambda f: _text_query(_memory_source(store, f, column, options), terms, None, {f.id: read_deleted(store, f)}),
+        sorted(scan, key=lambda f: f.id),
+    )
 
     docs = sum(d.docs for d, _ in queries)
     dfs = [sum(col) for col in zip(*(q.dfs for _, q in queries))]
@@ -131,8 +143,9 @@ def search(store: ObjectStore, manifest: Manifest, text: str, column: str | None
     return addrs, scores, column
 
 
-def _text_query(src: _TextSource, terms: list[str], docs: _native.TextDocs | None,
-                deleted: dict[int, np.ndarray] | None) -> tuple[_native.TextDocs, _native.TextQuery]:
+def _text_query(
+    src: _TextSource, terms: list[str], docs: _native.TextDocs | None, deleted: dict[int, np.ndarray] | None
+) -> tuple[_native.TextDocs, _native.TextQuery]:
     """Phase 1 of a search on one source: its documents (``docs``, or built from the length blocks of the
     fragments it serves and their ``deleted`` offsets) and the query terms' postings over them."""
     term_blocks = [(bid, off, n) for _, bid, off, n in src.reader.term_blocks(terms)]
@@ -145,9 +158,13 @@ def _text_query(src: _TextSource, terms: list[str], docs: _native.TextDocs | Non
         if fid in src.serves:
             served.append((o, fid, bid, off, n))
     fetched = src.fetch([(bid, off, n) for _, _, bid, off, n in served] + term_blocks)
-    docs = src.reader.text_docs([(o, fid, bid, data, pa.array(deleted[fid], pa.uint32()) if len(deleted[fid]) else None)
-                                 for (o, fid, bid, _, _), (_, data) in zip(served, fetched)])
-    return docs, src.reader.text_query(terms, fetched[len(served):], docs)
+    docs = src.reader.text_docs(
+        [
+            (o, fid, bid, data, pa.array(deleted[fid], pa.uint32()) if len(deleted[fid]) else None)
+            for (o, fid, bid, _, _), (_, data) in zip(served, fetched)
+        ]
+    )
+    return docs, src.reader.text_query(terms, fetched[len(served) :], docs)
 
 
 def _idle_cores() -> int:
@@ -164,8 +181,7 @@ def _idle_cores() -> int:
     return max(1, min(cores, int(cores - others + 0.5)))
 
 
-def hit_rows(store: ObjectStore, manifest: Manifest, schema: pa.Schema, addrs: np.ndarray,
-             columns: Sequence[str]) -> pa.Table:
+def hit_rows(store: ObjectStore, manifest: Manifest, schema: pa.Schema, addrs: np.ndarray, columns: Sequence[str]) -> pa.Table:
     """The rows at a search's hit addresses (distinct and live at this version), in the order given,
     ``columns`` only.
 
@@ -199,8 +215,8 @@ def hit_rows(store: ObjectStore, manifest: Manifest, schema: pa.Schema, addrs: n
             if b - a < 2:
                 break
             mid = (a + b) // 2
-            between = np.flatnonzero(clean[a + 1:b]) + a + 1
+            between = np.flatnonzero(clean[a + 1 : b]) + a + 1
             cut = int(between[np.argmin(np.abs(between - mid))]) if len(between) else mid
-            runs[i:i + 1] = [(a, cut), (cut, b)]
+            runs[i : i + 1] = [(a, cut), (cut, b)]
     rows = take_many(store, schema, [frags[int(fids[a])] for a, _ in runs], offsets, [b - a for a, b in runs], columns)
     return rows.take(pa.array(np.argsort(order), type=pa.int64()))  # back into the order of ``addrs``

@@ -69,8 +69,10 @@ def on_broken(index: IndexEntry, e: Exception, what: str) -> None:
 def _fail(store: ObjectStore, seg: IndexSegment, index: str, e: Exception) -> Exception:
     where = store.describe(seg.path)
     if isinstance(e, ObjectNotFound):
-        return ObjectNotFound(f"index {index!r}: segment file {where} is missing; "
-                              "drop and re-create the index (or run lamina.jobs.index --update after dropping)")
+        return ObjectNotFound(
+            f"index {index!r}: segment file {where} is missing; "
+            "drop and re-create the index (or run lamina.jobs.index --update after dropping)"
+        )
     return CorruptFile(f"index {index!r}: segment file {where} is unreadable: {e}. Drop and re-create the index")
 
 
@@ -85,17 +87,19 @@ def open_segment(store: ObjectStore, seg: IndexSegment, index: str) -> _native.I
         tail = store.get_range(seg.path, seg.bytes - tail_len, tail_len)
         off, length = _native.index_directory_range(tail, seg.bytes, store.describe(seg.path))
         tail_start = seg.bytes - tail_len
-        directory = (tail[off - tail_start: off - tail_start + length] if off >= tail_start
-                     else store.get_range(seg.path, off, length))
-        reader = _native.IndexSegment(tail[-_native.INDEX_FOOTER_LEN:], directory, seg.bytes, store.describe(seg.path))
+        directory = (
+            tail[off - tail_start : off - tail_start + length] if off >= tail_start else store.get_range(seg.path, off, length)
+        )
+        reader = _native.IndexSegment(tail[-_native.INDEX_FOOTER_LEN :], directory, seg.bytes, store.describe(seg.path))
     except (CorruptFile, ObjectNotFound) as e:
         raise _fail(store, seg, index, e) from None
     CACHE.put(key, reader, len(directory) + 256)
     return reader
 
 
-def fetch_blocks(store: ObjectStore, seg: IndexSegment, index: str,
-                 blocks: Sequence[tuple[int, int, int]]) -> list[tuple[int, bytes]]:
+def fetch_blocks(
+    store: ObjectStore, seg: IndexSegment, index: str, blocks: Sequence[tuple[int, int, int]]
+) -> list[tuple[int, bytes]]:
     """``[(id, bytes)]`` of ``blocks`` (id, offset, length): cached, the others fetched together."""
     out: dict[int, bytes] = {}
     missing = []
@@ -122,8 +126,10 @@ def read_key_column(store: ObjectStore, fragment: Fragment, column: str, kind: s
         pf = pq.ParquetFile(store.open_input(fragment.path, fragment.file_bytes), read_dictionary=dictionary)
         values = pf.read(columns=[column], use_threads=True).column(0)
     if len(values) != fragment.rows:
-        raise CorruptFile(f"data file {store.describe(fragment.path)} of fragment {fragment.id} has {len(values)} rows, "
-                          f"the manifest says {fragment.rows}")
+        raise CorruptFile(
+            f"data file {store.describe(fragment.path)} of fragment {fragment.id} has {len(values)} rows, "
+            f"the manifest says {fragment.rows}"
+        )
     return key_array(values)
 
 
@@ -149,8 +155,16 @@ class BuiltPart(NamedTuple):
     checksum: str | None
 
 
-def build_part(store: ObjectStore, segment_uuid: str, part: int, only_part: bool, column: str, kind: str,
-               options: IndexOptions, fragments: Sequence[tuple[int, Fragment]]) -> BuiltPart:
+def build_part(
+    store: ObjectStore,
+    segment_uuid: str,
+    part: int,
+    only_part: bool,
+    column: str,
+    kind: str,
+    options: IndexOptions,
+    fragments: Sequence[tuple[int, Fragment]],
+) -> BuiltPart:
     """Reads ``column`` of ``fragments`` (ordinal, fragment) and writes their part of a segment;
     the only part of a segment is written as the segment itself."""
     inputs = [(ordinal, read_key_column(store, frag, column, kind)) for ordinal, frag in fragments]
@@ -159,8 +173,14 @@ def build_part(store: ObjectStore, segment_uuid: str, part: int, only_part: bool
     return BuiltPart(segment_uuid, part, rel, int(meta["bytes"]), int(meta["rows"]), meta.get("checksum"))
 
 
-def merge_parts(store: ObjectStore, segment_uuid: str, fragment_ids: Sequence[int], kind: str, options: IndexOptions,
-                parts: Sequence[BuiltPart]) -> IndexSegment:
+def merge_parts(
+    store: ObjectStore,
+    segment_uuid: str,
+    fragment_ids: Sequence[int],
+    kind: str,
+    options: IndexOptions,
+    parts: Sequence[BuiltPart],
+) -> IndexSegment:
     """The segment of ``parts`` (in part order): a lone part is the segment already; several are
     merged natively into ``segment.lidx`` and removed."""
     fids = tuple(fragment_ids)
@@ -175,8 +195,9 @@ def merge_parts(store: ObjectStore, segment_uuid: str, fragment_ids: Sequence[in
     return IndexSegment(segment_uuid, rel, int(meta["bytes"]), int(meta["rows"]), fids, meta.get("checksum"))
 
 
-def segment_for_outputs(store: ObjectStore, column: str, kind: str, options: IndexOptions,
-                        outputs: list[tuple[str, int]]) -> IndexSegment:
+def segment_for_outputs(
+    store: ObjectStore, column: str, kind: str, options: IndexOptions, outputs: list[tuple[str, int]]
+) -> IndexSegment:
     """Builds one segment over freshly written data files (local paths, rows), ordinal = position;
     used by compaction before the outputs have fragment ids (the commit fills them in)."""
     inputs = []

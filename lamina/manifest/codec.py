@@ -49,8 +49,9 @@ def fragment_to_json(f: Fragment) -> dict[str, Any]:
         "file_bytes": f.file_bytes,
         "file_version": f.file_version,
         "row_groups": [[g.rows, g.bytes] for g in f.row_groups],
-        "deletion": None if f.deletion is None else {"path": f.deletion.path, "deleted_rows": f.deletion.deleted_rows,
-                                                     "checksum": f.deletion.checksum},
+        "deletion": None
+        if f.deletion is None
+        else {"path": f.deletion.path, "deleted_rows": f.deletion.deleted_rows, "checksum": f.deletion.checksum},
         "row_ids": None if f.row_ids is None else [list(r) for r in f.row_ids],
         "checksum": f.checksum,
         **zones_field(f),
@@ -58,9 +59,15 @@ def fragment_to_json(f: Fragment) -> dict[str, Any]:
 
 
 def entry_json(seg: ManifestSegment) -> dict[str, Any]:
-    return {"path": seg.path, "count": seg.count, "bytes": seg.bytes, "checksum": seg.checksum, "rows": seg.rows,
-            **({} if seg.ids is None else {"ids": list(seg.ids)}),
-            **({} if seg.zones is None else {"zones": zones_to_json(seg.zones)})}
+    return {
+        "path": seg.path,
+        "count": seg.count,
+        "bytes": seg.bytes,
+        "checksum": seg.checksum,
+        "rows": seg.rows,
+        **({} if seg.ids is None else {"ids": list(seg.ids)}),
+        **({} if seg.zones is None else {"zones": zones_to_json(seg.zones)}),
+    }
 
 
 def _body(m: Manifest, inline_segments: tuple[ManifestSegment, ...], inline: tuple[Fragment, ...]) -> dict[str, Any]:
@@ -82,9 +89,24 @@ def _body(m: Manifest, inline_segments: tuple[ManifestSegment, ...], inline: tup
         "segments": [entry_json(seg) for seg in inline_segments],
         "fragments": [fragment_to_json(f) for f in inline],
         "indices": [
-            {"name": i.name, "column": i.column, "kind": i.kind, "uuid": i.uuid, "details": i.details,
-             "segments": [{"uuid": s.uuid, "path": s.path, "bytes": s.bytes, "rows": s.rows,
-                           "fragment_ids": list(s.fragment_ids), "checksum": s.checksum} for s in i.segments]}
+            {
+                "name": i.name,
+                "column": i.column,
+                "kind": i.kind,
+                "uuid": i.uuid,
+                "details": i.details,
+                "segments": [
+                    {
+                        "uuid": s.uuid,
+                        "path": s.path,
+                        "bytes": s.bytes,
+                        "rows": s.rows,
+                        "fragment_ids": list(s.fragment_ids),
+                        "checksum": s.checksum,
+                    }
+                    for s in i.segments
+                ],
+            }
             for i in m.indices
         ],
         "wal_watermarks": m.wal_watermarks,
@@ -129,8 +151,10 @@ def _entries(raw: Any, what: str) -> list[ManifestSegment]:
             ids = (lo, hi)
         zones = e.get("zones")
         if zones is not None:
+
             def where(path: str = path) -> str:  # built only for an error
                 return f"{what} segment {path}"
+
             zones = zones_from_json(zones, where)
         out.append(ManifestSegment(path, count, size, crc, rows, ids=ids, zones=zones))
     return out
@@ -140,9 +164,12 @@ def decode_manifest(data: bytes, where: str, reader: SegmentReader | None = None
     """Parses and validates a manifest root; ``where`` names it in errors. A root with segments needs
     a ``reader`` of the table's store (``load_manifest`` passes one): its segment lists are read at
     once, its segments when a fragment is first looked at (``FragmentList``)."""
+
     def corrupt(reason: str) -> CorruptFile:
-        return CorruptFile(f"manifest {where} is corrupt: {reason}. Open an earlier version with open_table(uri, version=N), "
-                           f"or restore this object")
+        return CorruptFile(
+            f"manifest {where} is corrupt: {reason}. Open an earlier version with open_table(uri, version=N), "
+            f"or restore this object"
+        )
 
     try:
         body = json.loads(data)
@@ -151,8 +178,10 @@ def decode_manifest(data: bytes, where: str, reader: SegmentReader | None = None
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         raise corrupt("not a Lamina manifest")
     if body.get("format_version") not in READABLE_FORMAT_VERSIONS:
-        raise LaminaError(f"manifest {where} has format version {body.get('format_version')}; this Lamina reads versions "
-                          f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}: upgrade Lamina")
+        raise LaminaError(
+            f"manifest {where} has format version {body.get('format_version')}; this Lamina reads versions "
+            f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}: upgrade Lamina"
+        )
     stored_checksum = body.pop("checksum", None)
     if stored_checksum != "sha256:" + hashlib.sha256(_canonical(body)).hexdigest():
         raise corrupt("checksum mismatch")
@@ -169,11 +198,15 @@ def decode_manifest(data: bytes, where: str, reader: SegmentReader | None = None
         inline = tuple(_fragment_from_json(f, where) for f in body["fragments"])
         next_fragment_id, next_row_id = int(body["next_fragment_id"]), int(body["next_row_id"])
         fragments: tuple[Fragment, ...] | FragmentList = (
-            FragmentList(segments + (inline,), where, next_fragment_id, next_row_id) if segments else inline)
-        if (int(body.get("fragment_count", len(fragments))) != len(fragments)
-                or int(body.get("segment_count", len(segments))) != len(segments)):
-            raise corrupt(f"it counts {body.get('fragment_count')} fragments in {body.get('segment_count')} segments, "
-                          f"its segments and root hold {len(fragments)} in {len(segments)}")
+            FragmentList(segments + (inline,), where, next_fragment_id, next_row_id) if segments else inline
+        )
+        if int(body.get("fragment_count", len(fragments))) != len(fragments) or int(
+            body.get("segment_count", len(segments))
+        ) != len(segments):
+            raise corrupt(
+                f"it counts {body.get('fragment_count')} fragments in {body.get('segment_count')} segments, "
+                f"its segments and root hold {len(fragments)} in {len(segments)}"
+            )
         indices = tuple(_index_from_json(i, where) for i in body["indices"])
         dropped = body.get("dropped", False)
         if not isinstance(dropped, bool) or dropped and (fragments or indices):
@@ -218,8 +251,11 @@ def decode_segment(data: bytes, entry: ManifestSegment, table_uuid: str, where: 
             raise CorruptFile(f"{what} is not a Lamina {kind}")
         if body.get("table_uuid") != table_uuid:
             raise CorruptFile(f"{what} belongs to table {body.get('table_uuid')!r}")
-        items: tuple[Any, ...] = (tuple(_entries(body["segments"], what)) if is_list
-                                  else tuple(_fragment_from_json(f, where) for f in body["fragments"]))
+        items: tuple[Any, ...] = (
+            tuple(_entries(body["segments"], what))
+            if is_list
+            else tuple(_fragment_from_json(f, where) for f in body["fragments"])
+        )
     except CorruptFile:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError, UnicodeDecodeError) as e:
@@ -265,8 +301,11 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
         file_version=str(f["file_version"]),
         deletion=deletion,
         row_ids=None if f["row_ids"] is None else tuple([(int(s), int(e)) for s, e in f["row_ids"]]),
-        checksum=None if crc is None else (crc if type(crc) is str and len(crc) == _CHECKSUM_LEN
-                                           and crc.startswith(CHECKSUM_PREFIX) else _checksum(crc, what())),
+        checksum=None
+        if crc is None
+        else (
+            crc if type(crc) is str and len(crc) == _CHECKSUM_LEN and crc.startswith(CHECKSUM_PREFIX) else _checksum(crc, what())
+        ),
         zones=zones,
     )
     if not 0 <= frag.deleted_rows <= frag.rows or sum(g.rows for g in frag.row_groups) != frag.rows:
@@ -296,6 +335,14 @@ def _index_from_json(i: dict[str, Any], where: str) -> IndexEntry:
         path = stored_path(s["path"], what)
         if not path.startswith(INDICES_DIR):
             raise CorruptFile(f"{what}: segment {path!r} is not under {INDICES_DIR}")
-        segments.append(IndexSegment(str(s["uuid"]), path, int(s["bytes"]), int(s["rows"]),
-                                     tuple(int(f) for f in s["fragment_ids"]), _checksum(s.get("checksum"), what)))
+        segments.append(
+            IndexSegment(
+                str(s["uuid"]),
+                path,
+                int(s["bytes"]),
+                int(s["rows"]),
+                tuple(int(f) for f in s["fragment_ids"]),
+                _checksum(s.get("checksum"), what),
+            )
+        )
     return IndexEntry(str(i["name"]), str(i["column"]), str(i["kind"]), str(i["uuid"]), tuple(segments), dict(i["details"]))

@@ -35,13 +35,17 @@ LIST_SEGMENTS = 256
 def _layout_limits() -> tuple[tuple[int, int], tuple[int, int]]:
     """((inline fragments, fragments per segment), (inline segments, segments per list)), read at each
     commit so tests and tools can change them."""
+
     def pair(inline_env: str, inline: int, per_env: str, per: int) -> tuple[int, int]:
         got = int(os.environ.get(inline_env, inline)), int(os.environ.get(per_env, per))
         if got[0] < 0 or got[1] < 1:
             raise LaminaError(f"{inline_env} must be >= 0 and {per_env} >= 1 (got {got[0]} and {got[1]})")
         return got
-    return (pair("LAMINA_MANIFEST_INLINE_FRAGMENTS", INLINE_FRAGMENTS, "LAMINA_MANIFEST_SEGMENT_FRAGMENTS", SEGMENT_FRAGMENTS),
-            pair("LAMINA_MANIFEST_INLINE_SEGMENTS", INLINE_SEGMENTS, "LAMINA_MANIFEST_LIST_SEGMENTS", LIST_SEGMENTS))
+
+    return (
+        pair("LAMINA_MANIFEST_INLINE_FRAGMENTS", INLINE_FRAGMENTS, "LAMINA_MANIFEST_SEGMENT_FRAGMENTS", SEGMENT_FRAGMENTS),
+        pair("LAMINA_MANIFEST_INLINE_SEGMENTS", INLINE_SEGMENTS, "LAMINA_MANIFEST_LIST_SEGMENTS", LIST_SEGMENTS),
+    )
 
 
 # The same algorithm at both levels: fragments in segments, segments in segment lists.
@@ -63,7 +67,7 @@ class _Unit:
 
 
 def _same_run(items: Sequence[Any], at: int, node: ManifestSegment) -> bool:
-    run = items[at:at + node.count]
+    run = items[at : at + node.count]
     # Tuple equality compares element identity first, in C: a run of the very same objects is cheap.
     return len(run) == node.count and run == node.items
 
@@ -99,7 +103,7 @@ def _settle(units: list[_Unit], per_node: int) -> list[_Unit]:
     cut: list[_Unit] = []
     for u in units:
         if u.node is None and len(u) > per_node:
-            cut.extend(_Unit(u.items[k:k + per_node]) for k in range(0, len(u), per_node))
+            cut.extend(_Unit(u.items[k : k + per_node]) for k in range(0, len(u), per_node))
         else:
             cut.append(u)
     stack: list[_Unit] = []
@@ -113,16 +117,26 @@ def _settle(units: list[_Unit], per_node: int) -> list[_Unit]:
     return stack
 
 
-def _lay(items: Sequence[Any], known: tuple[ManifestSegment, ...], limits: tuple[int, int],
-         key: Callable[[Any], Any], rows: Callable[[Any], int], encode: Callable[[tuple[Any, ...]], bytes],
-         writes: list[tuple[str, bytes]]) -> tuple[ManifestSegment, ...]:
+def _lay(
+    items: Sequence[Any],
+    known: tuple[ManifestSegment, ...],
+    limits: tuple[int, int],
+    key: Callable[[Any], Any],
+    rows: Callable[[Any], int],
+    encode: Callable[[tuple[Any, ...]], bytes],
+    writes: list[tuple[str, bytes]],
+) -> tuple[ManifestSegment, ...]:
     """The objects holding ``items`` but the inline tail; new ones are appended to ``writes``."""
     return _lay_units(_units(items, known, key), limits, rows, encode, writes)[0]
 
 
-def _lay_units(units: list[_Unit], limits: tuple[int, int], rows: Callable[[Any], int],
-               encode: Callable[[tuple[Any, ...]], bytes], writes: list[tuple[str, bytes]]
-               ) -> tuple[tuple[ManifestSegment, ...], tuple[Any, ...]]:
+def _lay_units(
+    units: list[_Unit],
+    limits: tuple[int, int],
+    rows: Callable[[Any], int],
+    encode: Callable[[tuple[Any, ...]], bytes],
+    writes: list[tuple[str, bytes]],
+) -> tuple[tuple[ManifestSegment, ...], tuple[Any, ...]]:
     """The objects holding ``units`` but the inline tail, and that tail."""
     inline, per_node = limits
     tail: tuple[Any, ...] = ()
@@ -138,9 +152,18 @@ def _lay_units(units: list[_Unit], limits: tuple[int, int], rows: Callable[[Any]
         path = f"{SEGMENTS_DIR}{uuid.uuid4().hex}.json"
         # Summaries for segments only: what skips reading is a segment's entry; lists are read at open.
         fragments = isinstance(held[0], Fragment)
-        nodes.append(ManifestSegment(path, len(held), len(data), checksum.of_bytes(data), sum(rows(x) for x in held),
-                                     ids=_id_range(held) if fragments else None,
-                                     zones=merge_zones(held) if fragments else None, held=held))
+        nodes.append(
+            ManifestSegment(
+                path,
+                len(held),
+                len(data),
+                checksum.of_bytes(data),
+                sum(rows(x) for x in held),
+                ids=_id_range(held) if fragments else None,
+                zones=merge_zones(held) if fragments else None,
+                held=held,
+            )
+        )
         writes.append((path, data))
     return tuple(nodes), tail
 
@@ -154,8 +177,9 @@ def _same_nodes(a: tuple[ManifestSegment, ...], b: tuple[ManifestSegment, ...]) 
     return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b))
 
 
-def _lay_parts(parts: tuple[Part, ...], limits: tuple[int, int], encode: Callable[[tuple[Any, ...]], bytes],
-               writes: list[tuple[str, bytes]]) -> tuple[tuple[ManifestSegment, ...], tuple[Fragment, ...]]:
+def _lay_parts(
+    parts: tuple[Part, ...], limits: tuple[int, int], encode: Callable[[tuple[Any, ...]], bytes], writes: list[tuple[str, bytes]]
+) -> tuple[tuple[ManifestSegment, ...], tuple[Fragment, ...]]:
     """``_lay_units`` over a ``FragmentList``'s parts, looking only at the parts from a little before
     the first held run: the segments before it are kept as they are unless a run being written
     merges that far back (a binary counter reaches back a few segments at most), which is checked:
@@ -199,11 +223,18 @@ def lay_out(m: Manifest) -> tuple[Manifest, list[tuple[str, bytes]]]:
         held = tuple(frags)
         segments = _lay(held, m.segments, fragment_limits, lambda f: f.id, lambda f: f.live_rows, encode, writes)
         if segments:  # from now on edited part by part, as a version read from storage is
-            frags = FragmentList.laid(segments, held[sum(seg.count for seg in segments):], f"version {m.version}",
-                                       m.next_fragment_id, m.next_row_id)
-    lists = _lay(segments, m.segment_lists, segment_limits, lambda seg: seg.path, lambda seg: seg.rows,
-                 lambda segs: encode_object(SEGMENT_LIST_FORMAT, m.table_uuid, "segments", [entry_json(seg) for seg in segs]),
-                 writes)
+            frags = FragmentList.laid(
+                segments, held[sum(seg.count for seg in segments) :], f"version {m.version}", m.next_fragment_id, m.next_row_id
+            )
+    lists = _lay(
+        segments,
+        m.segment_lists,
+        segment_limits,
+        lambda seg: seg.path,
+        lambda seg: seg.rows,
+        lambda segs: encode_object(SEGMENT_LIST_FORMAT, m.table_uuid, "segments", [entry_json(seg) for seg in segs]),
+        writes,
+    )
     if not writes and _same_nodes(segments, m.segments) and _same_nodes(lists, m.segment_lists):
         return m, writes  # every object matched its run in place: the layout holds
     return m.replace(segments=segments, segment_lists=lists, fragments=frags), writes
@@ -215,8 +246,9 @@ def _starts(nodes: tuple[ManifestSegment, ...]) -> Iterator[int]:
 
 def _holds(m: Manifest) -> bool:
     """Whether ``m``'s segments hold its fragments but the inline tail, and its lists its segments."""
-    return (all(_same_run(m.fragments, at, seg) for at, seg in zip(_starts(m.segments), m.segments))
-            and all(_same_run(m.segments, at, lst) for at, lst in zip(_starts(m.segment_lists), m.segment_lists)))
+    return all(_same_run(m.fragments, at, seg) for at, seg in zip(_starts(m.segments), m.segments)) and all(
+        _same_run(m.segments, at, lst) for at, lst in zip(_starts(m.segment_lists), m.segment_lists)
+    )
 
 
 def encode_manifest(m: Manifest, *, laid_out: bool = False) -> bytes:
@@ -230,5 +262,5 @@ def encode_manifest(m: Manifest, *, laid_out: bool = False) -> bytes:
     if isinstance(frags, FragmentList) and frags.laid_on(m.segments):
         inline = frags.inline
     else:
-        inline = frags[sum(seg.count for seg in m.segments):]
-    return encode_root(m, m.segments[sum(lst.count for lst in m.segment_lists):], tuple(inline))
+        inline = frags[sum(seg.count for seg in m.segments) :]
+    return encode_root(m, m.segments[sum(lst.count for lst in m.segment_lists) :], tuple(inline))

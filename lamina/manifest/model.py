@@ -188,4 +188,3 @@ class Manifest:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-

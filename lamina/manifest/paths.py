@@ -36,6 +36,7 @@ def stored_path(value: Any, what: str) -> str:
     """A path read from a manifest: relative, inside the table root, in the characters Lamina writes."""
     path = check_relative(value, what=what)
     if not _PATH_CHARS.fullmatch(path):
-        raise CorruptFile(f"{what}: path {path!r} has characters Lamina never writes; the manifest is corrupt or was not "
-                          f"written by Lamina")
+        raise CorruptFile(
+            f"{what}: path {path!r} has characters Lamina never writes; the manifest is corrupt or was not written by Lamina"
+        )
     return path

@@ -48,8 +48,12 @@ class ManifestSegment:
         # Entries name immutable objects by random, never reused paths: the same path (and
         # checksum) is the same entry. Cheaper than comparing every field, as laying out compares
         # runs of entries element by element.
-        return self is other or (isinstance(other, ManifestSegment) and self.path == other.path
-                                 and self.checksum == other.checksum and self.count == other.count)
+        return self is other or (
+            isinstance(other, ManifestSegment)
+            and self.path == other.path
+            and self.checksum == other.checksum
+            and self.count == other.count
+        )
 
     def __hash__(self) -> int:
         return hash(self.path)
@@ -153,24 +157,27 @@ class FragmentList(collections.abc.Sequence["Fragment"]):
                     if unread:
                         held = unread[0].held
                         held.reader.read(unread, held.table_uuid)
-                    frags = tuple(itertools.chain.from_iterable(
-                        p.items if isinstance(p, ManifestSegment) else p for p in self._parts))
+                    frags = tuple(
+                        itertools.chain.from_iterable(p.items if isinstance(p, ManifestSegment) else p for p in self._parts)
+                    )
                     check_fragments(frags, self._where, *self._next_ids)
                     self._all = frags
         return self._all
 
-    def runs(self, skip: Callable[[ManifestSegment], bool] | None = None
-             ) -> Iterator[tuple[Part, tuple[Fragment, ...] | None]]:
+    def runs(self, skip: Callable[[ManifestSegment], bool] | None = None) -> Iterator[tuple[Part, tuple[Fragment, ...] | None]]:
         """Each part with its fragments, in order, segments read a window at a time (not kept); a
         segment ``skip`` says is of no interest comes with None, unread."""
         check = _StreamCheck(self._where, *self._next_ids)
         parts = self._parts
         for start in range(0, len(parts), self.WINDOW):
-            window = parts[start:start + self.WINDOW]
+            window = parts[start : start + self.WINDOW]
             wanted = [not (skip is not None and isinstance(p, ManifestSegment) and skip(p)) for p in window]
             unread = [p for p, w in zip(window, wanted) if w and isinstance(p, ManifestSegment) and not p.read]
-            got = dict(zip((seg.path for seg in unread),
-                           unread[0].held.reader.read(unread, unread[0].held.table_uuid, fill=False))) if unread else {}
+            got = (
+                dict(zip((seg.path for seg in unread), unread[0].held.reader.read(unread, unread[0].held.table_uuid, fill=False)))
+                if unread
+                else {}
+            )
             for part, w in zip(window, wanted):
                 if not w:
                     yield part, None
@@ -208,11 +215,22 @@ class FragmentList(collections.abc.Sequence["Fragment"]):
         return out
 
     @classmethod
-    def laid(cls, segments: tuple[ManifestSegment, ...], tail: tuple[Fragment, ...], where: str,
-              next_fragment_id: int, next_row_id: int) -> FragmentList:
+    def laid(
+        cls,
+        segments: tuple[ManifestSegment, ...],
+        tail: tuple[Fragment, ...],
+        where: str,
+        next_fragment_id: int,
+        next_row_id: int,
+    ) -> FragmentList:
         """A version's fragments as ``lay_out`` leaves them: its segments, then its inline tail."""
-        return cls._of(segments + ((tail,) if tail else ()), sum(seg.count for seg in segments) + len(tail), where,
-                       next_fragment_id, next_row_id)
+        return cls._of(
+            segments + ((tail,) if tail else ()),
+            sum(seg.count for seg in segments) + len(tail),
+            where,
+            next_fragment_id,
+            next_row_id,
+        )
 
     def laid_on(self, segments: tuple[ManifestSegment, ...]) -> bool:
         """Whether these are ``segments``' fragments (the very entries, in order) plus an inline tail."""
@@ -274,8 +292,11 @@ class _StreamCheck:
 
     def within(self, fragments: Sequence[Fragment], seg: ManifestSegment) -> None:
         """A segment's fragments hold the ids its entry says (what ``holds_any`` relies on)."""
-        if seg.ids is not None and fragments and (min(f.id for f in fragments) < seg.ids[0]
-                                                  or max(f.id for f in fragments) > seg.ids[1]):
+        if (
+            seg.ids is not None
+            and fragments
+            and (min(f.id for f in fragments) < seg.ids[0] or max(f.id for f in fragments) > seg.ids[1])
+        ):
             raise _bad_summary(self.where, seg)
 
     def add(self, fragments: Sequence[Fragment]) -> None:
@@ -297,19 +318,25 @@ class _StreamCheck:
 
 
 def _bad_summary(where: str, seg: ManifestSegment) -> CorruptFile:
-    return CorruptFile(f"manifest {where} is corrupt: manifest segment {seg.path} holds fragment ids outside the range "
-                       f"{list(seg.ids or ())} its entry records. Open an earlier version with open_table(uri, version=N), "
-                       f"or restore this object")
+    return CorruptFile(
+        f"manifest {where} is corrupt: manifest segment {seg.path} holds fragment ids outside the range "
+        f"{list(seg.ids or ())} its entry records. Open an earlier version with open_table(uri, version=N), "
+        f"or restore this object"
+    )
 
 
 def _bad_ids(where: str) -> CorruptFile:
-    return CorruptFile(f"manifest {where} is corrupt: fragment ids are duplicated or out of range. Open an earlier "
-                       f"version with open_table(uri, version=N), or restore this object")
+    return CorruptFile(
+        f"manifest {where} is corrupt: fragment ids are duplicated or out of range. Open an earlier "
+        f"version with open_table(uri, version=N), or restore this object"
+    )
 
 
 def _bad_row_ids(where: str, next_row_id: int) -> CorruptFile:
-    return CorruptFile(f"manifest {where} is corrupt: stable row ids reach beyond next_row_id {next_row_id}. Open an "
-                       f"earlier version with open_table(uri, version=N), or restore this object")
+    return CorruptFile(
+        f"manifest {where} is corrupt: stable row ids reach beyond next_row_id {next_row_id}. Open an "
+        f"earlier version with open_table(uri, version=N), or restore this object"
+    )
 
 
 def check_fragments(fragments: Sequence[Fragment], where: str, next_fragment_id: int, next_row_id: int) -> None:
@@ -320,8 +347,9 @@ def check_fragments(fragments: Sequence[Fragment], where: str, next_fragment_id:
         raise _bad_row_ids(where, next_row_id)
 
 
-def appended(fragments: tuple[Fragment, ...] | FragmentList, new: Sequence[Fragment], next_fragment_id: int,
-             next_row_id: int) -> tuple[Fragment, ...] | FragmentList:
+def appended(
+    fragments: tuple[Fragment, ...] | FragmentList, new: Sequence[Fragment], next_fragment_id: int, next_row_id: int
+) -> tuple[Fragment, ...] | FragmentList:
     """``fragments`` and ``new`` after them. A version's ``FragmentList`` stays one, its segments unread:
     an append to a table of a million fragments does not look at them."""
     if isinstance(fragments, FragmentList):
@@ -346,15 +374,20 @@ def find_fragments(fragments: Sequence[Fragment], ids: Iterable[int]) -> dict[in
     return out
 
 
-def edited(fragments: tuple[Fragment, ...] | FragmentList,
-           edit: Callable[[Fragment], Fragment | tuple[Fragment, ...] | None], next_fragment_id: int,
-           next_row_id: int, touches: Iterable[int] | None = None) -> tuple[Fragment, ...] | FragmentList:
+def edited(
+    fragments: tuple[Fragment, ...] | FragmentList,
+    edit: Callable[[Fragment], Fragment | tuple[Fragment, ...] | None],
+    next_fragment_id: int,
+    next_row_id: int,
+    touches: Iterable[int] | None = None,
+) -> tuple[Fragment, ...] | FragmentList:
     """``fragments`` with each ``f`` replaced by ``edit(f)``: ``f`` itself (unchanged), another
     fragment, a tuple of fragments (in its place), or None (removed). One streaming pass: a segment
     none of whose fragments changed stays that segment, unread by ``lay_out``, so a commit that
     changes a few fragments of a large table holds only the segments it changed. ``touches``: the
     ids ``edit`` may change (any other it returns as it is), so segments whose id range holds none
     of them are not even read."""
+
     def run(items: Sequence[Fragment]) -> tuple[list[Fragment], bool]:
         out: list[Fragment] = []
         changed = False

@@ -115,8 +115,9 @@ class SegmentReader:
         self.read([seg for seg in out if not seg.read], table_uuid, is_list=True)
         return out
 
-    def read(self, segments: list[ManifestSegment], table_uuid: str, *, is_list: bool = False,
-             fill: bool = True) -> list[tuple[Any, ...]]:
+    def read(
+        self, segments: list[ManifestSegment], table_uuid: str, *, is_list: bool = False, fill: bool = True
+    ) -> list[tuple[Any, ...]]:
         """The items of ``segments``: from the cache, the others read from the store (all at once)
         and cached. ``fill``: each segment keeps its items (else they live only in the cache, and a
         streaming reader holds them while it needs them)."""
@@ -190,8 +191,10 @@ def stored_format_version(store: ObjectStore, version: int) -> int:
     except ObjectNotFound:
         raise VersionNotFound(f"table {store.uri} has no version {version}") from None
     except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
-        raise CorruptFile(f"manifest {store.describe(path)} is corrupt: no format version ({type(e).__name__}). Open an "
-                          f"earlier version with open_table(uri, version=N), or restore this object") from None
+        raise CorruptFile(
+            f"manifest {store.describe(path)} is corrupt: no format version ({type(e).__name__}). Open an "
+            f"earlier version with open_table(uri, version=N), or restore this object"
+        ) from None
 
 
 def belongs_to(store: ObjectStore, version: int, table_uuid: str) -> bool:
@@ -232,7 +235,7 @@ def load_latest_from(store: ObjectStore, known: int) -> Manifest | None:
 def list_versions(store: ObjectStore) -> list[int]:
     versions = []
     for obj in store.list(VERSIONS_DIR):
-        name = obj.path[len(VERSIONS_DIR):]
+        name = obj.path[len(VERSIONS_DIR) :]
         if name.endswith(MANIFEST_SUFFIX) and name[: -len(MANIFEST_SUFFIX)].isdigit():
             versions.append(int(name[: -len(MANIFEST_SUFFIX)]))
     return sorted(versions)
@@ -242,7 +245,7 @@ def versions_from(store: ObjectStore, version: int, limit: int) -> list[int]:
     """Up to ``limit`` versions from ``version`` on still on storage, ascending (one short listing)."""
     found: list[int] = []
     for obj in store.list(VERSIONS_DIR, start_after=manifest_path(version - 1)):
-        name = obj.path[len(VERSIONS_DIR):]
+        name = obj.path[len(VERSIONS_DIR) :]
         if name.endswith(MANIFEST_SUFFIX) and name[: -len(MANIFEST_SUFFIX)].isdigit():
             found.append(int(name[: -len(MANIFEST_SUFFIX)]))
             if len(found) == limit:
@@ -267,8 +270,9 @@ def write_latest_hint(store: ObjectStore, version: int) -> None:
     try:
         store.put(LATEST_HINT, str(version).encode())
     except LaminaError as e:
-        log.warning("could not refresh the latest-version hint of %s (%s): readers list more versions until the next one",
-                    store.uri, e)
+        log.warning(
+            "could not refresh the latest-version hint of %s (%s): readers list more versions until the next one", store.uri, e
+        )
 
 
 def _hinted_version(store: ObjectStore) -> int | None:

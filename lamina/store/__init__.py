@@ -22,8 +22,10 @@ def open_store(uri: str, storage_options: dict[str, Any] | None = None) -> Objec
     if "://" in uri:
         scheme = uri.split("://", 1)[0]
         if scheme != "file":
-            raise UnsupportedURI(f"unsupported URI scheme {scheme!r} in {uri!r}: use a local path, file:///path, or s3://bucket/prefix")
-        uri = uri[len("file://"):]
+            raise UnsupportedURI(
+                f"unsupported URI scheme {scheme!r} in {uri!r}: use a local path, file:///path, or s3://bucket/prefix"
+            )
+        uri = uri[len("file://") :]
     if storage_options:
         raise InvalidConfig(f"storage_options {sorted(storage_options)} were given for the local table {uri!r}, which takes none")
     return LocalStore(uri)

@@ -71,16 +71,10 @@ def check_relative(path: str, *, what: str) -> str:
     if not isinstance(path, str) or not path:
         raise CorruptFile(f"{what}: empty or non-string path {path!r}")
     norm = posixpath.normpath(path)
-    if (
-        path.startswith("/")
-        or "\\" in path
-        or "://" in path
-        or norm.startswith("..")
-        or norm != path
-        or norm == "."
-    ):
-        raise CorruptFile(f"{what}: path {path!r} points outside the table root; "
-                          "the manifest is corrupt or was not written by Lamina")
+    if path.startswith("/") or "\\" in path or "://" in path or norm.startswith("..") or norm != path or norm == ".":
+        raise CorruptFile(
+            f"{what}: path {path!r} points outside the table root; the manifest is corrupt or was not written by Lamina"
+        )
     return norm
 
 
@@ -176,8 +170,9 @@ class ObjectStore(abc.ABC):
         raise StorageError(f"{self.uri} cannot append to {path}: its objects are written whole (use put)")
 
     @contextlib.contextmanager
-    def staged_input(self, path: str, size: int | None = None, *, batch_bytes: int = STAGE_BATCH_BYTES,
-                     directory: str | None = None) -> Iterator[StagedInput]:
+    def staged_input(
+        self, path: str, size: int | None = None, *, batch_bytes: int = STAGE_BATCH_BYTES, directory: str | None = None
+    ) -> Iterator[StagedInput]:
         """A local file holding the object for the duration of the block.
 
         Here (object stores): a temp file in ``directory`` (default ``$LAMINA_TMPDIR``, else the

@@ -74,8 +74,9 @@ class LocalStore(ObjectStore):
             os.fsync(f.fileno())
 
     @contextlib.contextmanager
-    def staged_input(self, path: str, size: int | None = None, *, batch_bytes: int = STAGE_BATCH_BYTES,
-                     directory: str | None = None) -> Iterator[StagedInput]:
+    def staged_input(
+        self, path: str, size: int | None = None, *, batch_bytes: int = STAGE_BATCH_BYTES, directory: str | None = None
+    ) -> Iterator[StagedInput]:
         """The object's own file, no copy, no request (``ObjectNotFound`` if missing)."""
         full = self._full(path)
         if not os.path.exists(full):
@@ -192,8 +193,10 @@ class LocalStore(ObjectStore):
                 except OSError as e:
                     raise StorageError(f"reading {self.describe(path)} failed: {e}") from e
                 if len(data) != length:
-                    raise CorruptFile(f"{self.describe(path)} is shorter than expected "
-                                      f"(wanted bytes {start}..{start + length}, got {len(data)}): truncated")
+                    raise CorruptFile(
+                        f"{self.describe(path)} is shorter than expected "
+                        f"(wanted bytes {start}..{start + length}, got {len(data)}): truncated"
+                    )
                 out.append(data)
         finally:
             os.close(fd)
@@ -412,13 +415,17 @@ def _fsync_dir(directory: str) -> None:
     except (FileNotFoundError, PermissionError):
         return
     except OSError as e:
-        raise StorageError(f"making the entries of directory {directory} durable failed (open: {e}); "
-                           f"what was just written there may not survive a crash: check the disk") from e
+        raise StorageError(
+            f"making the entries of directory {directory} durable failed (open: {e}); "
+            f"what was just written there may not survive a crash: check the disk"
+        ) from e
     try:
         os.fsync(fd)
     except OSError as e:
         if e.errno not in _NO_DIRECTORY_SYNC:
-            raise StorageError(f"making the entries of directory {directory} durable failed (fsync: {e}); "
-                               f"what was just written there may not survive a crash: check the disk") from e
+            raise StorageError(
+                f"making the entries of directory {directory} durable failed (fsync: {e}); "
+                f"what was just written there may not survive a crash: check the disk"
+            ) from e
     finally:
         os.close(fd)

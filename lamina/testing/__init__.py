@@ -22,5 +22,21 @@ from lamina.testing.proxy import FAULTS, KINDS, FaultProxy, Injection, Rule, See
 from lamina.testing.tables import make_table
 from lamina.testing.tls import TestCA
 
-__all__ = ["DUMMY_AWS_ENV", "FAULTS", "KINDS", "FaultProxy", "Injection", "MotoS3", "MotoServer", "Rule", "Seen",
-           "TestCA", "fault_kind", "local_ray", "make_table", "moto_s3", "moto_server", "request_kind"]
+__all__ = [
+    "DUMMY_AWS_ENV",
+    "FAULTS",
+    "KINDS",
+    "FaultProxy",
+    "Injection",
+    "MotoS3",
+    "MotoServer",
+    "Rule",
+    "Seen",
+    "TestCA",
+    "fault_kind",
+    "local_ray",
+    "make_table",
+    "moto_s3",
+    "moto_server",
+    "request_kind",
+]

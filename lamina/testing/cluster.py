@@ -30,8 +30,14 @@ def local_ray(*, num_cpus: int = 2, temp_dir: str | None = None, env: dict[str, 
     own_dir = temp_dir is None
     where = tempfile.mkdtemp(prefix="lamina-ray-") if own_dir else str(temp_dir)
     worker_env = {**{k: os.environ.get(k, v) for k, v in DUMMY_AWS_ENV.items()}, "RAY_AUTH_MODE": "disabled", **(env or {})}
-    ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=where, log_to_driver=False,
-             runtime_env={"env_vars": worker_env}, configure_logging=False)
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        _temp_dir=where,
+        log_to_driver=False,
+        runtime_env={"env_vars": worker_env},
+        configure_logging=False,
+    )
     try:
         yield ray
     finally:

@@ -169,21 +169,38 @@ class MotoS3:
         """A boto3 S3 client reaching the server directly (trusting ``ca_file``, when the server has TLS)."""
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.server.endpoint, region_name=self.region,
-                            aws_access_key_id=DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
-                            aws_secret_access_key=DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
-                            verify=self.ca_file or None)
+        return boto3.client(
+            "s3",
+            endpoint_url=self.server.endpoint,
+            region_name=self.region,
+            aws_access_key_id=DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+            verify=self.ca_file or None,
+        )
 
     def _options(self, endpoint: str) -> dict[str, str]:
-        return {"endpoint_url": endpoint, "aws_access_key_id": DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
-                "aws_secret_access_key": DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"], "region": self.region}
+        return {
+            "endpoint_url": endpoint,
+            "aws_access_key_id": DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
+            "aws_secret_access_key": DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+            "region": self.region,
+        }
 
 
 @contextlib.contextmanager
-def moto_s3(*, fault_rate: float | dict[str, float] = 0.0, seed: int = 0, kinds: Iterable[str] | None = None,
-            faults: Iterable[str] | None = None, max_faults: int = 10_000, max_seconds: float = 600.0,
-            delay_seconds: float = 0.2, server: MotoServer | None = None, bucket: str | None = None,
-            tls: Any = None) -> Iterator[MotoS3]:
+def moto_s3(
+    *,
+    fault_rate: float | dict[str, float] = 0.0,
+    seed: int = 0,
+    kinds: Iterable[str] | None = None,
+    faults: Iterable[str] | None = None,
+    max_faults: int = 10_000,
+    max_seconds: float = 600.0,
+    delay_seconds: float = 0.2,
+    server: MotoServer | None = None,
+    bucket: str | None = None,
+    tls: Any = None,
+) -> Iterator[MotoS3]:
     """A fresh bucket on a moto server on 127.0.0.1 (``server``, else one started here and stopped at the end).
 
     With ``tls`` (a ``lamina.testing.tls.TestCA``) the server started here speaks HTTPS with a certificate
@@ -201,8 +218,16 @@ def moto_s3(*, fault_rate: float | dict[str, float] = 0.0, seed: int = 0, kinds:
         if (max(fault_rate.values(), default=0.0) if isinstance(fault_rate, dict) else fault_rate) > 0:
             if tls is not None:
                 raise InvalidArgument("moto_s3(tls=..., fault_rate=...): the fault proxy speaks plain HTTP; use one or the other")
-            proxy = FaultProxy(srv.endpoint, rate=fault_rate, seed=seed, kinds=kinds, faults=faults,
-                               max_faults=max_faults, max_seconds=max_seconds, delay_seconds=delay_seconds)
+            proxy = FaultProxy(
+                srv.endpoint,
+                rate=fault_rate,
+                seed=seed,
+                kinds=kinds,
+                faults=faults,
+                max_faults=max_faults,
+                max_seconds=max_seconds,
+                delay_seconds=delay_seconds,
+            )
         s3 = MotoS3(srv, bucket or f"lamina-{uuid.uuid4().hex[:12]}", proxy, ca_file=tls.ca_file if tls is not None else None)
         s3.client().create_bucket(Bucket=s3.bucket)
         yield s3

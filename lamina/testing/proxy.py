@@ -52,8 +52,17 @@ KINDS = ("get", "ranged_get", "head", "put", "conditional_put", "multipart", "li
 #: Faults the schedule injects.
 FAULTS = ("500", "503", "409", "drop", "delay")
 
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "expect",
-               "proxy-connection", "content-length"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "proxy-connection",
+    "content-length",
+}
 _READS = {"get", "ranged_get", "list"}
 _ERRORS = {"500": (500, "InternalError"), "503": (503, "SlowDown"), "409": (409, "ConditionalRequestConflict")}
 
@@ -88,8 +97,9 @@ def _allowed(kind: str) -> tuple[str, ...]:
 
 
 def _error_body(code: str) -> bytes:
-    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-            f"<Message>injected by the test proxy</Message></Error>").encode()
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>injected by the test proxy</Message></Error>'
+    ).encode()
 
 
 @dataclass
@@ -140,18 +150,31 @@ class _QuietServer(ThreadingHTTPServer):
 class FaultProxy:
     """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that injects S3 faults (see the module)."""
 
-    def __init__(self, upstream: str, *, rate: float | Mapping[str, float] = 0.0, seed: int = 0,
-                 kinds: Iterable[str] | None = None, faults: Iterable[str] | None = None,
-                 max_faults: int = 10_000, max_seconds: float = 600.0, max_consecutive: int = 3,
-                 delay_seconds: float = 0.2, timeout: float = 30.0):
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        rate: float | Mapping[str, float] = 0.0,
+        seed: int = 0,
+        kinds: Iterable[str] | None = None,
+        faults: Iterable[str] | None = None,
+        max_faults: int = 10_000,
+        max_seconds: float = 600.0,
+        max_consecutive: int = 3,
+        delay_seconds: float = 0.2,
+        timeout: float = 30.0,
+    ):
         parts = urlsplit(upstream)
         if parts.hostname is None:
             raise InvalidArgument(f"the fault proxy's upstream is a URL such as http://127.0.0.1:5000, got {upstream!r}")
         self.upstream_host, self.upstream_port = parts.hostname, parts.port
         self.timeout = timeout
         chosen = set(KINDS if kinds is None else kinds)
-        unknown = sorted((chosen - set(KINDS)) | (set(faults or ()) - set(FAULTS))
-                         | (set(rate) - set(KINDS) if isinstance(rate, Mapping) else set()))
+        unknown = sorted(
+            (chosen - set(KINDS))
+            | (set(faults or ()) - set(FAULTS))
+            | (set(rate) - set(KINDS) if isinstance(rate, Mapping) else set())
+        )
         if unknown:
             raise InvalidArgument(f"unknown request kind(s) or fault(s) {unknown}: kinds are {KINDS}, faults {FAULTS}")
         rates = dict(rate) if isinstance(rate, Mapping) else {k: float(rate) for k in KINDS}
@@ -248,9 +271,13 @@ class FaultProxy:
             hit = rng.random() < rate
             allowed = [f for f in self.fault_choices if f in _allowed(kind)]
             key = (method, target, byte_range)
-            if (not hit or not allowed or len(self.events) >= self.max_faults
-                    or time.monotonic() - self._started >= self.max_seconds
-                    or self._streak.get(key, 0) >= self.max_consecutive):
+            if (
+                not hit
+                or not allowed
+                or len(self.events) >= self.max_faults
+                or time.monotonic() - self._started >= self.max_seconds
+                or self._streak.get(key, 0) >= self.max_consecutive
+            ):
                 self._streak.pop(key, None)
                 return None
             fault = allowed[rng.randrange(len(allowed))]

@@ -1,17 +1,17 @@
 """pytest fixtures for pipelines built on Lamina (registered by installing Lamina, entry point ``pytest11``).
 
-    lamina_moto    (session)  the moto server, a ``MotoServer``; dummy AWS credentials exported
-    lamina_s3      (test)     a fresh bucket on it, a ``MotoS3``: ``.storage_options``, ``.uri(name)``,
-                              ``.requests()``, ``.faults()``; ``@pytest.mark.lamina_s3(fault_rate=0.05,
-                              seed=1, ...)`` puts it behind the fault proxy (``moto_s3``'s arguments)
-    lamina_ray     (session)  a local Ray, 2 CPUs, its own temp dir (``local_ray``); yields ``ray``
-    lamina_table   (test)     ``lamina_table(schema, rows=None, *, on="local"|"s3", name="table",
-                              **create_options)`` creates a table under the test's tmp_path or in
-                              ``lamina_s3``'s bucket and returns it
+lamina_moto    (session)  the moto server, a ``MotoServer``; dummy AWS credentials exported
+lamina_s3      (test)     a fresh bucket on it, a ``MotoS3``: ``.storage_options``, ``.uri(name)``,
+                          ``.requests()``, ``.faults()``; ``@pytest.mark.lamina_s3(fault_rate=0.05,
+                          seed=1, ...)`` puts it behind the fault proxy (``moto_s3``'s arguments)
+lamina_ray     (session)  a local Ray, 2 CPUs, its own temp dir (``local_ray``); yields ``ray``
+lamina_table   (test)     ``lamina_table(schema, rows=None, *, on="local"|"s3", name="table",
+                          **create_options)`` creates a table under the test's tmp_path or in
+                          ``lamina_s3``'s bucket and returns it
 
-    def test_my_pipeline(lamina_table):
-        t = lamina_table(pa.schema([("id", pa.int64())]), [{"id": 1}], on="s3")
-        my_pipeline(t.uri, t.storage_options)
+def test_my_pipeline(lamina_table):
+    t = lamina_table(pa.schema([("id", pa.int64())]), [{"id": 1}], on="s3")
+    my_pipeline(t.uri, t.storage_options)
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ from lamina.testing.tables import make_table
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "lamina_s3(fault_rate=0.0, seed=0, kinds=None, ...): the lamina_s3 fixture's bucket is "
-        "reached through lamina.testing's fault proxy with these moto_s3 arguments")
+        "markers",
+        "lamina_s3(fault_rate=0.0, seed=0, kinds=None, ...): the lamina_s3 fixture's bucket is "
+        "reached through lamina.testing's fault proxy with these moto_s3 arguments",
+    )
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,14 @@ import lamina
 from lamina.schema import DataLike
 
 
-def make_table(uri: str, schema: pa.Schema, rows: DataLike | None = None, *,
-               storage_options: dict[str, Any] | None = None, **create_options: Any) -> lamina.Table:
+def make_table(
+    uri: str,
+    schema: pa.Schema,
+    rows: DataLike | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    **create_options: Any,
+) -> lamina.Table:
     """Creates a table at ``uri`` (a local path or ``s3://...``) with ``schema`` and ``create_options``
     (``primary_key``, ``stable_row_ids``, ...), appends ``rows`` (anything ``Table.append`` takes) if
     given, and returns it."""

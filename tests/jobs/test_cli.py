@@ -54,8 +54,20 @@ def test_unknown_command_and_bad_flags_exit_2(capsys):
 
 def test_dry_run_json_lists_every_row_group_action(local_table_uri, capsys):
     t = mixed_table(local_table_uri)
-    assert compact_job.main([local_table_uri, "--dry-run", "--json", "--set", "target_rows_per_fragment=8000",
-                             "--set", "min_row_group_bytes=65536"]) == 0
+    assert (
+        compact_job.main(
+            [
+                local_table_uri,
+                "--dry-run",
+                "--json",
+                "--set",
+                "target_rows_per_fragment=8000",
+                "--set",
+                "min_row_group_bytes=65536",
+            ]
+        )
+        == 0
+    )
     groups = json.loads(capsys.readouterr().out)["plan"]["groups"]
     for g in groups:
         listed = [(fid, rg) for _, fid, rg in g["actions"]]

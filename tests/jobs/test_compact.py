@@ -57,8 +57,10 @@ def test_clean_row_groups_next_to_deletions_are_copied_end_to_end(ray_cluster, t
     assert [g.mode for g in plan.groups] == ["hybrid"] and summary.failed_groups == 0
     (g,) = summary.groups
     assert g["row_groups_copied"] == len(DELETION_AWARE_COPIES) and g["status"] == "committed"
-    assert [line for line in g["resolved"] if ": encode" in line] == ["fragment 1 rg 1: encode (deleted (6 rows))",
-                                                                       "fragment 4 rg 2: encode (deleted (3 rows))"]
+    assert [line for line in g["resolved"] if ": encode" in line] == [
+        "fragment 1 rg 1: encode (deleted (6 rows))",
+        "fragment 4 rg 2: encode (deleted (3 rows))",
+    ]
     after = lamina.open_table(uri, storage_options=opts)
     assert after.to_arrow().equals(before) and [f.deleted_rows for f in after.fragments()] == [0]
 
@@ -66,8 +68,20 @@ def test_clean_row_groups_next_to_deletions_are_copied_end_to_end(ray_cluster, t
 def test_dry_run_writes_nothing_and_json_summary(ray_cluster, local_table_uri, capsys):
     t = mixed_table(local_table_uri)
     files = sorted(o.path for o in t.store.list(""))
-    assert main([local_table_uri, "--dry-run", "--json", "--set", "target_rows_per_fragment=8000",
-                 "--set", "min_row_group_bytes=65536"]) == 0
+    assert (
+        main(
+            [
+                local_table_uri,
+                "--dry-run",
+                "--json",
+                "--set",
+                "target_rows_per_fragment=8000",
+                "--set",
+                "min_row_group_bytes=65536",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert [(g["mode"], g["reason"]) for g in out["plan"]["groups"]] == MIXED_MODES
     assert sorted(o.path for o in t.store.list("")) == files
@@ -75,8 +89,18 @@ def test_dry_run_writes_nothing_and_json_summary(ray_cluster, local_table_uri, c
 
     assert main([local_table_uri, "--json", "--set", "target_rows_per_fragment=8000", "--partial-commit-every", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
-    for key in ("table", "read_version", "committed_versions", "groups", "fragments_before", "fragments_after",
-                "rows_before", "rows_after", "retries", "seconds"):
+    for key in (
+        "table",
+        "read_version",
+        "committed_versions",
+        "groups",
+        "fragments_before",
+        "fragments_after",
+        "rows_before",
+        "rows_after",
+        "retries",
+        "seconds",
+    ):
         assert key in out
     assert len(out["committed_versions"]) == 4, "one commit per finished group"
     for g in out["groups"]:
@@ -98,9 +122,17 @@ def test_compaction_racing_appenders_and_deleters(ray_cluster, local_table_uri):
     for start in range(0, BASE_ROWS, 50):
         t.append(rows(start, 50))
     workers = 2
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.lamina.concurrent_writer", local_table_uri, str(w), str(workers)],
-                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(REPO)}) for w in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.lamina.concurrent_writer", local_table_uri, str(w), str(workers)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        for w in range(workers)
+    ]
     options = CompactionOptions(target_rows_per_fragment=200, partial_commit_every=1, max_concurrency=2)
     _, first = compact(local_table_uri, options)
     for p in procs:
@@ -120,8 +152,11 @@ def test_killed_worker_is_retried_and_orphans_are_cleaned(ray_cluster, local_tab
     t = mixed_table(local_table_uri)
     before = t.to_arrow()
     marker = tmp_path / "killed-once"
-    _, summary = compact(local_table_uri, MIXED_OPTIONS.with_overrides(max_concurrency=1),
-                         runtime_env={"env_vars": {FAULT_KILL_WORKER: str(marker)}})
+    _, summary = compact(
+        local_table_uri,
+        MIXED_OPTIONS.with_overrides(max_concurrency=1),
+        runtime_env={"env_vars": {FAULT_KILL_WORKER: str(marker)}},
+    )
     assert marker.exists(), "a worker was SIGKILLed mid-group"
     assert summary.failed_groups == 0
     after = lamina.open_table(local_table_uri)
@@ -138,11 +173,14 @@ def test_killed_worker_is_retried_and_orphans_are_cleaned(ray_cluster, local_tab
 def test_driver_killed_before_commit_leaves_table_unchanged(ray_cluster, local_table_uri):
     t = mixed_table(local_table_uri)
     address = ray_cluster.get_runtime_context().gcs_address
-    proc = subprocess.run([sys.executable, "-m", "lamina.jobs.compact", local_table_uri, "--json",
-                           "--set", "target_rows_per_fragment=8000"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address,
-                               FAULT_KILL_DRIVER_BEFORE_COMMIT: "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "lamina.jobs.compact", local_table_uri, "--json", "--set", "target_rows_per_fragment=8000"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address, FAULT_KILL_DRIVER_BEFORE_COMMIT: "1"},
+    )
     assert proc.returncode == -9, proc.stderr[-2000:]
     after = lamina.open_table(local_table_uri)
     assert after.version == t.version and after.to_arrow().equals(t.to_arrow())

@@ -22,8 +22,14 @@ from tests.compaction_helpers import MIXED_MODES, MIXED_OPTIONS, mixed_table
 from tests.lamina.helpers import rows
 
 REPO = Path(__file__).resolve().parents[2]
-FILTERS = ["id = 5000", "id IN (3, 4100, 17999, 30000, 99999)", "id >= 15950 AND id < 16150",
-           "category = 'b' AND id BETWEEN 8000 AND 8100", "category IN ('a', 'c') AND id > 31900", "category = 'zzz'"]
+FILTERS = [
+    "id = 5000",
+    "id IN (3, 4100, 17999, 30000, 99999)",
+    "id >= 15950 AND id < 16150",
+    "category = 'b' AND id BETWEEN 8000 AND 8100",
+    "category IN ('a', 'c') AND id > 31900",
+    "category = 'zzz'",
+]
 SMALL = IndexOptions(task_rows=5000, segment_rows=12000)
 
 
@@ -104,16 +110,21 @@ def test_index_build_racing_a_compaction_is_never_stale(ray_cluster, local_table
 
     def build():
         try:
-            lamina.open_table(local_table_uri).create_index("id", "btree",
-                                                            options=IndexOptions(task_rows=2000, segment_rows=4000))
+            lamina.open_table(local_table_uri).create_index(
+                "id", "btree", options=IndexOptions(task_rows=2000, segment_rows=4000)
+            )
         except BaseException as e:  # reported below
             errors.append(e)
 
     address = ray_cluster.get_runtime_context().gcs_address
-    proc = subprocess.Popen([sys.executable, "-m", "lamina.jobs.compact", local_table_uri, "--json",
-                             "--set", "target_rows_per_fragment=8000"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lamina.jobs.compact", local_table_uri, "--json", "--set", "target_rows_per_fragment=8000"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": address},
+    )
     builder = threading.Thread(target=build)
     builder.start()
     builder.join(300)
@@ -133,8 +144,14 @@ def test_index_build_racing_a_compaction_is_never_stale(ray_cluster, local_table
 def test_killed_build_worker_is_retried(ray_cluster, local_table_uri, tmp_path):
     mixed_table(local_table_uri)
     marker = tmp_path / "killed-once"
-    result = run(local_table_uri, "id", "btree", options=SMALL, max_concurrency=1,
-                 runtime_env={"env_vars": {FAULT_KILL_WORKER: str(marker)}})
+    result = run(
+        local_table_uri,
+        "id",
+        "btree",
+        options=SMALL,
+        max_concurrency=1,
+        runtime_env={"env_vars": {FAULT_KILL_WORKER: str(marker)}},
+    )
     assert marker.exists(), "a build worker was SIGKILLed after writing its part"
     assert result.uncovered_after == 0
     t = lamina.open_table(local_table_uri)

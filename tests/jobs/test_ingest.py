@@ -68,8 +68,13 @@ def test_applier_killed_mid_flush_is_restarted_and_applies_exactly_once(ray_clus
     uri, opts = table_location
     lamina.create_table(uri, SCHEMA, storage_options=opts)
     marker = tmp_path / "killed-in-flush"
-    ing = Ingestion.start(uri, 1, storage_options=opts, options=IngestOptions(flush_rows=300, flush_seconds=0.3),
-                          runtime_env={"env_vars": {FAULT_KILL_IN_FLUSH: str(marker)}})
+    ing = Ingestion.start(
+        uri,
+        1,
+        storage_options=opts,
+        options=IngestOptions(flush_rows=300, flush_seconds=0.3),
+        runtime_env={"env_vars": {FAULT_KILL_IN_FLUSH: str(marker)}},
+    )
     try:
         expected = produce(uri, 0, 0, 20, 50, opts)
         wait_for(lambda: marker.exists())
@@ -88,14 +93,32 @@ def test_job_until_idle_then_compaction_merges_flushed_fragments(ray_cluster, lo
     for round_ in range(2):  # the second run's actors resume from the first run's watermarks
         batch = produce(local_table_uri, 0, round_ * 1000, 4, 100) + produce(local_table_uri, 1, 5000 + round_ * 1000, 4, 100)
         expected += batch
-        proc = subprocess.run([sys.executable, "-m", "lamina.jobs.ingest", local_table_uri, "--shards", "2",
-                               "--flush-rows", "100", "--until-idle", "2", "--json"],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "lamina.jobs.ingest",
+                local_table_uri,
+                "--shards",
+                "2",
+                "--flush-rows",
+                "100",
+                "--until-idle",
+                "2",
+                "--json",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         stats = json.loads(proc.stdout)
         assert sum(s["applied_rows"] for s in stats) == len(batch)
-        assert all(s["io"]["local"]["PUT"] >= 1 and s["io"]["local"]["GET"] >= 1 for s in stats), \
+        assert all(s["io"]["local"]["PUT"] >= 1 and s["io"]["local"]["GET"] >= 1 for s in stats), (
             "each shard reports its requests"
+        )
     t = lamina.open_table(local_table_uri)
     assert t.count_rows() == len(expected) and len(t.fragments()) >= 4
     before = t.to_arrow()

@@ -41,9 +41,18 @@ SHORT_RETENTION = {"maintenance.retention_seconds": "0", "maintenance.enforce_re
 
 def data(start: int, n: int, schema: pa.Schema = SCHEMA) -> pa.Table:
     ids = list(range(start, start + n))
-    return pa.table({"id": ids, "name": [None if i % 5 == 0 else f"n{i}" for i in ids],
-                     "score": [i * 0.5 for i in ids], "tags": [[f"t{i % 3}"] * (i % 3) for i in ids]}).select(
-        schema.names).cast(schema)
+    return (
+        pa.table(
+            {
+                "id": ids,
+                "name": [None if i % 5 == 0 else f"n{i}" for i in ids],
+                "score": [i * 0.5 for i in ids],
+                "tags": [[f"t{i % 3}"] * (i % 3) for i in ids],
+            }
+        )
+        .select(schema.names)
+        .cast(schema)
+    )
 
 
 # -- the states: build a table, return the actions maintenance must give it ------------------------
@@ -139,8 +148,13 @@ STATES: list[tuple[Callable[[Any, str], list[str]], str, int, int]] = [
     (thawed_by_table, "frozen", 3, 1),
     (corrupt, "hot", 1, 1),
 ]
-NAMESPACES = {"hot": None, "hot.eu": {"owner": "eu"}, "scratch": SHORT_RETENTION, "scratch.deep": None,
-              "frozen": {"maintenance.compact": "false"}}
+NAMESPACES = {
+    "hot": None,
+    "hot.eu": {"owner": "eu"},
+    "scratch": SHORT_RETENTION,
+    "scratch.deep": None,
+    "frozen": {"maintenance.compact": "false"},
+}
 
 
 def build_catalog(root: str, opts: dict | None, s3: bool) -> tuple[Any, dict[str, list[str]]]:
@@ -174,8 +188,11 @@ def option_flags(opts: dict | None) -> list[str]:
 
 
 def labels(report_table: dict[str, Any], status: str | None = None) -> list[str]:
-    return [f"{a['action']} {a['target']}" if a["target"] else a["action"] for a in report_table["actions"]
-            if status is None or a["status"] == status]
+    return [
+        f"{a['action']} {a['target']}" if a["target"] else a["action"]
+        for a in report_table["actions"]
+        if status is None or a["status"] == status
+    ]
 
 
 def test_maintain_a_catalog_of_tables_in_mixed_states(ray_cluster, table_location, tmp_path, capsys):

@@ -10,8 +10,18 @@ from benchmarks.soak import COVERED, SoakConfig, run_soak
 
 @pytest.mark.timeout(600)
 def test_short_soak_on_s3_with_faults_and_kills_loses_doubles_and_resurrects_nothing(ray_cluster, lamina_moto, tmp_path):
-    cfg = SoakConfig(backend="s3", seconds=35, seed=13, writers=3, producers=1, fault_rate=0.03, kill_every=3.0,
-                     retention_seconds=25.0, compact_target_rows=1_000, stop_timeout=180.0)
+    cfg = SoakConfig(
+        backend="s3",
+        seconds=35,
+        seed=13,
+        writers=3,
+        producers=1,
+        fault_rate=0.03,
+        kill_every=3.0,
+        retention_seconds=25.0,
+        compact_target_rows=1_000,
+        stop_timeout=180.0,
+    )
     result = run_soak(cfg, tmp_path, server=lamina_moto)
     print(result.describe())
     assert result.anomalies == []

@@ -16,8 +16,9 @@ from lamina.ingestion import Ingestion
 from lamina.planner import CompactionOptions
 from lamina.wal import WalWriter
 
-SCHEMA = pa.schema([("id", pa.int64()), ("host", pa.string()), ("v", pa.float64()),
-                    ("ts", pa.timestamp("us", tz="UTC")), ("note", pa.string())])
+SCHEMA = pa.schema(
+    [("id", pa.int64()), ("host", pa.string()), ("v", pa.float64()), ("ts", pa.timestamp("us", tz="UTC")), ("note", pa.string())]
+)
 PASSES, ROWS_PER_PASS = 30, 240
 #: Small targets so that 30 passes climb several tiers: flushes of ~80 rows are tier 4 of 4,000.
 OPTIONS = CompactionOptions(policy="tiered", target_rows_per_fragment=4000, max_concurrency=2)
@@ -31,8 +32,13 @@ def wait_for(predicate, timeout: float = 60.0) -> None:
 
 
 def row(i: int) -> dict:
-    return {"id": i, "host": f"h{i % 7}", "v": i * 0.5, "ts": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-            + dt.timedelta(milliseconds=i), "note": None if i % 5 == 0 else "x" * (i % 13)}
+    return {
+        "id": i,
+        "host": f"h{i % 7}",
+        "v": i * 0.5,
+        "ts": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=i),
+        "note": None if i % 5 == 0 else "x" * (i % 13),
+    }
 
 
 def test_thirty_passes_while_a_wal_applier_flushes_keep_every_row_once_and_every_value(ray_cluster, tmp_path):
@@ -90,5 +96,6 @@ def test_thirty_passes_while_a_wal_applier_flushes_keep_every_row_once_and_every
     plan = compact(uri, OPTIONS, dry_run=True)[0]
     assert plan.groups == (), plan.describe()
     ranges = sorted(r for f in t.manifest.fragments for r in f.row_ids)
-    assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])) and ranges[-1][1] == n, \
+    assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])) and ranges[-1][1] == n, (
         "stable row ids: each row keeps one id, none lost or doubled"
+    )

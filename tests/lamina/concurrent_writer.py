@@ -30,8 +30,12 @@ def main() -> None:
     uri, worker, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     opts = None
     if len(sys.argv) > 4:
-        opts = {"endpoint_url": sys.argv[4], "aws_access_key_id": "testing", "aws_secret_access_key": "testing",
-                "region": "us-east-1"}
+        opts = {
+            "endpoint_url": sys.argv[4],
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "region": "us-east-1",
+        }
     table = lamina.open_table(uri, storage_options=opts)
     mine = deleted_ids(worker, workers)
     chunks = [mine[i::DELETE_BATCHES] for i in range(DELETE_BATCHES)]

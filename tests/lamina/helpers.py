@@ -8,14 +8,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-SCHEMA = pa.schema([
-    ("id", pa.int64()),
-    ("category", pa.string()),
-    ("ts", pa.timestamp("us")),
-    ("score", pa.float64()),
-    ("vec", pa.list_(pa.float32(), 4)),
-    ("meta", pa.struct([("a", pa.int32()), ("b", pa.string())])),
-])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("category", pa.string()),
+        ("ts", pa.timestamp("us")),
+        ("score", pa.float64()),
+        ("vec", pa.list_(pa.float32(), 4)),
+        ("meta", pa.struct([("a", pa.int32()), ("b", pa.string())])),
+    ]
+)
 
 
 def rows(start: int, n: int, seed: int = 0) -> pa.Table:
@@ -23,14 +25,17 @@ def rows(start: int, n: int, seed: int = 0) -> pa.Table:
     rng = np.random.default_rng(seed + start)
     ids = np.arange(start, start + n, dtype=np.int64)
     meta = [None if i % 7 == 0 else {"a": int(i % 100), "b": None if i % 3 == 0 else f"b{i % 5}"} for i in ids.tolist()]
-    return pa.table({
-        "id": ids,
-        "category": pa.array([("a", "b", "c", None)[i % 4] for i in ids.tolist()]),
-        "ts": pa.array(np.datetime64("2024-01-01T00:00:00", "us") + ids.astype("timedelta64[s]")),
-        "score": rng.random(n),
-        "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 4, dtype=np.float32)), 4),
-        "meta": pa.array(meta, type=SCHEMA.field("meta").type),
-    }, schema=SCHEMA)
+    return pa.table(
+        {
+            "id": ids,
+            "category": pa.array([("a", "b", "c", None)[i % 4] for i in ids.tolist()]),
+            "ts": pa.array(np.datetime64("2024-01-01T00:00:00", "us") + ids.astype("timedelta64[s]")),
+            "score": rng.random(n),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 4, dtype=np.float32)), 4),
+            "meta": pa.array(meta, type=SCHEMA.field("meta").type),
+        },
+        schema=SCHEMA,
+    )
 
 
 def ids_of(table) -> list[int]:
@@ -54,8 +59,16 @@ class Hook:
     times) and what it does to each: runs ``before()`` first, replaces the call (``instead(real, *args,
     **kwargs)``), or raises ``fail(path)`` (after the call went through, with ``lands``)."""
 
-    def __init__(self, method: str, when: Callable[[Any], bool], times: int | None, before: Callable[[], Any] | None,
-                 instead: Callable[..., Any] | None, fail: Callable[[Any], BaseException] | None, lands: bool):
+    def __init__(
+        self,
+        method: str,
+        when: Callable[[Any], bool],
+        times: int | None,
+        before: Callable[[], Any] | None,
+        instead: Callable[..., Any] | None,
+        fail: Callable[[Any], BaseException] | None,
+        lands: bool,
+    ):
         self.method, self.when, self.times = method, when, times
         self.before, self.instead, self.fail, self.lands = before, instead, fail, lands
         self.fired = 0
@@ -90,15 +103,29 @@ class HookedStore:
         self.calls: list[tuple[str, Any]] = []
         self.hooks: list[Hook] = []
 
-    def on(self, method: str, *, prefix: str | None = None, path: str | None = None,
-           when: Callable[[Any], bool] | None = None, times: int | None = None, before: Callable[[], Any] | None = None,
-           instead: Callable[..., Any] | None = None, fail: Callable[[Any], BaseException] | None = None,
-           lands: bool = False) -> HookedStore:
+    def on(
+        self,
+        method: str,
+        *,
+        prefix: str | None = None,
+        path: str | None = None,
+        when: Callable[[Any], bool] | None = None,
+        times: int | None = None,
+        before: Callable[[], Any] | None = None,
+        instead: Callable[..., Any] | None = None,
+        fail: Callable[[Any], BaseException] | None = None,
+        lands: bool = False,
+    ) -> HookedStore:
         """Adds a hook on the calls of ``method`` whose first argument starts with ``prefix``, is ``path``, or
         satisfies ``when`` (all calls if none is given), at most ``times`` times; earlier hooks take a call first."""
+
         def matches(target: Any) -> bool:
-            return ((prefix is None or (isinstance(target, str) and target.startswith(prefix)))
-                    and (path is None or target == path) and (when is None or when(target)))
+            return (
+                (prefix is None or (isinstance(target, str) and target.startswith(prefix)))
+                and (path is None or target == path)
+                and (when is None or when(target))
+            )
+
         self.hooks.append(Hook(method, matches, times, before, instead, fail, lands))
         return self
 
@@ -142,9 +169,14 @@ def delete_every_object(uri: str, opts: dict | None) -> None:
     if opts is None:
         shutil.rmtree(uri)
         return
-    bucket, prefix = uri[len("s3://"):].split("/", 1)
-    s3 = boto3.client("s3", endpoint_url=opts["endpoint_url"], region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    bucket, prefix = uri[len("s3://") :].split("/", 1)
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=opts["endpoint_url"],
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
         for obj in page.get("Contents", []):
             s3.delete_object(Bucket=bucket, Key=obj["Key"])

@@ -10,12 +10,24 @@ import pytest
 from lamina import arrays
 
 CASES = [
-    ([1, 2, None, -5], pa.int64()), ([0, 255, None], pa.uint8()), ([2**64 - 1, 0], pa.uint64()), ([-128, 127], pa.int8()),
-    ([-(2**15), 2**15 - 1, None], pa.int16()), ([2**31 - 1], pa.int32()), ([0, 2**32 - 1], pa.uint32()),
-    ([1.5, math.nan, -0.0, None, math.inf, -math.inf], pa.float64()), ([True, None, False, True] * 5, pa.bool_()),
-    (["a", "", None, "héllo", "日本", "e\x00f"], pa.string()), (["x", None, ""], pa.large_string()),
-    ([b"\x00\x01", None, b""], pa.binary()), ([b"ab", None], pa.large_binary()),
-    ([], pa.int32()), ([None, None], pa.int16()), ([None], pa.string()), ([], pa.string()), ([None] * 9, pa.bool_()),
+    ([1, 2, None, -5], pa.int64()),
+    ([0, 255, None], pa.uint8()),
+    ([2**64 - 1, 0], pa.uint64()),
+    ([-128, 127], pa.int8()),
+    ([-(2**15), 2**15 - 1, None], pa.int16()),
+    ([2**31 - 1], pa.int32()),
+    ([0, 2**32 - 1], pa.uint32()),
+    ([1.5, math.nan, -0.0, None, math.inf, -math.inf], pa.float64()),
+    ([True, None, False, True] * 5, pa.bool_()),
+    (["a", "", None, "héllo", "日本", "e\x00f"], pa.string()),
+    (["x", None, ""], pa.large_string()),
+    ([b"\x00\x01", None, b""], pa.binary()),
+    ([b"ab", None], pa.large_binary()),
+    ([], pa.int32()),
+    ([None, None], pa.int16()),
+    ([None], pa.string()),
+    ([], pa.string()),
+    ([None] * 9, pa.bool_()),
 ]
 
 
@@ -35,10 +47,24 @@ def test_array_and_scalar_are_what_pyarrow_builds(values, type):
         assert (ours.type, ours.is_valid, repr(ours.as_py())) == (theirs.type, theirs.is_valid, repr(theirs.as_py()))
 
 
-@pytest.mark.parametrize("values,t", [([1, 300], pa.uint8()), ([-1], pa.uint64()), ([2**64], pa.uint64()), ([1.5], pa.int64()),
-                                         (["1"], pa.int64()), ([True], pa.int64()), ([1], pa.float64()), ([1.5], pa.float32()),
-                                         (["\ud800"], pa.string()), (["a"], pa.binary()), ([b"a"], pa.string()),
-                                         ([1], pa.timestamp("ns")), ([1], pa.decimal128(5, 2))])
+@pytest.mark.parametrize(
+    "values,t",
+    [
+        ([1, 300], pa.uint8()),
+        ([-1], pa.uint64()),
+        ([2**64], pa.uint64()),
+        ([1.5], pa.int64()),
+        (["1"], pa.int64()),
+        ([True], pa.int64()),
+        ([1], pa.float64()),
+        ([1.5], pa.float32()),
+        (["\ud800"], pa.string()),
+        (["a"], pa.binary()),
+        ([b"a"], pa.string()),
+        ([1], pa.timestamp("ns")),
+        ([1], pa.decimal128(5, 2)),
+    ],
+)
 def test_what_it_does_not_build_is_left_to_pyarrow_which_converts_or_raises_alike(values, t):
     try:
         want = pa.array(values, type=t)

@@ -93,8 +93,9 @@ def test_create_table_whose_answer_was_lost_knows_whether_it_created_the_table(l
     real_open = lamina.table.open_store
 
     def answer_lost(uri, opts=None):  # every put_if_absent fails, after landing or not
-        return HookedStore(real_open(uri, opts)).on("put_if_absent", lands=lands,
-                                                   fail=lambda path: StorageError(f"writing {path} failed: connection reset"))
+        return HookedStore(real_open(uri, opts)).on(
+            "put_if_absent", lands=lands, fail=lambda path: StorageError(f"writing {path} failed: connection reset")
+        )
 
     monkeypatch.setattr(lamina.table, "open_store", answer_lost)
     if lands:

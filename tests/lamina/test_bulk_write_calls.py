@@ -15,8 +15,9 @@ SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
 def rows(start: int, n: int) -> pa.Table:
-    return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "name": [f"n{i}" for i in range(start, start + n)]},
-                    schema=SCHEMA)
+    return pa.table(
+        {"id": pa.array(range(start, start + n), pa.int64()), "name": [f"n{i}" for i in range(start, start + n)]}, schema=SCHEMA
+    )
 
 
 def test_a_bulk_write_makes_its_directory_once_and_checks_or_unlinks_no_published_file(tmp_path, monkeypatch):
@@ -121,7 +122,7 @@ def test_small_files_are_written_many_per_task_in_order_and_a_failure_removes_th
 
     def failing_write_many(files, *args, **kwargs):
         if len(seen) < 300 <= len(seen) + len(files):  # the group holding the 300th file: its first ones written
-            real_write_many(files[:300 - len(seen) - 1], *args, **kwargs)
+            real_write_many(files[: 300 - len(seen) - 1], *args, **kwargs)
             seen.extend([1] * len(files))
             raise StorageError("disk full")
         seen.extend([1] * len(files))
@@ -135,13 +136,16 @@ def test_small_files_are_written_many_per_task_in_order_and_a_failure_removes_th
     assert lamina.open_table(uri).count_rows() == 10_000
 
 
-@pytest.mark.parametrize("files, rows_per_file, expected", [
-    (1, 10, [1]),
-    (10, 10, [1, 2, 4, 3]),
-    (200, 10, [1, 2, 4, 8, 16, 32, 64, 64, 9]),
-    (20, 1000, [1, 2, 4, 4, 4, 4, 1]),  # 4 files of 1,000 rows make GROUP_ROWS
-    (5, 10_000, [1, 1, 1, 1, 1]),  # large files: one per task, as before
-])
+@pytest.mark.parametrize(
+    "files, rows_per_file, expected",
+    [
+        (1, 10, [1]),
+        (10, 10, [1, 2, 4, 3]),
+        (200, 10, [1, 2, 4, 8, 16, 32, 64, 64, 9]),
+        (20, 1000, [1, 2, 4, 4, 4, 4, 1]),  # 4 files of 1,000 rows make GROUP_ROWS
+        (5, 10_000, [1, 1, 1, 1, 1]),  # large files: one per task, as before
+    ],
+)
 def test_groups_grow_to_a_bound_of_files_and_rows(files, rows_per_file, expected):
     chunks = iter([[pa.record_batch([pa.array([i])], names=["x"])] for i in range(files)])
     groups = list(datafile._grouped(chunks, rows_per_file))
@@ -149,9 +153,22 @@ def test_groups_grow_to_a_bound_of_files_and_rows(files, rows_per_file, expected
     assert [c[0].column(0)[0].as_py() for g in groups for c in g] == list(range(files))
 
 
-ZONED_TYPES = [pa.int8(), pa.uint64(), pa.float32(), pa.float64(), pa.bool_(), pa.string(), pa.large_string(),
-               pa.binary(), pa.large_binary(), pa.timestamp("ms", tz="UTC"), pa.timestamp("s"), pa.date32(),
-               pa.date64(), pa.list_(pa.int32())]
+ZONED_TYPES = [
+    pa.int8(),
+    pa.uint64(),
+    pa.float32(),
+    pa.float64(),
+    pa.bool_(),
+    pa.string(),
+    pa.large_string(),
+    pa.binary(),
+    pa.large_binary(),
+    pa.timestamp("ms", tz="UTC"),
+    pa.timestamp("s"),
+    pa.date32(),
+    pa.date64(),
+    pa.list_(pa.int32()),
+]
 
 
 def _values(rng, t: pa.DataType, n: int) -> pa.Array:
@@ -164,8 +181,10 @@ def _values(rng, t: pa.DataType, n: int) -> pa.Array:
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
         vals = [None if rng.random() < 0.2 else "ÿ" * int(rng.integers(0, 70)) + str(int(rng.integers(0, 9))) for _ in range(n)]
     elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        vals = [None if rng.random() < 0.2 else b"\xff" * int(rng.integers(60, 70)) + bytes([int(rng.integers(0, 256))])
-                for _ in range(n)]
+        vals = [
+            None if rng.random() < 0.2 else b"\xff" * int(rng.integers(60, 70)) + bytes([int(rng.integers(0, 256))])
+            for _ in range(n)
+        ]
     elif pa.types.is_list(t):
         vals = [[1, 2]] * n
     elif pa.types.is_unsigned_integer(t):
@@ -213,8 +232,9 @@ def test_a_group_of_small_local_files_is_one_native_call(tmp_path, monkeypatch):
     calls: list[int] = []
     real_one, real_many = _native.write_data_file, _native.write_data_files
     monkeypatch.setattr(_native, "write_data_file", lambda *a, **k: (calls.append(1), real_one(*a, **k))[1])
-    monkeypatch.setattr(_native, "write_data_files",
-                        lambda files, *a, **k: (calls.append(len(files)), real_many(files, *a, **k))[1])
+    monkeypatch.setattr(
+        _native, "write_data_files", lambda files, *a, **k: (calls.append(len(files)), real_many(files, *a, **k))[1]
+    )
     t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
     t.append(rows(0, 2000), max_rows_per_file=10)
     assert sum(calls) == 200 and len(calls) <= 12, calls  # groups of up to 64 files (1, 2, 4, ... first)

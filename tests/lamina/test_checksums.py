@@ -147,15 +147,17 @@ def test_verify_names_missing_truncated_and_corrupt_files(local_table_uri):
 def test_verify_job_on_a_healthy_table(local_table_uri):
     t = lamina.create_table(local_table_uri, SCHEMA)
     t.append(rows(0, 10))
-    out = subprocess.run([sys.executable, "-m", "lamina.jobs.verify", local_table_uri, "--json"],
-                         cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "lamina.jobs.verify", local_table_uri, "--json"], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     import json
 
     report = json.loads(out.stdout)
     assert report["ok"] and report["files_checked"] == 1
-    bad = subprocess.run([sys.executable, "-m", "lamina.jobs.verify", local_table_uri, "--threads", "0"],
-                         cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "lamina.jobs.verify", local_table_uri, "--threads", "0"], cwd=ROOT, capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "--threads" in bad.stderr
 
 
@@ -202,8 +204,9 @@ def test_verify_reports_a_missing_manifest_segment_list(local_table_uri):
     report = t.verify()
     assert not report.ok and any(f"manifest segment list {t.store.describe(lst.path)} is missing" in p for p in report.problems)
     # A fresh process cannot list what the list named: the report says so, and the job exits 1.
-    out = subprocess.run([sys.executable, "-m", "lamina.jobs.verify", local_table_uri, "--json"],
-                         cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "lamina.jobs.verify", local_table_uri, "--json"], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 1, out.stderr
     import json
 

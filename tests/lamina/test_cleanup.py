@@ -162,6 +162,7 @@ def test_long_write_whose_files_were_cleaned_up_does_not_commit(local_table_uri,
     removed = []
     # The check runs before the put: simulate cleanup removing the file between write and commit.
     import lamina.datafile
+
     real_write = lamina.datafile.write_fragment
 
     def write_then_lose(store, schema, batches, options, **kwargs):
@@ -180,6 +181,7 @@ def test_long_write_whose_files_were_cleaned_up_does_not_commit(local_table_uri,
 def _commit_during_cleanup(inner, commit_now) -> HookedStore:
     """A store through which cleanup runs; right after cleanup first lists the versions, another
     writer commits (files written long ago, e.g. a slow compaction's outputs)."""
+
     def listed_then_commit(real, prefix, start_after=None):
         listed = list(real(prefix, start_after))
         commit_now()
@@ -261,8 +263,9 @@ def test_compaction_outputs_carry_when_their_writing_began(local_table_uri):
     g = plan_compaction(t.manifest, options, t.uri).groups[0]
     frags = t.manifest.fragment_map()
     before = time.time()
-    result = GroupCompactor().run(GroupTask(local_table_uri, None, g, tuple(frags[i] for i in g.fragment_ids), t.schema,
-                                            WriteOptions(), options, False, ()))
+    result = GroupCompactor().run(
+        GroupTask(local_table_uri, None, g, tuple(frags[i] for i in g.fragment_ids), t.schema, WriteOptions(), options, False, ())
+    )
     assert result.ok and before <= result.fragment.written_at <= time.time()
 
 
@@ -286,13 +289,17 @@ def _table_with_stale_and_fresh_orphans(uri):
     return t
 
 
-@pytest.mark.parametrize("older_than", [
-    dt.timedelta(hours=2),
-    7200,
-    7200.0,
-    dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2),
-    dt.datetime.now(dt.timezone(dt.timedelta(hours=9))) - dt.timedelta(hours=2),
-], ids=["timedelta", "int", "float", "utc-datetime", "tz-datetime"])
+@pytest.mark.parametrize(
+    "older_than",
+    [
+        dt.timedelta(hours=2),
+        7200,
+        7200.0,
+        dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2),
+        dt.datetime.now(dt.timezone(dt.timedelta(hours=9))) - dt.timedelta(hours=2),
+    ],
+    ids=["timedelta", "int", "float", "utc-datetime", "tz-datetime"],
+)
 def test_every_form_of_older_than_means_the_same_cutoff(local_table_uri, older_than):
     t = _table_with_stale_and_fresh_orphans(local_table_uri)
     stats = t.cleanup(older_than=older_than)
@@ -314,12 +321,15 @@ def test_naive_datetime_is_utc(local_table_uri, monkeypatch):
     assert not t.store.exists("data/three-hours.parquet") and t.store.exists("data/one-hour.parquet")
 
 
-@pytest.mark.parametrize("older_than,message", [
-    (True, "older_than must be a timedelta, a datetime or seconds, not bool"),
-    ("7d", "older_than must be a timedelta, a datetime or seconds, not str"),
-    (math.nan, r"older_than must not be negative or in the future \(nan s\)"),
-    (-5, r"older_than must not be negative or in the future \(-5.0 s\)"),
-])
+@pytest.mark.parametrize(
+    "older_than,message",
+    [
+        (True, "older_than must be a timedelta, a datetime or seconds, not bool"),
+        ("7d", "older_than must be a timedelta, a datetime or seconds, not str"),
+        (math.nan, r"older_than must not be negative or in the future \(nan s\)"),
+        (-5, r"older_than must not be negative or in the future \(-5.0 s\)"),
+    ],
+)
 def test_meaningless_retentions_are_refused_before_anything_is_removed(local_table_uri, older_than, message):
     t = _table_with_stale_and_fresh_orphans(local_table_uri)
     with pytest.raises(InvalidArgument, match=message):
@@ -329,11 +339,14 @@ def test_meaningless_retentions_are_refused_before_anything_is_removed(local_tab
 
 def test_short_retention_error_names_the_table_the_retention_and_the_floor(local_table_uri):
     t = _table_with_stale_and_fresh_orphans(local_table_uri)
-    with pytest.raises(InvalidArgument, match=(
-        rf"cleanup of {t.store.uri} with older_than=300 s is below the 1:00:00 safety floor: a write in progress "
-        r"or a reader of a recent version could lose its files\. Use a retention longer than your longest write, or "
-        r"pass enforce_retention=False if nothing reads or writes the table meanwhile"
-    )):
+    with pytest.raises(
+        InvalidArgument,
+        match=(
+            rf"cleanup of {t.store.uri} with older_than=300 s is below the 1:00:00 safety floor: a write in progress "
+            r"or a reader of a recent version could lose its files\. Use a retention longer than your longest write, or "
+            r"pass enforce_retention=False if nothing reads or writes the table meanwhile"
+        ),
+    ):
         t.cleanup(older_than=300)
 
 

@@ -47,8 +47,9 @@ def do(op, who, table, *, overlap_rewrite=True, index_name=None):
     elif op == "overwrite":
         table.overwrite(rows(5000 if who == "mine" else 6000, 5))
     elif op == "wal_flush":  # what an applier commits: rows + a watermark, on the version it read
-        frags = write_fragments(table.store, table.schema, iter(rows(3000 if who == "mine" else 4000, 10).to_batches()),
-                                table.write_options)
+        frags = write_fragments(
+            table.store, table.schema, iter(rows(3000 if who == "mine" else 4000, 10).to_batches()), table.write_options
+        )
         key = "0/0000000000" if who == "mine" else "1/0000000000"
         commit(table.store, WalFlush(table.version, frags, {}, {key: 1}, {key: 0}), table.manifest)
     elif op == "drop":  # what lamina.drop_table commits before it removes anything
@@ -198,8 +199,13 @@ def test_rewrite_over_delete_does_not_resurrect_rows(local_table_uri):
 
 def _flaky_put(inner, *, lands: bool) -> HookedStore:
     """``inner`` whose first manifest put fails, after or before writing."""
-    return HookedStore(inner).on("put_if_absent", prefix="_versions/", times=1, lands=lands,
-                                 fail=lambda path: StorageError(f"connection reset while writing {path}"))
+    return HookedStore(inner).on(
+        "put_if_absent",
+        prefix="_versions/",
+        times=1,
+        lands=lands,
+        fail=lambda path: StorageError(f"connection reset while writing {path}"),
+    )
 
 
 def test_unknown_outcome_that_landed_is_recognised(local_table_uri):

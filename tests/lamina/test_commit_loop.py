@@ -52,17 +52,30 @@ def test_failed_put_that_cannot_be_read_back_is_reported_as_unknown(local_table_
     """Neither success nor a plain failure: the caller is told which version to check for which transaction."""
     t = _table(local_table_uri)
     failed: list[str] = []  # once the put failed, reads of manifests fail too
-    store = (HookedStore(t.store)
-             .on("put_if_absent", prefix="_versions/", before=lambda: failed.append("put"),
-                 fail=lambda path: StorageError(f"connection reset while writing {path}"))
-             .on("get", prefix="_versions/", when=lambda path: bool(failed),
-                 fail=lambda path: StorageError(f"connection reset while reading {path}")))
+    store = (
+        HookedStore(t.store)
+        .on(
+            "put_if_absent",
+            prefix="_versions/",
+            before=lambda: failed.append("put"),
+            fail=lambda path: StorageError(f"connection reset while writing {path}"),
+        )
+        .on(
+            "get",
+            prefix="_versions/",
+            when=lambda path: bool(failed),
+            fail=lambda path: StorageError(f"connection reset while reading {path}"),
+        )
+    )
     mine = Table(store, t.manifest)
-    with pytest.raises(CommitStateUnknown, match=(
-        rf"append on table {t.store.uri}: writing version 3 failed \(connection reset while writing _versions/.*\) "
-        r"and it cannot be read back \(connection reset while reading _versions/.*\); reload the table and check "
-        r"whether version 3 holds transaction [0-9a-f]{32} before retrying"
-    )):
+    with pytest.raises(
+        CommitStateUnknown,
+        match=(
+            rf"append on table {t.store.uri}: writing version 3 failed \(connection reset while writing _versions/.*\) "
+            r"and it cannot be read back \(connection reset while reading _versions/.*\); reload the table and check "
+            r"whether version 3 holds transaction [0-9a-f]{32} before retrying"
+        ),
+    ):
         mine.append(rows(10, 10))
     assert list_versions(t.store) == [1, 2]
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(10))
@@ -72,8 +85,12 @@ def test_version_that_lands_while_catching_up_is_replayed_not_taken_for_cleaned_
     t = _table(local_table_uri)  # versions 1 (create) and 2
     # Version 3 is still being written when this reader first asks for it (not found), and is there by the
     # time it lists the versions.
-    stale = Table(HookedStore(t.store).on("get", path=manifest_path(3), times=1,
-                                          fail=lambda path: ObjectNotFound(f"{path} (not written yet)")), t.manifest)
+    stale = Table(
+        HookedStore(t.store).on(
+            "get", path=manifest_path(3), times=1, fail=lambda path: ObjectNotFound(f"{path} (not written yet)")
+        ),
+        t.manifest,
+    )
     lamina.open_table(local_table_uri).append(rows(100, 10))  # version 3, by another process:
     forget_manifest(t.store, 3)  # ...so not in this process's cache
     assert stale.append(rows(200, 10)) == 4
@@ -88,8 +105,12 @@ def test_stale_writer_never_commits_into_a_table_recreated_at_its_uri(local_tabl
     t = _table(local_table_uri)
     # Version 3 is still being written when this reader first asks for it (not found), and is there by the
     # time it lists the versions.
-    stale = Table(HookedStore(t.store).on("get", path=manifest_path(3), times=1,
-                                          fail=lambda path: ObjectNotFound(f"{path} (not written yet)")), t.manifest)
+    stale = Table(
+        HookedStore(t.store).on(
+            "get", path=manifest_path(3), times=1, fail=lambda path: ObjectNotFound(f"{path} (not written yet)")
+        ),
+        t.manifest,
+    )
     shutil.rmtree(local_table_uri)
     new = lamina.create_table(local_table_uri, SCHEMA)
     for start in (1000, 2000):
@@ -125,10 +146,13 @@ def test_writer_that_keeps_losing_the_race_gives_up_with_a_conflict(local_table_
 
     store = HookedStore(t.store).on("put_if_absent", prefix="_versions/", before=beaten)
     frags = write_fragments(t.store, t.schema, iter(rows(200, 10).to_batches()), WriteOptions())
-    with pytest.raises(CommitConflict, match=(
-        rf"append on table {t.store.uri} lost the race for the next version 3 times \(read at version 2\); "
-        r"nothing was committed: retry later or with fewer concurrent writers"
-    )):
+    with pytest.raises(
+        CommitConflict,
+        match=(
+            rf"append on table {t.store.uri} lost the race for the next version 3 times \(read at version 2\); "
+            r"nothing was committed: retry later or with fewer concurrent writers"
+        ),
+    ):
         commit(store, Append(t.version, frags), t.manifest, backoff=Backoff(0.0, 0.0, 3))
     assert store.fired == 3
     latest = lamina.open_table(local_table_uri)
@@ -142,9 +166,12 @@ def test_writer_behind_cleaned_history_is_told_which_versions_are_gone(local_tab
     for start in range(10, 50, 10):
         t.append(rows(start, 10))  # versions 3..6
     t.cleanup(older_than=0, enforce_retention=False)  # keeps 6 only
-    with pytest.raises(CommitConflict, match=(
-        rf"append on table {t.store.uri} read version 2, but versions from 2 up to 5 were cleaned up since; nothing "
-        r"was committed: reload the table and re-run the append \(or run cleanup with an older_than longer than your "
-        r"longest write\)"
-    )):
+    with pytest.raises(
+        CommitConflict,
+        match=(
+            rf"append on table {t.store.uri} read version 2, but versions from 2 up to 5 were cleaned up since; nothing "
+            r"was committed: reload the table and re-run the append \(or run cleanup with an older_than longer than your "
+            r"longest write\)"
+        ),
+    ):
         slow.append(rows(1000, 10))

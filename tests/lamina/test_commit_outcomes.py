@@ -29,8 +29,9 @@ def _base(uri, opts):
 
 def _first_manifest_put(inner, first_put) -> HookedStore:
     """``inner`` whose first put_if_absent of a manifest goes through ``first_put(inner, path, data)``."""
-    return HookedStore(inner).on("put_if_absent", prefix="_versions/", times=1,
-                                 instead=lambda real, path, data: first_put(inner, path, data))
+    return HookedStore(inner).on(
+        "put_if_absent", prefix="_versions/", times=1, instead=lambda real, path, data: first_put(inner, path, data)
+    )
 
 
 def _check_ids(uri, opts, expected):

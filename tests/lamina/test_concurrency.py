@@ -28,8 +28,16 @@ def _race(uri, endpoint=None):
     for w in range(WORKERS):
         args = [sys.executable, "-m", "tests.lamina.concurrent_writer", uri, str(w), str(WORKERS)]
         args += [endpoint] if endpoint else []
-        procs.append(subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env={**os.environ, "PYTHONPATH": str(REPO)}))
+        procs.append(
+            subprocess.Popen(
+                args,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+        )
     results = []
     for p in procs:
         out, err = p.communicate(timeout=240)

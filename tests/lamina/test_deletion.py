@@ -124,10 +124,13 @@ def test_cache_keys_are_per_table():
     assert cache.get(("t2", "_deletions/0.bin")) is None
 
 
-@pytest.mark.parametrize("offsets,claimed,shown", [
-    ([], 3, "0 offsets (max -)"),  # an empty file where the manifest says 3 rows are deleted
-    ([3, 7, 100], 3, "3 offsets (max 100)"),  # one offset past the last row
-])
+@pytest.mark.parametrize(
+    "offsets,claimed,shown",
+    [
+        ([], 3, "0 offsets (max -)"),  # an empty file where the manifest says 3 rows are deleted
+        ([3, 7, 100], 3, "3 offsets (max 100)"),  # one offset past the last row
+    ],
+)
 def test_deletion_file_that_disagrees_with_the_manifest_is_corrupt_naming_it(local_table_uri, offsets, claimed, shown):
     import dataclasses
     import re
@@ -140,10 +143,13 @@ def test_deletion_file_that_disagrees_with_the_manifest_is_corrupt_naming_it(loc
     [frag] = t.manifest.fragments
     written = write_deleted(t.store, frag.id, np.asarray(offsets, dtype=np.uint32))
     bad = dataclasses.replace(frag, deletion=dataclasses.replace(written, deleted_rows=claimed))
-    with pytest.raises(CorruptFile, match=(
-        rf"deletion file {re.escape(t.store.describe(written.path))} of fragment {frag.id} holds {re.escape(shown)}, "
-        rf"the manifest says {claimed} of 100 rows"
-    )):
+    with pytest.raises(
+        CorruptFile,
+        match=(
+            rf"deletion file {re.escape(t.store.describe(written.path))} of fragment {frag.id} holds {re.escape(shown)}, "
+            rf"the manifest says {claimed} of 100 rows"
+        ),
+    ):
         read_deleted(t.store, bad)
 
 
@@ -161,7 +167,7 @@ def test_deletion_file_read_from_storage_with_an_offset_past_the_last_row_is_cor
     written = write_deleted(t.store, frag.id, np.asarray([3, 7, 100], dtype=np.uint32))
     lamina.deletion._CACHE.clear()  # read by another process
     bad = dataclasses.replace(frag, deletion=written)
-    with pytest.raises(CorruptFile, match=(
-        rf"{re.escape(t.store.describe(written.path))}: deletes offset 100 of a fragment of 100 rows"
-    )):
+    with pytest.raises(
+        CorruptFile, match=(rf"{re.escape(t.store.describe(written.path))}: deletes offset 100 of a fragment of 100 rows")
+    ):
         read_deleted(t.store, bad)

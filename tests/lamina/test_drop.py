@@ -75,9 +75,14 @@ def test_purge_stops_a_writer_appending_in_another_process(table_location, tmp_p
     t.append(rows(0, 5))
     location, old_uuid = t.uri, t.manifest.table_uuid
     marker = tmp_path / "purged"
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, root, json.dumps(opts), "t", str(marker)], cwd=REPO,
-                              env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, root, json.dumps(opts), "t", str(marker)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         acks = 0
         while acks < 3:  # the writer's own acknowledgements: it is committing
@@ -98,7 +103,7 @@ def test_purge_stops_a_writer_appending_in_another_process(table_location, tmp_p
     last = lines[-1] if lines else ""
     assert not last.startswith("late"), f"an append begun after the purge returned committed version {last.split()[1]}"
     assert last.startswith("error "), (lines, writer.stderr.read())
-    name, is_replaced, message = json.loads(last[len("error "):])
+    name, is_replaced, message = json.loads(last[len("error ") :])
     assert is_replaced and name in ("TableDropped", "TableReplaced"), (name, message)
     assert location in message and "Nothing was committed" in message
     tomb = latest_version(open_store(location, opts))
@@ -127,8 +132,9 @@ def test_a_put_landing_after_the_whole_purge_commits_nothing_and_cannot_be_exten
 
     writer.store.put_if_absent = put_after_the_purge
     try:
-        with pytest.raises(TableDropped,
-                           match=rf"append on table {local_table_uri} .*dropped at version .*Nothing was committed"):
+        with pytest.raises(
+            TableDropped, match=rf"append on table {local_table_uri} .*dropped at version .*Nothing was committed"
+        ):
             writer.append(rows(100, 1))
     finally:
         writer.store.put_if_absent = real_put
@@ -181,8 +187,9 @@ def test_drop_table_of_a_plain_table_leaves_its_tombstone_alone_and_the_uri_is_f
     dropped = lamina.drop_table(uri, storage_options=opts)
     assert dropped.version == t.version + 1 and dropped.objects_removed > 0
     assert _objects(uri, opts) == _tombstone(dropped.version)
-    with pytest.raises(TableNotFound,
-                       match=f"no Lamina table at {uri}: the table there was dropped at version {dropped.version}"):
+    with pytest.raises(
+        TableNotFound, match=f"no Lamina table at {uri}: the table there was dropped at version {dropped.version}"
+    ):
         lamina.open_table(uri, storage_options=opts)
     with pytest.raises(TableNotFound, match=f"no Lamina table at {uri} to drop"):
         lamina.drop_table(uri, storage_options=opts)
@@ -231,13 +238,15 @@ def test_a_commit_replayed_over_a_drop_raises_table_dropped_and_removes_its_file
     tomb = commit(t.store, Drop(t.version), t.manifest)
     assert tomb.dropped and tomb.version == 4 and tomb.table_uuid == t.manifest.table_uuid
     assert tomb.record.operation == "drop" and len(tomb.fragments) == 0 and tomb.indices == ()
-    with pytest.raises(TableDropped,
-                       match=rf"append on table {local_table_uri} .*dropped at version 4.*Nothing was committed") as e:
+    with pytest.raises(
+        TableDropped, match=rf"append on table {local_table_uri} .*dropped at version 4.*Nothing was committed"
+    ) as e:
         stale.append(rows(100, 5))
     assert isinstance(e.value, TableReplaced) and isinstance(e.value, CommitConflict)
     after = _objects(local_table_uri, None)
-    assert [p for p in after if p not in data_before] == ["_versions/00000000000000000004.manifest"], \
+    assert [p for p in after if p not in data_before] == ["_versions/00000000000000000004.manifest"], (
         "the refused append left its files"
+    )
     with pytest.raises(TableDropped):
         commit(t.store, Drop(stale.version), stale.manifest)  # a drop over a drop: already dropped
 

@@ -56,19 +56,22 @@ def test_columns_are_reported():
     assert parse_filter(pc.field("id") < 3, SCHEMA).columns is None
 
 
-@pytest.mark.parametrize("text,message", [
-    ("", "empty filter"),
-    ("id <", "unexpected end"),
-    ("id = 1 AND", "unexpected end"),
-    ("(id = 1", r"expected \)"),
-    ("id ~ 1", "cannot parse"),
-    ("nope = 1", "column 'nope'"),
-    ("meta.zz = 1", "'meta.zz' is not a field"),
-    ("id = 'x'", "cannot be compared"),
-    ("ts > TIMESTAMP 'yesterday'", "not an ISO-8601"),
-    ("id LIKE 5", "LIKE needs a string"),
-    ("1 IN (1)", "left side of IN must be a column"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("", "empty filter"),
+        ("id <", "unexpected end"),
+        ("id = 1 AND", "unexpected end"),
+        ("(id = 1", r"expected \)"),
+        ("id ~ 1", "cannot parse"),
+        ("nope = 1", "column 'nope'"),
+        ("meta.zz = 1", "'meta.zz' is not a field"),
+        ("id = 'x'", "cannot be compared"),
+        ("ts > TIMESTAMP 'yesterday'", "not an ISO-8601"),
+        ("id LIKE 5", "LIKE needs a string"),
+        ("1 IN (1)", "left side of IN must be a column"),
+    ],
+)
 def test_bad_filters(text, message):
     with pytest.raises(InvalidFilter, match=message):
         parse_filter(text, SCHEMA)
@@ -88,11 +91,13 @@ def _edge_rows(start: int, n: int) -> pa.Table:
     """Rows ``start..start+n``: float ``x`` with NaN, ±inf, ±0.0 and nulls among plain values, int
     ``i`` with nulls, string ``cat`` with nulls."""
     ids = range(start, start + n)
-    return pa.table({
-        "x": pa.array([EDGE_X[k % 16] if k % 16 < len(EDGE_X) else float(k) for k in ids], pa.float64()),
-        "i": pa.array([None if k % 13 == 0 else k for k in ids], pa.int64()),
-        "cat": pa.array([None if k % 11 == 0 else f"c{k % 5}" for k in ids], pa.string()),
-    })
+    return pa.table(
+        {
+            "x": pa.array([EDGE_X[k % 16] if k % 16 < len(EDGE_X) else float(k) for k in ids], pa.float64()),
+            "i": pa.array([None if k % 13 == 0 else k for k in ids], pa.int64()),
+            "cat": pa.array([None if k % 11 == 0 else f"c{k % 5}" for k in ids], pa.string()),
+        }
+    )
 
 
 @pytest.fixture
@@ -184,8 +189,11 @@ def test_indexed_filter_equals_scan_and_brute_force(edge_tables, text, expected)
     assert _canon(indexed.to_arrow(filter=text, use_index=True).to_pylist()) == want
 
 
-@pytest.mark.parametrize("text,expected", [c for c in EDGE_CASES if "NaN" in c[0] or "IN" in c[0]],
-                         ids=[c[0] for c in EDGE_CASES if "NaN" in c[0] or "IN" in c[0]])
+@pytest.mark.parametrize(
+    "text,expected",
+    [c for c in EDGE_CASES if "NaN" in c[0] or "IN" in c[0]],
+    ids=[c[0] for c in EDGE_CASES if "NaN" in c[0] or "IN" in c[0]],
+)
 def test_indexed_delete_removes_only_matching_rows(edge_tables, text, expected):
     indexed, plain = edge_tables
     keep = _canon([r for r in plain.to_arrow().to_pylist() if not expected(r)])
@@ -196,7 +204,7 @@ def test_indexed_delete_removes_only_matching_rows(edge_tables, text, expected):
 
 
 # -- large and deep filters (issue 16, defect 5) ---------------------------------------------
-_BIG_OR = r'''
+_BIG_OR = r"""
 import sys, numpy as np, pyarrow as pa, lamina
 t = lamina.create_table(sys.argv[1], pa.schema([("id", pa.int64()), ("x", pa.float64())]))
 t.append(pa.table({"id": np.arange(60000), "x": np.arange(60000) / 2}))
@@ -207,7 +215,7 @@ ands = " AND ".join(f"id <> {i}" for i in range(10000))
 for text in (ids, mixed, ands):
     for use_index in (True, False):
         print(t.to_arrow(filter=text, use_index=use_index).num_rows, flush=True)
-'''
+"""
 
 
 def test_ten_thousand_ored_terms_evaluate(tmp_path):
@@ -267,15 +275,77 @@ def test_in_list_of_100k_literals(tmp_path, indexed):
     assert t.count_rows(names) == int((wanted < 300_000).sum())
 
 
-_FUZZ_TOKENS = ["(", ")", "NOT", "AND", "OR", "id", "score", "category", "meta.a", "ts", "=", "<", ">=", "!=", "IN",
-                "BETWEEN", "LIKE", "IS", "NULL", "TRUE", "FALSE", "1", "2.5", "-3", "1e999", "'a'", "'NaN'", "'%'",
-                ",", "TIMESTAMP", "DATE", "'2024-01-01'", "@", '"', "''", "`x`", ".", "vec", "meta"]
+_FUZZ_TOKENS = [
+    "(",
+    ")",
+    "NOT",
+    "AND",
+    "OR",
+    "id",
+    "score",
+    "category",
+    "meta.a",
+    "ts",
+    "=",
+    "<",
+    ">=",
+    "!=",
+    "IN",
+    "BETWEEN",
+    "LIKE",
+    "IS",
+    "NULL",
+    "TRUE",
+    "FALSE",
+    "1",
+    "2.5",
+    "-3",
+    "1e999",
+    "'a'",
+    "'NaN'",
+    "'%'",
+    ",",
+    "TIMESTAMP",
+    "DATE",
+    "'2024-01-01'",
+    "@",
+    '"',
+    "''",
+    "`x`",
+    ".",
+    "vec",
+    "meta",
+]
 
 
-_FUZZ_ATOMS = ["id = 1", "score < 'NaN'", "category LIKE '%'", "1 < 'a'", "meta.a IN (1, NULL)", "ts >= '2024-01-01'",
-               "vec = 1", "meta = 1", "id BETWEEN 'a' AND 2", "id LIKE 'a'", "'a' = 'a'", "score = id", "category = id",
-               "TRUE", "NULL", "id IS NULL", "1 = 1.5", "meta.b > 3", "DATE '2024-01-01' < ts", "id IN (1e999, 2)",
-               "score IN ('x')", "category IN (1, 2)", "ts = 5", "id = TRUE", "NULL = NULL", "id > 2.5 AND id < 1e999"]
+_FUZZ_ATOMS = [
+    "id = 1",
+    "score < 'NaN'",
+    "category LIKE '%'",
+    "1 < 'a'",
+    "meta.a IN (1, NULL)",
+    "ts >= '2024-01-01'",
+    "vec = 1",
+    "meta = 1",
+    "id BETWEEN 'a' AND 2",
+    "id LIKE 'a'",
+    "'a' = 'a'",
+    "score = id",
+    "category = id",
+    "TRUE",
+    "NULL",
+    "id IS NULL",
+    "1 = 1.5",
+    "meta.b > 3",
+    "DATE '2024-01-01' < ts",
+    "id IN (1e999, 2)",
+    "score IN ('x')",
+    "category IN (1, 2)",
+    "ts = 5",
+    "id = TRUE",
+    "NULL = NULL",
+    "id > 2.5 AND id < 1e999",
+]
 
 
 def test_any_filter_string_evaluates_or_raises_invalid_filter():
@@ -312,8 +382,10 @@ def test_a_conjunct_of_several_ranges_is_rechecked(edge_tables):
     i = indexed.schema.field("i").type
     expr = pc.field("i").isin([3, 4, 5, 40]) & (pc.field("i") < 41)
     ranges = ((pa.scalar(3, i), True, pa.scalar(5, i), True), (pa.scalar(40, i), True, pa.scalar(40, i), True))
-    conjuncts = (Conjunct("i", ranges, "i in [3, 5] or i = 40", True),
-                 Conjunct("i", ((None, False, pa.scalar(41, i), False),), "i < 41", True))
+    conjuncts = (
+        Conjunct("i", ranges, "i in [3, 5] or i = 40", True),
+        Conjunct("i", ((None, False, pa.scalar(41, i), False),), "i < 41", True),
+    )
     flt = Filter(expr, frozenset(["i"]), "i in [3, 5] or i = 40 and i < 41", conjuncts, pure=True)
     want = indexed.to_arrow(filter=expr, use_index=False)["i"].to_pylist()
     assert indexed.to_arrow(filter=flt, use_index=True)["i"].to_pylist() == want == [3, 4, 5, 40]
@@ -369,25 +441,32 @@ T0 = dt.datetime(2026, 1, 1)
 
 
 #: Time-of-day columns: name, type, units in a second. Row ``k`` holds NOON + k units.
-TIMES = (("t_s", pa.time32("s"), 1), ("t_ms", pa.time32("ms"), 10**3), ("t_us", pa.time64("us"), 10**6),
-         ("t_ns", pa.time64("ns"), 10**9))
+TIMES = (
+    ("t_s", pa.time32("s"), 1),
+    ("t_ms", pa.time32("ms"), 10**3),
+    ("t_us", pa.time64("us"), 10**6),
+    ("t_ns", pa.time64("ns"), 10**9),
+)
 NOON = 12 * 3600
 
 
 def _temporal_rows(ks: range) -> pa.Table:
     """Row ``k``: ``tss`` T0 + k s, ``tms`` T0 + k ms, ``d`` T0's date + k days, ``dur`` k s, and
     12:00:00 + k of the unit of each time column (``TIMES``) (all NULL where k % 7 == 3)."""
+
     def col(values: list, type_: pa.DataType) -> pa.Array:
         return pa.array([None if k % 7 == 3 else v for k, v in zip(ks, values)], type_)
 
-    return pa.table({
-        "k": pa.array(list(ks), pa.int64()),
-        "tss": col([T0 + dt.timedelta(seconds=k) for k in ks], pa.timestamp("s")),
-        "tms": col([T0 + dt.timedelta(milliseconds=k) for k in ks], pa.timestamp("ms")),
-        "d": col([T0.date() + dt.timedelta(days=k) for k in ks], pa.date32()),
-        "dur": col([dt.timedelta(seconds=k) for k in ks], pa.duration("s")),
-        **{name: col([NOON * per_second + k for k in ks], type_) for name, type_, per_second in TIMES},
-    })
+    return pa.table(
+        {
+            "k": pa.array(list(ks), pa.int64()),
+            "tss": col([T0 + dt.timedelta(seconds=k) for k in ks], pa.timestamp("s")),
+            "tms": col([T0 + dt.timedelta(milliseconds=k) for k in ks], pa.timestamp("ms")),
+            "d": col([T0.date() + dt.timedelta(days=k) for k in ks], pa.date32()),
+            "dur": col([dt.timedelta(seconds=k) for k in ks], pa.duration("s")),
+            **{name: col([NOON * per_second + k for k in ks], type_) for name, type_, per_second in TIMES},
+        }
+    )
 
 
 @pytest.fixture
@@ -401,8 +480,16 @@ def temporal_tables(tmp_path):
         for ks in (range(0, 1), range(1, 10), range(3, 4), range(10, 20)):
             t.append(_temporal_rows(ks))
         if indexed:
-            for column, kind in (("tss", "btree"), ("tms", "btree"), ("dur", "btree"), ("d", "bitmap"), ("t_s", "btree"),
-                                 ("t_ms", "btree"), ("t_us", "btree"), ("t_ns", "bitmap")):
+            for column, kind in (
+                ("tss", "btree"),
+                ("tms", "btree"),
+                ("dur", "btree"),
+                ("d", "bitmap"),
+                ("t_s", "btree"),
+                ("t_ms", "btree"),
+                ("t_us", "btree"),
+                ("t_ns", "bitmap"),
+            ):
                 t.create_index(column, kind)
         t.append(_temporal_rows(range(20, 30)))
         tables.append(t)
@@ -503,15 +590,30 @@ def test_temporal_literals_compare_by_value(temporal_tables, text, expected):
         assert sorted(t.to_arrow()["k"].to_pylist()) == kept, t.uri
 
 
-
 # -- IN and NOT IN in three-valued logic, as DuckDB answers -------------------------------------
 IN_CASES = [
-    "i IN (1, 2, 27)", "i NOT IN (1, 2, 27)", "i IN (7, NULL)", "i NOT IN (7, NULL)", "i IN (NULL)", "i NOT IN (NULL)",
-    "NOT (i IN (7, 8))", "NOT (i NOT IN (7, NULL))", "i NOT IN (7, 8) OR cat = 'c1'", "i IN (7, NULL) OR cat IS NULL",
-    "i NOT IN (7, NULL) OR cat IS NULL", "cat NOT IN ('c1', 'c2')", "cat IN ('c1', NULL)", "cat NOT IN ('c1', NULL) OR i = 5",
-    "x NOT IN (0.5, 17)", "x IN (0.5, NULL) AND i < 100", "i NOT IN (5.5, 6) AND i < 20", "NOT (i = 1 OR i = 2) AND i < 9",
-    "i NOT IN (3, 4) AND i BETWEEN 0 AND 10", "i IN (3, 4, NULL) AND i IN (4, 5)",
-    "NOT (i IN (7, NULL) OR i = 8)", "NOT (i IN (7) OR i = 8 OR i IN (9, NULL))",
+    "i IN (1, 2, 27)",
+    "i NOT IN (1, 2, 27)",
+    "i IN (7, NULL)",
+    "i NOT IN (7, NULL)",
+    "i IN (NULL)",
+    "i NOT IN (NULL)",
+    "NOT (i IN (7, 8))",
+    "NOT (i NOT IN (7, NULL))",
+    "i NOT IN (7, 8) OR cat = 'c1'",
+    "i IN (7, NULL) OR cat IS NULL",
+    "i NOT IN (7, NULL) OR cat IS NULL",
+    "cat NOT IN ('c1', 'c2')",
+    "cat IN ('c1', NULL)",
+    "cat NOT IN ('c1', NULL) OR i = 5",
+    "x NOT IN (0.5, 17)",
+    "x IN (0.5, NULL) AND i < 100",
+    "i NOT IN (5.5, 6) AND i < 20",
+    "NOT (i = 1 OR i = 2) AND i < 9",
+    "i NOT IN (3, 4) AND i BETWEEN 0 AND 10",
+    "i IN (3, 4, NULL) AND i IN (4, 5)",
+    "NOT (i IN (7, NULL) OR i = 8)",
+    "NOT (i IN (7) OR i = 8 OR i IN (9, NULL))",
 ]
 
 

@@ -61,12 +61,15 @@ def _rows(rng: np.random.Generator, start: int, n: int) -> pa.Table:
     def nulls(values: list, p: float = 0.08) -> list:
         return [None if rng.random() < p else v for v in values]
 
-    return pa.table({
-        "id": nulls([int(v) for v in rng.integers(-5, 60, n)]),
-        "x": nulls([X_SPECIAL[int(j) % 6] if j < 0 else j / 2 for j in rng.integers(-16, 40, n)]),  # 30% special
-        "cat": nulls([CAT_POOL[j] for j in rng.integers(0, len(CAT_POOL), n)]),
-        "k": nulls([int(v) for v in rng.integers(0, 5, n)]),
-    }, schema=SCHEMA)
+    return pa.table(
+        {
+            "id": nulls([int(v) for v in rng.integers(-5, 60, n)]),
+            "x": nulls([X_SPECIAL[int(j) % 6] if j < 0 else j / 2 for j in rng.integers(-16, 40, n)]),  # 30% special
+            "cat": nulls([CAT_POOL[j] for j in rng.integers(0, len(CAT_POOL), n)]),
+            "k": nulls([int(v) for v in rng.integers(0, 5, n)]),
+        },
+        schema=SCHEMA,
+    )
 
 
 def _make_table(path: str, indexed: bool, seed: int = 0) -> lamina.Table:
@@ -105,7 +108,7 @@ class Lit:
 
 @dataclass
 class Node:
-    kind: str          # cmp, in, between, like, isnull, and, or, not, const
+    kind: str  # cmp, in, between, like, isnull, and, or, not, const
     column: str = ""
     op: str = ""
     lits: tuple = ()
@@ -117,8 +120,7 @@ class Node:
         if self.kind == "const":
             return self.op
         if self.kind in ("and", "or"):
-            return f" {self.kind.upper()} ".join(f"({k.render()})" if k.kind in ("and", "or") else k.render()
-                                                  for k in self.kids)
+            return f" {self.kind.upper()} ".join(f"({k.render()})" if k.kind in ("and", "or") else k.render() for k in self.kids)
         if self.kind == "not":
             return f"NOT ({self.kids[0].render()})"
         neg = "NOT " if self.negate else ""
@@ -259,13 +261,18 @@ class Gen:
             ops = ["=", "==", "<", "<=", ">", ">="] + ([] if indexable else ["!=", "<>"])
             return Node("cmp", column, self.pick(ops), (self.lit(column),), left_literal=self.chance(0.2))
         if kind == "in":
-            return Node("in", column, lits=tuple(self.lit(column) for _ in range(int(self.r.integers(1, 6)))),
-                        negate=self.chance(0.15))
+            return Node(
+                "in", column, lits=tuple(self.lit(column) for _ in range(int(self.r.integers(1, 6)))), negate=self.chance(0.15)
+            )
         if kind == "between":
             return Node("between", column, lits=(self.lit(column), self.lit(column)), negate=self.chance(0.15))
         if kind == "like":
-            return Node("like", column, lits=(Lit(self.pick(["c%", "c1%", "%", "_", "c_", "%0", "a", "", "d%", "e\\_"])),),
-                        negate=self.chance(0.2))
+            return Node(
+                "like",
+                column,
+                lits=(Lit(self.pick(["c%", "c1%", "%", "_", "c_", "%0", "a", "", "d%", "e\\_"])),),
+                negate=self.chance(0.2),
+            )
         return Node("isnull", column, negate=self.chance(0.5))
 
     def tree(self, depth: int) -> Node:
@@ -282,8 +289,10 @@ class Gen:
         """``c = a OR c = b OR ...`` (which the parser folds into one set lookup), maybe negated
         and maybe with another term ORed in."""
         column = self.pick(["id", "x", "cat", "k"])
-        kids = [Node("cmp", column, self.pick(["=", "=="]), (self.lit(column),), left_literal=self.chance(0.2))
-                for _ in range(int(self.r.integers(2, 6)))]
+        kids = [
+            Node("cmp", column, self.pick(["=", "=="]), (self.lit(column),), left_literal=self.chance(0.2))
+            for _ in range(int(self.r.integers(2, 6)))
+        ]
         if self.chance(0.3):
             kids.insert(int(self.r.integers(0, len(kids))), self.term())
         node = Node("or", kids=tuple(kids))
@@ -303,8 +312,10 @@ class Gen:
             return node
         if self.chance(0.5):
             column = self.pick(["id", "x", "x", "cat", "k"])
-            kids = [self.term(column if self.chance(0.7) else None, indexable=self.chance(0.85))
-                    for _ in range(int(self.r.integers(1, 5)))]
+            kids = [
+                self.term(column if self.chance(0.7) else None, indexable=self.chance(0.85))
+                for _ in range(int(self.r.integers(1, 5)))
+            ]
             if self.chance(0.25):
                 kids.append(self.tree(2))
             return kids[0] if len(kids) == 1 else Node("and", kids=tuple(kids))
@@ -390,8 +401,9 @@ def test_random_deletes_remove_the_same_rows_with_and_without_indices(tmp_path, 
             want = _brute(plain.to_arrow().to_pylist(), node, keep=False)
         deleted_indexed, deleted_plain = indexed.delete(text), plain.delete(text)
         left_indexed, left_plain = _canon(indexed.to_arrow()), _canon(plain.to_arrow())
-        assert left_indexed == left_plain, (f"seed {seed} #{n} {text!r}: the indexed table kept {len(left_indexed)} rows, "
-                                            f"the plain one {len(left_plain)}")
+        assert left_indexed == left_plain, (
+            f"seed {seed} #{n} {text!r}: the indexed table kept {len(left_indexed)} rows, the plain one {len(left_plain)}"
+        )
         assert deleted_indexed == deleted_plain
         if want is not None:
             assert left_plain == want, f"seed {seed} #{n} {text!r}: {len(left_plain)} rows left, brute force {len(want)}"
@@ -410,16 +422,41 @@ DAY_NS = 86_400 * 10**9
 NOON_NS = 12 * 3600 * 10**9
 TIMES = {"t_s": pa.time32("s"), "t_ms": pa.time32("ms"), "t_us": pa.time64("us"), "t_ns": pa.time64("ns")}
 UNIT_NS = {"ts": 10**9, "tm": 10**6, "d": DAY_NS, "dur": 10**9, "t_s": 10**9, "t_ms": 10**6, "t_us": 10**3, "t_ns": 1}
-TEMPORAL = pa.schema([("n", pa.int64()), ("ts", pa.timestamp("s")), ("tm", pa.timestamp("ms")), ("d", pa.date32()),
-                      ("dur", pa.duration("s")), *TIMES.items()])
+TEMPORAL = pa.schema(
+    [
+        ("n", pa.int64()),
+        ("ts", pa.timestamp("s")),
+        ("tm", pa.timestamp("ms")),
+        ("d", pa.date32()),
+        ("dur", pa.duration("s")),
+        *TIMES.items(),
+    ]
+)
 TEMPORAL_COLUMNS = ["ts", "tm", "d", "dur", *TIMES]
-TEMPORAL_INDICES = [("ts", "btree"), ("ts", "bitmap"), ("tm", "btree"), ("d", "bitmap"), ("d", "btree"), ("dur", "btree"),
-                    ("t_s", "btree"), ("t_ms", "bitmap"), ("t_us", "btree"), ("t_ns", "btree"), ("t_ns", "bitmap")]
+TEMPORAL_INDICES = [
+    ("ts", "btree"),
+    ("ts", "bitmap"),
+    ("tm", "btree"),
+    ("d", "bitmap"),
+    ("d", "btree"),
+    ("dur", "btree"),
+    ("t_s", "btree"),
+    ("t_ms", "bitmap"),
+    ("t_us", "btree"),
+    ("t_ns", "btree"),
+    ("t_ns", "bitmap"),
+]
 #: Offsets of a literal from a whole unit, in nanoseconds: exact, a nanosecond, a microsecond, half a unit.
-_NUDGES = {"ts": [0, 0, 1, -1, 1000, -1000, 500_000_000], "tm": [0, 0, 1, -1, 1000, -1000, 500_000],
-           "d": [0, 0, 1, -1, 1000, 10**9, DAY_NS // 2], "dur": [0, 0, 500_000_000, -500_000_000, 250_000_000],
-           "t_s": [0, 0, 1, -1, 1000, -1000, 500_000_000], "t_ms": [0, 0, 1, -1, 1000, -1000, 500_000],
-           "t_us": [0, 0, 1, -1, 500], "t_ns": [0, 0, Fraction(1, 2), Fraction(-1, 2), Fraction(1, 10)]}
+_NUDGES = {
+    "ts": [0, 0, 1, -1, 1000, -1000, 500_000_000],
+    "tm": [0, 0, 1, -1, 1000, -1000, 500_000],
+    "d": [0, 0, 1, -1, 1000, 10**9, DAY_NS // 2],
+    "dur": [0, 0, 500_000_000, -500_000_000, 250_000_000],
+    "t_s": [0, 0, 1, -1, 1000, -1000, 500_000_000],
+    "t_ms": [0, 0, 1, -1, 1000, -1000, 500_000],
+    "t_us": [0, 0, 1, -1, 500],
+    "t_ns": [0, 0, Fraction(1, 2), Fraction(-1, 2), Fraction(1, 10)],
+}
 
 
 def _temporal_rows(rng: np.random.Generator, start: int, n: int) -> pa.Table:
@@ -429,14 +466,17 @@ def _temporal_rows(rng: np.random.Generator, start: int, n: int) -> pa.Table:
 
     ts, tm, d, dur = values("ts"), values("tm"), values("d"), values("dur")
     times = {c: [None if v is None else NOON_NS // UNIT_NS[c] + v for v in values(c)] for c in TIMES}
-    return pa.table({
-        "n": pa.array(range(start, start + n), pa.int64()),
-        "ts": pa.array([None if v is None else BASE + dt.timedelta(seconds=v) for v in ts], pa.timestamp("s")),
-        "tm": pa.array([None if v is None else BASE + dt.timedelta(milliseconds=v) for v in tm], pa.timestamp("ms")),
-        "d": pa.array([None if v is None else BASE.date() + dt.timedelta(days=v) for v in d], pa.date32()),
-        "dur": pa.array([None if v is None else dt.timedelta(seconds=v) for v in dur], pa.duration("s")),
-        **{c: pa.array(times[c], type_) for c, type_ in TIMES.items()},
-    }, schema=TEMPORAL)
+    return pa.table(
+        {
+            "n": pa.array(range(start, start + n), pa.int64()),
+            "ts": pa.array([None if v is None else BASE + dt.timedelta(seconds=v) for v in ts], pa.timestamp("s")),
+            "tm": pa.array([None if v is None else BASE + dt.timedelta(milliseconds=v) for v in tm], pa.timestamp("ms")),
+            "d": pa.array([None if v is None else BASE.date() + dt.timedelta(days=v) for v in d], pa.date32()),
+            "dur": pa.array([None if v is None else dt.timedelta(seconds=v) for v in dur], pa.duration("s")),
+            **{c: pa.array(times[c], type_) for c, type_ in TIMES.items()},
+        },
+        schema=TEMPORAL,
+    )
 
 
 def _make_temporal_table(path: str, indexed: bool, seed: int = 0) -> lamina.Table:
@@ -456,8 +496,9 @@ def _make_temporal_table(path: str, indexed: bool, seed: int = 0) -> lamina.Tabl
 def _pylist(table: pa.Table) -> list[dict]:
     """A table's rows, times of day as their integers (``datetime.time`` has no nanoseconds)."""
     ints = {32: pa.int32(), 64: pa.int64()}
-    return table.cast(pa.schema([pa.field(f.name, ints[f.type.bit_width]) if f.name in TIMES else f
-                                 for f in table.schema])).to_pylist()
+    return table.cast(
+        pa.schema([pa.field(f.name, ints[f.type.bit_width]) if f.name in TIMES else f for f in table.schema])
+    ).to_pylist()
 
 
 def _as_ns(row: dict) -> dict:

@@ -125,8 +125,13 @@ def test_hostile_manifest_bytes_are_corrupt_file(table):
     decode_manifest(valid, where)
     cases = [(f"truncated to {n}", valid[:n]) for n in range(0, len(valid), max(1, len(valid) // (60 * SCALE)))]
     cases += [(f"flips {i}", _flip(valid, rng, 1 + i % 4)) for i in range(150 * SCALE)]
-    cases += [("nested 100000 deep", b"[" * 100_000 + b"]" * 100_000), ("not utf-8", b"\xff\xfe" + valid),
-              ("a number", b"1e999999"), ("huge int", b"9" * 100_000), ("empty", b"")]
+    cases += [
+        ("nested 100000 deep", b"[" * 100_000 + b"]" * 100_000),
+        ("not utf-8", b"\xff\xfe" + valid),
+        ("a number", b"1e999999"),
+        ("huge int", b"9" * 100_000),
+        ("empty", b""),
+    ]
     for how, data in cases:
         _decode_or_corrupt(data, where, how)
 
@@ -151,11 +156,31 @@ def test_hostile_manifest_fields_with_valid_checksums_are_corrupt_file(table):
 
 
 ESCAPES = [
-    "s3://other-bucket/data/x.parquet", "s3://other-bucket/../data/x.parquet", "file:///etc/passwd", "/etc/passwd",
-    "/data/x.parquet", "../other-table/data/x.parquet", "data/../../x.parquet", "data/../_versions/x",
-    "data\\..\\..\\x.parquet", "..\\x", "data/%2e%2e/%2e%2e/x.parquet", "data/%2E%2E%2Fx.parquet", "%2e%2e/x",
-    "data/x.parquet\x00.txt", "data/\nx.parquet", "data//x.parquet", "./data/x.parquet", "data/./x.parquet",
-    "data/..", "", ".", "data/ x.parquet", "//other-bucket/data/x.parquet", "C:\\data\\x.parquet", "~/data/x.parquet",
+    "s3://other-bucket/data/x.parquet",
+    "s3://other-bucket/../data/x.parquet",
+    "file:///etc/passwd",
+    "/etc/passwd",
+    "/data/x.parquet",
+    "../other-table/data/x.parquet",
+    "data/../../x.parquet",
+    "data/../_versions/x",
+    "data\\..\\..\\x.parquet",
+    "..\\x",
+    "data/%2e%2e/%2e%2e/x.parquet",
+    "data/%2E%2E%2Fx.parquet",
+    "%2e%2e/x",
+    "data/x.parquet\x00.txt",
+    "data/\nx.parquet",
+    "data//x.parquet",
+    "./data/x.parquet",
+    "data/./x.parquet",
+    "data/..",
+    "",
+    ".",
+    "data/ x.parquet",
+    "//other-bucket/data/x.parquet",
+    "C:\\data\\x.parquet",
+    "~/data/x.parquet",
 ]
 
 
@@ -174,6 +199,7 @@ def test_manifests_pointing_outside_the_table_are_refused_before_any_read(table,
         def watch(self, path, *a, _real=real, **k):
             reads.append(path)
             return _real(self, path, *a, **k)
+
         monkeypatch.setattr(LocalStore, method, watch)
     for hostile in ESCAPES:
         if what == "data":
@@ -181,8 +207,10 @@ def test_manifests_pointing_outside_the_table_are_refused_before_any_read(table,
             changes = {"fragments": frags}
         elif what == "deletion":
             f = next(f for f in base.fragments if f.deletion is not None)
-            frags = tuple(dataclasses.replace(x, deletion=dataclasses.replace(x.deletion, path=hostile)) if x is f else x
-                          for x in base.fragments)
+            frags = tuple(
+                dataclasses.replace(x, deletion=dataclasses.replace(x.deletion, path=hostile)) if x is f else x
+                for x in base.fragments
+            )
             changes = {"fragments": frags}
         else:
             index = base.indices[0]
@@ -231,10 +259,19 @@ def _write_wal(uri: str, shard: int = 0, transactions: int = 6) -> None:
     w = lamina.WalWriter(uri, shard) if hasattr(lamina, "WalWriter") else None
     if w is None:
         from lamina.wal import WalWriter
+
         w = WalWriter(uri, shard)
     for t in range(transactions):
-        w.put_batch(pa.table({"k": list(range(t * 10, t * 10 + 10)), "s": [f"v{i}" for i in range(10)],
-                              "b": [bytes([i]) * i for i in range(10)]}, schema=WAL_SCHEMA))
+        w.put_batch(
+            pa.table(
+                {
+                    "k": list(range(t * 10, t * 10 + 10)),
+                    "s": [f"v{i}" for i in range(10)],
+                    "b": [bytes([i]) * i for i in range(10)],
+                },
+                schema=WAL_SCHEMA,
+            )
+        )
         if t % 2:
             w.delete(t)
         w.commit()
@@ -250,8 +287,11 @@ def test_hostile_wal_segments_and_transaction_indexes_are_torn_or_corrupt_file(l
     _write_wal(local_table_uri)
     store = t.store
     prefix = wal.segment_prefix(0, wal.list_segments(store, 0)[0])
-    files = {name: store.get(prefix + name) for name in (wal.DATA_FILE, wal.INDEX_FILE, wal.SEALED, wal.CLAIM)
-             if store.exists(prefix + name)}
+    files = {
+        name: store.get(prefix + name)
+        for name in (wal.DATA_FILE, wal.INDEX_FILE, wal.SEALED, wal.CLAIM)
+        if store.exists(prefix + name)
+    }
     assert wal.INDEX_FILE in files and wal.DATA_FILE in files, files.keys()
     rng = random.Random(SEED + 2)
     for i in range(120 * SCALE):
@@ -259,7 +299,7 @@ def test_hostile_wal_segments_and_transaction_indexes_are_torn_or_corrupt_file(l
         valid = files[name]
         choice = rng.randrange(3)
         if choice == 0:
-            data, how = valid[:rng.randrange(len(valid) + 1)], "truncated"
+            data, how = valid[: rng.randrange(len(valid) + 1)], "truncated"
         elif choice == 1:
             data, how = _flip(valid, rng, 1 + rng.randrange(4)), "flipped"
         else:
@@ -268,13 +308,14 @@ def test_hostile_wal_segments_and_transaction_indexes_are_torn_or_corrupt_file(l
                 entry = rng.randrange(len(valid) // 32)
                 field, width = rng.choice([(0, 8), (8, 8), (16, 4), (20, 4), (24, 8)])
                 value = rng.choice([2**64 - 1, 2**63 - 1, 2**32 - 1, 2**31 - 1]) % (1 << (8 * width))
-                data[entry * 32 + field:entry * 32 + field + width] = value.to_bytes(width, "little")
+                data[entry * 32 + field : entry * 32 + field + width] = value.to_bytes(width, "little")
             elif name == wal.DATA_FILE:  # u32 lengths and i32 headers of the rows
                 at = rng.randrange(max(1, len(valid) - 4))
-                data[at:at + 4] = rng.choice([2**32 - 1, 2**31 - 1, 2**31]).to_bytes(4, "little")
+                data[at : at + 4] = rng.choice([2**32 - 1, 2**31 - 1, 2**31]).to_bytes(4, "little")
             else:
-                data = json.dumps({"transactions": _hostile_value(rng), "schema": _hostile_value(rng),
-                                   "primary_key": _hostile_value(rng)}).encode()
+                data = json.dumps(
+                    {"transactions": _hostile_value(rng), "schema": _hostile_value(rng), "primary_key": _hostile_value(rng)}
+                ).encode()
             data, how = bytes(data), "huge value"
         if name in (wal.DATA_FILE, wal.INDEX_FILE):
             _replace_local(store, prefix + name, data)
@@ -297,8 +338,9 @@ def test_hostile_wal_transaction_objects_are_torn_or_corrupt_file(s3_table_uri, 
     t = lamina.create_table(s3_table_uri, WAL_SCHEMA, primary_key=["k"], storage_options=lamina_s3.storage_options)
     w = wal.WalWriter(s3_table_uri, 0, storage_options=lamina_s3.storage_options)
     for n in range(4):
-        w.put_batch(pa.table({"k": [n * 3, n * 3 + 1, n * 3 + 2], "s": ["a", None, "c"], "b": [b"", b"x", None]},
-                             schema=WAL_SCHEMA))
+        w.put_batch(
+            pa.table({"k": [n * 3, n * 3 + 1, n * 3 + 2], "s": ["a", None, "c"], "b": [b"", b"x", None]}, schema=WAL_SCHEMA)
+        )
         w.commit()
     w.close()
     store = t.store
@@ -309,7 +351,7 @@ def test_hostile_wal_transaction_objects_are_torn_or_corrupt_file(s3_table_uri, 
     for i in range(40 * SCALE):
         name = rng.choice(objects)
         valid = store.get(name)
-        data = valid[:rng.randrange(len(valid) + 1)] if i % 2 else _flip(valid, rng, 1 + rng.randrange(3))
+        data = valid[: rng.randrange(len(valid) + 1)] if i % 2 else _flip(valid, rng, 1 + rng.randrange(3))
         store.put(name, data)
         _check_wal(store, 0, f"case {i}: {name}", [name, prefix])
         store.put(name, valid)
@@ -376,11 +418,17 @@ def test_hostile_data_files_read_with_pyarrow_are_corrupt_file_in_a_subprocess(l
     t.append(rows(0, 300), row_group_rows=100)
     t.delete("id < 5")
     cases = 150 * SCALE
-    proc = subprocess.run([sys.executable, "-c", _READ_FRAGMENTS, local_table_uri, str(SEED), str(cases)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _READ_FRAGMENTS, local_table_uri, str(SEED), str(cases)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and lines and "done" in lines[-1], (
-        f"the reader died (exit {proc.returncode}) at {lines[-1] if lines else 'start'}:\n{proc.stderr[-3000:]}")
+        f"the reader died (exit {proc.returncode}) at {lines[-1] if lines else 'start'}:\n{proc.stderr[-3000:]}"
+    )
     assert lines[-1]["done"] == cases and not lines[-1]["bad"], "\n".join(lines[-1]["bad"][:20])
 
 
@@ -429,10 +477,16 @@ def test_take_of_a_file_whose_footer_lies_about_a_row_groups_rows_is_corrupt_fil
     read, by path and from the object's bytes, is CorruptFile naming the file (point reads decoded the
     whole chunk in one batch of that many rows and the process aborted on the allocation)."""
     damaged = CORPUS / "row-group-rows-past-its-values.parquet"
-    proc = subprocess.run([sys.executable, "-c", _TAKE_DAMAGED, str(tmp_path / "t"), str(damaged)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _TAKE_DAMAGED, str(tmp_path / "t"), str(damaged)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     outcomes = {line["read"]: line["outcome"] for line in lines if "outcome" in line}
-    assert proc.returncode == 0, \
+    assert proc.returncode == 0, (
         f"the reader died (exit {proc.returncode}) at {lines[-1] if lines else 'start'}:\n{proc.stderr[-2000:]}"
+    )
     assert outcomes == dict.fromkeys(["to_arrow", "take by path", "take_rows_many from bytes"], "CorruptFile naming the file")

@@ -25,9 +25,14 @@ def _backlog(uri: str, times: int) -> list[int]:
     w = WalWriter(uri, 0, max_segment_bytes=FLUSH_BYTES * 3)
     ids, written, i = [], 0, 0
     while written < times * FLUSH_BYTES:
-        batch = pa.table({"id": pa.array(range(i, i + TXN_ROWS), pa.int64()),
-                          "name": [f"{k:08d}" + "n" * NAME_BYTES for k in range(i, i + TXN_ROWS)],
-                          "v": pa.array([float(k) for k in range(TXN_ROWS)])}, schema=SCHEMA)
+        batch = pa.table(
+            {
+                "id": pa.array(range(i, i + TXN_ROWS), pa.int64()),
+                "name": [f"{k:08d}" + "n" * NAME_BYTES for k in range(i, i + TXN_ROWS)],
+                "v": pa.array([float(k) for k in range(TXN_ROWS)]),
+            },
+            schema=SCHEMA,
+        )
         w.put_batch(batch)
         w.commit()
         ids += list(range(i, i + TXN_ROWS))
@@ -96,8 +101,9 @@ def test_failing_flushes_hold_the_applier_back_and_leave_only_what_cleanup_remov
     sizes = _measure_every_apply(applier, monkeypatch)
     # manifest writes ("put") or manifest reads ("read") fail until the hook is removed
     method, verb = ("put_if_absent", "put") if mode == "put" else ("get", "get")
-    faulty = HookedStore(applier.store).on(method, prefix=VERSIONS_DIR,
-                                           fail=lambda path: StorageError(f"injected: {verb} of {path} failed"))
+    faulty = HookedStore(applier.store).on(
+        method, prefix=VERSIONS_DIR, fail=lambda path: StorageError(f"injected: {verb} of {path} failed")
+    )
     applier.store = faulty
     applied, failures = [], 0
     for _ in range(10):  # the actor's loop while storage is down
@@ -127,5 +133,6 @@ def test_failing_flushes_hold_the_applier_back_and_leave_only_what_cleanup_remov
     assert _unreferenced_data_files(t) == orphans
     t.cleanup(older_than=0, enforce_retention=False)
     assert {o.path for o in t.store.list("data/")} == t.manifest.referenced_paths() - {
-        p for p in t.manifest.referenced_paths() if not p.startswith("data/")}
+        p for p in t.manifest.referenced_paths() if not p.startswith("data/")
+    }
     assert sorted(lamina.open_table(local_table_uri).to_arrow(columns=["id"]).column("id").to_pylist()) == sorted(ids)

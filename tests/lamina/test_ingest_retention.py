@@ -19,6 +19,7 @@ LATER = 2e10  # a "now" far past every seal's retention
 
 def _on_first_get(store, matches: Callable[[str], bool], hook: Callable[[str], None], after: bool = False) -> HookedStore:
     """The store, calling ``hook(path)`` once, before (or ``after``) the first ``get`` whose path ``matches``."""
+
     def get(real, path, *args, **kwargs):
         if not after:
             hook(path)
@@ -33,7 +34,7 @@ def _on_first_get(store, matches: Callable[[str], bool], hook: Callable[[str], N
 def _write(uri: str, ids: list[int], opts=None, close: bool = True, per_txn: int = 5, shard: int = 0) -> WalWriter:
     w = WalWriter(uri, shard, storage_options=opts)
     for k in range(0, len(ids), per_txn):
-        w.put_many([{"id": i, "name": f"n{i}"} for i in ids[k:k + per_txn]])
+        w.put_many([{"id": i, "name": f"n{i}"} for i in ids[k : k + per_txn]])
         w.commit()
     if close:
         w.close()
@@ -59,8 +60,11 @@ def test_two_appliers_expiring_the_same_segments_both_succeed(table_location):
     b = ShardApplier(uri, 0, opts)  # a zombie of the same shard
     removed_by_b: list[int] = []
     # a has listed segment 0 and its seal; before a reads the seal, b removes every applied segment
-    a.store = _on_first_get(a.store, lambda p: p == segment_prefix(0, 0) + "sealed",
-                            lambda _p: removed_by_b.extend(b.remove_applied_segments(now=LATER)))
+    a.store = _on_first_get(
+        a.store,
+        lambda p: p == segment_prefix(0, 0) + "sealed",
+        lambda _p: removed_by_b.extend(b.remove_applied_segments(now=LATER)),
+    )
     assert a.remove_applied_segments(now=LATER) == [], "b did the work; a finds it done"
     assert a.store.fired and removed_by_b == [0, 1]
     assert _leftover(a.store, 0) == ["claim"] and _leftover(a.store, 1) == ["claim"]
@@ -85,8 +89,12 @@ def test_an_applier_reading_a_segment_another_applier_removed_goes_on(table_loca
     seg = segment_prefix(0, 0)
     local = a.store.local_path(seg) is not None
     # mid-read: locally right after a read the seal, on S3 after it listed the transaction objects
-    a.store = _on_first_get(a.store, (lambda p: p == seg + "sealed") if local else (lambda p: p.endswith(".t")),
-                            b_applies_flushes_and_removes, after=local)
+    a.store = _on_first_get(
+        a.store,
+        (lambda p: p == seg + "sealed") if local else (lambda p: p.endswith(".t")),
+        b_applies_flushes_and_removes,
+        after=local,
+    )
     a.step()  # must not fail, nor report a torn tail: b committed what a could not read
     assert a.store.fired
     assert a.stats.torn == {} and a.stats.applied_rows == 0
@@ -101,16 +109,16 @@ def test_a_sealed_segment_applied_but_not_flushed_survives_retention_and_is_repl
     uri, s = local_table_uri, 2
     lamina.create_table(uri, SIMPLE)
     a = ShardApplier(uri, s, options=IngestOptions(retention_seconds=3600))
-    _write(uri, list(range(0, 10)), shard=s)                    # segment 0: committed below
+    _write(uri, list(range(0, 10)), shard=s)  # segment 0: committed below
     w1 = _write(uri, list(range(10, 15)), close=False, shard=s)  # segment 1: 1 transaction committed below, 1 more after
-    _write(uri, list(range(20, 30)), shard=s)                   # segment 2: committed below
+    _write(uri, list(range(20, 30)), shard=s)  # segment 2: committed below
     w3 = _write(uri, list(range(30, 35)), close=False, shard=s)  # segment 3: committed below, never sealed
     a.poll()
     a.flush()
     w1.put_many([{"id": i, "name": f"n{i}"} for i in range(15, 20)])
     w1.commit()
-    w1.close()                                                 # segment 1: sealed at 2, watermark 1
-    _write(uri, list(range(40, 45)), shard=s)                   # segment 4: sealed at 1, applied below, not flushed
+    w1.close()  # segment 1: sealed at 2, watermark 1
+    _write(uri, list(range(40, 45)), shard=s)  # segment 4: sealed at 1, applied below, not flushed
     a.poll()
     assert a.positions == {0: 2, 1: 2, 2: 2, 3: 1, 4: 1} and a.starts == {0: 2, 1: 1, 2: 2, 3: 1}
 

@@ -163,8 +163,9 @@ def test_applier_started_after_a_compatible_change_reads_old_segments(local_tabl
     assert fresh.poll() == 3
     fresh.flush()
     got = lamina.open_table(local_table_uri).to_arrow().sort_by("id").to_pylist()
-    assert got == [{"id": i, "name": f"a{i}", "v": float(i), "extra": None} for i in range(3)] + \
-        [{"id": 100, "name": "z", "v": 1.0, "extra": "e"}]
+    assert got == [{"id": i, "name": f"a{i}", "v": float(i), "extra": None} for i in range(3)] + [
+        {"id": 100, "name": "z", "v": 1.0, "extra": "e"}
+    ]
 
 
 def test_writer_stops_at_its_next_segment_once_the_table_schema_changed(local_table_uri):

@@ -40,8 +40,9 @@ def test_pyarrow_and_duckdb_agree_with_lamina(table_location, tmp_path):
         assert pf.metadata.metadata[b"lamina.file_version"] == lamina._native.FILE_VERSION.encode()
         assert pf.schema_arrow.equals(SCHEMA)
         pa_parts.append(pf.read().filter(pa.array(keep)))
-        duck = duckdb.sql(f"SELECT * EXCLUDE (file_row_number) FROM read_parquet('{path}', file_row_number=true) "
-                          "ORDER BY file_row_number").arrow()
+        duck = duckdb.sql(
+            f"SELECT * EXCLUDE (file_row_number) FROM read_parquet('{path}', file_row_number=true) ORDER BY file_row_number"
+        ).arrow()
         if isinstance(duck, pa.RecordBatchReader):
             duck = duck.read_all()
         duck_parts.append(duck.filter(pa.array(keep)))

@@ -69,8 +69,16 @@ def test_corrupt_sources_fail_their_compaction_group_with_corrupt_file(tmp_path)
     plan = plan_compaction(t.manifest, options, t.uri)
     assert [g.mode for g in plan.groups] == ["hybrid"]
     frags = t.manifest.fragment_map()
-    task = GroupTask(t.uri, None, plan.groups[0], tuple(frags[i] for i in plan.groups[0].fragment_ids), t.schema,
-                     t.write_options, options, False)
+    task = GroupTask(
+        t.uri,
+        None,
+        plan.groups[0],
+        tuple(frags[i] for i in plan.groups[0].fragment_ids),
+        t.schema,
+        t.write_options,
+        options,
+        False,
+    )
     victim = t.store.local_path(task.fragments[0].path)
     with open(victim, "rb") as f:
         valid = f.read()
@@ -113,8 +121,9 @@ def test_native_entry_points_name_the_object_in_lamina_errors(tmp_path):
     with pytest.raises(CorruptFile, match="g.parquet"):
         _native.take_rows_many([(str(garbage), str(garbage), None, 108, 1)], np.array([0], "<u4").tobytes(), ["id"], 1)
     with pytest.raises(CorruptFile, match="s3://b/g.parquet"):
-        _native.take_rows_many([("s3://b/g.parquet", None, garbage.read_bytes(), 108, 1)],
-                               np.array([0], "<u4").tobytes(), ["id"], 2)
+        _native.take_rows_many(
+            [("s3://b/g.parquet", None, garbage.read_bytes(), 108, 1)], np.array([0], "<u4").tobytes(), ["id"], 2
+        )
     with pytest.raises(CorruptFile, match="manifest records 99"):
         _native.take_rows_many([(str(garbage), str(garbage), None, 99, 1)], np.array([0], "<u4").tobytes(), ["id"], 1)
     assert issubclass(CorruptFile, LaminaError) and issubclass(CorruptFile, Exception)
@@ -147,8 +156,14 @@ def test_page_checksums_of_other_writers_are_verified(tmp_path):
     import pyarrow.parquet as pq
 
     path = tmp_path / "crc.parquet"
-    pq.write_table(pa.table({"id": pa.array(range(100_000), pa.int64())}), path, write_page_checksum=True,
-                   compression="zstd", data_page_size=8192, use_dictionary=False)
+    pq.write_table(
+        pa.table({"id": pa.array(range(100_000), pa.int64())}),
+        path,
+        write_page_checksum=True,
+        compression="zstd",
+        data_page_size=8192,
+        use_dictionary=False,
+    )
     raw = bytearray(path.read_bytes())
     first_page = pq.ParquetFile(path).metadata.row_group(0).column(0).data_page_offset
     raw[first_page + 200] ^= 0x10  # inside the first page's compressed values

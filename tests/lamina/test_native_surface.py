@@ -50,8 +50,9 @@ def is_property(node: ast.FunctionDef) -> bool:
 def stub_members(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
     members = {}
     for node in cls.body:
-        assert isinstance(node, (ast.FunctionDef, ast.Expr)), \
+        assert isinstance(node, (ast.FunctionDef, ast.Expr)), (
             f"{cls.name}: declare members as methods or @property ({ast.dump(node)[:60]})"
+        )
         if isinstance(node, ast.FunctionDef):
             members[node.name] = node
     return members
@@ -96,7 +97,7 @@ def parameter_problems(name: str, node: ast.FunctionDef, value: object, method: 
     stub = [(arg.arg, "positional") for arg in a.posonlyargs + a.args] + [(arg.arg, "keyword") for arg in a.kwonlyargs]
     if method and stub and stub[0][0] == "self":
         stub = stub[1:]
-    defaults = {arg.arg for arg in (a.posonlyargs + a.args)[len(a.posonlyargs + a.args) - len(a.defaults):]}
+    defaults = {arg.arg for arg in (a.posonlyargs + a.args)[len(a.posonlyargs + a.args) - len(a.defaults) :]}
     defaults |= {arg.arg for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None}
     want = [(p.name, "keyword" if p.kind is p.KEYWORD_ONLY else "positional", p.default is not p.empty) for p in runtime]
     got = [(n, kind, n in defaults) for n, kind in stub]
@@ -110,8 +111,11 @@ def undocumented(tree: ast.Module) -> list[str]:
     for i, node in enumerate(body):
         if isinstance(node, ast.AnnAssign):
             following = body[i + 1] if i + 1 < len(body) else None
-            if not (isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                    and isinstance(following.value.value, str)):
+            if not (
+                isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
                 problems.append(f"{ast.unparse(node.target)} has no docstring")
         elif isinstance(node, ast.FunctionDef):
             problems += function_problems(node.name, node)

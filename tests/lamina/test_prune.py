@@ -51,12 +51,14 @@ def _kept(table: pa.Table, text: str, group_rows: int, **kwargs) -> list[int]:
 def _matching(table: pa.Table, text: str, group_rows: int) -> list[int]:
     """Row groups holding a row the filter matches (brute force: pyarrow compute per group)."""
     expr = parse_filter(text, table.schema).expression
-    return [g for g in range(math.ceil(table.num_rows / group_rows))
-            if table.slice(g * group_rows, group_rows).filter(expr).num_rows]
+    return [
+        g for g in range(math.ceil(table.num_rows / group_rows)) if table.slice(g * group_rows, group_rows).filter(expr).num_rows
+    ]
 
 
 def _sorted_rows(rng: np.random.Generator, n: int) -> pa.Table:
     """SCHEMA's columns, ``id`` and ``cat`` sorted, ``x`` sorted with NaN/±inf/±0 and nulls sprinkled."""
+
     def nulls(values: list, p: float = 0.05) -> list:
         return [None if rng.random() < p else v for v in values]
 
@@ -64,12 +66,15 @@ def _sorted_rows(rng: np.random.Generator, n: int) -> pa.Table:
     for i in rng.integers(0, n, n // 10):
         x[int(i)] = X_SPECIAL[int(rng.integers(0, len(X_SPECIAL)))]
     cats = sorted(CAT_POOL[int(j)] for j in rng.integers(0, len(CAT_POOL), n))
-    return pa.table({
-        "id": nulls(sorted(int(v) for v in rng.integers(-5, 60, n))),
-        "x": nulls(x),
-        "cat": nulls(cats),
-        "k": nulls([int(v) for v in rng.integers(0, 5, n)]),
-    }, schema=SCHEMA)
+    return pa.table(
+        {
+            "id": nulls(sorted(int(v) for v in rng.integers(-5, 60, n))),
+            "x": nulls(x),
+            "cat": nulls(cats),
+            "k": nulls([int(v) for v in rng.integers(0, 5, n)]),
+        },
+        schema=SCHEMA,
+    )
 
 
 def test_pyarrow_files_random_filters_keep_every_matching_group():
@@ -85,76 +90,103 @@ def test_pyarrow_files_random_filters_keep_every_matching_group():
             text = gen.filter().render()
             kept = prune.row_groups(md, SCHEMA, parse_filter(text, SCHEMA))
             need = _matching(table, text, 20)
-            assert set(need) <= set(kept), \
+            assert set(need) <= set(kept), (
                 f"seed {seed} #{n} {text!r}: groups {sorted(set(need) - set(kept))} match but were pruned"
+            )
             pruned += md.num_row_groups - len(kept)
     assert pruned > 0
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("id < 20", [0, 1]),
-    ("id >= 80", [8, 9]),
-    ("id = 55", [5]),
-    ("id != 55", list(range(10))),
-    ("NOT (id < 90)", [9]),
-    ("id BETWEEN 31 AND 42", [3, 4]),
-    ("id NOT BETWEEN 10 AND 89", [0, 9]),
-    ("id IN (5, 77, 1000)", [0, 7]),
-    ("id IN (NULL)", []),                     # no nulls in id
-    ("id NOT IN (NULL)", []),                 # NULL on every row
-    ("id NOT IN (5, NULL)", []),
-    ("id IN (5, 77, NULL)", [0, 7]),
-    ("id = NULL", []),
-    ("id != NULL", []),
-    ("id > 5.5 AND id < 9.0", [0]),            # compared by value
-    ("id = 5.5", []),
-    ("id < 1e30", list(range(10))),
-    ("id < 10 OR id >= 95", [0, 9]),
-    ("id < 10 AND id >= 95", []),
-    ("NOT (id >= 10 AND id < 90)", [0, 9]),
-    ("FALSE", []),
-    ("TRUE", list(range(10))),
-    ("n IS NULL", [0]),                        # only group 0 has nulls in n
-    ("n IS NOT NULL", list(range(1, 10))),     # group 0 is all null
-    ("n = 1", [1]),
-    ("s = 'k055'", [5]),
-    ("s >= 'k090'", [9]),
-    ("s < 'k010'", [0]),
-    ("s = ''", []),
-    ("u > 18446744073709551600", [8, 9]),
-    ("ts >= TIMESTAMP '2024-01-01T00:01:30'", [9]),
-    ("d < DATE '2024-01-02'", [0]),
-    ("d <= '2024-01-02'", [0, 1]),
-    ("b = TRUE", [1, 3, 5, 7, 9]),
-    ("s LIKE 'k05%'", list(range(10))),     # LIKE is not pruned
-    ("s LIKE 'k05%' AND id < 10", [0]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("id < 20", [0, 1]),
+        ("id >= 80", [8, 9]),
+        ("id = 55", [5]),
+        ("id != 55", list(range(10))),
+        ("NOT (id < 90)", [9]),
+        ("id BETWEEN 31 AND 42", [3, 4]),
+        ("id NOT BETWEEN 10 AND 89", [0, 9]),
+        ("id IN (5, 77, 1000)", [0, 7]),
+        ("id IN (NULL)", []),  # no nulls in id
+        ("id NOT IN (NULL)", []),  # NULL on every row
+        ("id NOT IN (5, NULL)", []),
+        ("id IN (5, 77, NULL)", [0, 7]),
+        ("id = NULL", []),
+        ("id != NULL", []),
+        ("id > 5.5 AND id < 9.0", [0]),  # compared by value
+        ("id = 5.5", []),
+        ("id < 1e30", list(range(10))),
+        ("id < 10 OR id >= 95", [0, 9]),
+        ("id < 10 AND id >= 95", []),
+        ("NOT (id >= 10 AND id < 90)", [0, 9]),
+        ("FALSE", []),
+        ("TRUE", list(range(10))),
+        ("n IS NULL", [0]),  # only group 0 has nulls in n
+        ("n IS NOT NULL", list(range(1, 10))),  # group 0 is all null
+        ("n = 1", [1]),
+        ("s = 'k055'", [5]),
+        ("s >= 'k090'", [9]),
+        ("s < 'k010'", [0]),
+        ("s = ''", []),
+        ("u > 18446744073709551600", [8, 9]),
+        ("ts >= TIMESTAMP '2024-01-01T00:01:30'", [9]),
+        ("d < DATE '2024-01-02'", [0]),
+        ("d <= '2024-01-02'", [0, 1]),
+        ("b = TRUE", [1, 3, 5, 7, 9]),
+        ("s LIKE 'k05%'", list(range(10))),  # LIKE is not pruned
+        ("s LIKE 'k05%' AND id < 10", [0]),
+    ],
+)
 def test_decisions_on_sorted_columns(text, expected):
     ids = np.arange(100)
-    table = pa.table({
-        "id": ids,
-        "n": pa.array([None] * 10 + (ids[10:] // 10).tolist(), pa.int64()),
-        "s": [f"k{i:03d}" for i in ids],
-        "u": pa.array([2**64 - 100 + i for i in ids.tolist()], pa.uint64()),
-        "ts": pa.array(np.datetime64("2024-01-01T00:00:00", "ms") + ids.astype("timedelta64[s]")),
-        "d": pa.array(np.datetime64("2024-01-01", "D") + (ids // 10).astype("timedelta64[D]")),
-        "b": (ids // 10) % 2 == 1,
-    })
+    table = pa.table(
+        {
+            "id": ids,
+            "n": pa.array([None] * 10 + (ids[10:] // 10).tolist(), pa.int64()),
+            "s": [f"k{i:03d}" for i in ids],
+            "u": pa.array([2**64 - 100 + i for i in ids.tolist()], pa.uint64()),
+            "ts": pa.array(np.datetime64("2024-01-01T00:00:00", "ms") + ids.astype("timedelta64[s]")),
+            "d": pa.array(np.datetime64("2024-01-01", "D") + (ids // 10).astype("timedelta64[D]")),
+            "b": (ids // 10) % 2 == 1,
+        }
+    )
     kept = _kept(table, text, 10)
     assert set(_matching(table, text, 10)) <= set(kept)
     assert kept == expected
 
 
-@pytest.mark.parametrize("text", [
-    "x > 2", "x < 2", "x = 1", "x != 1", "NOT (x < 5)", "NOT (x >= 0)", "x IN (1.0, 3.0)", "x NOT IN (1.0)",
-    "x = 'NaN'", "x != 'NaN'", "x > 'inf'", "x >= 'inf'", "x < '-inf'", "x = -0.0", "x = 0", "x > -0.0",
-    "x IS NULL", "x IS NOT NULL", "NOT (x BETWEEN 0 AND 10)", "x < 1.5 OR x > 2.5",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x > 2",
+        "x < 2",
+        "x = 1",
+        "x != 1",
+        "NOT (x < 5)",
+        "NOT (x >= 0)",
+        "x IN (1.0, 3.0)",
+        "x NOT IN (1.0)",
+        "x = 'NaN'",
+        "x != 'NaN'",
+        "x > 'inf'",
+        "x >= 'inf'",
+        "x < '-inf'",
+        "x = -0.0",
+        "x = 0",
+        "x > -0.0",
+        "x IS NULL",
+        "x IS NOT NULL",
+        "NOT (x BETWEEN 0 AND 10)",
+        "x < 1.5 OR x > 2.5",
+    ],
+)
 def test_float_groups_with_nan_keep_what_nan_matches(text):
     """pyarrow leaves NaN out of min/max: ``NOT (x < 5)`` and ``x != 1`` match the NaN rows of a
     group whose statistics say [1, 1], so it is kept; ``x > 2`` is not."""
-    table = pa.table({"x": [1.0, NAN, 1.0, 1.0,   NAN, NAN, NAN, NAN,   -0.0, 0.0, -0.0, 0.0,   INF, 2.0, None, 3.0,
-                            -INF, -INF, -INF, -INF]})
+    table = pa.table(
+        {"x": [1.0, NAN, 1.0, 1.0, NAN, NAN, NAN, NAN, -0.0, 0.0, -0.0, 0.0, INF, 2.0, None, 3.0, -INF, -INF, -INF, -INF]}
+    )
     kept = _kept(table, text, 4)
     need = _matching(table, text, 4)
     assert set(need) <= set(kept), f"{text!r}: groups {need} match, kept {kept}"
@@ -178,12 +210,12 @@ def test_mixed_int_float_literals():
     assert _kept(table, "i >= 10.0 AND i <= 19.9", 10) == [1]
     assert _kept(table, "i IN (2.5, 35)", 10) == [3]
     assert _kept(table, "i < -1e300", 10) == []
-    assert _kept(table, "i > 3000000000", 10) == []    # beyond int32: compared by value
+    assert _kept(table, "i > 3000000000", 10) == []  # beyond int32: compared by value
     assert _kept(table, "i <= 3000000000", 10) == [0, 1, 2, 3]
     assert _kept(table, "f >= 15", 10) == [3]
     assert _kept(table, "f < 5", 10) == [0]
     assert _kept(table, "f = 100.1", 10) == []
-    assert _kept(table, "f > 4.75", 10) == [1, 2, 3]   # group 0 ends at 4.5
+    assert _kept(table, "f > 4.75", 10) == [1, 2, 3]  # group 0 ends at 4.5
 
 
 def test_missing_or_mismatched_statistics_keep_everything():
@@ -211,10 +243,10 @@ def test_outcome_sets_in_three_valued_logic():
     ints = Chunk(1, 3, True, True, nulls=True, values=True)
     assert _eval("i < 5", schema, {"i": ints}) == T | N
     assert _eval("NOT (i < 5)", schema, {"i": ints}) == F | N
-    assert _eval("i IN (2, NULL)", schema, {"i": ints}) == T | N      # a miss is NULL, so are null rows
+    assert _eval("i IN (2, NULL)", schema, {"i": ints}) == T | N  # a miss is NULL, so are null rows
     assert _eval("i NOT IN (7)", schema, {"i": ints}) == T | N
     assert _eval("i NOT IN (7)", schema, {"i": Chunk(1, 3, True, True, nulls=False)}) == T
-    assert _eval("i NOT IN (7, NULL)", schema, {"i": ints}) == N      # never TRUE
+    assert _eval("i NOT IN (7, NULL)", schema, {"i": ints}) == N  # never TRUE
     assert _eval("i NOT IN (2, NULL)", schema, {"i": Chunk(1, 3, True, True, nulls=False)}) == F | N
     assert _eval("i IS NULL", schema, {"i": Chunk(nulls=False)}) == F
     assert _eval("i = 2", schema, {"i": Chunk(nulls=True, values=False)}) == N
@@ -231,8 +263,11 @@ def test_temporal_literals_finer_than_the_unit_prune_by_value():
     schema = pa.schema([("tss", pa.timestamp("s")), ("tms", pa.timestamp("ms")), ("d", pa.date32())])
     second = int(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp()) * 10**9  # keys are nanoseconds
     day = (dt.date(2026, 1, 1) - dt.date(1970, 1, 1)).days
-    at = {"tss": Chunk(second, second, True, True, nulls=False), "tms": Chunk(second, second, True, True, nulls=False),
-          "d": Chunk(day, day, True, True, nulls=False)}
+    at = {
+        "tss": Chunk(second, second, True, True, nulls=False),
+        "tms": Chunk(second, second, True, True, nulls=False),
+        "d": Chunk(day, day, True, True, nulls=False),
+    }
     assert _eval("tss >= TIMESTAMP '2026-01-01T00:00:00.5'", schema, at) == F
     assert _eval("tss < TIMESTAMP '2026-01-01T00:00:00.5'", schema, at) == T
     assert _eval("tss = TIMESTAMP '2026-01-01T00:00:00.5'", schema, at) == F
@@ -289,21 +324,52 @@ def _lamina_rows(rng: np.random.Generator, n: int, start: int) -> pa.Table:
     for i in rng.integers(0, n, n // 8):  # long strings: the writer truncates their statistics
         cats[int(i)] = LONG[int(rng.integers(0, len(LONG)))]
     ts = np.datetime64("2024-01-01T00:00:00", "ms") + (start + np.arange(n)).astype("timedelta64[s]")
-    return pa.table({"id": t.column("id"), "x": t.column("x"), "cat": pa.array(cats, pa.string()), "k": t.column("k"),
-                     "ts": pa.array(ts)}, schema=WIDE)
+    return pa.table(
+        {"id": t.column("id"), "x": t.column("x"), "cat": pa.array(cats, pa.string()), "k": t.column("k"), "ts": pa.array(ts)},
+        schema=WIDE,
+    )
 
 
 WIDE = SCHEMA.append(pa.field("ts", pa.timestamp("ms")))
 
 FIXED = [
-    "id < 3", "id >= 58", "id = 20", "id != 20", "NOT (id < 55)", "id IN (0, 59, NULL)", "id NOT IN (1, 2)",
-    "id IS NULL", "id IS NOT NULL AND id < 0", "id > 5.5 AND id < 9.0", "id < 1e30", "k > 2.5", "k = 2.5", "k != 2.5",
-    "x > 10", "x != 1", "NOT (x < 5)", "x = 'NaN'", "x >= 'inf'", "x = -0.0", "x IS NULL",
-    "cat = ''", "cat >= 'e'", "cat < 'b'", f"cat = '{LONG[0]}'", f"cat > '{LONG[0][:64]}'", f"cat = '{LONG[2]}'",
-    f"cat = '{LONG[3]}'", "cat IN ('', 'bb', NULL)", "cat LIKE 'c1%' AND id < 10",
-    "ts < TIMESTAMP '2024-01-01T00:00:20'", "ts >= '2024-01-01T00:07:50'",
+    "id < 3",
+    "id >= 58",
+    "id = 20",
+    "id != 20",
+    "NOT (id < 55)",
+    "id IN (0, 59, NULL)",
+    "id NOT IN (1, 2)",
+    "id IS NULL",
+    "id IS NOT NULL AND id < 0",
+    "id > 5.5 AND id < 9.0",
+    "id < 1e30",
+    "k > 2.5",
+    "k = 2.5",
+    "k != 2.5",
+    "x > 10",
+    "x != 1",
+    "NOT (x < 5)",
+    "x = 'NaN'",
+    "x >= 'inf'",
+    "x = -0.0",
+    "x IS NULL",
+    "cat = ''",
+    "cat >= 'e'",
+    "cat < 'b'",
+    f"cat = '{LONG[0]}'",
+    f"cat > '{LONG[0][:64]}'",
+    f"cat = '{LONG[2]}'",
+    f"cat = '{LONG[3]}'",
+    "cat IN ('', 'bb', NULL)",
+    "cat LIKE 'c1%' AND id < 10",
+    "ts < TIMESTAMP '2024-01-01T00:00:20'",
+    "ts >= '2024-01-01T00:07:50'",
     "ts BETWEEN '2024-01-01T00:02:00' AND '2024-01-01T00:02:10'",
-    "(id < 2 OR id > 57) AND NOT (cat = 'a')", "FALSE", "TRUE", "NOT (id >= 3 AND id <= 56) OR k = 9",
+    "(id < 2 OR id > 57) AND NOT (cat = 'a')",
+    "FALSE",
+    "TRUE",
+    "NOT (id >= 3 AND id <= 56) OR k = 9",
 ]
 
 
@@ -356,8 +422,9 @@ def assert_random_filters_equal_brute_force(table: lamina.Table, gen_seed: int, 
         text = node.render()
         got = table.to_arrow(filter=text, with_row_address=True)
         want = [r for r in rows if evaluate(node, r) is True]
-        assert _canon(got) == _canon(pa.Table.from_pylist(want, schema=everything.schema)), \
+        assert _canon(got) == _canon(pa.Table.from_pylist(want, schema=everything.schema)), (
             f"seed {gen_seed} #{n} {text!r}: {got.num_rows} rows read, brute force {len(want)}"
+        )
         assert got.num_rows == everything.filter(parse_filter(text, WIDE).expression).num_rows
         assert table.count_rows(text) == len(want), f"seed {gen_seed} #{n} {text!r}"
         texts.append(text)
@@ -386,8 +453,9 @@ def test_random_deletes_equal_brute_force(tmp_path, seed):
             keep = pa.Table.from_pylist([r for r in before.to_pylist() if evaluate(item, r) is not True], schema=before.schema)
         deleted = t.delete(text)
         after = t.to_arrow(with_row_address=True)
-        assert _canon(after) == _canon(keep), \
+        assert _canon(after) == _canon(keep), (
             f"seed {seed} #{n} {text!r}: {after.num_rows} rows left, brute force {keep.num_rows}"
+        )
         assert deleted == before.num_rows - keep.num_rows
 
 
@@ -444,7 +512,7 @@ def test_a_scan_reads_only_the_row_groups_that_can_match(sorted_table, reads):
     assert got.column("id").to_pylist() == [i for i in range(1000, 1150) if i != 1005]
     assert got.column("_rowaddr").to_pylist() == [(1 << 32) | (i - 1000) for i in range(1000, 1150) if i != 1005]
     assert reads["groups"] == 2  # of 30
-    assert reads["whole"] == 0   # ranged reads of the two groups, not the whole object
+    assert reads["whole"] == 0  # ranged reads of the two groups, not the whole object
 
 
 def test_pruned_fragments_are_not_opened_once_footers_are_cached(sorted_table, reads):
@@ -460,15 +528,18 @@ def test_delete_through_pruned_scan_keeps_offsets_right(sorted_table):
     assert sorted_table.delete("id >= 1990 AND id < 2010") == 20
     left = sorted_table.to_arrow(filter="id >= 1980 AND id < 2020", with_row_address=True)
     assert left.column("id").to_pylist() == list(range(1980, 1990)) + list(range(2010, 2020))
-    assert left.column("_rowaddr").to_pylist() == [(1 << 32) | (i - 1000) for i in range(1980, 1990)] + \
-        [(2 << 32) | (i - 2000) for i in range(2010, 2020)]
+    assert left.column("_rowaddr").to_pylist() == [(1 << 32) | (i - 1000) for i in range(1980, 1990)] + [
+        (2 << 32) | (i - 2000) for i in range(2010, 2020)
+    ]
 
 
 def test_explain_shows_what_statistics_prune(sorted_table):
     text = sorted_table.explain("id >= 1000 AND id < 1150")
     assert "zone maps: 2 of the 3 fragment(s) to scan pruned without opening their files" in text
-    assert "statistics: the scan reads 2/10 row groups (8 pruned by min/max/null count) of 1 fragment(s); " \
-           "0 fragment(s) pruned entirely" in text
+    assert (
+        "statistics: the scan reads 2/10 row groups (8 pruned by min/max/null count) of 1 fragment(s); "
+        "0 fragment(s) pruned entirely" in text
+    )
     assert "no term of this filter can prune" in sorted_table.explain("v LIKE 'v1%'")
     sorted_table.create_index("id", "btree")
     text = sorted_table.explain("id = 5")
@@ -480,12 +551,16 @@ def test_timestamps_and_dates_prune(tmp_path, reads):
     t = lamina.create_table(str(tmp_path / "ts"), schema)
     base = dt.datetime(2024, 1, 1)
     ts = [base + dt.timedelta(hours=i) for i in range(100)]
-    t.append(pa.table({"ts": ts, "tz": [x.replace(tzinfo=dt.timezone.utc) for x in ts], "d": [x.date() for x in ts]},
-                      schema=schema), row_group_rows=24)
-    for text, rows, groups in [("ts >= TIMESTAMP '2024-01-05T00:00:00'", 4, 1),
-                               ("tz < TIMESTAMP '2024-01-01T05:00:00+00:00'", 5, 1),
-                               ("d = DATE '2024-01-02'", 24, 1),
-                               ("d > '2024-01-04'", 4, 1)]:
+    t.append(
+        pa.table({"ts": ts, "tz": [x.replace(tzinfo=dt.timezone.utc) for x in ts], "d": [x.date() for x in ts]}, schema=schema),
+        row_group_rows=24,
+    )
+    for text, rows, groups in [
+        ("ts >= TIMESTAMP '2024-01-05T00:00:00'", 4, 1),
+        ("tz < TIMESTAMP '2024-01-01T05:00:00+00:00'", 5, 1),
+        ("d = DATE '2024-01-02'", 24, 1),
+        ("d > '2024-01-04'", 4, 1),
+    ]:
         reads["groups"] = 0
         assert t.count_rows(text) == rows, text
         assert reads["groups"] == groups, text
@@ -510,8 +585,10 @@ SAME = [
     ("cat >= 'e'", pc.field("cat") >= "e"),
     ("cat IN ('', 'bb')", pc.field("cat").isin(["", "bb"])),
     ("ts < TIMESTAMP '2024-01-01T00:00:20'", pc.field("ts") < _ts("2024-01-01T00:00:20")),
-    ("ts BETWEEN '2024-01-01T00:02:00' AND '2024-01-01T00:02:10'",
-     (pc.field("ts") >= _ts("2024-01-01T00:02:00")) & (pc.field("ts") <= _ts("2024-01-01T00:02:10"))),
+    (
+        "ts BETWEEN '2024-01-01T00:02:00' AND '2024-01-01T00:02:10'",
+        (pc.field("ts") >= _ts("2024-01-01T00:02:00")) & (pc.field("ts") <= _ts("2024-01-01T00:02:10")),
+    ),
     ("(id < 2 OR id > 57) AND NOT (cat = 'a')", ((pc.field("id") < 2) | (pc.field("id") > 57)) & ~(pc.field("cat") == "a")),
     ("cat LIKE 'c1%' AND id < 10", pc.match_like(pc.field("cat"), "c1%") & (pc.field("id") < 10)),
     ("FALSE", pc.scalar(False)),
@@ -522,8 +599,12 @@ def _decisions(t: lamina.Table, flt) -> tuple[list[int], dict[int, list[int] | N
     """The fragments zone maps rule out, and the row groups statistics keep of every other fragment."""
     frags = list(t._manifest.fragments)
     kept, _ = prune.prune_fragments(frags, WIDE, flt)
-    groups = {f.id: (lambda p: None if p is None else p.groups)(
-        prune.plan_fragment(t._store, f, WIDE, flt, lambda f=f: datafile.open_parquet(t._store, f))) for f in kept}
+    groups = {
+        f.id: (lambda p: None if p is None else p.groups)(
+            prune.plan_fragment(t._store, f, WIDE, flt, lambda f=f: datafile.open_parquet(t._store, f))
+        )
+        for f in kept
+    }
     return sorted(f.id for f in frags if f not in kept), groups
 
 

@@ -98,8 +98,9 @@ def test_an_empty_table_reads_as_an_empty_dataset_with_its_schema(ray_cluster, l
 
 
 # -- pushdown, deletions, versions -----------------------------------------------
-@pytest.mark.parametrize("flt", ["id < 700", "id IN (3, 999, 1500, 1999) OR category = 'b'", "score > 0.5 AND id >= 1000",
-                                 pc.field("score") < 0.25])
+@pytest.mark.parametrize(
+    "flt", ["id < 700", "id IN (3, 999, 1500, 1999) OR category = 'b'", "score > 0.5 AND id >= 1000", pc.field("score") < 0.25]
+)
 def test_filter_and_column_pushdown_equal_to_arrow(ray_cluster, local_table_uri, flt):
     import lamina.ray
 
@@ -341,8 +342,7 @@ def test_data_file_names_take_a_prefix_and_still_commit(table_location):
     t = lamina.create_table(uri, SCHEMA, storage_options=options)
     prefix = "0123456789abcdef"
     # 10-row files: on a local disk both the one-file and the many-files-per-native-call paths.
-    written = write_fragments(store, SCHEMA, rows(0, 200).to_batches(), WriteOptions(max_rows_per_file=10),
-                              name_prefix=prefix)
+    written = write_fragments(store, SCHEMA, rows(0, 200).to_batches(), WriteOptions(max_rows_per_file=10), name_prefix=prefix)
     written.append(write_fragment(store, SCHEMA, rows(200, 10).to_batches(), WriteOptions(), name_prefix="a1"))
     written += write_fragments(store, SCHEMA, rows(210, 10).to_batches(), WriteOptions())  # no prefix, as before
     names = [f.path for f in written]
@@ -375,8 +375,9 @@ def _cancelled_after_writing(real_write_fragments):
 
 
 @pytest.mark.parametrize("existing", [True, False])
-def test_a_failed_write_removes_the_files_of_a_task_cancelled_before_it_reported_them(ray_cluster, table_location,
-                                                                                        existing, monkeypatch):
+def test_a_failed_write_removes_the_files_of_a_task_cancelled_before_it_reported_them(
+    ray_cluster, table_location, existing, monkeypatch
+):
     """The race that left a file after a failed write on a loaded host, made deterministic: one task is
     cancelled between writing its file and telling the registry, another task reported its file."""
     import lamina.ray
@@ -422,8 +423,7 @@ def _killed_after_writing(sink, block):
     return sink.write([block], None)
 
 
-def test_a_failed_write_removes_the_files_of_a_task_killed_before_it_reported_them(ray_cluster, table_location,
-                                                                                     monkeypatch):
+def test_a_failed_write_removes_the_files_of_a_task_killed_before_it_reported_them(ray_cluster, table_location, monkeypatch):
     import ray
 
     import lamina.ray
@@ -572,8 +572,7 @@ def test_a_table_created_during_the_write_is_written_as_the_mode_says(ray_cluste
     schema = SCHEMA if their_schema == "same" else pa.schema([("id", pa.int64()), ("name", pa.string())])
     theirs = rows(10_000, 300) if their_schema == "same" else pa.table({"id": [1, 2], "name": ["x", "y"]}, schema=schema)
     ours = rows(0, 1000)
-    ds = _dataset(ours, 2).map_batches(_creating_the_table(uri, options, schema, theirs), batch_size=None,
-                                       batch_format="pyarrow")
+    ds = _dataset(ours, 2).map_batches(_creating_the_table(uri, options, schema, theirs), batch_size=None, batch_format="pyarrow")
     if mode == "append" and their_schema == "other":  # an append keeps the table it found: ours cannot join it
         with pytest.raises(SchemaMismatch, match=f"table {uri} was created by another writer during this append"):
             lamina.ray.write_table(ds, uri, mode=mode, schema=SCHEMA, storage_options=options)
@@ -610,8 +609,9 @@ def test_two_overwrites_of_a_new_table_at_once_leave_exactly_one_of_them(ray_clu
             return batch
 
         ds = _dataset(data[me], 1).map_batches(meet, batch_size=None, batch_format="pyarrow", num_cpus=0.5)
-        return lamina.ray.write_table(ds, uri, mode="overwrite", schema=SCHEMA, storage_options=options,
-                                      ray_remote_args={"num_cpus": 0.5})
+        return lamina.ray.write_table(
+            ds, uri, mode="overwrite", schema=SCHEMA, storage_options=options, ray_remote_args={"num_cpus": 0.5}
+        )
 
     with ThreadPoolExecutor(2) as pool:
         done = [f.result() for f in [pool.submit(job, "a", "b"), pool.submit(job, "b", "a")]]
@@ -671,8 +671,7 @@ def test_a_failed_write_returns_only_after_its_running_tasks_removed_their_files
     if existing:
         _table(uri, options, batches=1)
     files_before = _data_files(uri, options)
-    sink = LaminaDatasink(uri, "append", schema=None if existing else SCHEMA, storage_options=options,
-                          max_rows_per_file=100)
+    sink = LaminaDatasink(uri, "append", schema=None if existing else SCHEMA, storage_options=options, max_rows_per_file=100)
     events = _events()
     logger = logging.getLogger("lamina.ray")
     release = _ReleaseOnLog(events, "release")

@@ -23,8 +23,10 @@ SCHEMA = pa.schema([("id", pa.int64()), ("url", pa.string()), ("score", pa.float
 
 def rows(lo: int, hi: int) -> pa.Table:
     ids = np.arange(lo, hi, dtype=np.int64)
-    return pa.table({"id": ids, "url": [f"https://example.com/{i}/{'x' * (i % 13)}" for i in range(lo, hi)],
-                     "score": ids * 0.5}, schema=SCHEMA)
+    return pa.table(
+        {"id": ids, "url": [f"https://example.com/{i}/{'x' * (i % 13)}" for i in range(lo, hi)], "score": ids * 0.5},
+        schema=SCHEMA,
+    )
 
 
 def many_fragments(uri, options, fragments=40, per=50):
@@ -92,8 +94,13 @@ def test_a_corrupt_small_object_on_s3_is_named(s3_table_uri, s3_options):
 
     t = many_fragments(s3_table_uri, s3_options, fragments=3, per=30)
     frag = t.manifest.fragments[1]
-    client = boto3.client("s3", endpoint_url=s3_options["endpoint_url"], region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_options["endpoint_url"],
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     bucket, prefix = s3_table_uri[5:].split("/", 1)
     key = f"{prefix}/{frag.path}"
     raw = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
@@ -269,8 +276,11 @@ def test_large_objects_on_s3_read_their_footer_once(s3_table_uri, s3_options, mo
     rng = np.random.default_rng(3)
     schema = pa.schema([("id", pa.int64()), ("blob", pa.binary())])
     t = lamina.create_table(s3_table_uri, schema, storage_options=s3_options)
-    t.append(pa.table({"id": np.arange(4000), "blob": [rng.bytes(200) for _ in range(4000)]}, schema=schema),
-             max_rows_per_file=1000, row_group_rows=250)  # files of ~200 KiB: larger than a footer read
+    t.append(
+        pa.table({"id": np.arange(4000), "blob": [rng.bytes(200) for _ in range(4000)]}, schema=schema),
+        max_rows_per_file=1000,
+        row_group_rows=250,
+    )  # files of ~200 KiB: larger than a footer read
     wanted = t.to_arrow(with_row_address=True).column("_rowaddr").to_numpy()[[5, 1500, 3900]]  # 3 fragments
     monkeypatch.setenv("LAMINA_POINT_OBJECT_BYTES", "0")  # every object "large": footer + row groups
     clear_caches()
@@ -325,8 +335,16 @@ print(rows, addrs, cat.list_namespaces(), cat.describe_table("ns.t").rows, found
 """
 
 #: Filters an index answers whole: their literals and key ranges are built without pa.scalar / pa.array.
-INDEXED_FILTERS = ["id = 2", "id IN (0, 1, 3, 7)", "id > 1 AND id <= 3", "id BETWEEN 0 AND 2", "name = 'n3'",
-                   "name IN ('n0', 'n2')", "x IN (0.0, 2.5)", "x >= 999.0"]
+INDEXED_FILTERS = [
+    "id = 2",
+    "id IN (0, 1, 3, 7)",
+    "id > 1 AND id <= 3",
+    "id BETWEEN 0 AND 2",
+    "name = 'n3'",
+    "name IN ('n0', 'n2')",
+    "x IN (0.0, 2.5)",
+    "x >= 999.0",
+]
 
 
 def test_a_cold_lookup_and_catalog_read_never_import_pandas(tmp_path):
@@ -339,16 +357,26 @@ def test_a_cold_lookup_and_catalog_read_never_import_pandas(tmp_path):
     uri, root = str(tmp_path / "t"), str(tmp_path / "cat")
     t = lamina.create_table(uri, pa.schema([("id", pa.int64()), ("s", pa.string()), ("name", pa.string()), ("x", pa.float64())]))
     n = 2000  # fragments of 1,000 rows: a handful of candidates is an index lookup, not a scan
-    t.append(pa.table({"id": list(range(n)), "s": ["a", "b", "c", "d"] + [f"s{i}" for i in range(4, n)],
-                       "name": [f"n{i}" for i in range(n)], "x": [i * 0.5 for i in range(n)]}), max_rows_per_file=1000)
+    t.append(
+        pa.table(
+            {
+                "id": list(range(n)),
+                "s": ["a", "b", "c", "d"] + [f"s{i}" for i in range(4, n)],
+                "name": [f"n{i}" for i in range(n)],
+                "x": [i * 0.5 for i in range(n)],
+            }
+        ),
+        max_rows_per_file=1000,
+    )
     t.delete("id = 1")
     for column in ("id", "name", "x"):
         t.create_index(column, "btree")
     cat = lamina.connect(root)
     cat.create_namespace("ns")
     cat.create_table("ns.t", pa.schema([("id", pa.int64())]))
-    out = subprocess.run([sys.executable, "-c", COLD_READS, uri, root, *INDEXED_FILTERS],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", COLD_READS, uri, root, *INDEXED_FILTERS], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     expected = [sorted(t.to_arrow(columns=["s"], filter=flt).column("s").to_pylist()) for flt in INDEXED_FILTERS]
     assert expected == [["c"], ["a", "d", "s7"], ["c", "d"], ["a", "c"], ["d"], ["a", "c"], ["a", "s5"], ["s1998", "s1999"]]

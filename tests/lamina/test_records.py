@@ -45,8 +45,16 @@ def _history(uri):
 
 def test_every_stored_record_reads_back_as_its_type_and_writes_back_the_same_object(local_table_uri):
     t = _history(local_table_uri)
-    types = [CreateRecord, AppendRecord, AppendRecord, DeleteRecord, RewriteRecord, IndexChangeRecord, WalFlushRecord,
-             OverwriteRecord]
+    types = [
+        CreateRecord,
+        AppendRecord,
+        AppendRecord,
+        DeleteRecord,
+        RewriteRecord,
+        IndexChangeRecord,
+        WalFlushRecord,
+        OverwriteRecord,
+    ]
     for version, cls in enumerate(types, start=1):
         m = load_manifest(t.store, version)
         rec = m.record
@@ -58,18 +66,27 @@ def test_every_stored_record_reads_back_as_its_type_and_writes_back_the_same_obj
     assert [(g.old_fragment_ids, g.new_fragment_ids) for g in rewrite.groups] == [((0, 1), (2,))]
     assert rewrite.groups[0].mapping == AddressMapping.from_runs([[0, 5, 0, 0, 95], [1, 0, 0, 95, 100]])
     delete = load_manifest(t.store, 4).record
-    assert delete == DeleteRecord(uuid=delete.uuid, read_version=3, timestamp_ms=delete.timestamp_ms, predicate="id < 5",
-                                  fragment_ids=(0,), removed_fragment_ids=(), rows=5)
+    assert delete == DeleteRecord(
+        uuid=delete.uuid,
+        read_version=3,
+        timestamp_ms=delete.timestamp_ms,
+        predicate="id < 5",
+        fragment_ids=(0,),
+        removed_fragment_ids=(),
+        rows=5,
+    )
     flush = load_manifest(t.store, 7).record
     assert flush.watermarks == {"0/0000000000": 3} and flush.rows_deleted == 2 and flush.deleted_fragment_ids == (2,)
 
 
 def test_records_written_by_earlier_versions_of_lamina_still_read():
     """A create without a uuid (before creates recorded one); an index record holding only the name."""
-    assert decode_record({"operation": "create", "read_version": 0, "timestamp_ms": 1}, "version 1") == \
-        CreateRecord(uuid="", read_version=0, timestamp_ms=1)
-    old_index = decode_record({"uuid": "u", "operation": "create_index", "read_version": 2, "timestamp_ms": 1,
-                               "index": "ix"}, "version 3")
+    assert decode_record({"operation": "create", "read_version": 0, "timestamp_ms": 1}, "version 1") == CreateRecord(
+        uuid="", read_version=0, timestamp_ms=1
+    )
+    old_index = decode_record(
+        {"uuid": "u", "operation": "create_index", "read_version": 2, "timestamp_ms": 1, "index": "ix"}, "version 3"
+    )
     assert old_index == IndexChangeRecord(uuid="u", read_version=2, timestamp_ms=1, index="ix", action="create", segments=())
 
 
@@ -78,43 +95,75 @@ def test_an_operation_from_a_newer_lamina_reads_as_unknown():
     assert isinstance(rec, UnknownRecord) and rec.operation == "compact_v2"
 
 
-@pytest.mark.parametrize("change,reason", [
-    ({"groups": [{"old_fragment_ids": [0], "new_fragment_ids": [9], "mapping": [[0, 0, 1, 0, 10]]}]},
-     r"groups\[0\]\.mapping names output 1, but the group has 1 new fragment ids"),
-    ({"groups": [{"old_fragment_ids": [0], "new_fragment_ids": [9], "mapping": [[0, 0, 0, 10]]}]},
-     r"groups\[0\]\.mapping is not a list of \[old_fragment_id, old_start, output, new_start, length\] integer runs"),
-    ({"groups": [{"old_fragment_ids": [0], "new_fragment_ids": [9], "mapping": [[0, 0.5, 0, 0, 10]]}]},
-     r"groups\[0\]\.mapping is not a list of \[old_fragment_id"),
-    ({"groups": [{"old_fragment_ids": "0", "new_fragment_ids": [9], "mapping": []}]},
-     r"groups\[0\]\.old_fragment_ids is not a list of integers"),
-    ({"groups": None}, r"groups is not a list"),
-])
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        (
+            {"groups": [{"old_fragment_ids": [0], "new_fragment_ids": [9], "mapping": [[0, 0, 1, 0, 10]]}]},
+            r"groups\[0\]\.mapping names output 1, but the group has 1 new fragment ids",
+        ),
+        (
+            {"groups": [{"old_fragment_ids": [0], "new_fragment_ids": [9], "mapping": [[0, 0, 0, 10]]}]},
+            r"groups\[0\]\.mapping is not a list of \[old_fragment_id, old_start, output, new_start, length\] integer runs",
+        ),
+        (
+            {"groups": [{"old_fragment_ids": [0], "new_fragment_ids": [9], "mapping": [[0, 0.5, 0, 0, 10]]}]},
+            r"groups\[0\]\.mapping is not a list of \[old_fragment_id",
+        ),
+        (
+            {"groups": [{"old_fragment_ids": "0", "new_fragment_ids": [9], "mapping": []}]},
+            r"groups\[0\]\.old_fragment_ids is not a list of integers",
+        ),
+        ({"groups": None}, r"groups is not a list"),
+    ],
+)
 def test_a_malformed_record_stops_a_commit_that_must_replay_over_it(local_table_uri, change, reason):
     t = lamina.create_table(local_table_uri, SCHEMA)
     t.append(rows(0, 10))
     stale = t.checkout(t.version)
     record = {"uuid": "e" * 32, "operation": "rewrite", "read_version": 2, "timestamp_ms": 1, **change}
     put_next_version(t, transaction=record)
-    with pytest.raises(CorruptFile, match=(
-        rf"delete on table {t.store.uri}: the transaction record of version 3 is malformed \({reason}.*\): "
-        r"Lamina cannot replay a commit over it\. .*Nothing was committed"
-    )):
+    with pytest.raises(
+        CorruptFile,
+        match=(
+            rf"delete on table {t.store.uri}: the transaction record of version 3 is malformed \({reason}.*\): "
+            r"Lamina cannot replay a commit over it\. .*Nothing was committed"
+        ),
+    ):
         stale.delete("id < 3")
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(10))
 
 
-@pytest.mark.parametrize("record,reason", [
-    ({"operation": "append", "read_version": 1, "timestamp_ms": 1, "fragment_ids": [0]}, "rows is missing"),
-    ({"operation": "append", "read_version": True, "timestamp_ms": 1, "fragment_ids": [0], "rows": 1},
-     "read_version is True, not an integer"),
-    ({"operation": 7, "read_version": 1, "timestamp_ms": 1}, "operation is 7, not a string"),
-    ({"operation": "create_index", "read_version": 1, "timestamp_ms": 1, "index": "ix", "action": "rebuild"},
-     "action is 'rebuild', not one of create, update, drop"),
-    ({"operation": "wal_flush", "read_version": 1, "timestamp_ms": 1, "fragment_ids": [], "rows": 0,
-      "deleted_fragment_ids": [], "removed_fragment_ids": [], "rows_deleted": 0, "watermarks": {"0/1": "3"}},
-     "watermarks is not an object of integer positions"),
-    (["append"], "the record is list, not an object"),
-])
+@pytest.mark.parametrize(
+    "record,reason",
+    [
+        ({"operation": "append", "read_version": 1, "timestamp_ms": 1, "fragment_ids": [0]}, "rows is missing"),
+        (
+            {"operation": "append", "read_version": True, "timestamp_ms": 1, "fragment_ids": [0], "rows": 1},
+            "read_version is True, not an integer",
+        ),
+        ({"operation": 7, "read_version": 1, "timestamp_ms": 1}, "operation is 7, not a string"),
+        (
+            {"operation": "create_index", "read_version": 1, "timestamp_ms": 1, "index": "ix", "action": "rebuild"},
+            "action is 'rebuild', not one of create, update, drop",
+        ),
+        (
+            {
+                "operation": "wal_flush",
+                "read_version": 1,
+                "timestamp_ms": 1,
+                "fragment_ids": [],
+                "rows": 0,
+                "deleted_fragment_ids": [],
+                "removed_fragment_ids": [],
+                "rows_deleted": 0,
+                "watermarks": {"0/1": "3"},
+            },
+            "watermarks is not an object of integer positions",
+        ),
+        (["append"], "the record is list, not an object"),
+    ],
+)
 def test_malformed_records_name_the_field_and_the_version(record, reason):
     with pytest.raises(CorruptFile, match=rf"the transaction record of version 7 is malformed \({reason}\)"):
         decode_record(record, "version 7")

@@ -25,8 +25,12 @@ def test_mapping_runs_match_brute_force(seed, per_output):
     for fid in (3, 9):
         offsets = np.arange(130)
         outs, news = mapping.map(fid, offsets)
-        got = dict(zip(((fid, int(o)) for o in offsets[np.isin(offsets, [o for f, o in expected if f == fid])]),
-                       zip(outs.tolist(), news.tolist())))
+        got = dict(
+            zip(
+                ((fid, int(o)) for o in offsets[np.isin(offsets, [o for f, o in expected if f == fid])]),
+                zip(outs.tolist(), news.tolist()),
+            )
+        )
         assert got == {k: v for k, v in expected.items() if k[0] == fid}
     assert sum(r[4] for r in runs) == position
 

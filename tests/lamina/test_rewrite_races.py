@@ -119,8 +119,9 @@ def test_wal_flush_racing_a_rewrite_remaps_its_merge_on_write_deletions(local_ta
     def compact():  # committed between the flush's read of the table and its put
         t = lamina.open_table(local_table_uri)
         ids = [f.id for f in t.fragments()]
-        rewrote.append(commit(t.store, Rewrite(t.version, [full_rewrite(t.store, t.manifest, ids, t.write_options)]),
-                              t.manifest).version)
+        rewrote.append(
+            commit(t.store, Rewrite(t.version, [full_rewrite(t.store, t.manifest, ids, t.write_options)]), t.manifest).version
+        )
 
     applier.store = BeatenOnce(applier.store, compact)
     assert applier.flush() == 5

@@ -82,8 +82,9 @@ def test_to_arrow_columns_filter_and_row_address(table_location):
     data = rows(0, 1000)
     t.append(data, max_rows_per_file=300)
     t.delete("id IN (1, 3, 5, 301)")
-    out = t.to_arrow(columns=["id", "score"], filter="ts >= '2024-01-01 00:05:00' AND category IS NOT NULL",
-                     with_row_address=True)
+    out = t.to_arrow(
+        columns=["id", "score"], filter="ts >= '2024-01-01 00:05:00' AND category IS NOT NULL", with_row_address=True
+    )
     assert out.column_names == ["id", "score", "_rowaddr"]
     ts_cut = pa.scalar(np.datetime64("2024-01-01T00:05:00", "us"))
     expected = data.filter((pc.field("ts") >= ts_cut) & pc.field("category").is_valid() & (pc.field("id") != 301))
@@ -121,7 +122,11 @@ def test_versions_checkout_and_time_travel(table_location):
     t.append(rows(10, 10))
     t.delete("id < 5")
     assert [(v.version, v.operation, v.rows) for v in t.versions()] == [
-        (1, "create", 0), (2, "append", 10), (3, "append", 20), (4, "delete", 15)]
+        (1, "create", 0),
+        (2, "append", 10),
+        (3, "append", 20),
+        (4, "delete", 15),
+    ]
     old = t.checkout(2)
     assert ids_of(old) == list(range(10)) and t.version == 4
     assert ids_of(lamina.open_table(uri, version=3, storage_options=opts)) == list(range(20))

@@ -103,8 +103,9 @@ def test_a_view_moves_only_to_newer_versions_of_its_own_table(local_table_uri, t
     v1, v2 = t.checkout(1), t.checkout(2)
     v1._move_to(v2.manifest)
     assert v1.version == 2 and ids_of(v1) == [0, 1, 2]
-    with pytest.raises(TableReplaced,
-                       match=rf"cannot move the view of {t.uri} .* at version 2\) to version 1 .*not a newer version"):
+    with pytest.raises(
+        TableReplaced, match=rf"cannot move the view of {t.uri} .* at version 2\) to version 1 .*not a newer version"
+    ):
         v1._move_to(t.checkout(1).manifest)
     other = lamina.create_table(str(tmp_path / "other"), SCHEMA)
     other.append(rows(10, 1))

@@ -38,12 +38,24 @@ def test_every_operation_records_what_it_did_as_docs_format_says(local_table_uri
     t.append(rows(100, 10))
     assert _record(t, 2) == {"operation": "append", "fragment_ids": [0], "rows": 100}
     t.delete("id < 5 OR id >= 100")  # fragment 1 disappears entirely
-    assert _record(t, 4) == {"operation": "delete", "predicate": "id < 5 OR id >= 100", "fragment_ids": [0],
-                             "removed_fragment_ids": [1], "rows": 15}
+    assert _record(t, 4) == {
+        "operation": "delete",
+        "predicate": "id < 5 OR id >= 100",
+        "fragment_ids": [0],
+        "removed_fragment_ids": [1],
+        "rows": 15,
+    }
     t.reload()
     v = _flush(t, 1000, 10, {0: [5, 6]}, "0/0000000001")
-    assert _record(t, v) == {"operation": "wal_flush", "fragment_ids": [2], "rows": 10, "deleted_fragment_ids": [0],
-                             "removed_fragment_ids": [], "rows_deleted": 2, "watermarks": {"0/0000000001": 7}}
+    assert _record(t, v) == {
+        "operation": "wal_flush",
+        "fragment_ids": [2],
+        "rows": 10,
+        "deleted_fragment_ids": [0],
+        "removed_fragment_ids": [],
+        "rows_deleted": 2,
+        "watermarks": {"0/0000000001": 7},
+    }
     t.reload().overwrite(rows(500, 5))
     assert _record(t, v + 1) == {"operation": "overwrite", "fragment_ids": [3], "rows": 5}
 
@@ -83,10 +95,13 @@ def test_operation_this_version_cannot_replay_over_is_a_conflict(local_table_uri
     stale = t.checkout(t.version)
     _put_next_with_operation(t, operation)
     why = "the table was created again" if operation == "create" else f"append cannot be replayed over {operation}"
-    with pytest.raises(CommitConflict, match=(
-        rf"append on table {t.store.uri} \(read at version 2\) conflicts with the {operation} committed as version 3: "
-        rf"{why}\. Nothing was committed; re-run the append on the latest version"
-    )):
+    with pytest.raises(
+        CommitConflict,
+        match=(
+            rf"append on table {t.store.uri} \(read at version 2\) conflicts with the {operation} committed as version 3: "
+            rf"{why}\. Nothing was committed; re-run the append on the latest version"
+        ),
+    ):
         stale.append(rows(100, 10))
     assert ids_of(lamina.open_table(local_table_uri)) == list(range(10))
 
@@ -102,9 +117,17 @@ def _compact_locally(t, fragment_ids):
     base = t.manifest
     frags = base.fragment_map()
     members = [frags[i] for i in fragment_ids]
-    group = CompactionGroup(0, tuple(fragment_ids), "full_rewrite", "test", sum(f.live_rows for f in members),
-                            sum(f.file_bytes for f in members), sum(len(f.row_groups) for f in members),
-                            ("small",) * len(members), tuple(actions(members, "full_rewrite", CompactionOptions())))
+    group = CompactionGroup(
+        0,
+        tuple(fragment_ids),
+        "full_rewrite",
+        "test",
+        sum(f.live_rows for f in members),
+        sum(f.file_bytes for f in members),
+        sum(len(f.row_groups) for f in members),
+        ("small",) * len(members),
+        tuple(actions(members, "full_rewrite", CompactionOptions())),
+    )
     plan = CompactionPlan(t.uri, base.version, CompactionOptions(), (group,), len(base.fragments), base.rows)
     [task] = tasks_for(plan, base, t.uri, None, t.write_options, CompactionOptions().read_batch_bytes)
     r = GroupCompactor().run(task)
@@ -146,8 +169,9 @@ def test_compaction_output_takes_the_place_of_its_first_source(local_table_uri):
     _compact_locally(t, [3, 2])  # sources at positions 0 and 2
     latest = lamina.open_table(local_table_uri)
     assert [f.id for f in latest.fragments()] == [4, 1]
-    assert latest.to_arrow(columns=["id"]).column("id").to_pylist() == \
-        list(range(10)) + list(range(200, 210)) + list(range(100, 110))
+    assert latest.to_arrow(columns=["id"]).column("id").to_pylist() == list(range(10)) + list(range(200, 210)) + list(
+        range(100, 110)
+    )
 
 
 def test_same_index_changed_twice_names_what_was_committed_first(local_table_uri):
@@ -192,10 +216,13 @@ def _deletion_files(t):
     return {o.path for o in t.store.list("_deletions/")}
 
 
-@pytest.mark.parametrize("theirs,expected_gone", [
-    ("id >= 5 AND id < 15", set(range(15))),  # the same fragment: my file must be merged again
-    ("id >= 150 AND id < 160", set(range(10)) | set(range(150, 160))),  # another fragment: my file is reused
-])
+@pytest.mark.parametrize(
+    "theirs,expected_gone",
+    [
+        ("id >= 5 AND id < 15", set(range(15))),  # the same fragment: my file must be merged again
+        ("id >= 150 AND id < 160", set(range(10)) | set(range(150, 160))),  # another fragment: my file is reused
+    ],
+)
 def test_delete_that_loses_the_put_to_another_delete_keeps_both_and_writes_no_stray_file(local_table_uri, theirs, expected_gone):
     from lamina.table import Table
 

@@ -108,8 +108,9 @@ def test_commit_reports_attempts_and_every_file_written_on_the_transaction_it_wa
     assert txn.attempts == 1 and new.record.rows == 2
     segments = [p for p in txn.written if p.startswith(SEGMENTS_DIR)]
     assert {seg.path for seg in new.segments} >= set(segments), "the manifest segments it wrote are its version's"
-    assert [p for p in txn.written if p not in segments] == [new.fragment(0).deletion.path], \
+    assert [p for p in txn.written if p not in segments] == [new.fragment(0).deletion.path], (
         "the merged deletion file is the transaction's"
+    )
     assert sorted(read_deleted(t.store, new.fragment(0)).tolist()) == list(range(10)) + [20, 21]
     assert ids_of(lamina.open_table(local_table_uri)) == [i for i in range(300) if i >= 10 and i not in (20, 21)]
 
@@ -145,8 +146,9 @@ def test_create_that_loses_the_race_to_another_create_is_table_exists(local_tabl
 
     store = BeatenOnce(open_store(local_table_uri), lambda: lamina.create_table(local_table_uri, SCHEMA).append(rows(0, 3)))
     txn = Create(SCHEMA)
-    with pytest.raises(TableExists,
-                       match=rf"a Lamina table was created at {store.uri} concurrently; open it with lamina.open_table"):
+    with pytest.raises(
+        TableExists, match=rf"a Lamina table was created at {store.uri} concurrently; open it with lamina.open_table"
+    ):
         commit(store, txn, txn.base)
     winner = lamina.open_table(local_table_uri)
     assert store.fired == 1 and winner.version == 2 and winner.manifest.table_uuid != txn.base.table_uuid

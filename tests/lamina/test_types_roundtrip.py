@@ -16,38 +16,43 @@ import pytest
 import lamina
 from lamina.cache import clear_caches
 
-SCHEMA = pa.schema([
-    ("id", pa.int64()),
-    ("ts_s", pa.timestamp("s")),
-    ("ts_s_utc", pa.timestamp("s", tz="UTC")),
-    ("ts_ms", pa.timestamp("ms")),
-    ("d64", pa.date64()),
-    ("d32", pa.date32()),
-    ("t32", pa.time32("s")),
-    ("t64", pa.time64("us")),
-    ("dur", pa.duration("s")),
-    ("u32", pa.uint32()),
-    ("big", pa.large_string()),
-    ("dict", pa.dictionary(pa.int32(), pa.string())),
-])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("ts_s", pa.timestamp("s")),
+        ("ts_s_utc", pa.timestamp("s", tz="UTC")),
+        ("ts_ms", pa.timestamp("ms")),
+        ("d64", pa.date64()),
+        ("d32", pa.date32()),
+        ("t32", pa.time32("s")),
+        ("t64", pa.time64("us")),
+        ("dur", pa.duration("s")),
+        ("u32", pa.uint32()),
+        ("big", pa.large_string()),
+        ("dict", pa.dictionary(pa.int32(), pa.string())),
+    ]
+)
 
 
 def data(n: int = 30) -> pa.Table:
     ids = np.arange(n, dtype=np.int64)
-    return pa.table({
-        "id": ids,
-        "ts_s": pa.array(ids * 3600, pa.timestamp("s")),
-        "ts_s_utc": pa.array(ids * 60, pa.timestamp("s", tz="UTC")),
-        "ts_ms": pa.array(ids * 1000, pa.timestamp("ms")),
-        "d64": pa.array(ids * 86_400_000, pa.date64()),
-        "d32": pa.array(ids.astype(np.int32), pa.date32()),
-        "t32": pa.array(ids.astype(np.int32), pa.time32("s")),
-        "t64": pa.array(ids, pa.time64("us")),
-        "dur": pa.array(ids, pa.duration("s")),
-        "u32": pa.array(ids.astype(np.uint32)),
-        "big": pa.array([f"v{i}" for i in ids], pa.large_string()),
-        "dict": pa.array([f"c{i % 3}" for i in ids]).dictionary_encode(),
-    }, schema=SCHEMA)
+    return pa.table(
+        {
+            "id": ids,
+            "ts_s": pa.array(ids * 3600, pa.timestamp("s")),
+            "ts_s_utc": pa.array(ids * 60, pa.timestamp("s", tz="UTC")),
+            "ts_ms": pa.array(ids * 1000, pa.timestamp("ms")),
+            "d64": pa.array(ids * 86_400_000, pa.date64()),
+            "d32": pa.array(ids.astype(np.int32), pa.date32()),
+            "t32": pa.array(ids.astype(np.int32), pa.time32("s")),
+            "t64": pa.array(ids, pa.time64("us")),
+            "dur": pa.array(ids, pa.duration("s")),
+            "u32": pa.array(ids.astype(np.uint32)),
+            "big": pa.array([f"v{i}" for i in ids], pa.large_string()),
+            "dict": pa.array([f"c{i % 3}" for i in ids]).dictionary_encode(),
+        },
+        schema=SCHEMA,
+    )
 
 
 def same(got: pa.Table, expect: pa.Table) -> bool:

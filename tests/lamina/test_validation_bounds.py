@@ -31,7 +31,6 @@ def _table(uri):
     return t
 
 
-
 def test_fragment_id_equal_to_next_fragment_id_is_corrupt(local_table_uri):
     t = _table(local_table_uri)
     version = put_next_version(t, next_fragment_id=2)  # fragment 2 claims an id not handed out yet

@@ -23,12 +23,27 @@ from lamina.wal import DATA_FILE, INDEX_FILE, WalWriter, list_segments, segment_
 
 REPO = Path(__file__).resolve().parents[2]
 
-TYPES = pa.schema([
-    ("b", pa.bool_()), ("i8", pa.int8()), ("i16", pa.int16()), ("i32", pa.int32()), ("i64", pa.int64()),
-    ("u8", pa.uint8()), ("u64", pa.uint64()), ("f32", pa.float32()), ("f64", pa.float64()),
-    ("d", pa.date32()), ("ts", pa.timestamp("ns", tz="UTC")), ("t", pa.time64("us")), ("dur", pa.duration("ms")),
-    ("s", pa.string()), ("ls", pa.large_string()), ("bin", pa.binary()), ("fsb", pa.binary(4)),
-])
+TYPES = pa.schema(
+    [
+        ("b", pa.bool_()),
+        ("i8", pa.int8()),
+        ("i16", pa.int16()),
+        ("i32", pa.int32()),
+        ("i64", pa.int64()),
+        ("u8", pa.uint8()),
+        ("u64", pa.uint64()),
+        ("f32", pa.float32()),
+        ("f64", pa.float64()),
+        ("d", pa.date32()),
+        ("ts", pa.timestamp("ns", tz="UTC")),
+        ("t", pa.time64("us")),
+        ("dur", pa.duration("ms")),
+        ("s", pa.string()),
+        ("ls", pa.large_string()),
+        ("bin", pa.binary()),
+        ("fsb", pa.binary(4)),
+    ]
+)
 
 
 def every_type_rows(n: int, seed: int) -> pa.Table:
@@ -36,25 +51,28 @@ def every_type_rows(n: int, seed: int) -> pa.Table:
     null = lambda: rng.random(n) < 0.2  # noqa: E731
     big = "λ" * 70_000
     strings = [None if rng.random() < 0.2 else ("" if i % 7 == 0 else (big if i % 97 == 5 else f"s{i}é")) for i in range(n)]
-    return pa.table({
-        "b": pa.array(rng.random(n) < 0.5, mask=null()),
-        "i8": pa.array(rng.integers(-128, 128, n).astype(np.int8), mask=null()),
-        "i16": pa.array(rng.integers(-2**15, 2**15, n).astype(np.int16), mask=null()),
-        "i32": pa.array(rng.integers(-2**31, 2**31, n).astype(np.int32), mask=null()),
-        "i64": pa.array(rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64), mask=null()),
-        "u8": pa.array(rng.integers(0, 256, n).astype(np.uint8), mask=null()),
-        "u64": pa.array(rng.integers(0, 2**64 - 1, n, dtype=np.uint64), mask=null()),
-        "f32": pa.array(rng.random(n).astype(np.float32), mask=null()),
-        "f64": pa.array(rng.standard_normal(n), mask=null()),
-        "d": pa.array(rng.integers(-1000, 30000, n).astype(np.int32), mask=null()).cast(pa.date32()),
-        "ts": pa.array(rng.integers(0, 2**62, n), mask=null()).cast(pa.timestamp("ns", tz="UTC")),
-        "t": pa.array(rng.integers(0, 86_400_000_000, n), mask=null()).cast(pa.time64("us")),
-        "dur": pa.array(rng.integers(-10**9, 10**9, n), mask=null()).cast(pa.duration("ms")),
-        "s": pa.array(strings, type=pa.string()),
-        "ls": pa.array(strings, type=pa.large_string()),
-        "bin": pa.array([None if s is None else s.encode()[:50] for s in strings], type=pa.binary()),
-        "fsb": pa.array([None if i % 5 == 0 else bytes([i % 256] * 4) for i in range(n)], type=pa.binary(4)),
-    }, schema=TYPES)
+    return pa.table(
+        {
+            "b": pa.array(rng.random(n) < 0.5, mask=null()),
+            "i8": pa.array(rng.integers(-128, 128, n).astype(np.int8), mask=null()),
+            "i16": pa.array(rng.integers(-(2**15), 2**15, n).astype(np.int16), mask=null()),
+            "i32": pa.array(rng.integers(-(2**31), 2**31, n).astype(np.int32), mask=null()),
+            "i64": pa.array(rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64), mask=null()),
+            "u8": pa.array(rng.integers(0, 256, n).astype(np.uint8), mask=null()),
+            "u64": pa.array(rng.integers(0, 2**64 - 1, n, dtype=np.uint64), mask=null()),
+            "f32": pa.array(rng.random(n).astype(np.float32), mask=null()),
+            "f64": pa.array(rng.standard_normal(n), mask=null()),
+            "d": pa.array(rng.integers(-1000, 30000, n).astype(np.int32), mask=null()).cast(pa.date32()),
+            "ts": pa.array(rng.integers(0, 2**62, n), mask=null()).cast(pa.timestamp("ns", tz="UTC")),
+            "t": pa.array(rng.integers(0, 86_400_000_000, n), mask=null()).cast(pa.time64("us")),
+            "dur": pa.array(rng.integers(-(10**9), 10**9, n), mask=null()).cast(pa.duration("ms")),
+            "s": pa.array(strings, type=pa.string()),
+            "ls": pa.array(strings, type=pa.large_string()),
+            "bin": pa.array([None if s is None else s.encode()[:50] for s in strings], type=pa.binary()),
+            "fsb": pa.array([None if i % 5 == 0 else bytes([i % 256] * 4) for i in range(n)], type=pa.binary(4)),
+        },
+        schema=TYPES,
+    )
 
 
 def test_native_codec_round_trips_every_type():
@@ -101,7 +119,7 @@ def test_bad_rows_are_refused_at_put(local_table_uri):
     assert w.commit() is None and list_segments(w.store, 0) == []
     nested = local_table_uri + "-nested"
     lamina.create_table(nested, pa.schema([("v", pa.list_(pa.int32()))]))
-    with pytest.raises(InvalidArgument, match="WAL: column \"v\" of type List"):
+    with pytest.raises(InvalidArgument, match='WAL: column "v" of type List'):
         WalWriter(nested, 0)
 
 
@@ -214,8 +232,14 @@ def test_restart_and_racing_appliers_apply_each_transaction_once(table_location)
 def test_multiple_producers_and_rollover(local_table_uri):
     lamina.create_table(local_table_uri, SIMPLE)
     code = "from tests.lamina.test_wal import _writer; _writer({!r}, 0, 30, {})"
-    procs = [subprocess.Popen([sys.executable, "-c", code.format(local_table_uri, p * 100000)],
-                              cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}) for p in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code.format(local_table_uri, p * 100000)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        for p in range(3)
+    ]
     w = WalWriter(local_table_uri, 0, max_segment_rows=25)
     for k in range(6):
         w.put_many([{"id": 10**6 + k * 10 + j} for j in range(10)])

@@ -189,9 +189,17 @@ def test_drop_while_producers_and_an_applier_run_leaves_nothing(table_location):
     uri, opts = table_location
     lamina.create_table(uri, KEYED, primary_key="id", storage_options=opts)
     applier = ShardApplier(uri, 0, opts)
-    producers = [subprocess.Popen([sys.executable, "-c", PRODUCER, uri, json.dumps(opts), str(p * 10**6)], cwd=REPO,
-                                  env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for p in range(2)]
+    producers = [
+        subprocess.Popen(
+            [sys.executable, "-c", PRODUCER, uri, json.dumps(opts), str(p * 10**6)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for p in range(2)
+    ]
     try:
         for p in producers:  # both are committing
             for _ in range(4):
@@ -211,7 +219,7 @@ def test_drop_while_producers_and_an_applier_run_leaves_nothing(table_location):
                     break
             assert p.wait(timeout=120) == 0, p.stderr.read()
             assert last.startswith("error "), (last, p.stderr.read())
-            name, message = json.loads(last[len("error "):])
+            name, message = json.loads(last[len("error ") :])
             assert name == "TableDropped" and uri.rstrip("/") in message, message
     finally:
         for p in producers:

@@ -21,8 +21,13 @@ def test_wal_commit_retried_after_a_lost_answer_applies_once(s3_table_uri, s3_op
     w = WalWriter(s3_table_uri, 0, storage_options=s3_options)
     w.put_many([{"id": i, "name": f"n{i}"} for i in range(5)])
     assert w.commit() == 0
-    w.store = HookedStore(w.store).on("put_if_absent", when=lambda path: path.endswith(".t"), times=1, lands=lands,
-                                     fail=lambda path: StorageError(f"writing {path} failed: connection reset"))
+    w.store = HookedStore(w.store).on(
+        "put_if_absent",
+        when=lambda path: path.endswith(".t"),
+        times=1,
+        lands=lands,
+        fail=lambda path: StorageError(f"writing {path} failed: connection reset"),
+    )
     w.put_many([{"id": i, "name": f"n{i}"} for i in range(5, 10)])
     if lands:
         assert w.commit() == 1, "a put that landed is recognised as this transaction's"

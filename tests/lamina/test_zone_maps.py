@@ -77,8 +77,14 @@ def test_every_written_fragment_has_zones_of_its_rows(zoned):
 
 def test_zones_bound_nan_inf_and_nulls_exactly_as_written():
     schema = pa.schema([("x", pa.float64()), ("s", pa.string()), ("b", pa.bool_())])
-    batch = pa.record_batch([pa.array([1.5, float("nan"), None, float("-inf"), -0.0]), pa.array(["b", None, "a", "c", None]),
-                             pa.array([None, None, None, None, None], pa.bool_())], schema=schema)
+    batch = pa.record_batch(
+        [
+            pa.array([1.5, float("nan"), None, float("-inf"), -0.0]),
+            pa.array(["b", None, "a", "c", None]),
+            pa.array([None, None, None, None, None], pa.bool_()),
+        ],
+        schema=schema,
+    )
     x, s, b = zones.zones_of([batch], schema)
     assert (x.lo, x.hi, x.nulls, x.nans) == (-math.inf, 1.5, 1, 1)
     assert (s.lo, s.hi, s.nulls, s.nans) == (b"a", b"c", 2, 0)
@@ -129,10 +135,31 @@ def test_random_filters_equal_brute_force(zoned, seed):
 
 
 FIXED = [
-    "x > 1e308", "x < -1e308", "x = 'inf'", "x = '-inf'", "x >= 'inf'", "x = 'NaN'", "x != 'NaN'", "x = -0.0", "x = 0",
-    "x IS NULL", "x IS NOT NULL", "NOT (x < 5)", "id > 5.5 AND id < 9.0", "id = 10.0", "id = 10.5", "id < 1e30",
-    "k > 2.5", "k IN (1, 2.0, NULL)", "cat >= 'e'", "cat = ''", "cat IS NULL", "ts < '2024-01-01T00:00:20'",
-    "ts >= TIMESTAMP '2024-01-01T00:07:50'", "FALSE", "NOT (id >= 3 AND id <= 400)",
+    "x > 1e308",
+    "x < -1e308",
+    "x = 'inf'",
+    "x = '-inf'",
+    "x >= 'inf'",
+    "x = 'NaN'",
+    "x != 'NaN'",
+    "x = -0.0",
+    "x = 0",
+    "x IS NULL",
+    "x IS NOT NULL",
+    "NOT (x < 5)",
+    "id > 5.5 AND id < 9.0",
+    "id = 10.0",
+    "id = 10.5",
+    "id < 1e30",
+    "k > 2.5",
+    "k IN (1, 2.0, NULL)",
+    "cat >= 'e'",
+    "cat = ''",
+    "cat IS NULL",
+    "ts < '2024-01-01T00:00:20'",
+    "ts >= TIMESTAMP '2024-01-01T00:07:50'",
+    "FALSE",
+    "NOT (id >= 3 AND id <= 400)",
 ]
 
 
@@ -169,6 +196,7 @@ def test_compaction_merges_zones_and_pruning_stays_exact(tmp_path):
 
 def test_zones_survive_the_manifest_round_trip_and_segments(zoned):
     from lamina.cache import clear_caches
+
     expected = [f.zones for f in zoned.manifest.fragments]
     clear_caches()
     again = lamina.open_table(zoned.uri)
@@ -186,10 +214,24 @@ def test_a_zone_of_another_type_prunes_nothing():
 NARROW = [[1.0, 2.0, float("nan")], [1.0, 2.0], [None, None], [float("inf")], [-0.0, 0.0], [float("nan"), None]]
 
 
-@pytest.mark.parametrize("text", [
-    "NOT (x < 5)", "NOT (x <= 2.0)", "x != 1.0", "x = 'NaN'", "x != 'NaN'", "x IS NULL", "x IS NOT NULL", "x > 1e308",
-    "x = 0", "x = -0.0", "x IN (2.0, 'NaN')", "NOT (x IN (1.0, 2.0))", "NOT (x IS NULL OR x < 3)",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "NOT (x < 5)",
+        "NOT (x <= 2.0)",
+        "x != 1.0",
+        "x = 'NaN'",
+        "x != 'NaN'",
+        "x IS NULL",
+        "x IS NOT NULL",
+        "x > 1e308",
+        "x = 0",
+        "x = -0.0",
+        "x IN (2.0, 'NaN')",
+        "NOT (x IN (1.0, 2.0))",
+        "NOT (x IS NULL OR x < 3)",
+    ],
+)
 def test_fragments_of_narrow_values_with_nan_keep_what_nan_matches(tmp_path, text):
     schema = pa.schema([("x", pa.float64())])
     t = lamina.create_table(str(tmp_path / "t"), schema)
@@ -214,9 +256,17 @@ def test_narrow_fragments_are_pruned_where_nothing_can_match(tmp_path):
 
 
 @pytest.mark.parametrize("stored", ["zones_json", "zones"])  # as written now, and as written before zones_json
-@pytest.mark.parametrize("bad", [[["v", "int", {"x": 1}, 2, True, 0, 0]], [["v", "int", 1, 2, True, 0]],
-                                 [["v", "int", 1, 2, "yes", 0, 0]], [["v", "float", float("nan"), 2.0, True, 0, 0]],
-                                 "zones", {"v": 1}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [["v", "int", {"x": 1}, 2, True, 0, 0]],
+        [["v", "int", 1, 2, True, 0]],
+        [["v", "int", 1, 2, "yes", 0, 0]],
+        [["v", "float", float("nan"), 2.0, True, 0, 0]],
+        "zones",
+        {"v": 1},
+    ],
+)
 def test_a_malformed_zone_map_is_corrupt_file_naming_the_manifest(tmp_path, bad, stored):
     import hashlib
     import json
@@ -245,8 +295,18 @@ def test_a_malformed_zone_bound_is_corrupt_naming_the_manifest():
     from lamina.errors import CorruptFile
     from lamina.manifest import Fragment, RowGroup, Zone
     from lamina.manifest.codec import _fragment_from_json, fragment_to_json
-    good = fragment_to_json(Fragment(3, "data/" + "a" * 32 + ".parquet", 10, 100, (RowGroup(10, 100),), "2.6",
-                                      zones=(Zone("s", "bytes", b"ab", b"cd", True, 0, 0),)))
+
+    good = fragment_to_json(
+        Fragment(
+            3,
+            "data/" + "a" * 32 + ".parquet",
+            10,
+            100,
+            (RowGroup(10, 100),),
+            "2.6",
+            zones=(Zone("s", "bytes", b"ab", b"cd", True, 0, 0),),
+        )
+    )
     assert _fragment_from_json(good, "v1").zones[0].lo == b"ab"
     listed = {k: v for k, v in good.items() if k != "zones_json"}  # as written before zones_json
     relisted = _fragment_from_json(dict(listed, zones=json.loads(good["zones_json"])), "v1")

@@ -40,8 +40,15 @@ MiB = 1 << 20
 def frag(fid, rows=100, rg_bytes=(2 * MiB,), deleted=0, version=None):
     groups = tuple(RowGroup(rows // len(rg_bytes), b) for b in rg_bytes)
     rows = sum(g.rows for g in groups)
-    return Fragment(fid, f"data/{fid}.parquet", rows, sum(rg_bytes), groups, version or _native.FILE_VERSION,
-                    DeletionFile(f"_deletions/{fid}.bin", deleted) if deleted else None)
+    return Fragment(
+        fid,
+        f"data/{fid}.parquet",
+        rows,
+        sum(rg_bytes),
+        groups,
+        version or _native.FILE_VERSION,
+        DeletionFile(f"_deletions/{fid}.bin", deleted) if deleted else None,
+    )
 
 
 def manifest(*frags):
@@ -53,33 +60,39 @@ def manifest(*frags):
 OPTS = CompactionOptions(target_rows_per_fragment=1000, target_bytes_per_fragment=64 * MiB, min_row_group_bytes=MiB)
 
 
-@pytest.mark.parametrize("fragment,reason", [
-    (frag(0, rows=100), SMALL),
-    (frag(0, rows=1000), None),  # at the target
-    (frag(0, rows=100, rg_bytes=(65 * MiB,)), None),  # few rows but above the byte target
-    (frag(0, rows=2000, deleted=200), DELETIONS),  # large, 10% deleted
-    (frag(0, rows=2000, deleted=100), None),  # large, 5% deleted
-    (frag(0, rows=100, deleted=5), SMALL),
-])
+@pytest.mark.parametrize(
+    "fragment,reason",
+    [
+        (frag(0, rows=100), SMALL),
+        (frag(0, rows=1000), None),  # at the target
+        (frag(0, rows=100, rg_bytes=(65 * MiB,)), None),  # few rows but above the byte target
+        (frag(0, rows=2000, deleted=200), DELETIONS),  # large, 10% deleted
+        (frag(0, rows=2000, deleted=100), None),  # large, 5% deleted
+        (frag(0, rows=100, deleted=5), SMALL),
+    ],
+)
 def test_candidate_reason(fragment, reason):
     assert candidate_reason(fragment, OPTS) == reason
 
 
-@pytest.mark.parametrize("fragments,options,mode,reason", [
-    ([frag(0), frag(1)], OPTS, BINARY_COPY, ELIGIBLE),
-    ([frag(0), frag(1, rg_bytes=(MiB // 2,))], OPTS, HYBRID, SOME_SMALL_ROW_GROUPS),
-    ([frag(0, rg_bytes=(MiB // 2,)), frag(1, rg_bytes=(MiB // 4,))], OPTS, FULL_REWRITE, ALL_SMALL_ROW_GROUPS),
-    # one row group each: the one with deletions must hold them, the other is copied
-    ([frag(0), frag(1, deleted=3)], OPTS, HYBRID, SOME_ROW_GROUPS_DELETED),
-    ([frag(0, deleted=1), frag(1, deleted=3)], OPTS, FULL_REWRITE, HAS_DELETIONS),
-    ([frag(0, rg_bytes=(MiB // 2,)), frag(1, deleted=3)], OPTS, FULL_REWRITE, HAS_DELETIONS),
-    # 2 of 200 rows deleted in two row groups: each is copied if clean
-    ([frag(0, rows=200, rg_bytes=(2 * MiB, 2 * MiB), deleted=2)], OPTS, HYBRID, SOME_ROW_GROUPS_DELETED),
-    ([frag(0, rows=200, rg_bytes=(2 * MiB, MiB // 2), deleted=2)], OPTS, HYBRID, SOME_SMALL_OR_DELETED),
-    ([frag(0, deleted=3)], OPTS.with_overrides(enable_binary_copy=False), FULL_REWRITE, BINARY_COPY_DISABLED),
-    ([frag(0), frag(1, version="0")], OPTS, FULL_REWRITE, FILE_VERSION_MISMATCH),
-    ([frag(0), frag(1)], OPTS.with_overrides(enable_binary_copy=False), FULL_REWRITE, BINARY_COPY_DISABLED),
-])
+@pytest.mark.parametrize(
+    "fragments,options,mode,reason",
+    [
+        ([frag(0), frag(1)], OPTS, BINARY_COPY, ELIGIBLE),
+        ([frag(0), frag(1, rg_bytes=(MiB // 2,))], OPTS, HYBRID, SOME_SMALL_ROW_GROUPS),
+        ([frag(0, rg_bytes=(MiB // 2,)), frag(1, rg_bytes=(MiB // 4,))], OPTS, FULL_REWRITE, ALL_SMALL_ROW_GROUPS),
+        # one row group each: the one with deletions must hold them, the other is copied
+        ([frag(0), frag(1, deleted=3)], OPTS, HYBRID, SOME_ROW_GROUPS_DELETED),
+        ([frag(0, deleted=1), frag(1, deleted=3)], OPTS, FULL_REWRITE, HAS_DELETIONS),
+        ([frag(0, rg_bytes=(MiB // 2,)), frag(1, deleted=3)], OPTS, FULL_REWRITE, HAS_DELETIONS),
+        # 2 of 200 rows deleted in two row groups: each is copied if clean
+        ([frag(0, rows=200, rg_bytes=(2 * MiB, 2 * MiB), deleted=2)], OPTS, HYBRID, SOME_ROW_GROUPS_DELETED),
+        ([frag(0, rows=200, rg_bytes=(2 * MiB, MiB // 2), deleted=2)], OPTS, HYBRID, SOME_SMALL_OR_DELETED),
+        ([frag(0, deleted=3)], OPTS.with_overrides(enable_binary_copy=False), FULL_REWRITE, BINARY_COPY_DISABLED),
+        ([frag(0), frag(1, version="0")], OPTS, FULL_REWRITE, FILE_VERSION_MISMATCH),
+        ([frag(0), frag(1)], OPTS.with_overrides(enable_binary_copy=False), FULL_REWRITE, BINARY_COPY_DISABLED),
+    ],
+)
 def test_choose_mode(fragments, options, mode, reason):
     assert choose_mode(fragments, options) == (mode, reason)
 
@@ -144,13 +157,16 @@ def test_pack_adjacent_keeps_order_and_isolates_heavy_items():
     assert pack_adjacent([5, 5, 5, 20, 1], lambda x: (x,), (10,)) == [[5, 5], [5], [20], [1]]
 
 
-@pytest.mark.parametrize("values,message", [
-    ({"target_rows_per_fragment": 0}, "target_rows_per_fragment=0"),
-    ({"materialize_deletions_threshold": 1.5}, "materialize_deletions_threshold"),
-    ({"enable_binary_copy": "yes"}, "enable_binary_copy"),
-    ({"read_batch_bytes": 10}, "read_batch_bytes"),
-    ({"nope": 1}, r"unknown compaction option\(s\) \['nope'\]"),
-])
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"target_rows_per_fragment": 0}, "target_rows_per_fragment=0"),
+        ({"materialize_deletions_threshold": 1.5}, "materialize_deletions_threshold"),
+        ({"enable_binary_copy": "yes"}, "enable_binary_copy"),
+        ({"read_batch_bytes": 10}, "read_batch_bytes"),
+        ({"nope": 1}, r"unknown compaction option\(s\) \['nope'\]"),
+    ],
+)
 def test_options_are_validated(values, message):
     with pytest.raises(InvalidConfig, match=message):
         CompactionOptions.from_mapping(values)
@@ -173,9 +189,17 @@ def test_row_groups_of_a_fragment_with_deletions_are_copied_if_clean_unless_they
     many = frag(1, rows=300, rg_bytes=(2 * MiB,) * 3, deleted=201)
     small = frag(2, rows=300, rg_bytes=(2 * MiB, 2 * MiB, MiB // 2), deleted=5)
     got = actions([few, many, small], HYBRID, OPTS)
-    assert [a[:3] for a in got] == [("copy_if_clean", 0, 0), ("copy_if_clean", 0, 1), ("copy_if_clean", 0, 2),
-                                    ("encode", 1, 0), ("encode", 1, 1), ("encode", 1, 2),
-                                    ("copy_if_clean", 2, 0), ("copy_if_clean", 2, 1), ("encode", 2, 2)]
+    assert [a[:3] for a in got] == [
+        ("copy_if_clean", 0, 0),
+        ("copy_if_clean", 0, 1),
+        ("copy_if_clean", 0, 2),
+        ("encode", 1, 0),
+        ("encode", 1, 1),
+        ("encode", 1, 2),
+        ("copy_if_clean", 2, 0),
+        ("copy_if_clean", 2, 1),
+        ("encode", 2, 2),
+    ]
     assert got[3].why == "deleted (at least 1 of the fragment's 201 deleted rows)"
     assert got[8].why.startswith("small")
     assert choose_mode([many], OPTS) == (FULL_REWRITE, HAS_DELETIONS)
@@ -187,20 +211,28 @@ def test_resolve_copies_exactly_the_row_groups_without_deleted_rows():
     g = plan_compaction(manifest(f, frag(1, rows=100, rg_bytes=(MiB // 2,))), OPTS).groups[0]
     assert (g.mode, g.reason) == (HYBRID, SOME_SMALL_OR_DELETED)
     # row 100 is the first of row group 1, row 299 the last of row group 2
-    for deleted, want in [([100, 299], ["copy", "encode", "encode"]), ([99, 100], ["encode", "encode", "copy"]),
-                          ([0, 1], ["encode", "copy", "copy"])]:
+    for deleted, want in [
+        ([100, 299], ["copy", "encode", "encode"]),
+        ([99, 100], ["encode", "encode", "copy"]),
+        ([0, 1], ["encode", "copy", "copy"]),
+    ]:
         resolved = g.resolve([f, frag(1, rows=100)], [deleted, []])
         assert [a.action for a in resolved.actions] == want + ["encode"], deleted
-        assert all(a.why.startswith("clean" if a.action == "copy" else ("deleted" if a.source == 0 else "small"))
-                   for a in resolved.actions)
+        assert all(
+            a.why.startswith("clean" if a.action == "copy" else ("deleted" if a.source == 0 else "small"))
+            for a in resolved.actions
+        )
         assert resolved.mode == g.mode and resolved.fragment_ids == g.fragment_ids
     assert g.resolve([f, frag(1, rows=100)], [[100, 299], []]).actions[1].why == "deleted (1 row)"
     assert all(a.action == "encode" for a in g.as_full_rewrite("refused").actions)
 
 
 def test_dry_run_shows_each_row_group_to_copy_if_clean_and_why():
-    frags = [frag(0, rows=300, rg_bytes=(2 * MiB,) * 3), frag(1, rows=300, rg_bytes=(2 * MiB,) * 3, deleted=4),
-             frag(2, rows=100, rg_bytes=(MiB // 2,))]
+    frags = [
+        frag(0, rows=300, rg_bytes=(2 * MiB,) * 3),
+        frag(1, rows=300, rg_bytes=(2 * MiB,) * 3, deleted=4),
+        frag(2, rows=100, rg_bytes=(MiB // 2,)),
+    ]
     plan = plan_compaction(manifest(*frags), OPTS, "t")
     lines = plan.describe().splitlines()
     assert lines[1].split()[2:4] == ["hybrid", "reason=some_row_groups_small_or_deleted"]
@@ -257,10 +289,21 @@ def test_manifest_with_an_empty_fragment_plans_without_error():
 # -- options --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw,value", [
-    ("true", True), ("TRUE", True), ("1", True), ("yes", True), ("Yes", True),
-    ("false", False), ("False", False), ("0", False), ("no", False), ("NO", False),
-])
+@pytest.mark.parametrize(
+    "raw,value",
+    [
+        ("true", True),
+        ("TRUE", True),
+        ("1", True),
+        ("yes", True),
+        ("Yes", True),
+        ("false", False),
+        ("False", False),
+        ("0", False),
+        ("no", False),
+        ("NO", False),
+    ],
+)
 def test_set_enable_binary_copy_accepts_every_documented_spelling(raw, value):
     assert parse_assignment(f"enable_binary_copy={raw}") == ("enable_binary_copy", value)
 
@@ -270,14 +313,17 @@ def test_set_max_concurrency_to_none_means_the_cluster_cpus(raw):
     assert parse_assignment(f"max_concurrency={raw}") == ("max_concurrency", None)
 
 
-@pytest.mark.parametrize("text,message", [
-    ("enable_binary_copy=maybe", "'maybe' is not a valid value for enable_binary_copy"),
-    ("max_task_retries=none", "'none' is not a valid value for max_task_retries"),
-    ("target_rows_per_fragment=", "'' is not a valid value for target_rows_per_fragment"),
-    ("max_task_retries=1=2", "'1=2' is not a valid value for max_task_retries"),
-    ("target_rows_per_fragment", "expected key=value"),
-    ("nope=1", "expected key=value"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("enable_binary_copy=maybe", "'maybe' is not a valid value for enable_binary_copy"),
+        ("max_task_retries=none", "'none' is not a valid value for max_task_retries"),
+        ("target_rows_per_fragment=", "'' is not a valid value for target_rows_per_fragment"),
+        ("max_task_retries=1=2", "'1=2' is not a valid value for max_task_retries"),
+        ("target_rows_per_fragment", "expected key=value"),
+        ("nope=1", "expected key=value"),
+    ],
+)
 def test_set_rejects_bad_assignments_naming_the_problem(text, message):
     with pytest.raises(InvalidConfig, match=message):
         parse_assignment(text)
@@ -290,15 +336,18 @@ def test_unknown_option_errors_list_the_known_ones():
         CompactionOptions.from_mapping({"nope": 1})
 
 
-@pytest.mark.parametrize("values", [
-    {"max_task_retries": 101},  # an option after the optional max_concurrency is still checked
-    {"partial_commit_every": -1},
-    {"target_rows_per_fragment": None},  # only max_concurrency may be None
-    {"target_rows_per_fragment": 1.5},  # integer options refuse floats
-    {"max_task_retries": True},  # booleans are not numbers here
-    {"max_task_retries": "3"},
-    {"min_row_group_bytes": -1},
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"max_task_retries": 101},  # an option after the optional max_concurrency is still checked
+        {"partial_commit_every": -1},
+        {"target_rows_per_fragment": None},  # only max_concurrency may be None
+        {"target_rows_per_fragment": 1.5},  # integer options refuse floats
+        {"max_task_retries": True},  # booleans are not numbers here
+        {"max_task_retries": "3"},
+        {"min_row_group_bytes": -1},
+    ],
+)
 def test_out_of_range_or_mistyped_options_are_refused(values):
     with pytest.raises(InvalidConfig, match=next(iter(values))):
         CompactionOptions(**values)
@@ -322,29 +371,34 @@ def test_with_overrides_changes_only_what_it_names_and_validates_it():
 
 def _mixed_plan(table="tbl"):
     frags = (
-        [frag(i, rows=200) for i in range(4)] + [frag(4, rows=5000)]
-        + [frag(i, rows=300) for i in (5, 6, 7)] + [frag(8, rows=5000)]
-        + [frag(9, rows=300), frag(10, rows=300, rg_bytes=(MiB // 2, 2 * MiB))] + [frag(11, rows=5000)]
+        [frag(i, rows=200) for i in range(4)]
+        + [frag(4, rows=5000)]
+        + [frag(i, rows=300) for i in (5, 6, 7)]
+        + [frag(8, rows=5000)]
+        + [frag(9, rows=300), frag(10, rows=300, rg_bytes=(MiB // 2, 2 * MiB))]
+        + [frag(11, rows=5000)]
         + [frag(12, rows=900), frag(13, rows=5000), frag(14, rows=2000, deleted=1000)]
     )
     return plan_compaction(manifest(*frags), OPTS, table)
 
 
 def test_dry_run_describes_every_group_and_skipped_fragment():
-    assert _mixed_plan().describe() == "\n".join([
-        "plan for tbl at version 7: 4 groups (2 binary_copy, 1 full_rewrite, 1 hybrid), 15 -> 9 fragments",
-        "  group    0: binary_copy  reason=all_row_groups_large     fragments [0..3] (4) rows=800 bytes=8,388,608",
-        "              row groups: 4 copied, 0 re-encoded",
-        "  group    1: binary_copy  reason=all_row_groups_large     fragments [5,6,7] (3) rows=900 bytes=6,291,456",
-        "              row groups: 3 copied, 0 re-encoded",
-        "  group    2: hybrid       reason=some_row_groups_small    fragments [9,10] (2) rows=600 bytes=4,718,592",
-        "              row groups: 2 copied, 1 re-encoded (10:0)",
-        "                fragment 10: rg 0 encode: small (< 1,048,576 bytes); rg 1 copy: large",
-        "  group    3: full_rewrite reason=has_deletions            fragments [14] (1) rows=1,000 bytes=2,097,152",
-        "              row groups: 0 copied, 1 re-encoded",
-        "                fragment 14: rg 0 encode: deleted (at least 1,000 of the fragment's 1,000 deleted rows)",
-        "  skipped fragment 12: alone: no adjacent fragment has room for it",
-    ])
+    assert _mixed_plan().describe() == "\n".join(
+        [
+            "plan for tbl at version 7: 4 groups (2 binary_copy, 1 full_rewrite, 1 hybrid), 15 -> 9 fragments",
+            "  group    0: binary_copy  reason=all_row_groups_large     fragments [0..3] (4) rows=800 bytes=8,388,608",
+            "              row groups: 4 copied, 0 re-encoded",
+            "  group    1: binary_copy  reason=all_row_groups_large     fragments [5,6,7] (3) rows=900 bytes=6,291,456",
+            "              row groups: 3 copied, 0 re-encoded",
+            "  group    2: hybrid       reason=some_row_groups_small    fragments [9,10] (2) rows=600 bytes=4,718,592",
+            "              row groups: 2 copied, 1 re-encoded (10:0)",
+            "                fragment 10: rg 0 encode: small (< 1,048,576 bytes); rg 1 copy: large",
+            "  group    3: full_rewrite reason=has_deletions            fragments [14] (1) rows=1,000 bytes=2,097,152",
+            "              row groups: 0 copied, 1 re-encoded",
+            "                fragment 14: rg 0 encode: deleted (at least 1,000 of the fragment's 1,000 deleted rows)",
+            "  skipped fragment 12: alone: no adjacent fragment has room for it",
+        ]
+    )
 
 
 def test_dry_run_of_a_compact_table_says_nothing_to_do():
@@ -363,20 +417,54 @@ def test_plan_summary_json_has_every_field():
         "fragments_after": 9,
         "rows_before": 24200,
         "groups": [
-            {"index": 0, "fragment_ids": [0, 1, 2, 3], "mode": "binary_copy", "reason": "all_row_groups_large",
-             "rows": 800, "bytes": 8 * MiB, "row_groups": 4, "candidates": ["small"] * 4,
-             "actions": [["copy", 0, 0], ["copy", 1, 0], ["copy", 2, 0], ["copy", 3, 0]], "row_group_plan": []},
-            {"index": 1, "fragment_ids": [5, 6, 7], "mode": "binary_copy", "reason": "all_row_groups_large",
-             "rows": 900, "bytes": 6 * MiB, "row_groups": 3, "candidates": ["small"] * 3,
-             "actions": [["copy", 5, 0], ["copy", 6, 0], ["copy", 7, 0]], "row_group_plan": []},
-            {"index": 2, "fragment_ids": [9, 10], "mode": "hybrid", "reason": "some_row_groups_small",
-             "rows": 600, "bytes": 4 * MiB + MiB // 2, "row_groups": 3, "candidates": ["small"] * 2,
-             "actions": [["copy", 9, 0], ["encode", 10, 0], ["copy", 10, 1]],
-             "row_group_plan": ["fragment 10: rg 0 encode: small (< 1,048,576 bytes); rg 1 copy: large"]},
-            {"index": 3, "fragment_ids": [14], "mode": "full_rewrite", "reason": "has_deletions",
-             "rows": 1000, "bytes": 2 * MiB, "row_groups": 1, "candidates": ["deletions"],
-             "actions": [["encode", 14, 0]],
-             "row_group_plan": ["fragment 14: rg 0 encode: deleted (at least 1,000 of the fragment's 1,000 deleted rows)"]},
+            {
+                "index": 0,
+                "fragment_ids": [0, 1, 2, 3],
+                "mode": "binary_copy",
+                "reason": "all_row_groups_large",
+                "rows": 800,
+                "bytes": 8 * MiB,
+                "row_groups": 4,
+                "candidates": ["small"] * 4,
+                "actions": [["copy", 0, 0], ["copy", 1, 0], ["copy", 2, 0], ["copy", 3, 0]],
+                "row_group_plan": [],
+            },
+            {
+                "index": 1,
+                "fragment_ids": [5, 6, 7],
+                "mode": "binary_copy",
+                "reason": "all_row_groups_large",
+                "rows": 900,
+                "bytes": 6 * MiB,
+                "row_groups": 3,
+                "candidates": ["small"] * 3,
+                "actions": [["copy", 5, 0], ["copy", 6, 0], ["copy", 7, 0]],
+                "row_group_plan": [],
+            },
+            {
+                "index": 2,
+                "fragment_ids": [9, 10],
+                "mode": "hybrid",
+                "reason": "some_row_groups_small",
+                "rows": 600,
+                "bytes": 4 * MiB + MiB // 2,
+                "row_groups": 3,
+                "candidates": ["small"] * 2,
+                "actions": [["copy", 9, 0], ["encode", 10, 0], ["copy", 10, 1]],
+                "row_group_plan": ["fragment 10: rg 0 encode: small (< 1,048,576 bytes); rg 1 copy: large"],
+            },
+            {
+                "index": 3,
+                "fragment_ids": [14],
+                "mode": "full_rewrite",
+                "reason": "has_deletions",
+                "rows": 1000,
+                "bytes": 2 * MiB,
+                "row_groups": 1,
+                "candidates": ["deletions"],
+                "actions": [["encode", 14, 0]],
+                "row_group_plan": ["fragment 14: rg 0 encode: deleted (at least 1,000 of the fragment's 1,000 deleted rows)"],
+            },
         ],
         "skipped": [[12, "alone: no adjacent fragment has room for it"]],
         "limited": False,

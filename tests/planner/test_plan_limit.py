@@ -16,8 +16,9 @@ def _small(n: int):
 
 def _adjacent(plan, ids) -> bool:
     pos = {i: p for p, i in enumerate(ids)}
-    return all(pos[g.fragment_ids[k + 1]] == pos[g.fragment_ids[k]] + 1
-               for g in plan.groups for k in range(len(g.fragment_ids) - 1))
+    return all(
+        pos[g.fragment_ids[k + 1]] == pos[g.fragment_ids[k]] + 1 for g in plan.groups for k in range(len(g.fragment_ids) - 1)
+    )
 
 
 def test_a_binpack_plan_stops_at_max_plan_fragments_and_reads_no_further():
@@ -47,7 +48,7 @@ def test_a_tiered_plan_keeps_its_first_groups_and_says_the_others_wait():
     full = plan_compaction(manifest(*frags), opts.with_overrides(max_plan_fragments=100_000))
     plan = plan_compaction(manifest(*frags), opts)
     assert len(full.groups) > len(plan.groups) > 0 and plan.limited and not full.limited
-    assert [g.fragment_ids for g in plan.groups] == [g.fragment_ids for g in full.groups[:len(plan.groups)]]
+    assert [g.fragment_ids for g in plan.groups] == [g.fragment_ids for g in full.groups[: len(plan.groups)]]
     assert sum(len(g.fragment_ids) for g in plan.groups) <= 40
     kept = {i for g in plan.groups for i in g.fragment_ids}
     for d in plan.tiers.decisions:

@@ -30,8 +30,15 @@ def opts(**kw) -> CompactionOptions:
 
 
 def frag(fid, rows, bytes_per_row=64, deleted=0):
-    return Fragment(fid, f"data/{fid}.parquet", rows, rows * bytes_per_row, (RowGroup(rows, rows * bytes_per_row),),
-                    _native.FILE_VERSION, DeletionFile(f"_deletions/{fid}.bin", deleted) if deleted else None)
+    return Fragment(
+        fid,
+        f"data/{fid}.parquet",
+        rows,
+        rows * bytes_per_row,
+        (RowGroup(rows, rows * bytes_per_row),),
+        _native.FILE_VERSION,
+        DeletionFile(f"_deletions/{fid}.bin", deleted) if deleted else None,
+    )
 
 
 def manifest(*frags):
@@ -57,8 +64,14 @@ class Table:
         return max(f.live_rows / self.o.target_rows_per_fragment, live_bytes / self.o.target_bytes_per_fragment)
 
     def _add(self, ids: np.ndarray, file_bytes: int, pos: int | None = None) -> Fragment:
-        f = Fragment(self.next_fid, f"data/{self.next_fid}.parquet", len(ids), file_bytes,
-                     (RowGroup(len(ids), file_bytes),), _native.FILE_VERSION)
+        f = Fragment(
+            self.next_fid,
+            f"data/{self.next_fid}.parquet",
+            len(ids),
+            file_bytes,
+            (RowGroup(len(ids), file_bytes),),
+            _native.FILE_VERSION,
+        )
         self.next_fid += 1
         self.ids[f.id], self.dead[f.id] = ids, np.zeros(len(ids), bool)
         self.smallest[ids] = np.minimum(self.smallest[ids], self.share(f))
@@ -86,8 +99,9 @@ class Table:
         gone = self.rng.sample(live.tolist(), max(1, int(len(live) * share)))
         self.dead[f.id][gone] = True
         n = int(self.dead[f.id].sum())
-        self.frags[pos] = Fragment(f.id, f.path, f.rows, f.file_bytes, f.row_groups, f.file_version,
-                                   DeletionFile(f"_deletions/{f.id}-{n}.bin", n))
+        self.frags[pos] = Fragment(
+            f.id, f.path, f.rows, f.file_bytes, f.row_groups, f.file_version, DeletionFile(f"_deletions/{f.id}-{n}.bin", n)
+        )
 
     def manifest(self) -> Manifest:
         return manifest(*self.frags)
@@ -101,14 +115,14 @@ class Table:
         for g in reversed(plan.groups):
             pos = [i for i, f in enumerate(self.frags) if f.id in g.fragment_ids]
             assert pos == list(range(pos[0], pos[0] + len(g.fragment_ids))), "a group is a run of adjacent fragments"
-            members = self.frags[pos[0]:pos[-1] + 1]
+            members = self.frags[pos[0] : pos[-1] + 1]
             assert tuple(f.id for f in members) == g.fragment_ids, "in table order"
             ids = np.concatenate([self.ids[f.id][~self.dead[f.id]] for f in members])
             out_bytes = round(sum(f.file_bytes * f.live_rows / f.rows for f in members if f.rows))
             for f in members:
                 if triggers[f.id] in (SIZE, TOP):
                     self.rewrites[self.ids[f.id][~self.dead[f.id]]] += 1
-            del self.frags[pos[0]:pos[-1] + 1]
+            del self.frags[pos[0] : pos[-1] + 1]
             self.written += out_bytes
             self._add(ids, out_bytes, pos[0])
 
@@ -130,21 +144,24 @@ def bound(share: float, r: int) -> int:
 # -- tiers ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rows,bytes_per_row,tier,decision", [
-    (4096, 64, 0, AT_TARGET),
-    (5000, 64, 0, AT_TARGET),
-    (4095, 64, 1, SETTLED),
-    (2048, 64, 1, SETTLED),  # exactly half the target
-    (2047, 64, 1, WAIT),
-    (1024, 64, 1, WAIT),  # exactly 1/4: the bottom of tier 1
-    (1023, 64, 2, WAIT),
-    (256, 64, 2, WAIT),
-    (255, 64, 3, WAIT),
-    (1, 64, 6, WAIT),  # 4096 = 4^6
-    (100, 4096, 1, WAIT),  # 0.39 of the byte target, 0.02 of the rows target: the larger share counts
-    (100, 8192, 1, SETTLED),  # 0.78 of the byte target: settled although 100 rows
-    (300, 1024, 1, WAIT),  # 0.29 of the byte target
-])
+@pytest.mark.parametrize(
+    "rows,bytes_per_row,tier,decision",
+    [
+        (4096, 64, 0, AT_TARGET),
+        (5000, 64, 0, AT_TARGET),
+        (4095, 64, 1, SETTLED),
+        (2048, 64, 1, SETTLED),  # exactly half the target
+        (2047, 64, 1, WAIT),
+        (1024, 64, 1, WAIT),  # exactly 1/4: the bottom of tier 1
+        (1023, 64, 2, WAIT),
+        (256, 64, 2, WAIT),
+        (255, 64, 3, WAIT),
+        (1, 64, 6, WAIT),  # 4096 = 4^6
+        (100, 4096, 1, WAIT),  # 0.39 of the byte target, 0.02 of the rows target: the larger share counts
+        (100, 8192, 1, SETTLED),  # 0.78 of the byte target: settled although 100 rows
+        (300, 1024, 1, WAIT),  # 0.29 of the byte target
+    ],
+)
 def test_tier_of_a_lone_fragment(rows, bytes_per_row, tier, decision):
     plan = plan_compaction(manifest(frag(0, rows, bytes_per_row)), OPTS)
     [d] = plan.tiers.decisions
@@ -191,8 +208,9 @@ def test_merges_cascade_within_one_pass():
     frags = [frag(i, 300) for i in range(3)] + [frag(3 + i, 100) for i in range(4)]
     plan = plan_compaction(manifest(*frags), OPTS)
     assert [g.fragment_ids for g in plan.groups] == [tuple(range(7))]
-    assert plan.tiers.group_triggers[0] == ("4 adjacent tier-3 fragments (min_merge_width 4); then 4 adjacent tier-2 "
-                                            "fragments (min_merge_width 4)")
+    assert plan.tiers.group_triggers[0] == (
+        "4 adjacent tier-3 fragments (min_merge_width 4); then 4 adjacent tier-2 fragments (min_merge_width 4)"
+    )
 
 
 def test_top_tier_merges_once_it_reaches_half_the_target_and_the_output_is_settled():
@@ -218,7 +236,10 @@ def test_deletions_over_the_threshold_are_materialized_alone_whatever_the_tier()
     frags = [frag(0, 5000, deleted=600), frag(1, 2500, deleted=100), frag(2, 3000, deleted=300), frag(3, 100, deleted=20)]
     plan = plan_compaction(manifest(*frags), OPTS)
     assert [(g.fragment_ids, g.mode, g.reason) for g in plan.groups] == [
-        ((0,), FULL_REWRITE, HAS_DELETIONS), ((2,), FULL_REWRITE, HAS_DELETIONS), ((3,), FULL_REWRITE, HAS_DELETIONS)]
+        ((0,), FULL_REWRITE, HAS_DELETIONS),
+        ((2,), FULL_REWRITE, HAS_DELETIONS),
+        ((3,), FULL_REWRITE, HAS_DELETIONS),
+    ]
     assert [d.trigger for d in plan.tiers.decisions] == [DELETIONS, None, DELETIONS, DELETIONS]
     assert [g.candidates for g in plan.groups] == [("deletions",)] * 3
 
@@ -343,8 +364,12 @@ def test_nothing_is_stranded_in_a_steady_stream(seed):
 
 
 def _stream_plan():
-    frags = ([frag(0, 5000), frag(1, 2600), frag(2, 1200)] + [frag(3 + i, 300) for i in range(3)]
-             + [frag(6 + i, 100) for i in range(4)] + [frag(10, 20)])
+    frags = (
+        [frag(0, 5000), frag(1, 2600), frag(2, 1200)]
+        + [frag(3 + i, 300) for i in range(3)]
+        + [frag(6 + i, 100) for i in range(4)]
+        + [frag(10, 20)]
+    )
     return plan_compaction(manifest(*frags), OPTS, "tbl")
 
 
@@ -370,34 +395,53 @@ def test_dry_run_says_why_each_fragment_waits_or_merges():
     assert _stream_plan().describe() == "\n".join(DRY_RUN)
 
 
-@pytest.mark.parametrize("frags,max_fragments,lines", [
-    ([frag(0, 1100), frag(1, 300), frag(2, 300)], 64, [
-        "  fragment 0: tier 1, waits: adjacent tier-1 fragments hold 0.27 of the target; they merge when they reach 0.50 "
-        "(more tier-1 fragments next to it)",
-        "  fragments 1,2: tier 2, waits: 2 of 4 adjacent tier-2 fragments; 2 more next to it (appended, or made by "
-        "merges of smaller ones) merge them into tier 1",
-    ]),
-    ([frag(i, 100) for i in range(11)], 64, [  # merged 4 at a time; the 3 left wait for a 4th
-        "  fragments 0..3 (4): tier 3, merges in group 0: 4 adjacent tier-3 fragments (min_merge_width 4)",
-        "  fragments 4..7 (4): tier 3, merges in group 1: 4 adjacent tier-3 fragments (min_merge_width 4)",
-        "  fragments 8,9,10: tier 3, waits: 3 of 4 adjacent tier-3 fragments; 1 more next to it (appended, or made by "
-        "merges of smaller ones) merge them into tier 2",
-    ]),
-    ([frag(0, 100, deleted=30), frag(1, 4096)], 64, [
-        "  fragment 0: tier 3, merges in group 0: 30% of its rows deleted (materialize_deletions_threshold 0.1)",
-        "  fragment 1: at the target: moves only to drop deleted rows",
-    ]),
-    ([frag(i, 300 if i % 2 == 0 else 40) for i in range(4)], 3, [
-        "  fragment 0: tier 2, merges in group 0: 4 fragments below half the target, more than max_fragments 3: "
-        "merged with its smaller neighbour",
-        "  fragment 1: tier 4, merges in group 0: 4 fragments below half the target, more than max_fragments 3: "
-        "merged with its smaller neighbour",
-        "  fragment 2: tier 2, waits: 2 of 4 adjacent tier-2 fragments; 2 more next to it (appended, or made by merges "
-        "of smaller ones) merge them into tier 1",
-        "  fragment 3: tier 4, waits: 1 of 4 adjacent tier-4 fragments; 3 more next to it (appended, or made by merges "
-        "of smaller ones) merge them into tier 3",
-    ]),
-])
+@pytest.mark.parametrize(
+    "frags,max_fragments,lines",
+    [
+        (
+            [frag(0, 1100), frag(1, 300), frag(2, 300)],
+            64,
+            [
+                "  fragment 0: tier 1, waits: adjacent tier-1 fragments hold 0.27 of the target; they merge when they reach 0.50 "
+                "(more tier-1 fragments next to it)",
+                "  fragments 1,2: tier 2, waits: 2 of 4 adjacent tier-2 fragments; 2 more next to it (appended, or made by "
+                "merges of smaller ones) merge them into tier 1",
+            ],
+        ),
+        (
+            [frag(i, 100) for i in range(11)],
+            64,
+            [  # merged 4 at a time; the 3 left wait for a 4th
+                "  fragments 0..3 (4): tier 3, merges in group 0: 4 adjacent tier-3 fragments (min_merge_width 4)",
+                "  fragments 4..7 (4): tier 3, merges in group 1: 4 adjacent tier-3 fragments (min_merge_width 4)",
+                "  fragments 8,9,10: tier 3, waits: 3 of 4 adjacent tier-3 fragments; 1 more next to it (appended, or made by "
+                "merges of smaller ones) merge them into tier 2",
+            ],
+        ),
+        (
+            [frag(0, 100, deleted=30), frag(1, 4096)],
+            64,
+            [
+                "  fragment 0: tier 3, merges in group 0: 30% of its rows deleted (materialize_deletions_threshold 0.1)",
+                "  fragment 1: at the target: moves only to drop deleted rows",
+            ],
+        ),
+        (
+            [frag(i, 300 if i % 2 == 0 else 40) for i in range(4)],
+            3,
+            [
+                "  fragment 0: tier 2, merges in group 0: 4 fragments below half the target, more than max_fragments 3: "
+                "merged with its smaller neighbour",
+                "  fragment 1: tier 4, merges in group 0: 4 fragments below half the target, more than max_fragments 3: "
+                "merged with its smaller neighbour",
+                "  fragment 2: tier 2, waits: 2 of 4 adjacent tier-2 fragments; 2 more next to it (appended, or made by merges "
+                "of smaller ones) merge them into tier 1",
+                "  fragment 3: tier 4, waits: 1 of 4 adjacent tier-4 fragments; 3 more next to it (appended, or made by merges "
+                "of smaller ones) merge them into tier 3",
+            ],
+        ),
+    ],
+)
 def test_dry_run_fragment_lines(frags, max_fragments, lines):
     o = opts(max_fragments=max_fragments)
     text = plan_compaction(manifest(*frags), o).describe().splitlines()
@@ -410,8 +454,15 @@ def test_plan_json_carries_the_tier_decisions():
     assert d["options"]["policy"] == "tiered"
     assert d["tiers"]["group_triggers"] == [plan.tiers.group_triggers[0]]
     assert d["tiers"]["fragments"][10] == {
-        "fragment_id": 10, "tier": 4, "share": round(20 / T, 6), "peers": 1, "decision": "wait", "group": None,
-        "trigger": None, "why": DRY_RUN[-1].split("tier 4, ", 1)[1]}
+        "fragment_id": 10,
+        "tier": 4,
+        "share": round(20 / T, 6),
+        "peers": 1,
+        "decision": "wait",
+        "group": None,
+        "trigger": None,
+        "why": DRY_RUN[-1].split("tier 4, ", 1)[1],
+    }
     assert [f["decision"] for f in d["tiers"]["fragments"]] == ["at_target", "settled"] + ["merge"] * 8 + ["wait"]
     assert pickle.loads(pickle.dumps(plan)) == plan
     binpack = plan_compaction(manifest(frag(0, 100), frag(1, 100)), OPTS.with_overrides(policy="binpack")).to_dict()
@@ -421,9 +472,17 @@ def test_plan_json_carries_the_tier_decisions():
 # -- options -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text,value", [("policy=tiered", "tiered"), ("policy=BinPack", "binpack"),
-                                        ("policy= tiered ", "tiered"), ("tier_ratio=8", 8), ("min_merge_width=6", 6),
-                                        ("max_fragments=1_000", 1000)])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("policy=tiered", "tiered"),
+        ("policy=BinPack", "binpack"),
+        ("policy= tiered ", "tiered"),
+        ("tier_ratio=8", 8),
+        ("min_merge_width=6", 6),
+        ("max_fragments=1_000", 1000),
+    ],
+)
 def test_set_policy_and_tier_options(text, value):
     assert parse_assignment(text)[1] == value
 
@@ -442,9 +501,14 @@ def test_bad_policy_options_are_refused_naming_the_fix():
 
 def test_default_policy_and_catalog_property_override():
     assert CompactionOptions().policy == "binpack"
-    policy = MaintenancePolicy().with_properties({"maintenance.compaction.policy": "Tiered",
-                                                  "maintenance.compaction.tier_ratio": "8",
-                                                  "maintenance.compaction.min_merge_width": "8"}, "ns.events")
+    policy = MaintenancePolicy().with_properties(
+        {
+            "maintenance.compaction.policy": "Tiered",
+            "maintenance.compaction.tier_ratio": "8",
+            "maintenance.compaction.min_merge_width": "8",
+        },
+        "ns.events",
+    )
     assert (policy.compaction.policy, policy.compaction.tier_ratio, policy.compaction.min_merge_width) == ("tiered", 8, 8)
     with pytest.raises(InvalidConfig, match="table ns.events: .*policy='lsm' must be one of binpack, tiered"):
         MaintenancePolicy().with_properties({"maintenance.compaction.policy": "lsm"}, "ns.events")

@@ -32,7 +32,7 @@ def chunk(store, path, rg, col):
     raw = store.get(path)
     c = pq.ParquetFile(pa.py_buffer(raw)).metadata.row_group(rg).column(col)
     start = c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset
-    return raw[start:start + c.total_compressed_size]
+    return raw[start : start + c.total_compressed_size]
 
 
 def test_every_mode_writes_the_live_rows_in_order(table_location):
@@ -107,10 +107,14 @@ def test_clean_row_groups_of_fragments_with_deletions_are_copied(table_location)
 
     r = GroupCompactor().run(tasks[0])
     assert r.ok, r.error
-    assert r.resolved == [(1, 0, "copy", "clean (none of the fragment's 6 deleted rows)"), (1, 1, "encode", "deleted (6 rows)"),
-                          (1, 2, "copy", "clean (none of the fragment's 6 deleted rows)"),
-                          (4, 0, "copy", "clean (none of the fragment's 3 deleted rows)"),
-                          (4, 1, "copy", "clean (none of the fragment's 3 deleted rows)"), (4, 2, "encode", "deleted (3 rows)")]
+    assert r.resolved == [
+        (1, 0, "copy", "clean (none of the fragment's 6 deleted rows)"),
+        (1, 1, "encode", "deleted (6 rows)"),
+        (1, 2, "copy", "clean (none of the fragment's 6 deleted rows)"),
+        (4, 0, "copy", "clean (none of the fragment's 3 deleted rows)"),
+        (4, 1, "copy", "clean (none of the fragment's 3 deleted rows)"),
+        (4, 2, "encode", "deleted (3 rows)"),
+    ]
     assert (r.mode, r.row_groups_copied) == ("hybrid", len(DELETION_AWARE_COPIES))
     # Output row groups: A0 A1 A2 B0 [B1] B2 [C+D] E0 E1 [E2]: copied ones are byte-identical to their source.
     copied_at = [0, 1, 2, 3, 5, 7, 8]
@@ -132,8 +136,13 @@ def test_clean_row_groups_of_fragments_with_deletions_are_copied(table_location)
     (info,) = after.list_indices()
     assert info.uncovered_fragments == 0
     everything = after.to_arrow(with_row_address=True)
-    for flt in ["id = 16006", "id IN (0, 15999, 16000, 16006, 24002, 26999, 38997, 38999)", "id >= 15990 AND id < 16010",
-                "id >= 34990 AND id < 35010", "id > 38990"]:
+    for flt in [
+        "id = 16006",
+        "id IN (0, 15999, 16000, 16006, 24002, 26999, 38997, 38999)",
+        "id >= 15990 AND id < 16010",
+        "id >= 34990 AND id < 35010",
+        "id > 38990",
+    ]:
         assert "scan for 0 fragment(s)" in after.explain(flt)
         got = after.to_arrow(filter=flt, with_row_address=True)
         assert got.equals(everything.filter(parse_filter(flt, after.schema).expression)), flt

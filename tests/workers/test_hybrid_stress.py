@@ -37,8 +37,9 @@ def compact_once(t: lamina.Table) -> list:
         r = GroupCompactor().run(task)
         assert r.ok, f"pass compaction of group {g.index} ({g.mode}) failed: {r.error}"
         results.append(r)
-    summary = CompactionSummary(table=t.uri, read_version=plan.read_version,
-                                fragments_before=plan.fragments_before, rows_before=plan.rows_before)
+    summary = CompactionSummary(
+        table=t.uri, read_version=plan.read_version, fragments_before=plan.fragments_before, rows_before=plan.rows_before
+    )
     summary.groups = [g.to_dict() for g in plan.groups]
     commit_results(t, t.manifest, results, summary)
     assert summary.failed_groups == 0

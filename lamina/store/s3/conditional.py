@@ -70,8 +70,9 @@ def _holds_token(store: S3Store, path: str, token: str) -> bool | None:
     """Whether the object at ``path`` was written by the call that made ``token``; None if none is there."""
     key = store.key(path)
     try:
-        head: dict[str, Any] = store.call("checking", path, lambda: store.client().head_object(Bucket=store.bucket, Key=key),
-                                          kind="HEAD")
+        head: dict[str, Any] = store.call(
+            "checking", path, lambda: store.client().head_object(Bucket=store.bucket, Key=key), kind="HEAD"
+        )
     except ObjectNotFound:
         return None
     metadata: dict[str, str] = head.get("Metadata", {})
@@ -101,7 +102,8 @@ def upload(store: S3Store, path: str, open_source: Callable[[], Any], *, conditi
     retried = False  # whether a request of this call may already have written the object
     while True:
         upload_id = store.call(
-            "starting upload of", path,
+            "starting upload of",
+            path,
             lambda: client.create_multipart_upload(Bucket=store.bucket, Key=key, Metadata={TOKEN_KEY: token})["UploadId"],
             kind="PUT",
         )
@@ -154,8 +156,9 @@ def _upload_parts(store: S3Store, path: str, key: str, upload_id: str, open_sour
             number += 1
 
 
-def _complete(store: S3Store, path: str, key: str, upload_id: str, parts: list[dict[str, Any]], conditional: bool,
-              *, first: bool) -> tuple[str, int]:
+def _complete(
+    store: S3Store, path: str, key: str, upload_id: str, parts: list[dict[str, Any]], conditional: bool, *, first: bool
+) -> tuple[str, int]:
     """Completes one upload; returns (outcome, attempts made)."""
     from botocore.exceptions import ClientError
 

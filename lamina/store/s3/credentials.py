@@ -19,9 +19,18 @@ from typing import Any, NamedTuple
 from lamina.errors import MissingCredentials
 
 #: The environment that shapes botocore's credential chain: a changed environment gets a new session.
-CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                  "AWS_CREDENTIAL_EXPIRATION", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
-                  "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
+CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_CREDENTIAL_EXPIRATION",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+)
 
 #: One boto3 session per process, options and credential environment (see ``session_for``).
 _SESSIONS: dict[tuple[Any, ...], Any] = {}
@@ -57,8 +66,12 @@ def session_for(o: dict[str, Any], uri: str, keys: StaticCredentials | None = No
             import boto3
 
             if keys is not None:
-                session = boto3.session.Session(aws_access_key_id=keys.access_key, aws_secret_access_key=keys.secret_key,
-                                                aws_session_token=keys.token, region_name=_region(o))
+                session = boto3.session.Session(
+                    aws_access_key_id=keys.access_key,
+                    aws_secret_access_key=keys.secret_key,
+                    aws_session_token=keys.token,
+                    region_name=_region(o),
+                )
             else:
                 session = boto3.session.Session(
                     aws_access_key_id=o.get("aws_access_key_id"),
@@ -87,8 +100,14 @@ def resolve(o: dict[str, Any], uri: str) -> tuple[Any, str]:
             return StaticCredentials(str(key), str(secret), o.get("aws_session_token") or None), str(region)
         env_key, env_secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
         # Expiring environment credentials (AWS_CREDENTIAL_EXPIRATION) are botocore's to refresh.
-        if (not key and not secret and not o.get("aws_session_token") and env_key and env_secret
-                and not os.environ.get("AWS_CREDENTIAL_EXPIRATION")):
+        if (
+            not key
+            and not secret
+            and not o.get("aws_session_token")
+            and env_key
+            and env_secret
+            and not os.environ.get("AWS_CREDENTIAL_EXPIRATION")
+        ):
             # botocore's EnvProvider takes the first of these that is set, in this order.
             token = os.environ.get("AWS_SECURITY_TOKEN") or os.environ.get("AWS_SESSION_TOKEN") or None
             return StaticCredentials(env_key, env_secret, token), str(region)

@@ -35,8 +35,9 @@ T = TypeVar("T")
 
 #: storage_options keys the S3 store understands.
 S3_OPTIONS = {
-    "endpoint_url": ("S3 endpoint, e.g. http://127.0.0.1:5000 for moto/MinIO "
-                     "(default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS)"),
+    "endpoint_url": (
+        "S3 endpoint, e.g. http://127.0.0.1:5000 for moto/MinIO (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS)"
+    ),
     "region": "AWS region (default: AWS_REGION / AWS_DEFAULT_REGION / profile, else us-east-1)",
     "aws_access_key_id": "access key (default: the standard credential chain)",
     "aws_secret_access_key": "secret key",
@@ -47,12 +48,12 @@ S3_OPTIONS = {
     "multipart_chunk_size": "part size for multipart uploads (default 16 MiB, at least 5 MiB)",
     "max_pool_connections": "HTTP connections per process (default 32)",
     "direct_reads": "GETs, HEADs and listings sent without a boto3 client (signed by botocore's signer, sent by its "
-                    "HTTP session), ~5x less CPU per GET (default true)",
+    "HTTP session), ~5x less CPU per GET (default true)",
     "ca_bundle": "PEM file of the CA certificates the endpoint's TLS certificate must chain to (default: AWS_CA_BUNDLE, "
-                 "then ca_bundle in the AWS config file, then REQUESTS_CA_BUNDLE, then certifi's bundle)",
+    "then ca_bundle in the AWS config file, then REQUESTS_CA_BUNDLE, then certifi's bundle)",
     "verify": "false: do not check the endpoint's TLS certificate, for a test endpoint only (default true)",
     "proxy_url": "HTTP(S) proxy of every request, e.g. http://proxy:3128 (default: HTTPS_PROXY / HTTP_PROXY by the "
-                 "endpoint's scheme, none for a host in NO_PROXY)",
+    "endpoint's scheme, none for a host in NO_PROXY)",
 }
 
 _MIB = 1024 * 1024
@@ -60,7 +61,7 @@ _MIB = 1024 * 1024
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
     """``s3://bucket/a/b/`` → ``("bucket", "a/b")``."""
-    rest = uri[len("s3://"):]
+    rest = uri[len("s3://") :]
     bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise InvalidConfig(f"S3 URI {uri!r} has no bucket: use s3://bucket/path/to/table")
@@ -95,8 +96,9 @@ class S3Store(ObjectStore):
         self.multipart_threshold = _int_option(options, "multipart_threshold", 64 * _MIB, 5 * _MIB, 5 * 1024**4)
         self.multipart_chunk_size = _int_option(options, "multipart_chunk_size", 16 * _MIB, 5 * _MIB, 5 * 1024**3)
         self._pool = _int_option(options, "max_pool_connections", 32, 1, 1024)
-        self.endpoint_url = (options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3")
-                             or os.environ.get("AWS_ENDPOINT_URL"))
+        self.endpoint_url = (
+            options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        )
         self.tls = transport.tls_settings(options, self.uri)
         self._shared_client: Any = None
         # Taken once: credentials (MissingCredentials now, before any work), region, endpoint and proxies. The
@@ -107,8 +109,9 @@ class S3Store(ObjectStore):
         self.proxies = transport.proxies_for(options, base or self.endpoint_url or f"https://s3.{self.region}.amazonaws.com")
         self._base_url = base if base is not None else self.client().meta.endpoint_url.rstrip("/")
         self.direct_reads = str(options.get("direct_reads", "true")).lower() not in ("false", "0", "no", "off")
-        self._transport = transport.Transport(credentials.Signer(self.credentials, self.region).sign, self.tls,
-                                              self.proxies, self._pool)
+        self._transport = transport.Transport(
+            credentials.Signer(self.credentials, self.region).sign, self.tls, self.proxies, self._pool
+        )
 
     def __reduce__(self) -> tuple[type[S3Store], tuple[str, dict[str, Any]]]:
         return (S3Store, (self.uri, self.storage_options))
@@ -120,8 +123,9 @@ class S3Store(ObjectStore):
     def client(self) -> Any:
         """The process's boto3 client for this store's options (writes, deletes, multipart uploads)."""
         if self._shared_client is None:
-            self._shared_client = transport.client_for(self.storage_options, self.endpoint_url, self._pool, self.uri,
-                                                       self.tls, self.proxies, self.credentials)
+            self._shared_client = transport.client_for(
+                self.storage_options, self.endpoint_url, self._pool, self.uri, self.tls, self.proxies, self.credentials
+            )
         return self._shared_client
 
     def key(self, path: str) -> str:
@@ -156,36 +160,45 @@ class S3Store(ObjectStore):
                         f"{what} {self.describe(path)}: the TLS certificate of {self.endpoint_url or self._base_url} is not "
                         f"trusted (checked against {self.tls.ca_bundle}, from {self.tls.source}): give the PEM file of the CA "
                         "that signs it as storage_options={'ca_bundle': path} or in AWS_CA_BUNDLE, or verify=false for a "
-                        f"test endpoint ({e})") from e
+                        f"test endpoint ({e})"
+                    ) from e
                 if failure == "connection":
                     delay = next(delays, None)
                     if delay is not None:
                         time.sleep(delay)
                         continue
-                    raise StorageError(f"{what} {self.describe(path)}: cannot reach {self.endpoint_url or 'S3'} "
-                                       f"after {self.backoff.max_attempts} attempts ({e})") from e
+                    raise StorageError(
+                        f"{what} {self.describe(path)}: cannot reach {self.endpoint_url or 'S3'} "
+                        f"after {self.backoff.max_attempts} attempts ({e})"
+                    ) from e
                 code, status = transport.error_code(e), transport.error_status(e)
                 if transport.retryable(code, status):
                     delay = next(delays, None)
                     if delay is not None:
                         time.sleep(delay)
                         continue
-                    raise StorageError(f"{what} {self.describe(path)} failed after {self.backoff.max_attempts} attempts: "
-                                       f"{code or status} ({e})") from e
+                    raise StorageError(
+                        f"{what} {self.describe(path)} failed after {self.backoff.max_attempts} attempts: {code or status} ({e})"
+                    ) from e
                 raise self._translate(e, code, status, what, path) from e
 
     def _translate(self, e: Exception, code: str, status: str, what: str, path: str) -> Exception:
         if code == "NoSuchBucket":
-            return BucketNotFound(f"bucket {self.bucket!r} does not exist at {self.endpoint_url or 'AWS S3'}: "
-                                  f"create it, or fix the URI {self.uri}")
+            return BucketNotFound(
+                f"bucket {self.bucket!r} does not exist at {self.endpoint_url or 'AWS S3'}: create it, or fix the URI {self.uri}"
+            )
         if code in transport.MISSING_CODES:
             return ObjectNotFound(f"{self.describe(path)} does not exist")
         if code in {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}:
-            return MissingCredentials(f"{what} {self.describe(path)}: credentials rejected ({code}); "
-                                      "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the profile")
+            return MissingCredentials(
+                f"{what} {self.describe(path)}: credentials rejected ({code}); "
+                "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the profile"
+            )
         if code in {"AccessDenied", "403"}:
-            return StorageError(f"{what} {self.describe(path)}: access denied; "
-                                f"the credentials need s3:GetObject/PutObject/ListBucket/DeleteObject on {self.uri}")
+            return StorageError(
+                f"{what} {self.describe(path)}: access denied; "
+                f"the credentials need s3:GetObject/PutObject/ListBucket/DeleteObject on {self.uri}"
+            )
         if code == "InvalidRange":
             return CorruptFile(f"{self.describe(path)} is shorter than the manifest says: truncated")
         return StorageError(f"{what} {self.describe(path)} failed: {code or status} ({e})")
@@ -211,15 +224,28 @@ class S3Store(ObjectStore):
 
         # Every value percent-encoded as SigV4 canonicalizes it (a space as %20, never "+"), so the query sent is
         # the one signed.
-        url = self._object_url() + "?" + "&".join(
-            f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted({"list-type": "2", **params}.items()))
+        url = (
+            self._object_url()
+            + "?"
+            + "&".join(
+                f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted({"list-type": "2", **params}.items())
+            )
+        )
         root = ET.fromstring(self._transport.send("ListObjectsV2", "GET", url).data)
         ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
-        contents = [{"Key": c.findtext(f"{ns}Key", ""), "Size": int(c.findtext(f"{ns}Size", "0")),
-                     "LastModified": datetime.fromisoformat(c.findtext(f"{ns}LastModified", "").replace("Z", "+00:00"))}
-                    for c in root.iter(f"{ns}Contents")]
-        return {"Contents": contents, "IsTruncated": root.findtext(f"{ns}IsTruncated", "false").lower() == "true",
-                "NextContinuationToken": root.findtext(f"{ns}NextContinuationToken")}
+        contents = [
+            {
+                "Key": c.findtext(f"{ns}Key", ""),
+                "Size": int(c.findtext(f"{ns}Size", "0")),
+                "LastModified": datetime.fromisoformat(c.findtext(f"{ns}LastModified", "").replace("Z", "+00:00")),
+            }
+            for c in root.iter(f"{ns}Contents")
+        ]
+        return {
+            "Contents": contents,
+            "IsTruncated": root.findtext(f"{ns}IsTruncated", "false").lower() == "true",
+            "NextContinuationToken": root.findtext(f"{ns}NextContinuationToken"),
+        }
 
     # -- operations ---------------------------------------------------------
     def _fetch(self, key: str, rng: str | None = None) -> bytes:
@@ -243,14 +269,21 @@ class S3Store(ObjectStore):
         data = self.call("reading", path, lambda: self._fetch(key, rng))
         count(self.io_domain, "GET", 0, len(data))
         if len(data) != length:
-            raise CorruptFile(f"{self.describe(path)} is shorter than expected "
-                              f"(wanted bytes {start}..{start + length}, got {len(data)}): truncated")
+            raise CorruptFile(
+                f"{self.describe(path)} is shorter than expected "
+                f"(wanted bytes {start}..{start + length}, got {len(data)}): truncated"
+            )
         return data
 
     def put(self, path: str, data: bytes) -> None:
         key = self.key(path)
-        self.call("writing", path, lambda: self.client().put_object(Bucket=self.bucket, Key=key, Body=data),
-                  kind="PUT", nbytes=len(data))
+        self.call(
+            "writing",
+            path,
+            lambda: self.client().put_object(Bucket=self.bucket, Key=key, Body=data),
+            kind="PUT",
+            nbytes=len(data),
+        )
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         return conditional.put_if_absent(self, path, data)
@@ -275,10 +308,14 @@ class S3Store(ObjectStore):
             if token:
                 kwargs["ContinuationToken"] = token
             if self.direct_reads:
-                params = {"prefix": full_prefix, **({"start-after": kwargs["StartAfter"]} if "StartAfter" in kwargs else {}),
-                          **({"continuation-token": token} if token else {})}
+                params = {
+                    "prefix": full_prefix,
+                    **({"start-after": kwargs["StartAfter"]} if "StartAfter" in kwargs else {}),
+                    **({"continuation-token": token} if token else {}),
+                }
                 page = self.call("listing", prefix, functools.partial(self._direct_list, params), kind="LIST")
             else:
+
                 def list_page(kwargs: dict[str, Any] = kwargs) -> Any:
                     return self.client().list_objects_v2(**kwargs)
 
@@ -295,9 +332,12 @@ class S3Store(ObjectStore):
 
         def flush() -> None:
             objs = [{"Key": self.key(p)} for p in batch]
-            result = self.call("deleting", batch[0],
-                               lambda: client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs, "Quiet": True}),
-                               kind="DELETE")
+            result = self.call(
+                "deleting",
+                batch[0],
+                lambda: client.delete_objects(Bucket=self.bucket, Delete={"Objects": objs, "Quiet": True}),
+                kind="DELETE",
+            )
             errors = [e for e in result.get("Errors", []) if e.get("Code") != "NoSuchKey"]
             if errors:
                 raise StorageError(f"deleting from {self.uri} failed for {len(errors)} object(s), first: {errors[0]}")
@@ -313,8 +353,9 @@ class S3Store(ObjectStore):
     def size(self, path: str) -> int:
         key = self.key(path)
         if self.direct_reads:  # no client needed (a HEAD answers a 404 faster than a GET on S3 and moto)
-            head = self.call("inspecting", path, lambda: self._transport.send("HeadObject", "HEAD", self._object_url(key)),
-                             kind="HEAD")
+            head = self.call(
+                "inspecting", path, lambda: self._transport.send("HeadObject", "HEAD", self._object_url(key)), kind="HEAD"
+            )
             return int(head.headers.get("Content-Length", "0"))
         head = self.call("inspecting", path, lambda: self.client().head_object(Bucket=self.bucket, Key=key), kind="HEAD")
         return int(head["ContentLength"])

@@ -26,9 +26,22 @@ CONNECT_TIMEOUT, READ_TIMEOUT = 10, 60
 
 #: S3 error codes (and HTTP statuses) a retry may cure.
 RETRY_CODES = {
-    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests",
-    "RequestThrottled", "InternalError", "ServiceUnavailable", "RequestTimeout", "RequestTimeTooSkewed",
-    "ConditionalRequestConflict", "OperationAborted", "500", "502", "503", "504",
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequests",
+    "RequestThrottled",
+    "InternalError",
+    "ServiceUnavailable",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "ConditionalRequestConflict",
+    "OperationAborted",
+    "500",
+    "502",
+    "503",
+    "504",
 }
 RETRY_STATUSES = {"500", "502", "503", "504", "429"}
 MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
@@ -37,6 +50,7 @@ _LOCK = threading.Lock()
 
 
 # -- TLS and proxies ---------------------------------------------------------------------------------
+
 
 class TLS(NamedTuple):
     """How requests to S3 check the endpoint's certificate: against ``ca_bundle`` (a PEM file), or not at all
@@ -71,8 +85,10 @@ def tls_settings(o: dict[str, Any], uri: str) -> TLS:
     raw = o.get("verify", True)
     flag = str(raw).strip().lower()
     if flag not in ("true", "1", "yes", "on", "false", "0", "no", "off"):
-        raise InvalidConfig(f"storage option verify={raw!r} for {uri} is not a boolean: give true or false "
-                            "(a CA bundle goes in the ca_bundle option)")
+        raise InvalidConfig(
+            f"storage option verify={raw!r} for {uri} is not a boolean: give true or false "
+            "(a CA bundle goes in the ca_bundle option)"
+        )
     verify = flag in ("true", "1", "yes", "on")
     found: tuple[Any, str] | None = None
     if o.get("ca_bundle") not in (None, ""):
@@ -93,8 +109,10 @@ def tls_settings(o: dict[str, Any], uri: str) -> TLS:
         return TLS(verify, certifi.where(), "certifi")
     path, source = os.path.expanduser(str(found[0])), found[1]
     if verify and not os.path.isfile(path):
-        raise InvalidConfig(f"the CA bundle {path!r} ({source}) for {uri} is not a file: give the PEM file of the "
-                            "CA certificates that sign the endpoint's certificate")
+        raise InvalidConfig(
+            f"the CA bundle {path!r} ({source}) for {uri} is not a file: give the PEM file of the "
+            "CA certificates that sign the endpoint's certificate"
+        )
     return TLS(verify, path, source)
 
 
@@ -123,13 +141,17 @@ def static_endpoint(endpoint_url: str | None, region: str) -> str | None:
         return endpoint_url.rstrip("/")
     if any(os.environ.get(v, "").lower() == "true" for v in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")):
         return None
-    if not re.fullmatch(r"(us|eu|ap|ca|sa|me|af|il|mx)-"
-                        r"(north|south|east|west|central|northeast|northwest|southeast|southwest)-\d", region):
+    if not re.fullmatch(
+        r"(us|eu|ap|ca|sa|me|af|il|mx)-"
+        r"(north|south|east|west|central|northeast|northwest|southeast|southwest)-\d",
+        region,
+    ):
         return None
     return f"https://s3.{region}.amazonaws.com"
 
 
 # -- failures ---------------------------------------------------------------------------------------
+
 
 class DirectError(Exception):
     """An S3 error answer to a request sent directly; ``response`` is shaped as botocore's ``ClientError``'s, so
@@ -205,6 +227,7 @@ def _xml_error(body: bytes) -> tuple[str, str]:
 
 # -- the two ways of sending ------------------------------------------------------------------------
 
+
 class Reply(NamedTuple):
     """A successful answer to a request sent directly."""
 
@@ -231,8 +254,12 @@ def http_session(tls: TLS, proxies: tuple[tuple[str, str], ...], pool: int) -> A
             if found is None:
                 from botocore.httpsession import URLLib3Session
 
-                found = _HTTP[key] = URLLib3Session(verify=tls.botocore_verify, proxies=dict(proxies),
-                                                    timeout=(CONNECT_TIMEOUT, READ_TIMEOUT), max_pool_connections=pool)
+                found = _HTTP[key] = URLLib3Session(
+                    verify=tls.botocore_verify,
+                    proxies=dict(proxies),
+                    timeout=(CONNECT_TIMEOUT, READ_TIMEOUT),
+                    max_pool_connections=pool,
+                )
     return found
 
 
@@ -263,13 +290,21 @@ class Transport:
         raise DirectError(operation, code or str(response.status_code), message, response.status_code)
 
 
-def client_for(o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str, tls: TLS,
-               proxies: tuple[tuple[str, str], ...], keys: Any) -> Any:
+def client_for(
+    o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str, tls: TLS, proxies: tuple[tuple[str, str], ...], keys: Any
+) -> Any:
     """The process's boto3 client for these options, from the session of :func:`~lamina.store.s3.credentials.session_for`
     (``keys``: the store's credentials when they were resolved without a session). It never retries."""
     static = keys if isinstance(keys, StaticCredentials) else None
-    key = (tuple(sorted((k, str(v)) for k, v in o.items())), endpoint_url, pool, tls, proxies, static,
-           tuple(os.environ.get(k) for k in CREDENTIAL_ENV))
+    key = (
+        tuple(sorted((k, str(v)) for k, v in o.items())),
+        endpoint_url,
+        pool,
+        tls,
+        proxies,
+        static,
+        tuple(os.environ.get(k) for k in CREDENTIAL_ENV),
+    )
     client = _CLIENTS.get(key)
     if client is not None:
         return client
@@ -287,9 +322,13 @@ def client_for(o: dict[str, Any], endpoint_url: str | None, pool: int, uri: str,
                 proxies=dict(proxies),  # explicit, so the client does not read the environment on its own
                 s3={"addressing_style": "path"} if endpoint_url else None,
             )
-            client = _CLIENTS[key] = session.client("s3", endpoint_url=endpoint_url,
-                                                    region_name=session.region_name or "us-east-1", config=config,
-                                                    verify=tls.botocore_verify)
+            client = _CLIENTS[key] = session.client(
+                "s3",
+                endpoint_url=endpoint_url,
+                region_name=session.region_name or "us-east-1",
+                config=config,
+                verify=tls.botocore_verify,
+            )
         return client
 
 

@@ -48,8 +48,13 @@ def assert_indices_exact(catalog_table: lamina.Table) -> None:
     assert {ix.name for ix in catalog_table.manifest.indices} == {"object_id_btree", "object_type_bitmap", "metadata_fts"}
     fragments = catalog_table.manifest.fragment_map()
     assert all(ix.coverage(fragments) for ix in catalog_table.manifest.indices), "indices cover the rewrite"
-    for flt in [f"object_id = '{ids[0]}'", f"object_id = '{ids[-1]}'", "object_id = 'nope'",
-                "object_type = 'namespace'", "object_type = 'table'"]:
+    for flt in [
+        f"object_id = '{ids[0]}'",
+        f"object_id = '{ids[-1]}'",
+        "object_id = 'nope'",
+        "object_type = 'namespace'",
+        "object_type = 'table'",
+    ]:
         assert catalog_table.to_arrow(filter=flt).equals(catalog_table.to_arrow(filter=flt, use_index=False)), flt
     assert "scan for 0 fragment(s)" in catalog_table.explain(f"object_id = '{ids[0]}'")
 
@@ -225,16 +230,31 @@ def test_eight_processes_mutating_one_catalog_lose_and_duplicate_nothing(root):
     uri, opts = root
     cat = lamina.connect(uri, storage_options=opts)
     cat.create_namespace("shared")
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, uri, json.dumps(opts), str(i)], cwd=REPO,
-                              env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True)
-             for i in range(8)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, uri, json.dumps(opts), str(i)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(8)
+    ]
     errors = [p.communicate(timeout=540)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 8, "\n".join(e[-1500:] for e in errors if e)
 
     want = {"shared"}
     for i in range(8):
-        want |= {f"p{i}", f"p{i}.renamed", f"p{i}.t2", f"p{i}.t3", f"p{i}.moved",
-                 f"shared.w{i}_1", f"shared.w{i}_2", f"shared.w{i}_3"}
+        want |= {
+            f"p{i}",
+            f"p{i}.renamed",
+            f"p{i}.t2",
+            f"p{i}.t3",
+            f"p{i}.moved",
+            f"shared.w{i}_1",
+            f"shared.w{i}_2",
+            f"shared.w{i}_3",
+        }
     final = cat.table
     ids = final.to_arrow(columns=["object_id"]).column("object_id").to_pylist()
     assert sorted(ids) == sorted(want), "no entry lost or duplicated"
@@ -267,9 +287,16 @@ def test_local_writers_killed_while_queued_or_holding_the_turn_lose_nothing_ackn
     import signal
 
     cat = lamina.connect(local_table_uri)
-    procs = [subprocess.Popen([sys.executable, "-c", KILLED_WORKER, local_table_uri, str(i)], cwd=REPO,
-                              env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
-             for i in range(6)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", KILLED_WORKER, local_table_uri, str(i)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
     # The kills follow acknowledgements, not the clock: each writer's lines are read as they come, and
     # each kill waits until the writers have acknowledged a few (a random number) more calls since the
     # last, so every kill lands among calls in flight however slow the machine is.
@@ -291,15 +318,17 @@ def test_local_writers_killed_while_queued_or_holding_the_turn_lose_nothing_ackn
 
     def await_acks(n: int, why: str) -> None:
         with changed:
-            assert changed.wait_for(lambda: total() >= n, timeout=240), \
+            assert changed.wait_for(lambda: total() >= n, timeout=240), (
                 f"{why}: {total()} acknowledgements, waited for {n} ({ {i: len(a) for i, a in acked.items()} })"
+            )
 
     rng = random.Random(11)
     try:
         # Writers contending: every one has acknowledged calls, and together more than 20.
         with changed:
-            assert changed.wait_for(lambda: all(acked.values()) and total() > 20, timeout=240), \
+            assert changed.wait_for(lambda: all(acked.values()) and total() > 20, timeout=240), (
                 f"the writers got going before they were killed: {total()} acknowledgements"
+            )
         for p in procs:
             await_acks(total() + rng.randint(1, 4), "writers still running")
             p.send_signal(signal.SIGKILL)
@@ -338,11 +367,20 @@ def _write_v1_catalog(uri: str, opts) -> None:
     t = lamina.open_table(store.uri, storage_options=opts)
     child = lamina.create_table(f"{uri.rstrip('/')}/old/events-1", SCHEMA_T, storage_options=opts)
     child.append(pa.table({"id": [7], "name": ["z"]}))
-    t.append(pa.table({
-        "object_id": ["old", "old.events"], "object_type": ["namespace", "table"], "parent": ["", "old"],
-        "location": [None, "old/events-1"], "properties": ['{"team": "core"}', None],
-        "created_ms": [1, 2], "updated_ms": [1, 2],
-    }, schema=SCHEMA_V1))
+    t.append(
+        pa.table(
+            {
+                "object_id": ["old", "old.events"],
+                "object_type": ["namespace", "table"],
+                "parent": ["", "old"],
+                "location": [None, "old/events-1"],
+                "properties": ['{"team": "core"}', None],
+                "created_ms": [1, 2],
+                "updated_ms": [1, 2],
+            },
+            schema=SCHEMA_V1,
+        )
+    )
 
 
 def test_a_catalog_of_the_previous_schema_version_is_read_then_migrated(root):
@@ -379,8 +417,9 @@ def test_a_location_leaving_the_root_is_refused(local_table_uri):
     cat.create_table("t", SCHEMA_T)
 
     def tamper(root, rows, request):
-        return rows.set_column(rows.schema.get_field_index("location"), pa.field("location", pa.string()),
-                               pa.array(["../elsewhere"], pa.string())), None
+        return rows.set_column(
+            rows.schema.get_field_index("location"), pa.field("location", pa.string()), pa.array(["../elsewhere"], pa.string())
+        ), None
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(lamina.catalog.mutations, "apply", tamper)
@@ -445,10 +484,6 @@ def test_a_failed_index_build_removes_the_rewrites_files(root, monkeypatch):
     assert_indices_exact(cat.table)
 
 
-
-
-
-
 def test_local_writers_take_turns_but_never_need_the_lock(local_table_uri, monkeypatch):
     """The host lock is an optimisation: held elsewhere past LOCK_WAIT_SECONDS, a write withdraws the request
     it queued and goes ahead without it (put-if-absent decides); free, a write takes it and leaves it free."""
@@ -500,10 +535,12 @@ def test_the_writer_with_the_turn_applies_every_queued_request_in_one_rewrite(lo
         except Exception as e:
             results[key] = ("error", e)
 
-    calls = {"ns": lambda c: c.create_namespace("b", {"team": "x"}),
-             "taken": lambda c: c.create_namespace("a"),  # refused: exists
-             "table": lambda c: c.create_table("a.t", SCHEMA_T),
-             "rename": lambda c: c.rename_table("a.old", "a.new")}
+    calls = {
+        "ns": lambda c: c.create_namespace("b", {"team": "x"}),
+        "taken": lambda c: c.create_namespace("a"),  # refused: exists
+        "table": lambda c: c.create_table("a.t", SCHEMA_T),
+        "rename": lambda c: c.rename_table("a.old", "a.new"),
+    }
     try:
         for i, (key, call) in enumerate(list(calls.items())):  # one after the other: they queue in this order
             calls[key] = threading.Thread(target=waiter, args=(key, call))
@@ -561,8 +598,9 @@ def test_a_claim_left_by_a_stopped_writer_is_settled_by_the_next(local_table_uri
     cat.create_namespace("next")  # has the turn: settles the claims and the taken request first
     assert cat.list_namespaces() == ["base", "committed", "next", "taken", "uncommitted"]
     assert cat.table.version == version + 1, "the requests never committed were applied with the next writer's own"
-    assert catalog_queue_files(cat) == sorted(f"{r}.out" for r in (committed, uncommitted, taken)), \
+    assert catalog_queue_files(cat) == sorted(f"{r}.out" for r in (committed, uncommitted, taken)), (
         "outcomes wait for their writers"
+    )
     for r in (committed, uncommitted, taken):
         assert lamina.catalog.mutations.result(queue.collect(r)) is None
     assert catalog_queue_files(cat) == []
@@ -622,8 +660,17 @@ def test_listings_from_a_snapshot_are_exact_whatever_the_row_order(order):
     rows an older writer left unsorted are listed right too, sorted. Many children take the bulk path."""
     names = ["a", "a-b", "a.t1", "a.ns", "a.ns.deep", "a.t0", "ab", "b", "b.x"] + [f"top{i:03d}" for i in range(70)]
     kinds = {"a.t1": "table", "a.t0": "table", "a.ns.deep": "table", "b.x": "table", "top005": "table"}
-    rows = [dict(object_id=n, object_type=kinds.get(n, "namespace"), parent=n.rpartition(".")[0], metadata="{}",
-                 created_ms=0, updated_ms=0) for n in (sorted(names) if order == "sorted" else names[::-1])]
+    rows = [
+        dict(
+            object_id=n,
+            object_type=kinds.get(n, "namespace"),
+            parent=n.rpartition(".")[0],
+            metadata="{}",
+            created_ms=0,
+            updated_ms=0,
+        )
+        for n in (sorted(names) if order == "sorted" else names[::-1])
+    ]
     snap = lamina.catalog.snapshots.Snapshot(pa.Table.from_pylist(rows, schema=SCHEMA))
     assert snap.children("table", "a") == ("a.t0", "a.t1")
     assert snap.children("namespace", "a") == ("a.ns",)
@@ -718,8 +765,11 @@ def test_a_writer_keeps_only_the_latest_catalog_version_in_memory(tmp_path):
     for i in range(30):
         cat.create_namespace(f"n{i:02d}")
     uri = cat.table.uri
-    held = {name: [k for k in c._items if isinstance(k, tuple) and k and k[0] == uri]
-            for name, c in caches().items() if name in ("manifest", "catalog")}
+    held = {
+        name: [k for k in c._items if isinstance(k, tuple) and k and k[0] == uri]
+        for name, c in caches().items()
+        if name in ("manifest", "catalog")
+    }
     assert [k[-1] for k in held["manifest"]] == [cat.table.version]
     assert [k[-1] for k in held["catalog"]] == [cat.table.version]
     gc.collect()

@@ -25,8 +25,27 @@ SCHEMA_T = pa.schema([("id", pa.int64()), ("name", pa.string())])
 # -- names ---------------------------------------------------------------------------------------
 
 BAD_NAMES = [
-    "u.t\n", "sales\n", "\nsales", "a\tb", "a\x00", "a\x7f", "a\rb", "a b", "a/b", "a\\b", "..", ".", "a..b", ".a", "a.",
-    "", "_hidden", "-dash", "é", "x" * (MAX_LEVEL_CHARS + 1), ".".join(["n"] * (MAX_DEPTH + 1)),
+    "u.t\n",
+    "sales\n",
+    "\nsales",
+    "a\tb",
+    "a\x00",
+    "a\x7f",
+    "a\rb",
+    "a b",
+    "a/b",
+    "a\\b",
+    "..",
+    ".",
+    "a..b",
+    ".a",
+    "a.",
+    "",
+    "_hidden",
+    "-dash",
+    "é",
+    "x" * (MAX_LEVEL_CHARS + 1),
+    ".".join(["n"] * (MAX_DEPTH + 1)),
 ]
 
 CALLS = {
@@ -83,11 +102,12 @@ def test_names_at_the_limits_are_accepted_and_the_limits_are_stated(local_table_
 
 def test_the_format_states_the_name_limits():
     spec = open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "FORMAT.md")).read()
-    section = spec[spec.index("## 12. Catalog"):spec.index("## 13.")]
+    section = spec[spec.index("## 12. Catalog") : spec.index("## 13.")]
     assert f"at most {MAX_NAME_CHARS} characters" in section
 
 
 # -- locations -----------------------------------------------------------------------------------
+
 
 def _table_at(uri, opts=None):
     t = lamina.create_table(uri, SCHEMA_T, storage_options=opts)
@@ -99,8 +119,20 @@ def _objects(root, opts=None):
     return sorted(o.path for o in open_store(root, opts).list(""))
 
 
-@pytest.mark.parametrize("spelling", ["{root}/_catalog", "{root}/_catalog/", "{root}//_catalog", "{root}/_catalog/.",
-                                      "{root}/u/../_catalog", "file://{root}/_catalog", "{root}", "{root}/", "{root}/.."])
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "{root}/_catalog",
+        "{root}/_catalog/",
+        "{root}//_catalog",
+        "{root}/_catalog/.",
+        "{root}/u/../_catalog",
+        "file://{root}/_catalog",
+        "{root}",
+        "{root}/",
+        "{root}/..",
+    ],
+)
 def test_the_catalogs_own_location_or_one_holding_it_cannot_be_registered(local_table_uri, spelling):
     cat = lamina.connect(local_table_uri)
     cat.create_namespace("p")
@@ -209,6 +241,7 @@ def test_a_registration_racing_past_the_first_check_is_refused_by_the_rewrite(tm
 
 # -- a create whose catalog commit has an unknown outcome ----------------------------------------
 
+
 @pytest.fixture
 def s3_catalogs(proxy, lamina_s3):
     """(direct handle, handle through the proxy making one attempt per request, the proxied version regex)."""
@@ -267,10 +300,6 @@ def test_create_whose_outcome_cannot_be_read_back_keeps_the_files_and_says_what_
     assert direct.open_table("u.t").count_rows() == 0, "the entry names files that are still there"
 
 
-
-
-
-
 def test_a_queued_create_whose_commit_outcome_is_unknown_is_withdrawn_not_applied_later(local_table_uri, monkeypatch):
     """Locally a create waits in the queue for its writer's turn; its rewrite claims it, and a claim whose commit
     has an unknown outcome would be applied by the next writer. The create settles it first: nothing is applied
@@ -284,8 +313,9 @@ def test_a_queued_create_whose_commit_outcome_is_unknown_is_withdrawn_not_applie
         if unknown or CATALOG_DIR not in store.uri:
             return real(store, txn, base, **kwargs)
         unknown.append(txn.uuid)  # nothing lands, and the read-back fails
-        raise CommitStateUnknown(f"overwrite on table {store.uri}: writing version {base.version + 1} failed and it "
-                                 f"cannot be read back")
+        raise CommitStateUnknown(
+            f"overwrite on table {store.uri}: writing version {base.version + 1} failed and it cannot be read back"
+        )
 
     monkeypatch.setattr(lamina.table, "commit", unknown_once)
     outcome = {}

@@ -19,19 +19,23 @@ from lamina.index import IndexOptions, clear_caches
 from lamina.rewrite import full_rewrite
 from lamina.transaction import Rewrite
 
-WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
-         "upsilon phi chi psi omega Running runs ran café naïve").split()
+WORDS = (
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
+    "upsilon phi chi psi omega Running runs ran café naïve"
+).split()
 
-SCHEMA = pa.schema([
-    ("id", pa.int64()),
-    ("u", pa.uint64()),
-    ("f", pa.float32()),
-    ("ts", pa.timestamp("ms")),
-    ("cat", pa.string()),
-    ("flag", pa.bool_()),
-    ("doc", pa.string()),
-    ("blob", pa.list_(pa.int32())),
-])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("u", pa.uint64()),
+        ("f", pa.float32()),
+        ("ts", pa.timestamp("ms")),
+        ("cat", pa.string()),
+        ("flag", pa.bool_()),
+        ("doc", pa.string()),
+        ("blob", pa.list_(pa.int32())),
+    ]
+)
 
 
 def random_rows(n: int, seed: int) -> pa.Table:
@@ -40,17 +44,21 @@ def random_rows(n: int, seed: int) -> pa.Table:
     f = rng.integers(-20, 20, n).astype(np.float32) / 4
     f[rng.random(n) < 0.02] = np.nan
     docs = [None if rng.random() < 0.05 else " ".join(rng.choice(WORDS, rng.integers(0, 9))) for _ in range(n)]
-    return pa.table({
-        "id": pa.array(ids, mask=rng.random(n) < 0.03),
-        "u": pa.array(rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + np.uint64(rng.integers(0, 2)),
-                      type=pa.uint64()),
-        "f": pa.array(f),
-        "ts": pa.array(np.datetime64("2024-01-01", "ms") + rng.integers(0, 100, n).astype("timedelta64[s]")),
-        "cat": pa.array([None if x == 5 else f"c{x}" for x in rng.integers(0, 6, n)]),
-        "flag": pa.array(rng.random(n) < 0.3),
-        "doc": pa.array(docs, type=pa.string()),
-        "blob": pa.array([[int(x)] for x in rng.integers(0, 9, n)], type=pa.list_(pa.int32())),
-    }, schema=SCHEMA)
+    return pa.table(
+        {
+            "id": pa.array(ids, mask=rng.random(n) < 0.03),
+            "u": pa.array(
+                rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + np.uint64(rng.integers(0, 2)), type=pa.uint64()
+            ),
+            "f": pa.array(f),
+            "ts": pa.array(np.datetime64("2024-01-01", "ms") + rng.integers(0, 100, n).astype("timedelta64[s]")),
+            "cat": pa.array([None if x == 5 else f"c{x}" for x in rng.integers(0, 6, n)]),
+            "flag": pa.array(rng.random(n) < 0.3),
+            "doc": pa.array(docs, type=pa.string()),
+            "blob": pa.array([[int(x)] for x in rng.integers(0, 9, n)], type=pa.list_(pa.int32())),
+        },
+        schema=SCHEMA,
+    )
 
 
 FILTERS = [
@@ -65,8 +73,8 @@ FILTERS = [
     "f >= 2.5 AND f <= 3.0",
     "ts >= TIMESTAMP '2024-01-01T00:01:00' AND ts < TIMESTAMP '2024-01-01T00:01:05'",
     "flag = TRUE AND id < -400",
-    "id = 5 OR cat = 'c0'",          # OR: no index, scan
-    "id > 0 AND id < 0",             # empty
+    "id = 5 OR cat = 'c0'",  # OR: no index, scan
+    "id > 0 AND id < 0",  # empty
 ]
 
 INDEX_SPECS = [("id", "btree"), ("cat", "bitmap"), ("f", "btree"), ("ts", "btree"), ("flag", "bitmap"), ("u", "btree")]
@@ -157,14 +165,14 @@ def test_every_kind_exact_through_appends_deletes_and_rewrites(table_location):
 
     t.append(random_rows(1200, 10), max_rows_per_file=700)  # uncovered fragments are scanned
     assert "scan for 2 fragment(s)" in t.explain("id = 7")
-    t.delete("id >= -50 AND id < 60")                         # deleted rows never come back
+    t.delete("id >= -50 AND id < 60")  # deleted rows never come back
     t.delete("cat = 'c1' AND flag = TRUE")
     check_filters(t)
     check_search(t)
 
     ids = [f.id for f in t.fragments()]
     commit(t.store, Rewrite(t.version, [full_rewrite(t.store, t.manifest, ids[2:6], t.write_options)]), t.manifest)
-    t.reload()                                                # rewritten rows: uncovered, scanned
+    t.reload()  # rewritten rows: uncovered, scanned
     check_filters(t)
     check_search(t)
     version = t.update_index("id_btree")
@@ -249,6 +257,7 @@ def test_broken_index_file_falls_back_to_scan_or_raises(local_table_uri, damage,
         data = open(path, "rb").read()
         if damage == "delete":
             import os
+
             os.remove(path)
         else:
             bad = data[: len(data) // 2] if damage == "truncate" else data[:-40] + bytes([data[-40] ^ 0xFF]) + data[-39:]
@@ -277,6 +286,7 @@ def test_segment_blocks_are_checked(local_table_uri):
     open(path, "wb").write(bytes(data))
     low = pc.min(t.to_arrow(columns=["id"]).column("id")).as_py()
     import os
+
     os.environ["LAMINA_INDEX_ON_ERROR"] = "raise"
     try:
         with pytest.raises(CorruptFile, match="fails its checksum"):

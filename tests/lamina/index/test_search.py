@@ -22,10 +22,10 @@ def docs(n: int, seed: int) -> pa.Table:
 @pytest.fixture
 def text_table(local_table_uri) -> lamina.Table:
     t = lamina.create_table(local_table_uri, pa.schema([("id", pa.int64()), ("doc", pa.string())]), row_group_rows=100)
-    t.append(docs(1500, 1))                          # one fragment of 15 row groups
-    t.append(docs(700, 2), max_rows_per_file=300)     # three more fragments
+    t.append(docs(1500, 1))  # one fragment of 15 row groups
+    t.append(docs(700, 2), max_rows_per_file=300)  # three more fragments
     t.create_index("doc", "fts")
-    t.append(docs(250, 3))                            # not covered by the index: analyzed on the fly
+    t.append(docs(250, 3))  # not covered by the index: analyzed on the fly
     t.delete("(id >= 100 AND id < 180) OR (id >= 100290 AND id < 100320)")  # deleted rows never come back
     return t
 

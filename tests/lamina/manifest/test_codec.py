@@ -35,7 +35,6 @@ def _table(uri, **kwargs):
     return t
 
 
-
 def _with_fragment0(t, **changes):
     m = t.manifest
     f0 = dataclasses.replace(m.fragments[0], **changes)
@@ -46,18 +45,21 @@ def _where(t, version):
     return re.escape(t.store.describe(manifest_path(version)))
 
 
-@pytest.mark.parametrize("changes,problem", [
-    ({"path": "elsewhere/0.parquet"}, r"data file 'elsewhere/0.parquet' is not under data/"),
-    ({"path": "data/../../escape.parquet"}, r"path 'data/../../escape.parquet'"),
-    ({"deletion": DeletionFile("/abs/0.bin", 1, None)}, r"path '/abs/0.bin'"),
-    ({"checksum": 12345678}, r"malformed checksum 12345678"),
-    ({"checksum": "crc32c:0123"}, r"malformed checksum 'crc32c:0123'"),
-    ({"checksum": "md5:01234567"}, r"malformed checksum 'md5:01234567'"),
-    ({"checksum": "crc32c:012345678"}, r"malformed checksum 'crc32c:012345678'"),
-    ({"deletion": DeletionFile("data/0.bin", 1, None)}, r"deletion file 'data/0.bin' is not under _deletions/"),
-    ({"deletion": DeletionFile("_deletions/0.bin", 1, "crc32c:xyz")}, r"malformed checksum 'crc32c:xyz'"),
-    ({"rows": 101}, r"row counts are inconsistent \(rows=101, deleted=0\)"),
-])
+@pytest.mark.parametrize(
+    "changes,problem",
+    [
+        ({"path": "elsewhere/0.parquet"}, r"data file 'elsewhere/0.parquet' is not under data/"),
+        ({"path": "data/../../escape.parquet"}, r"path 'data/../../escape.parquet'"),
+        ({"deletion": DeletionFile("/abs/0.bin", 1, None)}, r"path '/abs/0.bin'"),
+        ({"checksum": 12345678}, r"malformed checksum 12345678"),
+        ({"checksum": "crc32c:0123"}, r"malformed checksum 'crc32c:0123'"),
+        ({"checksum": "md5:01234567"}, r"malformed checksum 'md5:01234567'"),
+        ({"checksum": "crc32c:012345678"}, r"malformed checksum 'crc32c:012345678'"),
+        ({"deletion": DeletionFile("data/0.bin", 1, None)}, r"deletion file 'data/0.bin' is not under _deletions/"),
+        ({"deletion": DeletionFile("_deletions/0.bin", 1, "crc32c:xyz")}, r"malformed checksum 'crc32c:xyz'"),
+        ({"rows": 101}, r"row counts are inconsistent \(rows=101, deleted=0\)"),
+    ],
+)
 def test_malformed_fragment_entry_is_corrupt_naming_manifest_and_fragment(local_table_uri, changes, problem):
     t = _table(local_table_uri)
     version = _with_fragment0(t, **changes)
@@ -79,8 +81,11 @@ def test_malformed_index_segment_is_corrupt_naming_manifest_and_index(local_tabl
     ix = t.manifest.indices[0]
     bad = dataclasses.replace(ix, segments=(dataclasses.replace(ix.segments[0], path="data/seg.idx"),))
     version = put_next_version(t, indices=(bad,))
-    with pytest.raises(CorruptFile, match=rf"manifest {_where(t, version)} index 'by_id': "
-                                          r"segment 'data/seg.idx' is not under _indices/"):
+    with pytest.raises(
+        CorruptFile,
+        match=rf"manifest {_where(t, version)} index 'by_id': "
+        r"segment 'data/seg.idx' is not under _indices/",
+    ):
         lamina.open_table(local_table_uri)
 
 
@@ -142,8 +147,11 @@ def _put_raw(t, body):
 def test_json_that_is_not_a_lamina_manifest_is_corrupt(local_table_uri, body):
     t = _table(local_table_uri)
     version = _put_raw(t, body)
-    with pytest.raises(CorruptFile, match=rf"manifest {_where(t, version)} is corrupt: "
-                                          r"not a Lamina manifest\. Open an earlier version"):
+    with pytest.raises(
+        CorruptFile,
+        match=rf"manifest {_where(t, version)} is corrupt: "
+        r"not a Lamina manifest\. Open an earlier version",
+    ):
         lamina.open_table(local_table_uri)
 
 
@@ -156,6 +164,9 @@ def test_manifest_of_a_newer_format_asks_for_an_upgrade(local_table_uri):
     body = json.loads(encode_manifest(t.manifest.replace(version=t.version + 1)))
     body["format_version"] = 99
     version = _put_raw(t, body)
-    with pytest.raises(LaminaError, match=rf"manifest {_where(t, version)} has format version 99; "
-                                          r"this Lamina reads versions 1, 2: upgrade Lamina"):
+    with pytest.raises(
+        LaminaError,
+        match=rf"manifest {_where(t, version)} has format version 99; "
+        r"this Lamina reads versions 1, 2: upgrade Lamina",
+    ):
         lamina.open_table(local_table_uri)

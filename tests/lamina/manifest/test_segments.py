@@ -183,6 +183,7 @@ def test_a_missing_or_altered_segment_is_corrupt_file_naming_it(local_table_uri)
 def test_a_segment_of_another_table_is_refused():
     data = b'{"format":"lamina.manifest_segment","fragments":[],"table_uuid":"aaaa"}'
     from lamina.checksum import of_bytes
+
     entry = ManifestSegment("_segments/x.json", 0, len(data), of_bytes(data))
     with pytest.raises(CorruptFile, match="belongs to table 'aaaa'"):
         decode_segment(data, entry, "bbbb", "x")
@@ -221,6 +222,7 @@ def test_a_lost_race_removes_the_segments_it_wrote_and_commits_on_top(local_tabl
     other = lamina.open_table(local_table_uri)
 
     from lamina.datafile import WriteOptions, write_fragments
+
     frags = write_fragments(stale.store, SCHEMA, _rows(900, 912).to_batches(max_chunksize=3), WriteOptions(max_rows_per_file=3))
     racing = BeatenOnce(stale.store, lambda: other.append(_rows(800, 812), max_rows_per_file=3))
     txn = Append(stale.version, frags)
@@ -235,8 +237,15 @@ def test_a_lost_race_removes_the_segments_it_wrote_and_commits_on_top(local_tabl
 
 
 def _frag(i: int, deleted: int = 0) -> Fragment:
-    return Fragment(id=i, path=f"data/{i:08x}.parquet", rows=10, file_bytes=100, row_groups=(RowGroup(10, 100),),
-                    file_version="2.6", deletion=DeletionFile(f"_deletions/{i}-{deleted}.bin", deleted) if deleted else None)
+    return Fragment(
+        id=i,
+        path=f"data/{i:08x}.parquet",
+        rows=10,
+        file_bytes=100,
+        row_groups=(RowGroup(10, 100),),
+        file_version="2.6",
+        deletion=DeletionFile(f"_deletions/{i}-{deleted}.bin", deleted) if deleted else None,
+    )
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -268,9 +277,9 @@ def test_layouts_hold_exactly_the_fragments_and_rewrite_only_what_changed(seed):
             assert path not in stored
             stored[path] = data
         held = [f for seg in m.segments for f in seg.fragments]
-        assert tuple(held) == m.fragments[:len(held)] and len(m.fragments) - len(held) <= 2
+        assert tuple(held) == m.fragments[: len(held)] and len(m.fragments) - len(held) <= 2
         listed = [seg for lst in m.segment_lists for seg in lst.items]
-        assert tuple(listed) == m.segments[:len(listed)] and len(m.segments) - len(listed) <= 2
+        assert tuple(listed) == m.segments[: len(listed)] and len(m.segments) - len(listed) <= 2
         assert all(1 <= seg.count <= 4 for seg in m.segments + m.segment_lists)
         rewritten = sum(len(json.loads(d).get("fragments", ())) for _, d in writes)
         lists_rewritten = sum(1 for _, d in writes if "segments" in json.loads(d))
@@ -281,8 +290,9 @@ def test_layouts_hold_exactly_the_fragments_and_rewrite_only_what_changed(seed):
         assert not more and again is m
         decoded = [f for seg in m.segments for f in decode_segment(stored[seg.path], seg, "u", seg.path).fragments]
         assert decoded == held
-        relisted = [e for lst in m.segment_lists
-                    for e in decode_segment(stored[lst.path], lst, "u", lst.path, is_list=True).items]
+        relisted = [
+            e for lst in m.segment_lists for e in decode_segment(stored[lst.path], lst, "u", lst.path, is_list=True).items
+        ]
         assert relisted == listed
     assert len(m.segments) <= len(m.fragments)  # and never empty segments
 
@@ -298,14 +308,16 @@ def test_opening_reads_no_segment_until_a_fragment_is_looked_at(local_table_uri,
     monkeypatch.setattr(type(t.store), "get", lambda self, path, *a, **k: gets.append(path) or real_get(self, path, *a, **k))
     opened = lamina.open_table(local_table_uri)
     assert opened.count_rows() == len(expected) and len(opened.manifest.fragments) == 30
-    assert not [p for p in gets if p.startswith(SEGMENTS_DIR) and p not in {lst.path for lst in opened.manifest.segment_lists}], \
+    assert not [p for p in gets if p.startswith(SEGMENTS_DIR) and p not in {lst.path for lst in opened.manifest.segment_lists}], (
         "opening and counting read segments"
+    )
     assert _all_rows(opened) == expected  # the first read reads them all
     assert {seg.path for seg in opened.manifest.segments} <= set(gets)
 
 
 def test_a_manifest_pickles_with_its_fragments(local_table_uri):
     import pickle
+
     t = lamina.create_table(local_table_uri, SCHEMA)
     _grow(t, 12)
     clear_caches()
@@ -330,12 +342,14 @@ def _live_fragments() -> int:
     import gc
 
     from lamina.manifest import Fragment
+
     return sum(1 for o in gc.get_objects() if isinstance(o, Fragment))
 
 
 def test_iterating_fragments_streams_segments_without_keeping_them(local_table_uri, monkeypatch):
     from lamina import manifest as manifest_mod
     from lamina.manifest import versions
+
     t = lamina.create_table(local_table_uri, SCHEMA)
     _grow(t, 80)
     t.delete("id = 7")
@@ -365,6 +379,7 @@ def test_a_duplicated_fragment_is_refused_while_streaming(local_table_uri, manif
     _grow(t, 20)
     frags = tuple(t.manifest.fragments)
     from tests.lamina.helpers import put_next_version
+
     # The first fragment twice: in two segments (small layout), or twice in the root (the default).
     put_next_version(t, fragments=frags + frags[:1])
     clear_caches()
@@ -394,11 +409,13 @@ def test_an_append_reads_only_the_segments_its_tail_merges_with(local_table_uri,
     assert isinstance(writer.manifest.fragments, FragmentList)  # never made a tuple of every fragment
     clear_caches()
     assert _all_rows(lamina.open_table(local_table_uri)) == sorted(
-        [(i, f"v{i}") for i in range(end)] + [(i, f"v{i}") for i in range(end, end + 12)])
+        [(i, f"v{i}") for i in range(end)] + [(i, f"v{i}") for i in range(end, end + 12)]
+    )
 
 
 def test_lamina_upgrade_converts_a_version_1_table_once(local_table_uri, capsys):
     from lamina.jobs.cli import main as lamina_cli
+
     t = lamina.create_table(local_table_uri, SCHEMA)
     _grow(t, 12)
     v1, rows_v1 = t.version, _all_rows(t)
@@ -465,40 +482,51 @@ def test_a_selective_delete_reads_only_the_segments_that_can_hold_the_key(local_
 
 def test_a_segment_holding_ids_outside_its_entry_is_corrupt():
     from lamina.manifest import FragmentList
+
     frags = tuple(Fragment(i, f"data/{i:032x}.parquet", 1, 10, (RowGroup(1, 10),), "2.6") for i in range(4))
     ok = ManifestSegment("_segments/a.json", 2, 1, "crc32c:0", 2, ids=(0, 1), held=frags[:2])
     lying = ManifestSegment("_segments/b.json", 2, 1, "crc32c:0", 2, ids=(2, 2), held=frags[2:])
-    assert [f.id for f in FragmentList((ok, ManifestSegment("_segments/c.json", 2, 1, "crc32c:0", 2, ids=(2, 3), held=frags[2:])),
-                                       "v", 4, 0)] == [0, 1, 2, 3]
+    assert [
+        f.id
+        for f in FragmentList(
+            (ok, ManifestSegment("_segments/c.json", 2, 1, "crc32c:0", 2, ids=(2, 3), held=frags[2:])), "v", 4, 0
+        )
+    ] == [0, 1, 2, 3]
     with pytest.raises(CorruptFile, match="outside the range"):
         list(FragmentList((ok, lying), "v", 4, 0))
 
 
 def test_laying_out_from_the_first_changed_part_equals_laying_out_every_part():
     from lamina.manifest.layout import _lay_parts, _lay_units, _Unit
+
     rng = random.Random(7)
     frags = [Fragment(i, f"data/{i:032x}.parquet", 1, 10, (RowGroup(1, 10),), "2.6") for i in range(4000)]
     for trial in range(120):
         parts, at = [], 0
         while at < 1200:
             n = rng.choice([1, 2, 3, 4, 4, 4, 8, 16])
-            run = tuple(frags[at:at + n])
+            run = tuple(frags[at : at + n])
             at += n
             if rng.random() < 0.8:
                 parts.append(ManifestSegment(f"_segments/{at}.json", len(run), 1, "crc32c:0", len(run), held=run))
             else:
                 parts.append(run)
         if rng.random() < 0.5:  # mostly segments, changed near the end (appends) or anywhere (edits)
-            parts = [p if isinstance(p, ManifestSegment) else ManifestSegment(f"_segments/k{i}.json", len(p), 1, "crc32c:0",
-                                                                               len(p), held=p) for i, p in enumerate(parts)]
-            parts.append(tuple(frags[at:at + rng.randint(1, 40)]))
+            parts = [
+                p
+                if isinstance(p, ManifestSegment)
+                else ManifestSegment(f"_segments/k{i}.json", len(p), 1, "crc32c:0", len(p), held=p)
+                for i, p in enumerate(parts)
+            ]
+            parts.append(tuple(frags[at : at + rng.randint(1, 40)]))
         limits = (rng.choice([2, 4, 8]), rng.choice([4, 8, 16]))
         encode = lambda held: b"x" * len(held)  # noqa: E731
         got_writes, want_writes = [], []
         got = _lay_parts(tuple(parts), limits, encode, got_writes)
         units = [_Unit([], p) if isinstance(p, ManifestSegment) else _Unit(list(p)) for p in parts]
         want = _lay_units(units, limits, lambda f: f.live_rows, encode, want_writes)
-        assert [s.items if s.path.startswith("_segments/") and s not in parts else s for s in got[0]] == \
-            [s.items if s.path.startswith("_segments/") and s not in parts else s for s in want[0]], trial
+        assert [s.items if s.path.startswith("_segments/") and s not in parts else s for s in got[0]] == [
+            s.items if s.path.startswith("_segments/") and s not in parts else s for s in want[0]
+        ], trial
         assert all((a is b) == (b in parts) for a, b in zip(got[0], want[0])) and got[1] == want[1]
         assert len(got_writes) == len(want_writes)

@@ -16,8 +16,9 @@ SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
 def rows(start: int, n: int) -> pa.Table:
-    return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "name": [f"n{i}" for i in range(start, start + n)]},
-                    schema=SCHEMA)
+    return pa.table(
+        {"id": pa.array(range(start, start + n), pa.int64()), "name": [f"n{i}" for i in range(start, start + n)]}, schema=SCHEMA
+    )
 
 
 @pytest.fixture

@@ -63,8 +63,13 @@ def test_local_put_file_streams(local_table_uri, tmp_path):
 
 def _flaky(client, method, code, status, n) -> HookedStore:
     """A boto3 client whose first ``n`` calls of ``method`` fail with ``code`` (every call counted)."""
-    return HookedStore(client).on(method, times=n, fail=lambda _: ClientError(
-        {"Error": {"Code": code, "Message": "injected"}, "ResponseMetadata": {"HTTPStatusCode": status}}, method))
+    return HookedStore(client).on(
+        method,
+        times=n,
+        fail=lambda _: ClientError(
+            {"Error": {"Code": code, "Message": "injected"}, "ResponseMetadata": {"HTTPStatusCode": status}}, method
+        ),
+    )
 
 
 @pytest.mark.parametrize("code,status", [("SlowDown", 503), ("InternalError", 500), ("ConditionalRequestConflict", 409)])
@@ -245,11 +250,14 @@ def test_a_read_cut_off_mid_body_is_retried_not_returned(s3_table_uri, s3_option
 
 
 @pytest.mark.parametrize("direct_reads", [True, False], ids=["direct", "client"])
-@pytest.mark.parametrize("status,code,error,match", [
-    (404, "NoSuchKey", ObjectNotFound, "does not exist"),
-    (403, "AccessDenied", StorageError, "access denied"),
-    (416, "InvalidRange", CorruptFile, "shorter than the manifest says"),
-])
+@pytest.mark.parametrize(
+    "status,code,error,match",
+    [
+        (404, "NoSuchKey", ObjectNotFound, "does not exist"),
+        (403, "AccessDenied", StorageError, "access denied"),
+        (416, "InvalidRange", CorruptFile, "shorter than the manifest says"),
+    ],
+)
 def test_reads_translate_errors_without_retrying_them(s3_table_uri, s3_options, proxy, direct_reads, status, code, error, match):
     store = S3Store(s3_table_uri, {**s3_options, "endpoint_url": proxy.url, "max_attempts": 4, "direct_reads": direct_reads})
     proxy.answer("GET", "/x$", status, code, times=4)
@@ -331,11 +339,20 @@ def test_a_process_that_only_reads_s3_never_makes_a_boto3_client(s3_bucket, s3_o
     uri, root = f"s3://{s3_bucket}/t", f"s3://{s3_bucket}/cat"
     lamina.create_table(uri, pa.schema([("id", pa.int64())]), storage_options=s3_options).append(pa.table({"id": [1, 2]}))
     lamina.connect(root, storage_options=s3_options).create_namespace("ns")
-    out = subprocess.run([sys.executable, "-X", "faulthandler", "-c", READ_ONLY, uri, json.dumps(s3_options), root],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", READ_ONLY, uri, json.dumps(s3_options), root],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout) == {"rows": 2, "names": ["ns"], "heads": [True, False, True], "clients": 0,
-                                      "loaded": ["botocore.auth"]}
+    assert json.loads(out.stdout) == {
+        "rows": 2,
+        "names": ["ns"],
+        "heads": [True, False, True],
+        "clients": 0,
+        "loaded": ["botocore.auth"],
+    }
 
 
 def test_a_direct_listing_sends_the_query_it_signs(s3_table_uri, s3_options, monkeypatch):
@@ -353,7 +370,10 @@ def test_a_direct_listing_sends_the_query_it_signs(s3_table_uri, s3_options, mon
 
     monkeypatch.setattr(store._transport, "send", lambda operation, method, url, headers=None: sent.append(url) or Reply())
     assert store._direct_list({"prefix": "p/a b+c%&=é", "start-after": "p/a b"}) == {
-        "Contents": [], "IsTruncated": False, "NextContinuationToken": None}
+        "Contents": [],
+        "IsTruncated": False,
+        "NextContinuationToken": None,
+    }
     query = urlsplit(sent[0]).query
     signer = S3SigV4Auth(store.credentials.get_frozen_credentials(), "s3", store.region)
     assert "+" not in query and query == signer._canonical_query_string_url(urlsplit(sent[0]))
@@ -364,19 +384,30 @@ def test_keys_in_options_or_the_environment_need_no_boto3(monkeypatch):
     looks there first too); a profile, or no region, goes through botocore's chain."""
     from lamina.store.s3 import credentials as s3mod
 
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_REGION",
-                 "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CREDENTIAL_EXPIRATION"):
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_PROFILE",
+        "AWS_CREDENTIAL_EXPIRATION",
+    ):
         monkeypatch.delenv(name, raising=False)
     asked = []
-    monkeypatch.setattr(s3mod, "session_for",
-                        lambda o, uri, keys=None: asked.append(o) or pytest.fail("botocore's chain was asked"))
+    monkeypatch.setattr(
+        s3mod, "session_for", lambda o, uri, keys=None: asked.append(o) or pytest.fail("botocore's chain was asked")
+    )
     given = {"aws_access_key_id": "A", "aws_secret_access_key": "S", "aws_session_token": "T", "region": "eu-west-3"}
     assert s3mod.resolve(given, "s3://b/t") == (s3mod.StaticCredentials("A", "S", "T"), "eu-west-3")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "EA")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "ES")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
     assert s3mod.resolve({"aws_access_key_id": "A", "aws_secret_access_key": "S"}, "s3://b/t") == (
-        s3mod.StaticCredentials("A", "S", None), "ap-south-1"), "the options' keys win over the environment's"
+        s3mod.StaticCredentials("A", "S", None),
+        "ap-south-1",
+    ), "the options' keys win over the environment's"
     assert s3mod.resolve({}, "s3://b/t") == (s3mod.StaticCredentials("EA", "ES", None), "ap-south-1")
     monkeypatch.setenv("AWS_SESSION_TOKEN", "ET")
     assert s3mod.resolve({}, "s3://b/t")[0].token == "ET"
@@ -391,10 +422,12 @@ def test_keys_in_options_or_the_environment_need_no_boto3(monkeypatch):
 
     monkeypatch.setattr(s3mod, "session_for", lambda o, uri, keys=None: asked.append(o) or Session())
     assert s3mod.resolve({"profile": "dev"}, "s3://b/t") == ("botocore's", "eu-north-1")
-    assert s3mod.resolve({"aws_access_key_id": "A"}, "s3://b/t") == ("botocore's", "eu-north-1"), \
+    assert s3mod.resolve({"aws_access_key_id": "A"}, "s3://b/t") == ("botocore's", "eu-north-1"), (
         "half a key pair is botocore's to refuse"
-    assert s3mod.resolve({"aws_session_token": "T"}, "s3://b/t") == ("botocore's", "eu-north-1"), \
+    )
+    assert s3mod.resolve({"aws_session_token": "T"}, "s3://b/t") == ("botocore's", "eu-north-1"), (
         "a token without its keys is botocore's to judge, not paired with the environment's keys"
+    )
     monkeypatch.setenv("AWS_CREDENTIAL_EXPIRATION", "2026-11-27T00:00:00Z")
     assert s3mod.resolve({}, "s3://b/t") == ("botocore's", "eu-north-1"), "expiring keys refresh"
     monkeypatch.delenv("AWS_CREDENTIAL_EXPIRATION")
@@ -409,14 +442,21 @@ def _write_read_list(store) -> None:
 
 
 @pytest.mark.parametrize("source", ["profile", "expiring environment keys"])
-def test_reads_and_writes_sign_with_one_credentials_object_from_botocores_chain(s3_table_uri, s3_options, tmp_path,
-                                                                               monkeypatch, source):
+def test_reads_and_writes_sign_with_one_credentials_object_from_botocores_chain(
+    s3_table_uri, s3_options, tmp_path, monkeypatch, source
+):
     """Credentials botocore's chain finds (a profile; environment keys with an expiry, which it refreshes) are
     resolved once: the direct reads' signer and the boto3 client hold the same object, frozen per request."""
     from botocore.credentials import RefreshableCredentials
 
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
-                 "AWS_CREDENTIAL_EXPIRATION"):
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_PROFILE",
+        "AWS_CREDENTIAL_EXPIRATION",
+    ):
         monkeypatch.delenv(name, raising=False)
     opts = {k: v for k, v in s3_options.items() if k not in ("aws_access_key_id", "aws_secret_access_key")}
     if source == "profile":
@@ -465,7 +505,8 @@ def test_reads_and_writes_go_through_the_same_proxy(s3_table_uri, s3_options, mo
     # Through a forward proxy the request target is the absolute URL of the endpoint.
     for method in ("PUT", "GET", "HEAD"):
         assert [r.target for r in proxy.requests(method)] and all(
-            r.target.startswith(moto_server) for r in proxy.requests(method)), method
+            r.target.startswith(moto_server) for r in proxy.requests(method)
+        ), method
     if how == "HTTP_PROXY":
         seen = len(proxy.seen)
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")

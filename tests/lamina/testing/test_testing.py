@@ -32,8 +32,9 @@ MULTIPART = {"multipart_threshold": 5 * MIB, "multipart_chunk_size": 5 * MIB}
 
 
 def _racing_puts(endpoint: str, rounds: int, writers: int) -> list[int]:
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    s3 = boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     bucket = f"race-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
     winners = []
@@ -42,8 +43,9 @@ def _racing_puts(endpoint: str, rounds: int, writers: int) -> list[int]:
         barrier = threading.Barrier(writers)
 
         def put(i: int, r: int, won: list[int], barrier: threading.Barrier) -> None:
-            client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                                  aws_access_key_id="testing", aws_secret_access_key="testing")
+            client = boto3.client(
+                "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+            )
             barrier.wait()
             try:
                 client.put_object(Bucket=bucket, Key=f"v/{r}", Body=str(i).encode(), IfNoneMatch="*")
@@ -68,25 +70,29 @@ def test_exactly_one_of_many_racing_conditional_puts_wins():
 
 # -- the fault proxy ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("method, target, headers, kind", [
-    ("GET", "/b/t/a.parquet", {}, "get"),
-    ("GET", "/b/t/a.parquet", {"Range": "bytes=0-9"}, "ranged_get"),
-    ("HEAD", "/b/t/a.parquet", {}, "head"),
-    ("PUT", "/b/t/a.parquet", {}, "put"),
-    ("PUT", "/b/t/_versions/2.manifest", {"If-None-Match": "*"}, "conditional_put"),
-    ("PUT", "/b/t/x", {"if-match": '"etag"'}, "conditional_put"),
-    ("POST", "/b/t/big?uploads", {}, "multipart"),
-    ("PUT", "/b/t/big?partNumber=1&uploadId=u1", {}, "multipart"),
-    ("POST", "/b/t/big?uploadId=u1", {}, "multipart"),
-    ("POST", "/b/t/big?uploadId=u1", {"If-None-Match": "*"}, "conditional_put"),
-    ("DELETE", "/b/t/big?uploadId=u1", {}, "multipart"),
-    ("GET", "/b?list-type=2&prefix=t%2F", {}, "list"),
-    ("GET", "/b/?list-type=2", {}, "list"),
-    ("DELETE", "/b/t/a.parquet", {}, "delete"),
-    ("POST", "/b?delete", {}, "delete"),
-    ("PUT", "/b", {}, "other"),
-    ("HEAD", "/b", {}, "other"),
-])
+
+@pytest.mark.parametrize(
+    "method, target, headers, kind",
+    [
+        ("GET", "/b/t/a.parquet", {}, "get"),
+        ("GET", "/b/t/a.parquet", {"Range": "bytes=0-9"}, "ranged_get"),
+        ("HEAD", "/b/t/a.parquet", {}, "head"),
+        ("PUT", "/b/t/a.parquet", {}, "put"),
+        ("PUT", "/b/t/_versions/2.manifest", {"If-None-Match": "*"}, "conditional_put"),
+        ("PUT", "/b/t/x", {"if-match": '"etag"'}, "conditional_put"),
+        ("POST", "/b/t/big?uploads", {}, "multipart"),
+        ("PUT", "/b/t/big?partNumber=1&uploadId=u1", {}, "multipart"),
+        ("POST", "/b/t/big?uploadId=u1", {}, "multipart"),
+        ("POST", "/b/t/big?uploadId=u1", {"If-None-Match": "*"}, "conditional_put"),
+        ("DELETE", "/b/t/big?uploadId=u1", {}, "multipart"),
+        ("GET", "/b?list-type=2&prefix=t%2F", {}, "list"),
+        ("GET", "/b/?list-type=2", {}, "list"),
+        ("DELETE", "/b/t/a.parquet", {}, "delete"),
+        ("POST", "/b?delete", {}, "delete"),
+        ("PUT", "/b", {}, "other"),
+        ("HEAD", "/b", {}, "other"),
+    ],
+)
 def test_requests_are_classified_by_method_query_and_headers(method, target, headers, kind):
     assert fault_kind(method, target, headers) == kind
 
@@ -100,8 +106,9 @@ def _raw(url: str, method: str, path: str, body: bytes = b"", headers: dict | No
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
-        conn.request(method, path, body=body,
-                     headers={"Content-Length": str(len(body)), "Authorization": _AUTH, **(headers or {})})
+        conn.request(
+            method, path, body=body, headers={"Content-Length": str(len(body)), "Authorization": _AUTH, **(headers or {})}
+        )
         resp = conn.getresponse()
         try:
             return resp.status, resp.read()
@@ -119,9 +126,11 @@ def bucket(lamina_s3):
 
 
 def test_error_faults_answer_s3_errors_without_forwarding(lamina_moto, bucket):
-    for fault, status, code, method, headers in [("500", 500, b"InternalError", "PUT", {}),
-                                                 ("503", 503, b"SlowDown", "PUT", {}),
-                                                 ("409", 409, b"ConditionalRequestConflict", "PUT", {"If-None-Match": "*"})]:
+    for fault, status, code, method, headers in [
+        ("500", 500, b"InternalError", "PUT", {}),
+        ("503", 503, b"SlowDown", "PUT", {}),
+        ("409", 409, b"ConditionalRequestConflict", "PUT", {"If-None-Match": "*"}),
+    ]:
         with FaultProxy(lamina_moto.endpoint, rate=1.0, faults=[fault], max_faults=1) as proxy:
             before = bucket.requests().get("PUT", 0)
             got = _raw(proxy.url, method, f"/{bucket.bucket}/k{fault}", b"data", headers)
@@ -203,8 +212,7 @@ def _sequence(proxy: FaultProxy, bucket: str) -> list:
 def test_the_schedule_is_determined_by_the_seed_and_the_request_order(lamina_moto):
     runs = []
     for seed in (7, 7, 8):
-        with moto_s3(server=lamina_moto) as s3, \
-                FaultProxy(lamina_moto.endpoint, rate=0.3, seed=seed, delay_seconds=0.0) as proxy:
+        with moto_s3(server=lamina_moto) as s3, FaultProxy(lamina_moto.endpoint, rate=0.3, seed=seed, delay_seconds=0.0) as proxy:
             statuses = _sequence(proxy, s3.bucket)
             events = [(e.kind, e.fault, e.method, e.target.replace(s3.bucket, "B")) for e in proxy.events]
             runs.append((statuses, events, proxy.faults()))
@@ -299,6 +307,7 @@ def test_compaction_on_ray_over_faults_keeps_every_row(ray_cluster, lamina_moto)
 
 # -- moto_s3, the table factory, subprocesses and the plugin ---------------------------------------
 
+
 def test_moto_s3_yields_a_bucket_reachable_with_its_options_and_counts_its_requests():
     with moto_s3() as s3:
         assert s3.endpoint.startswith("http://127.0.0.1:") and s3.faults() == {}
@@ -322,11 +331,23 @@ print(lamina.open_table(sys.argv[1], storage_options=opts).count_rows())
 def test_a_subprocess_reaches_moto_s3_by_its_storage_options_or_its_env(lamina_s3):
     make_table(lamina_s3.uri("t"), SCHEMA, _rows(range(7)), storage_options=lamina_s3.storage_options)
     bare = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    by_options = subprocess.run([sys.executable, "-c", _CHILD, lamina_s3.uri("t"), json.dumps(lamina_s3.storage_options)],
-                                env=bare, capture_output=True, text=True, timeout=120, cwd=REPO)
+    by_options = subprocess.run(
+        [sys.executable, "-c", _CHILD, lamina_s3.uri("t"), json.dumps(lamina_s3.storage_options)],
+        env=bare,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert by_options.stdout.strip() == "7", by_options.stderr
-    by_env = subprocess.run([sys.executable, "-c", _CHILD, lamina_s3.uri("t")], env={**bare, **lamina_s3.env},
-                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    by_env = subprocess.run(
+        [sys.executable, "-c", _CHILD, lamina_s3.uri("t")],
+        env={**bare, **lamina_s3.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert by_env.stdout.strip() == "7", by_env.stderr
 
 
@@ -358,7 +379,7 @@ def test_lamina_ray_workers_read_a_table_on_moto(ray_cluster, lamina_ray, lamina
     assert lamina_ray.get(count.remote(lamina_s3.uri("t"), lamina_s3.storage_options), timeout=120) == 9
 
 
-_USER_TEST = '''
+_USER_TEST = """
 import pyarrow as pa
 import lamina
 
@@ -366,7 +387,7 @@ def test_my_pipeline(lamina_table, lamina_s3):
     t = lamina_table(pa.schema([("id", pa.int64())]), [{"id": 1}, {"id": 2}], on="s3")
     t.delete("id = 1")
     assert lamina.open_table(t.uri, storage_options=lamina_s3.storage_options).to_arrow().column("id").to_pylist() == [2]
-'''
+"""
 
 
 def test_the_pyproject_entry_point_gives_a_users_tests_the_fixtures(tmp_path):
@@ -384,6 +405,12 @@ def test_the_pyproject_entry_point_gives_a_users_tests_the_fixtures(tmp_path):
         (project / "test_user.py").write_text(_USER_TEST)
         (project / "conftest.py").write_text(conftest)
         env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{REPO}"}
-        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
-                             cwd=project, env=env, capture_output=True, text=True, timeout=300)
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout + run.stderr

@@ -34,8 +34,13 @@ def proxied(proxy, s3_options):
 
 
 def _pending_uploads(s3_options, bucket):
-    client = boto3.client("s3", endpoint_url=s3_options["endpoint_url"], region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_options["endpoint_url"],
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     return client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
 
 
@@ -80,7 +85,8 @@ def test_wal_writer_whose_claim_and_commit_responses_are_lost_goes_on(proxy, pro
 
 @pytest.mark.parametrize("retry_meets", ["moto", "PreconditionFailed", "NoSuchUpload", "ConditionalRequestConflict"])
 def test_multipart_put_if_absent_whose_completion_response_is_lost_succeeds(
-        proxy, proxied, s3_table_uri, s3_options, s3_bucket, retry_meets):
+    proxy, proxied, s3_table_uri, s3_options, s3_bucket, retry_meets
+):
     # moto answers a repeated completion as done; S3 may answer 412 or NoSuchUpload instead.
     store = open_store(s3_table_uri, {**proxied, **MULTIPART})
     payload = os.urandom(5 * MIB + 17)
@@ -130,6 +136,7 @@ def test_put_if_absent_retried_after_a_conditional_conflict_finds_its_own_object
 
 
 # -- the losers still lose -------------------------------------------------------------------
+
 
 def test_a_writer_whose_first_put_meets_an_object_loses_without_checking(proxy, proxied, s3_table_uri, s3_options):
     open_store(s3_table_uri, s3_options).put_if_absent("_versions/x", b"same")
