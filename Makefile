@@ -1,7 +1,7 @@
 # Lamina: two commands on a fresh machine.
 #   make demo   – set everything up, then run the main job on a local table with local Ray
-#   make test   – set everything up, then run the whole test suite (cargo test + pytest)
-#   make lint   – ruff's lint over the tree and mypy on the package (not yet part of `make test`)
+#   make test   – set everything up, then the gates (ruff lint + format check, mypy) and the whole test suite (cargo test + pytest)
+#   make lint   – the gates alone: ruff check, ruff format --check, mypy on the package
 # Set-up is idempotent and incremental: a virtualenv in .venv, then an editable install
 # (setuptools + setuptools-rust) builds the native extension and installs one package, `lamina`
 # (planner/, workers/ and jobs/ as lamina.planner, lamina.workers, lamina.jobs), with the
@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 demo: setup
 	$(BIN)/python -m lamina.jobs.demo
 
-test: setup cargo-test pytest
+test: setup lint cargo-test pytest
 
 setup: $(VENV)/.deps native
 
@@ -51,6 +51,7 @@ TYPECHECK_DIR := build/typecheck
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	rm -rf $(TYPECHECK_DIR) && mkdir -p $(TYPECHECK_DIR)/lamina
 	for f in lamina/*; do case $$f in *__pycache__|*.so) ;; *) ln -s "$(CURDIR)/$$f" $(TYPECHECK_DIR)/lamina/ ;; esac; done
 	for d in planner workers jobs; do ln -s "$(CURDIR)/$$d" $(TYPECHECK_DIR)/lamina/$$d; done
