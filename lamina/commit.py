@@ -183,14 +183,9 @@ def catch_up(store: ObjectStore, txn: Transaction, base: Manifest, files: Deleti
                 first_removed = base.version + 1 if listed[0] == base.version else base.version
                 first_kept = next(v for v in listed if v > base.version)
                 kept = try_load_manifest(store, first_kept)
-                if kept is not None and kept.table_uuid != base.table_uuid:
-                    raise TableReplaced(
-                        f"{txn.operation} on table {store.uri} read version {txn.read_version}, but the table was dropped and "
-                        f"created again at this URI (version {first_kept} belongs to another table). Nothing was committed; "
-                        f"open the table again (lamina.open_table)"
-                    )
-                if kept is not None and kept.dropped:
-                    raise table_dropped(txn, store.uri, first_kept)
+                gone = _ended_by(txn, store.uri, kept, base.table_uuid) if kept is not None else None
+                if gone is not None:
+                    raise gone
                 raise CommitConflict(
                     f"{txn.operation} on table {store.uri} read version {txn.read_version}, but versions from "
                     f"{first_removed} up to {first_kept - 1} were cleaned up since; nothing was committed: reload the table "
@@ -229,17 +224,24 @@ def _check_not_dropped(store: ObjectStore, txn: Transaction, new: Manifest, segm
     """
     latest = latest_version(store)
     head = try_load_manifest(store, latest) if latest is not None else None
-    if head is None or head.version <= new.version or (head.table_uuid == new.table_uuid and not head.dropped):
+    gone = _ended_by(txn, store.uri, head, new.table_uuid) if head is not None and head.version > new.version else None
+    if gone is None:
         return
     log.warning("%s on %s landed version %d after a drop removed its base; removing it", txn.operation, store.uri, new.version)
     _discard(store, txn, [manifest_path(new.version), *segments])
-    if head.dropped and head.table_uuid == new.table_uuid:
-        raise table_dropped(txn, store.uri, head.version)
-    raise TableReplaced(
-        f"{txn.operation} on table {store.uri} (read at version {txn.read_version}) cannot commit: the table was "
-        f"dropped and created again at this URI (version {head.version} belongs to another table). Nothing was "
-        f"committed; open the table again (lamina.open_table)"
-    )
+    raise gone
+
+
+def _ended_by(txn: Transaction, uri: str, m: Manifest, table_uuid: str) -> TableReplaced | None:
+    """The error for ``txn`` if version ``m`` ends table ``table_uuid`` (its tombstone: ``TableDropped``; a
+    version of a table created at the URI since: ``TableReplaced``); None if ``m`` is one of its live versions."""
+    if m.table_uuid != table_uuid:
+        return TableReplaced(
+            f"{txn.operation} on table {uri} (read at version {txn.read_version}) cannot commit: the table was dropped "
+            f"and created again at this URI (version {m.version} belongs to another table). Nothing was committed; "
+            f"open the table again (lamina.open_table)"
+        )
+    return table_dropped(txn, uri, m.version) if m.dropped else None
 
 
 def _resolve_unknown(store: ObjectStore, txn: Transaction, version: int, table_uuid: str | None, error: StorageError) -> bool:

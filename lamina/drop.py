@@ -76,12 +76,13 @@ def purge(store: ObjectStore, *, keep_tombstone: bool = True) -> DropStats | Non
     if latest is None:
         return None
     head = load_manifest(store, latest)
-    if head.dropped and not leftovers(store, head):
+    listed = leftovers(store, head) if head.dropped else None
+    if listed == []:
         return None
     tomb = head if head.dropped else _commit_drop(store, head)
     if tomb is None:
         return None
-    stats = _remove(store, tomb)
+    stats = _remove(store, tomb, listed)
     if not keep_tombstone and not store.exists(manifest_path(tomb.version + 1)):
         store.delete([manifest_path(tomb.version)])
         stats = dataclasses.replace(stats, objects_removed=stats.objects_removed + 1)
@@ -133,10 +134,12 @@ def _commit_drop(store: ObjectStore, head: Manifest) -> Manifest | None:
         return None
 
 
-def _remove(store: ObjectStore, tomb: Manifest) -> DropStats:
+def _remove(store: ObjectStore, tomb: Manifest, listed: list[ObjectInfo] | None = None) -> DropStats:
+    """Step 2 of the drop at ``tomb``; ``listed``: its leftovers, if the caller listed them just now."""
     removed = size = 0
     for _ in range(PURGE_ROUNDS):
-        doomed = leftovers(store, tomb)
+        doomed = leftovers(store, tomb) if listed is None else listed
+        listed = None
         if not doomed:
             break
         # Listed while the tombstone was the latest version, so nothing listed can be a table created here
@@ -144,11 +147,10 @@ def _remove(store: ObjectStore, tomb: Manifest) -> DropStats:
         if store.exists(manifest_path(tomb.version + 1)):
             log.info("drop of %s: a table was created there meanwhile; %d objects removed here", store.uri, removed)
             return DropStats(store.uri, tomb.version, removed, size)
-        ordered = [o.path for o in sorted(doomed, key=_order)]
-        versions = [p for p in ordered if _order_of(p)[0] == 2]
-        store.delete(ordered[: len(ordered) - len(versions)])
-        for path in versions:  # one at a time, oldest first: a request removing many keys promises no order
-            store.delete([path])
+        ordered = sorted((_order(o.path), o.path) for o in doomed)
+        store.delete(path for (kind, _, _), path in ordered if kind < VERSION)
+        for path in [path for (kind, _, _), path in ordered if kind == VERSION]:
+            store.delete([path])  # one at a time, oldest first: a request removing many keys promises no order
         removed += len(doomed)
         size += sum(o.size for o in doomed)
     else:
@@ -166,11 +168,10 @@ def _remove(store: ObjectStore, tomb: Manifest) -> DropStats:
     return DropStats(store.uri, tomb.version, removed, size)
 
 
-def _order(o: ObjectInfo) -> tuple[int, int, str]:
-    return _order_of(o.path)
+VERSION = 2  # the first element of ``_order`` for a version's manifest
 
 
-def _order_of(path: str) -> tuple[int, int, str]:
+def _order(path: str) -> tuple[int, int, str]:
     """Files first, then the latest-version hint (a hint surviving a gap in the versions would have a
     reader stop short of the tombstone), then the versions oldest first: a writer whose put lands after
     its version number was removed then always finds its base gone (``lamina.commit``)."""
@@ -180,4 +181,4 @@ def _order_of(path: str) -> tuple[int, int, str]:
         return (1, 0, path)
     name = path[len(VERSIONS_DIR) :]
     number = name[: -len(".manifest")] if name.endswith(".manifest") else ""
-    return (2, int(number), path) if number.isdigit() else (1, 1, path)
+    return (VERSION, int(number), path) if number.isdigit() else (1, 1, path)
