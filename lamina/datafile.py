@@ -400,13 +400,22 @@ def read_fragment(
     with_row_address: bool = False,
     with_row_id: bool = False,
     with_offsets: bool = False,
+    row_groups: Sequence[int] | None = None,
 ) -> pa.Table:
     """Live rows of one fragment: projected, filtered, optionally with ``_rowaddr``/``_rowid``.
 
     With a filter, only the row groups whose statistics allow a match are read (``lamina.prune``).
+    ``row_groups``: only these row groups (ascending; the manifest's ``Fragment.row_groups`` number
+    them), as a streaming scan reads a large fragment a piece at a time.
     """
     out_cols, needed = _needed(schema, columns, flt)
     plan = prune.plan_fragment(store, fragment, schema, flt, lambda: open_parquet(store, fragment)) if flt is not None else None
+    if row_groups is not None and len(row_groups) < len(fragment.row_groups):
+        wanted = set(row_groups)
+        if plan is None:
+            plan = prune.FragmentPlan(sorted(wanted), [g.rows for g in fragment.row_groups])
+        else:
+            plan = prune.FragmentPlan([g for g in plan.groups if g in wanted], plan.group_rows, plan.file)
     if plan is None or plan.everything:
         pf = open_parquet(store, fragment, whole=len(needed) == len(schema))
         with reading(store, fragment, "cannot be decoded"):

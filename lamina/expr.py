@@ -460,3 +460,16 @@ def read_arrow(expression: pc.Expression) -> ArrowCall | ArrowField | ArrowLiter
                 raise ValueError("unterminated call in a serialized expression")
             i += 1
             item = ArrowCall(function, tuple(args), options, s, (begin, i))
+
+
+def fields_of(raw: ArrowCall | ArrowField | ArrowLiteral) -> frozenset[str]:
+    """The top-level columns a read pyarrow expression (``read_arrow``) refers to."""
+    out: set[str] = set()
+    stack: list[Any] = [raw]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ArrowField):
+            out.add(node.path[0])
+        elif isinstance(node, ArrowCall):
+            stack.extend(node.args)
+    return frozenset(out)

@@ -95,6 +95,7 @@ from lamina.expr import (
     Or,
     Relation,
     conjuncts,
+    fields_of,
     read_arrow,
     to_arrow,
 )
@@ -892,10 +893,21 @@ def from_expression(expression: pc.Expression, schema: pa.Schema) -> Node:
     is exactly a node's (comparisons of a column with a literal Arrow compares exactly, ``is_in`` with its
     default null matching, ``is_null`` / ``is_valid``, ``match_like``, ``&``, ``|``, ``~``); anything else is
     an ``Opaque`` node, which prunes nothing."""
+    return _read_expression(expression, schema)[0]
+
+
+def _read_expression(expression: pc.Expression, schema: pa.Schema) -> tuple[Node, frozenset[str] | None]:
+    """``from_expression``, and the top-level columns the expression reads (None: not known)."""
     try:
-        return _bind_arrow(read_arrow(expression), schema)
+        raw = read_arrow(expression)
     except Exception:  # what cannot be read evaluates as given, and prunes nothing
-        return Opaque(expression)
+        return Opaque(expression), None
+    names = fields_of(raw)
+    columns = names if names <= set(schema.names) else None
+    try:
+        return _bind_arrow(raw, schema), columns
+    except Exception:
+        return Opaque(expression), columns
 
 
 def parse_filter(flt: str | pc.Expression | Filter, schema: pa.Schema) -> Filter:
@@ -909,7 +921,7 @@ def parse_filter(flt: str | pc.Expression | Filter, schema: pa.Schema) -> Filter
             pa.Table.from_batches([], schema=schema).filter(flt)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
             raise InvalidFilter(f"filter {flt} does not apply to this table ({e}); columns: {', '.join(schema.names)}") from None
-        tree = from_expression(flt, schema)
+        tree, columns = _read_expression(flt, schema)
         found, _ = conjuncts(tree)  # evaluated as given: index candidates are always re-checked
-        return Filter(flt, None, str(flt), found, False, tree)
+        return Filter(flt, columns, str(flt), found, False, tree)
     raise InvalidFilter(f'a filter is a string such as "id < 100" or a pyarrow.compute.Expression, not {type(flt).__name__}')

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from lamina.arrays import from_numpy
 from lamina.commit import COMMIT_BACKOFF, commit
-from lamina.datafile import ROWADDR, ROWID, WriteOptions, read_fragment, take_many, write_fragments
+from lamina.datafile import ROWADDR, WriteOptions, take_many, write_fragments
 from lamina.deletion import among, read_deleted
 from lamina.errors import (
     IndexNotFound,
@@ -44,11 +44,13 @@ from lamina.manifest import (
 )
 from lamina.records import DeleteRecord
 from lamina.retry import Backoff
+from lamina.scan import DEFAULT_BATCH_SIZE, Scanner
 from lamina.schema import DataLike, check_column_names, check_primary_key, conform, validate_schema
 from lamina.store import ObjectStore, open_store
 from lamina.transaction import Append, ChangeIndex, Create, Delete, Overwrite, Transaction
 
 if TYPE_CHECKING:
+    from lamina.dataset import LaminaDataset
     from lamina.drop import DropStats
     from lamina.index import IndexOptions
     from lamina.verify import VerifyReport
@@ -236,6 +238,70 @@ class Table:
         return record.rows
 
     # -- reads --------------------------------------------------------------
+    def scanner(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: str | pa.compute.Expression | None = None,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        limit: int | None = None,
+        offset: int | None = None,
+        with_row_address: bool = False,
+        with_row_id: bool = False,
+        fragments: Iterable[int | FragmentInfo] | None = None,
+        use_index: bool = True,
+        readahead: int | None = None,
+    ) -> Scanner:
+        """A streaming read of this version's live rows (``lamina.scan``): ``to_reader()``, ``to_batches()``,
+        ``to_table()``, ``count_rows()``, ``explain()``, and the Arrow stream (``pa.table(scanner)``).
+
+        ``filter`` (a string or a pyarrow expression) is answered through btree/bitmap indices where its
+        shape allows and prunes fragments and row groups by zone maps and statistics; ``limit`` /
+        ``offset`` count output rows, and reading stops once the limit is met; ``fragments``: only these
+        (ids or ``FragmentInfo``). Memory: at most ``readahead`` (default ``LAMINA_IO_THREADS``, 8) pieces
+        of at most ``max(batch_size, one row group)`` rows are decoded at once.
+
+        >>> for batch in table.scanner(["id", "qty"], "qty < 6", batch_size=8192).to_batches():
+        ...     ...
+        """
+        return Scanner(
+            self._store,
+            self._manifest,
+            columns,
+            filter,
+            batch_size=batch_size,
+            limit=limit,
+            offset=offset,
+            with_row_address=with_row_address,
+            with_row_id=with_row_id,
+            fragments=fragments,
+            use_index=use_index,
+            readahead=readahead,
+        )
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """The Arrow PyCapsule stream of every live row: ``pa.table(t)``, ``pl.from_arrow(t)`` and
+        ``duckdb.sql("from t")`` read the table with no glue (streamed; no pushdown: for DuckDB's
+        projection and filter pushdown use ``to_duckdb`` / ``dataset``)."""
+        return self.scanner().__arrow_c_stream__(requested_schema)
+
+    def dataset(self) -> LaminaDataset:
+        """This version as a ``pyarrow.dataset.Dataset`` (``lamina.dataset``): DuckDB scans it natively,
+        pushing projections and filters into ``scanner``; deletions applied, pinned to this version.
+        (Imported on first use: ``pyarrow.dataset`` loads pandas, which a point lookup never needs.)"""
+        from lamina.dataset import LaminaDataset
+
+        return LaminaDataset(self)
+
+    def to_duckdb(self, name: str | None = None, connection: Any = None) -> Any:
+        """This version as a DuckDB relation (projections and filters pushed into the scanner); with
+        ``name``, also a view of that name on ``connection`` (default: DuckDB's default connection).
+
+        >>> t.to_duckdb("orders")
+        >>> duckdb.sql("select flag, sum(qty) from orders where day < 100 group by flag")
+        """
+        return self.dataset().to_duckdb(name, connection)
+
     def to_arrow(
         self,
         columns: Sequence[str] | None = None,
@@ -244,35 +310,15 @@ class Table:
         with_row_id: bool = False,
         use_index: bool = True,
     ) -> pa.Table:
-        """Live rows as a pyarrow Table, in fragment order (``_rowaddr`` / ``_rowid`` on request).
+        """Live rows as a pyarrow Table, in fragment order (``_rowaddr`` / ``_rowid`` on request):
+        ``scanner(...).to_table()``.
 
         A filter is answered through btree/bitmap indices where its shape allows
         (see ``explain``); the result is the same with ``use_index=False``.
         """
-        cols = check_column_names(self.schema, columns, self.uri)
-        flt = parse_filter(filter, self.schema) if filter is not None else None
-        if with_row_id and not self._manifest.stable_row_ids:
-            raise InvalidArgument(f"table {self.uri} does not keep stable row ids; create it with stable_row_ids=True")
-        if flt is None:
-            parts = map_fragments(
-                lambda f: read_fragment(self._store, f, self.schema, cols, None, with_row_address, with_row_id),
-                list(self._manifest.fragments),
-            )
-        else:
-            parts = select(
-                self._store,
-                self._manifest,
-                flt,
-                cols,
-                with_row_address=with_row_address,
-                with_row_id=with_row_id,
-                use_index=use_index,
-                map_fn=map_fragments,
-            ).tables
-        out_schema = self._output_schema(cols, with_row_address, with_row_id)
-        if not parts:
-            return out_schema.empty_table()
-        return pa.concat_tables(parts)
+        return self.scanner(
+            columns, filter, with_row_address=with_row_address, with_row_id=with_row_id, use_index=use_index
+        ).to_table()
 
     def to_pandas(
         self,
@@ -292,10 +338,7 @@ class Table:
 
     def count_rows(self, filter: str | pa.compute.Expression | None = None) -> int:
         """Live rows, optionally only those matching ``filter`` (no data read without one)."""
-        if filter is None:
-            return self._manifest.rows
-        flt = parse_filter(filter, self.schema)
-        return sum(t.num_rows for t in select(self._store, self._manifest, flt, [], map_fn=map_fragments).tables)
+        return self.scanner([], filter).count_rows()
 
     def take(self, row_addresses: Iterable[int] | np.ndarray | pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
         """Rows at ``row_addresses`` (as returned in ``_rowaddr``), in the order asked; repeats allowed."""
@@ -336,14 +379,6 @@ class Table:
             chosen.append(frag)
         rows = take_many(self._store, self.schema, chosen, offs, counts, cols)
         return rows.take(from_numpy(inverse.ravel(), pa.int64()))
-
-    def _output_schema(self, cols: list[str] | None, with_row_address: bool, with_row_id: bool) -> pa.Schema:
-        fields = [self.schema.field(c) for c in (cols if cols is not None else self.schema.names)]
-        if with_row_address:
-            fields.append(pa.field(ROWADDR, pa.uint64()))
-        if with_row_id:
-            fields.append(pa.field(ROWID, pa.uint64()))
-        return pa.schema(fields)
 
     # -- indices ------------------------------------------------------------
     def create_index(

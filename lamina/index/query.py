@@ -254,6 +254,86 @@ class Selection:
     zone_pruned_fragments: int = 0
 
 
+@dataclass(frozen=True)
+class Read:
+    """What a read does with one fragment of the version: ``offsets`` None, scan it (its row groups
+    pruned by statistics); else take those rows, the index's live candidates (sorted), which are
+    exactly the matches when ``final``. ``position``: the fragment's place in the table."""
+
+    fragment: Fragment
+    position: int
+    offsets: np.ndarray | None = None
+    final: bool = False
+
+
+def plan_reads(
+    store: ObjectStore,
+    manifest: Manifest,
+    flt: Filter | None,
+    *,
+    use_index: bool = True,
+    only: frozenset[int] | None = None,
+    counts: Selection | None = None,
+) -> Iterator[Read]:
+    """The fragments a read of ``flt`` (None: every row) must touch, one ``Read`` each, in table order:
+    fragments the indices answer with no candidate, or their zone maps (or their manifest segment's)
+    rule out, are left out unopened. One streaming pass over the version's fragments (the index
+    lookups come first); ``only``: just these fragment ids. ``counts`` is filled in as it goes."""
+    schema = manifest.schema
+    sel = counts if counts is not None else Selection([])
+    plan = plan_filter(manifest, flt) if (use_index and flt is not None) else Plan([], manifest.fragments)
+    candidates: dict[int, np.ndarray] = {}
+    answered: dict[int, int] = {}  # fragment -> parts that answered for it
+    for part in plan.parts:
+        found, broken = lookup_part(store, part)
+        for fid, offs in found.items():
+            if fid in broken:
+                continue
+            candidates[fid] = offs if fid not in candidates else np.intersect1d(candidates[fid], offs, assume_unique=True)
+            answered[fid] = answered.get(fid, 0) + 1
+    final_all = plan.exact and len(plan.parts) > 0
+    frags = plan.fragments
+    skip = prune.segments_ruled_out(schema, flt) if flt is not None and isinstance(frags, FragmentList) else None
+    ruled_out = prune.fragments_ruled_out(schema, flt) if flt is not None else None
+
+    def runs() -> Iterator[tuple[int, Sequence[Fragment]]]:
+        """(position of the first fragment, fragments) runs in table order; a manifest segment whose
+        zone maps rule the filter out is skipped unread."""
+        if skip is None or not isinstance(frags, FragmentList):
+            yield 0, frags
+            return
+        at = 0
+        for part, items in frags.runs(skip):
+            if items is None:
+                assert isinstance(part, ManifestSegment)  # only segments are skipped
+                sel.zone_pruned_fragments += part.count
+                at += part.count
+                continue
+            yield at, items
+            at += len(items)
+
+    for first, items in runs():
+        for at, frag in enumerate(items, first):
+            if only is not None and frag.id not in only:
+                continue
+            if frag.id in answered:
+                sel.index_fragments += 1
+                offs = candidates[frag.id]
+                if len(offs) and frag.deletion is not None:
+                    offs = offs[~among(offs, read_deleted(store, frag))]
+                if len(offs) <= TAKE_FRACTION * frag.rows:
+                    if len(offs):
+                        sel.candidate_rows += len(offs)
+                        yield Read(frag, at, np.sort(offs), final_all and answered[frag.id] == len(plan.parts))
+                    continue
+                sel.index_fragments -= 1  # too many candidates: scanned instead
+            if ruled_out is not None and ruled_out(frag):
+                sel.zone_pruned_fragments += 1  # its zone maps rule it out: no file opened
+                continue
+            sel.scanned_fragments += 1
+            yield Read(frag, at)
+
+
 def select(
     store: ObjectStore,
     manifest: Manifest,
@@ -266,73 +346,15 @@ def select(
     use_index: bool = True,
     map_fn=None,
 ) -> Selection:
-    """Live rows matching ``flt``, per fragment in table order, using indices where they serve.
-    One streaming pass over the version's fragments: only those with rows to read are held."""
+    """Live rows matching ``flt``, per fragment in table order, using indices where they serve, all
+    read at once (``lamina.scan`` streams the same ``plan_reads``): only fragments with rows to read are held."""
     schema = manifest.schema
-    plan = plan_filter(manifest, flt) if use_index else Plan([], manifest.fragments)
-    candidates: dict[int, np.ndarray] = {}
-    answered: dict[int, int] = {}  # fragment -> parts that answered for it
-    for part in plan.parts:
-        found, broken = lookup_part(store, part)
-        for fid, offs in found.items():
-            if fid in broken:
-                continue
-            candidates[fid] = offs if fid not in candidates else np.intersect1d(candidates[fid], offs, assume_unique=True)
-            answered[fid] = answered.get(fid, 0) + 1
-    served = set(answered)
     sel = Selection([])
-
+    reads = list(plan_reads(store, manifest, flt, use_index=use_index, counts=sel))
     kwargs = dict(with_row_address=with_row_address, with_row_id=with_row_id, with_offsets=with_offsets)
-    final_all = plan.exact and len(plan.parts) > 0
-    # Fragments the indices answer with few candidates: their rows are fetched together, in one pass.
-    taken: list[tuple[Fragment, np.ndarray, bool]] = []
-    position: dict[int, int] = {}  # fragment id -> its place in the table, for the fragments read
-
-    segment_pruned = 0
-
-    def runs() -> Iterator[tuple[int, Sequence[Fragment]]]:
-        """(position of the first fragment, fragments) runs in table order; a manifest segment whose
-        zone maps rule the filter out is skipped unread."""
-        nonlocal segment_pruned
-        frags = plan.fragments
-        skip = prune.segments_ruled_out(schema, flt) if isinstance(frags, FragmentList) else None
-        if skip is None or not isinstance(frags, FragmentList):
-            yield 0, frags
-            return
-        at = 0
-        for part, items in frags.runs(skip):
-            if items is None:
-                assert isinstance(part, ManifestSegment)  # only segments are skipped
-                segment_pruned += part.count
-                at += part.count
-                continue
-            yield at, items
-            at += len(items)
-
-    ruled_out = prune.fragments_ruled_out(schema, flt)
-    scanned: list[Fragment] = []
-    pruned = 0
-    for first, items in runs():
-        for at, frag in enumerate(items, first):
-            if frag.id in served:
-                sel.index_fragments += 1
-                offs = candidates[frag.id]
-                if len(offs) and frag.deletion is not None:
-                    offs = offs[~among(offs, read_deleted(store, frag))]
-                if len(offs) <= TAKE_FRACTION * frag.rows:
-                    if len(offs):
-                        taken.append((frag, np.sort(offs), final_all and answered[frag.id] == len(plan.parts)))
-                        position[frag.id] = at
-                        sel.candidate_rows += len(offs)
-                    continue
-                sel.index_fragments -= 1  # too many candidates: scanned instead
-            if ruled_out is not None and ruled_out(frag):
-                pruned += 1  # its zone maps rule it out: no file opened
-                continue
-            position[frag.id] = at
-            scanned.append(frag)
-    sel.zone_pruned_fragments = pruned + segment_pruned
-    sel.scanned_fragments = len(scanned)
+    taken = [(r.fragment, r.offsets, r.final) for r in reads if r.offsets is not None]
+    scanned = [r.fragment for r in reads if r.offsets is None]
+    position = {r.fragment.id: r.position for r in reads}
     results: list[tuple[int, Fragment, pa.Table]] = []
     if taken:
         for (frag, _offs, _final), table in zip(taken, read_rows_many(store, schema, taken, columns, flt, **kwargs)):

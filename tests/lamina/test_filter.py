@@ -53,7 +53,12 @@ def test_grammar_matches_pyarrow(text, expr):
 
 def test_columns_are_reported():
     assert parse_filter("id < 3 AND meta.a = 1", SCHEMA).columns == frozenset({"id", "meta"})
-    assert parse_filter(pc.field("id") < 3, SCHEMA).columns is None
+    # an expression's columns are read from it too (a scan reads only those besides its projection)
+    assert parse_filter(pc.field("id") < 3, SCHEMA).columns == frozenset({"id"})
+    assert parse_filter((pc.field("meta", "a") == 1) | pc.field("score").is_null(), SCHEMA).columns == frozenset(
+        {"meta", "score"}
+    )
+    assert parse_filter(pc.scalar(True), SCHEMA).columns == frozenset()
 
 
 @pytest.mark.parametrize(
