@@ -15,6 +15,7 @@ lamina.io_stats()     # requests and bytes by store since the process started
 
 from lamina import errors
 from lamina.catalog import Catalog, connect
+from lamina.info import LiveFile
 from lamina.store.scheduler import io_stats
 from lamina.table import (
     FragmentInfo,
@@ -40,6 +41,7 @@ __all__ = [
     "upgrade_table",
     "Table",
     "FragmentInfo",
+    "LiveFile",
     "IndexInfo",
     "TableStats",
     "VersionInfo",

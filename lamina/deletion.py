@@ -69,6 +69,20 @@ def read_deleted(store: ObjectStore, fragment: Fragment) -> np.ndarray:
     return offsets
 
 
+def kept_ranges(deleted: np.ndarray, rows: int) -> tuple[tuple[int, int], ...]:
+    """The rows of a ``rows``-row fragment not in the sorted, unique ``deleted``, as merged half-open
+    ``[start, end)`` ranges in offset order (what a reader outside Lamina filters a file by).
+
+    >>> kept_ranges(np.array([0, 3, 4], dtype=np.uint32), 8)
+    ((1, 3), (5, 8))
+    """
+    d = deleted.astype(np.int64)
+    starts = np.concatenate([[0], d + 1])
+    ends = np.concatenate([d, [rows]])
+    runs = starts < ends
+    return tuple(zip(starts[runs].tolist(), ends[runs].tolist()))
+
+
 def write_deleted(store: ObjectStore, fragment_id: int, offsets: np.ndarray) -> DeletionFile:
     """Writes a new deletion file holding ``offsets`` (sorted, unique uint32)."""
     path = f"{DELETIONS_DIR}{fragment_id}-{uuid.uuid4().hex}.bin"

@@ -22,6 +22,39 @@ class FragmentInfo:
 
 
 @dataclass(frozen=True)
+class LiveFile:
+    """One data file of a version and which of its rows the version holds, as ``Table.live_files()``
+    reports it: what an engine without a Lamina integration reads to see the table's rows.
+
+    ``deleted`` holds the deleted rows' 0-based offsets in the file's row order (DuckDB's
+    ``file_row_number``), sorted; ``keep`` the same as sorted, merged half-open ranges
+    ``[start, end)`` of the rows to read (empty when every row is deleted).
+    """
+
+    id: int  # the fragment id
+    path: str  # relative to the table root
+    uri: str  # where another engine reads it: an absolute local path or s3://bucket/prefix/data/...
+    rows: int  # physical rows in the file
+    live_rows: int
+    file_bytes: int
+    deleted: tuple[int, ...]
+    keep: tuple[tuple[int, int], ...]
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict: the fields, with ``deleted`` and ``keep`` as lists."""
+        return {
+            "id": self.id,
+            "path": self.path,
+            "uri": self.uri,
+            "rows": self.rows,
+            "live_rows": self.live_rows,
+            "file_bytes": self.file_bytes,
+            "deleted": list(self.deleted),
+            "keep": [list(r) for r in self.keep],
+        }
+
+
+@dataclass(frozen=True)
 class VersionInfo:
     version: int
     timestamp: dt.datetime
@@ -60,4 +93,4 @@ class IndexInfo:
     details: dict
 
 
-__all__ = ["FragmentInfo", "VersionInfo", "TableStats", "IndexInfo"]
+__all__ = ["FragmentInfo", "LiveFile", "VersionInfo", "TableStats", "IndexInfo"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ import pyarrow as pa
 from lamina.arrays import from_numpy
 from lamina.commit import COMMIT_BACKOFF, commit
 from lamina.datafile import ROWADDR, WriteOptions, take_many, write_fragments
-from lamina.deletion import among, read_deleted
+from lamina.deletion import among, kept_ranges, read_deleted
 from lamina.errors import (
     IndexNotFound,
     InvalidArgument,
@@ -29,10 +30,11 @@ from lamina.errors import (
 )
 from lamina.filter import parse_filter
 from lamina.index.query import select
-from lamina.info import FragmentInfo, IndexInfo, TableStats, VersionInfo
+from lamina.info import FragmentInfo, IndexInfo, LiveFile, TableStats, VersionInfo
 from lamina.io_pool import map_fragments
 from lamina.manifest import (
     ADDRESS_SHIFT,
+    Fragment,
     Manifest,
     belongs_to,
     find_fragments,
@@ -487,6 +489,43 @@ class Table:
                 f.file_version,
                 f.deletion.path if f.deletion else None,
             )
+
+    def live_files(self) -> list[LiveFile]:
+        """The data files of this version and the rows of each it holds: the table's rows, for an engine
+        with no Lamina integration (Spark, Trino, a hand-written DuckDB query).
+
+        The files are plain Parquet, but the table is not "every file under ``data/``": a version holds
+        only the files its manifest lists (after a compaction, until cleanup, the replaced files are
+        still there), and of each only the rows not deleted (``_deletions/*.bin``). Read each
+        ``LiveFile.uri`` keeping the rows whose 0-based position in the file falls in ``keep`` (or is
+        not in ``deleted``); in DuckDB, ``read_parquet(uri, file_row_number=true)`` numbers them::
+
+            for f in table.live_files():
+                ranges = " OR ".join(f"file_row_number BETWEEN {s} AND {e - 1}" for s, e in f.keep) or "false"
+                duckdb.sql(f"SELECT * EXCLUDE (file_row_number) FROM read_parquet('{f.uri}', "
+                           f"file_row_number=true) WHERE {ranges}")
+
+        Files listed in version order, rows in file order, give the rows of ``to_arrow()`` in its
+        order. The deletion files are read in parallel, the fragments stream from the manifest (no
+        directory is listed). ``lamina files URI --json`` prints the same (``LiveFile.to_dict``).
+
+        >>> [(f.path, f.rows, f.live_rows, f.keep) for f in table.live_files()]
+        [('data/3f…e1.parquet', 400, 397, ((1, 3), (4, 399))), ('data/9a…07.parquet', 100, 100, ((0, 100),))]
+        """
+        store = self._store
+
+        def live_file(f: Fragment) -> LiveFile:
+            deleted = read_deleted(store, f)
+            keep = kept_ranges(deleted, f.rows)
+            return LiveFile(
+                f.id, f.path, store.location(f.path), f.rows, f.live_rows, f.file_bytes, tuple(deleted.tolist()), keep
+            )
+
+        out: list[LiveFile] = []
+        fragments = iter(self._manifest.fragments)
+        while batch := list(itertools.islice(fragments, 256)):  # a window of deletion files read at once
+            out.extend(map_fragments(live_file, batch))
+        return out
 
     def stats(self) -> TableStats:
         m = self._manifest

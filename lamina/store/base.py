@@ -229,6 +229,11 @@ class ObjectStore(abc.ABC):
         """A full location for messages: the URI joined with ``path``."""
         return f"{self.uri.rstrip('/')}/{path}"
 
+    def location(self, path: str) -> str:
+        """Where a reader outside Lamina (DuckDB, Spark, Trino) finds the object at ``path``: the URI joined
+        with it, ``s3://bucket/prefix/data/x.parquet``; a local store gives an absolute file path."""
+        return f"{self.uri.rstrip('/')}/{path}"
+
 
 def staged_file(local: str, where: str) -> str:
     """``local``, once the block that was to write it has: a missing file is the caller's bug."""

@@ -60,6 +60,9 @@ class LocalStore(ObjectStore):
     def _full(self, path: str) -> str:
         return os.path.join(self.root, *path.split("/"))
 
+    def location(self, path: str) -> str:
+        return self._full(path)
+
     def local_path(self, path: str) -> str:
         full = self._full(path)
         make_dirs(os.path.dirname(full), self.root)
