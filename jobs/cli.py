@@ -1,6 +1,6 @@
 """Command-line pieces shared by the jobs, and the ``lamina`` console script that dispatches to them.
 
-lamina compact|index|ingest|maintain|verify|upgrade|demo ARGS...   ==   python -m lamina.jobs.<command> ARGS...
+lamina compact|index|ingest|maintain|verify|files|upgrade|demo ARGS...   ==   python -m lamina.jobs.<command> ARGS...
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ COMMANDS = {
     "index": "build or update a btree, bitmap or full-text index on Ray",
     "ingest": "apply a table's WAL with Ray actors",
     "verify": "check every file of a table version against its manifest",
+    "files": "list a table version's data files and the rows of each it holds (for other engines)",
     "upgrade": "convert a table's latest version to the current manifest format",
     "maintain": "compact, index and clean every table of a catalog as its policy says (scheduled)",
     "demo": "the README's main job: a local table filled by Ray tasks, then compacted",

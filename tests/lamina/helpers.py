@@ -42,6 +42,35 @@ def ids_of(table) -> list[int]:
     return sorted(table.to_arrow(columns=["id"]).column("id").to_pylist())
 
 
+def compacted_table(uri: str, opts) -> tuple[Any, int]:
+    """Deletions in several fragments, one fragment all deleted, then two fragments rewritten into one (the
+    replaced files stay under data/ until cleanup) and a delete in the new file. Returns the table and
+    the version before the rewrite."""
+    import lamina
+    from lamina.commit import commit
+    from lamina.rewrite import full_rewrite
+    from lamina.transaction import Rewrite
+
+    t = lamina.create_table(uri, SCHEMA, storage_options=opts, row_group_rows=300)
+    t.append(rows(0, 1000), max_rows_per_file=400)  # fragments of 400, 400, 200 rows
+    t.append(rows(1000, 500))
+    t.delete("category = 'a' AND id < 700")  # fragments 0 and 1
+    t.delete("id BETWEEN 1200 AND 1210 OR id = 1499")  # fragment 3, its last row too
+    t.delete("id >= 800 AND id < 1000")  # all of fragment 2: it leaves the version
+    before = t.version
+    first_two = [f.id for f in t.fragments()][:2]
+    commit(t.store, Rewrite(t.version, [full_rewrite(t.store, t.manifest, first_two, t.write_options)]), t.manifest)
+    t = t.reload()
+    t.delete("id IN (1, 2, 3, 799)")  # in the rewritten file: its first rows, and its last
+    return t, before
+
+
+def in_table_types(table: pa.Table) -> pa.Table:
+    """DuckDB gives the fixed-size vector column back as a variable-size list: the table's types again."""
+    vec = pa.FixedSizeListArray.from_arrays(pa.concat_arrays([c.flatten() for c in table.column("vec").chunks]), 4)
+    return table.set_column(table.schema.get_field_index("vec"), "vec", vec).cast(SCHEMA)
+
+
 def put_next_version(t, **changes) -> int:
     """Writes the table's next version: its current manifest with ``changes``, properly encoded
     (a valid checksum: only the content lies). Returns the version written."""

@@ -9,29 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import lamina
-from lamina.commit import commit
 from lamina.deletion import kept_ranges, read_deleted
-from lamina.rewrite import full_rewrite
-from lamina.transaction import Rewrite
-from tests.lamina.helpers import SCHEMA, rows
-
-
-def compacted_table(uri: str, opts) -> tuple[lamina.Table, int]:
-    """Deletions in several fragments, one fragment all deleted, then two fragments rewritten into one (the
-    replaced files stay under data/ until cleanup) and a delete in the new file. Returns the table and
-    the version before the rewrite."""
-    t = lamina.create_table(uri, SCHEMA, storage_options=opts, row_group_rows=300)
-    t.append(rows(0, 1000), max_rows_per_file=400)  # fragments of 400, 400, 200 rows
-    t.append(rows(1000, 500))
-    t.delete("category = 'a' AND id < 700")  # fragments 0 and 1
-    t.delete("id BETWEEN 1200 AND 1210 OR id = 1499")  # fragment 3, its last row too
-    t.delete("id >= 800 AND id < 1000")  # all of fragment 2: it leaves the version
-    before = t.version
-    first_two = [f.id for f in t.fragments()][:2]
-    commit(t.store, Rewrite(t.version, [full_rewrite(t.store, t.manifest, first_two, t.write_options)]), t.manifest)
-    t = t.reload()
-    t.delete("id IN (1, 2, 3, 799)")  # in the rewritten file: its first rows, and its last
-    return t, before
+from tests.lamina.helpers import SCHEMA, compacted_table, in_table_types, rows
 
 
 def local_files(t: lamina.Table, files: list[lamina.LiveFile], tmp_path) -> dict[str, str]:
@@ -60,12 +39,6 @@ def read_with_duckdb(files: list[lamina.LiveFile], where: dict[str, str]) -> pa.
     """
     out = duckdb.sql(sql).arrow()
     return out.read_all() if isinstance(out, pa.RecordBatchReader) else out
-
-
-def as_table_schema(table: pa.Table) -> pa.Table:
-    """DuckDB gives the fixed-size vector column back as a variable-size list: the table's types again."""
-    vec = pa.FixedSizeListArray.from_arrays(pa.concat_arrays([c.flatten() for c in table.column("vec").chunks]), 4)
-    return table.set_column(table.schema.get_field_index("vec"), "vec", vec).cast(SCHEMA)
 
 
 def test_live_files_are_the_manifests_files_and_deletions(table_location):
@@ -97,7 +70,7 @@ def test_duckdb_reads_the_table_from_live_files(table_location, tmp_path):
     uri, opts = table_location
     t, _ = compacted_table(uri, opts)
     files = t.live_files()
-    got = as_table_schema(read_with_duckdb(files, local_files(t, files, tmp_path)))
+    got = in_table_types(read_with_duckdb(files, local_files(t, files, tmp_path)))
     assert got.equals(t.to_arrow())
 
 
@@ -115,7 +88,7 @@ def test_live_files_at_an_older_version(table_location, tmp_path):
     old = t.checkout(before)
     files = old.live_files()
     assert [f.path for f in files] == [f.path for f in old.fragments()] != [f.path for f in t.fragments()]
-    got = as_table_schema(read_with_duckdb(files, local_files(old, files, tmp_path)))
+    got = in_table_types(read_with_duckdb(files, local_files(old, files, tmp_path)))
     assert got.equals(old.to_arrow())
     assert got.num_rows == 1500 - 175 - 12 - 200
 
