@@ -10,7 +10,7 @@ import pytest
 
 import lamina
 from lamina.deletion import kept_ranges, read_deleted
-from tests.lamina.helpers import SCHEMA, compacted_table, in_table_types, rows
+from tests.lamina.helpers import SCHEMA, HookedStore, compacted_table, in_table_types, rows
 
 
 def local_files(t: lamina.Table, files: list[lamina.LiveFile], tmp_path) -> dict[str, str]:
@@ -91,6 +91,16 @@ def test_live_files_at_an_older_version(table_location, tmp_path):
     got = in_table_types(read_with_duckdb(files, local_files(old, files, tmp_path)))
     assert got.equals(old.to_arrow())
     assert got.num_rows == 1500 - 175 - 12 - 200
+
+
+def test_live_files_list_no_directory_and_read_no_data_file(table_location):
+    uri, opts = table_location
+    t, _ = compacted_table(uri, opts)
+    store = HookedStore(t.store)
+    files = lamina.Table(store, t.manifest, opts).live_files()
+    assert files == t.live_files()
+    assert store.count("list") == 0, "the version's files come from its manifest, not a listing"
+    assert not [p for m, p in store.calls if m != "location" and isinstance(p, str) and p.startswith("data/")]
 
 
 def test_local_uris_are_absolute_paths(tmp_path, monkeypatch):
