@@ -6,7 +6,7 @@
                                                                           │
         to_arrow_filter(predicate) ──► a pyarrow filter keeping a SUPERSET of the predicate's rows (or None)
                                                                           │
-        the pinned version's scan (columns, filter: zone maps, statistics, indices) ──► batches
+        table.scanner(columns, filter, limit, batch_size) of the pinned version ──► batches
                                                                           │
         pl.from_arrow(batch).filter(predicate).select(with_columns) ──► DataFrames, at most n_rows rows
 
@@ -97,29 +97,35 @@ def _frames(
         pushed = to_arrow_filter(predicate, schema)
     read = [name for name in schema.names if name in needed]
     left = n_rows
-    for batch in _batches(table, read, pushed, batch_size, n_rows if predicate is None else None):
-        frame = pl.from_arrow(batch)
-        assert isinstance(frame, pl.DataFrame)
-        if predicate is not None:
-            frame = frame.filter(predicate)
-        frame = frame.select(out)
-        if left is not None:
-            frame = frame.head(left)
-            left -= frame.height
-        if frame.height:
-            yield frame
-        if left == 0:
-            return
+    batches = _batches(table, read, pushed, batch_size, n_rows if predicate is None else None)
+    try:
+        for batch in batches:
+            frame = pl.from_arrow(batch)
+            assert isinstance(frame, pl.DataFrame)
+            if predicate is not None:
+                frame = frame.filter(predicate)
+            frame = frame.select(out)
+            if left is not None:
+                frame = frame.head(left)
+                left -= frame.height
+            if frame.height:
+                yield frame
+            if left == 0:
+                return
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()  # the scan's reads ahead stop here, not when the generator is collected
 
 
 def _batches(
     table: Table, columns: list[str], filter: pc.Expression | None, batch_size: int | None, limit: int | None
 ) -> Iterator[pa.RecordBatch]:
-    """The one place the plugin reads the table: ``columns`` of the rows ``filter`` keeps, at most ``limit``."""
-    data = table.to_arrow(columns=columns, filter=filter)
-    if limit is not None:
-        data = data.slice(0, limit)
-    return iter(data.to_batches(max_chunksize=batch_size))
+    """The one place the plugin reads the table: ``columns`` of the rows ``filter`` keeps, at most ``limit``,
+    streamed (reading stops when the consumer does)."""
+    if batch_size is None:
+        return table.scanner(columns, filter, limit=limit).to_batches()
+    return table.scanner(columns, filter, limit=limit, batch_size=batch_size).to_batches()
 
 
 # -- Polars predicate → pyarrow filter ------------------------------------------------------------------

@@ -348,12 +348,41 @@ def test_a_selective_filter_reads_fewer_bytes_than_a_full_scan(deleted_table):
     assert bytes_read(lf.filter(c("id") == 1100)) < full / 3
 
 
-def test_batch_size_and_n_rows_are_passed_to_the_scan(tmp_path):
+def test_batch_size_and_n_rows_are_passed_to_the_scan(tmp_path, monkeypatch):
     t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
     t.append(rows(0, 1000))
-    frames = list(scan_table(t).collect_batches(chunk_size=100))
-    assert sum(f.height for f in frames) == 1000
+    calls = []
+    scanner = lamina.Table.scanner
+
+    def recorded(self, *args, **kwargs):
+        calls.append(kwargs)
+        return scanner(self, *args, **kwargs)
+
+    monkeypatch.setattr(lamina.Table, "scanner", recorded)
+    with pl.Config(streaming_chunk_size=64):
+        assert sum(f.height for f in scan_table(t).collect_batches()) == 1000
+    assert calls[-1]["batch_size"] == 64 and calls[-1]["limit"] is None
     assert scan_table(t).head(3).collect()["id"].to_list() == [0, 1, 2]
+    assert calls[-1]["limit"] == 3
+    assert scan_table(t).filter(c("score") > 0.5).head(4).collect().height == 4
+    assert calls[-1]["limit"] is None  # a limit counts the predicate's rows: the source stops itself
+
+
+def test_a_head_stops_reading(table_location):
+    uri, opts = table_location
+    t = lamina.create_table(uri, SCHEMA, storage_options=opts)
+    t.append(rows(0, 4000), max_rows_per_file=100)  # 40 fragments
+    lf = scan_table(t)
+
+    def bytes_read(query) -> int:
+        clear_caches()
+        before = lamina.io_stats()
+        query.collect()
+        return stats_delta(before).get(t.store.io_domain, {}).get("bytes_read", 0)
+
+    full = bytes_read(lf)
+    assert bytes_read(lf.head(5)) < full / 2
+    assert bytes_read(lf.filter(c("score") * 2 > 1).head(5)) < full / 2  # not pushed: stops at 5 matches
 
 
 def test_the_plan_names_the_table_and_its_version(tmp_path):
