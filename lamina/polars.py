@@ -36,6 +36,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only where Polars is missing
     raise ImportError("lamina.polars needs Polars: pip install polars") from e
 
+from lamina.errors import InvalidArgument
 from lamina.table import Table, open_table
 
 __all__ = ["scan_table", "to_arrow_filter"]
@@ -56,7 +57,9 @@ def scan_table(
     """
     if isinstance(uri_or_table, Table):
         if storage_options is not None:
-            raise ValueError("storage_options go with a URI; a Table already has its store")
+            raise InvalidArgument(
+                f"scan_table({uri_or_table.uri!r}): storage_options go with a URI; this Table already has its store"
+            )
         t = uri_or_table
         # A copy at the version it holds now: the caller's object moves on with its own commits, this scan does not.
         table = t.checkout(version) if version is not None else Table(t.store, t.manifest, t.storage_options)

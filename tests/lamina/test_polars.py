@@ -396,3 +396,9 @@ def test_import_lamina_does_not_import_polars_and_a_missing_polars_is_named():
     code = "import sys; sys.modules['polars'] = None; import lamina.polars"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode != 0 and "pip install polars" in out.stderr
+
+
+def test_a_table_with_storage_options_is_refused(tmp_path):
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    with pytest.raises(lamina.errors.InvalidArgument, match="storage_options go with a URI"):
+        scan_table(t, storage_options={"region": "x"})
