@@ -49,10 +49,10 @@ class LaminaDataset(pads.Dataset):
         return self._table.version
 
     @property
-    def schema(self) -> pa.Schema:  # type: ignore[override]
+    def schema(self) -> pa.Schema:
         return self._table.schema
 
-    def scanner(  # type: ignore[override]
+    def scanner(
         self,
         columns: Sequence[str] | dict | None = None,
         filter: pc.Expression | str | None = None,
@@ -65,19 +65,19 @@ class LaminaDataset(pads.Dataset):
             raise NotImplementedError("a Lamina dataset projects columns by name; computed columns are not supported")
         return self._table.scanner(columns, filter, batch_size=batch_size or DEFAULT_BATCH_SIZE)
 
-    def to_table(self, columns=None, filter=None, **kwargs: Any) -> pa.Table:  # type: ignore[override]
+    def to_table(self, columns=None, filter=None, **kwargs: Any) -> pa.Table:
         return self.scanner(columns, filter, **kwargs).to_table()
 
-    def to_batches(self, columns=None, filter=None, **kwargs: Any) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def to_batches(self, columns=None, filter=None, **kwargs: Any) -> Iterator[pa.RecordBatch]:
         return self.scanner(columns, filter, **kwargs).to_batches()
 
-    def head(self, num_rows: int, columns=None, filter=None, **kwargs: Any) -> pa.Table:  # type: ignore[override]
+    def head(self, num_rows: int, columns=None, filter=None, **kwargs: Any) -> pa.Table:
         return self._table.scanner(columns, filter, limit=num_rows).to_table()
 
-    def count_rows(self, filter=None, **kwargs: Any) -> int:  # type: ignore[override]
+    def count_rows(self, filter=None, **kwargs: Any) -> int:
         return self._table.count_rows(filter)
 
-    def take(self, indices, columns=None, **kwargs: Any) -> pa.Table:  # type: ignore[override]
+    def take(self, indices, columns=None, **kwargs: Any) -> pa.Table:
         raise NotImplementedError("take by position is not supported; use Table.take with _rowaddr values")
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:

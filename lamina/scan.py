@@ -161,10 +161,11 @@ class Scanner:
 
     def count_rows(self) -> int:
         """How many rows a read returns; without a filter from the manifest alone (no file opened)."""
-        if self._filter is None and self._only is None:
+        only = self._only
+        if self._filter is None and only is None:
             live = self._pinned.rows
-        elif self._filter is None:
-            live = sum(f.live_rows for f in self._pinned.fragments if f.id in self._only)  # type: ignore[operator]
+        elif self._filter is None and only is not None:
+            live = sum(f.live_rows for f in self._pinned.fragments if f.id in only)
         else:
             live = sum(t.num_rows for t in self._tables([], streaming=False))
             return live  # offset and limit applied while reading

@@ -351,7 +351,7 @@ def select(
     schema = manifest.schema
     sel = Selection([])
     reads = list(plan_reads(store, manifest, flt, use_index=use_index, counts=sel))
-    kwargs = dict(with_row_address=with_row_address, with_row_id=with_row_id, with_offsets=with_offsets)
+    kwargs: dict[str, Any] = dict(with_row_address=with_row_address, with_row_id=with_row_id, with_offsets=with_offsets)
     taken = [(r.fragment, r.offsets, r.final) for r in reads if r.offsets is not None]
     scanned = [r.fragment for r in reads if r.offsets is None]
     position = {r.fragment.id: r.position for r in reads}
