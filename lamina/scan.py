@@ -73,7 +73,7 @@ class ScanStats:
     """What a finished (or stopped) scan did."""
 
     fragments_scanned: int
-    fragments_taken: int
+    fragments_indexed: int
     fragments_pruned: int
     units_read: int
     rows: int

@@ -1,0 +1,140 @@
+"""DuckDB over a Lamina table: ``Table.to_duckdb`` (a pyarrow Dataset DuckDB pushes projections and filters
+into) and the Arrow stream (``from t``) give exactly the live rows DuckDB gives over the same rows in
+memory, for random SQL, at the latest and an older version; pushed filters narrow what is read."""
+
+from __future__ import annotations
+
+import collections
+import random
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import lamina
+from lamina.cache import clear_caches
+from lamina.dataset import LaminaDataset
+from lamina.errors import InvalidFilter
+from lamina.store.scheduler import stats_delta
+from tests.lamina.helpers import SCHEMA, compacted_table, rows
+from tests.lamina.test_scan import brute
+
+WHERE = [
+    "id < {a}",
+    "id BETWEEN {a} AND {b}",
+    "id = {a}",
+    "id IN ({a}, {b}, 3, 799)",
+    "category = 'b'",
+    "category IN ('a', 'c') OR id > {b}",
+    "category IS NULL",
+    "category IS NOT NULL AND score < 0.5",
+    "NOT (id < {a}) AND category <> 'c'",
+    "score > 0.25 AND score <= 0.75",
+    "meta.a = {m}",
+    "ts < TIMESTAMP '2024-01-01 00:10:00'",
+    "id % 7 = 0",
+    "category LIKE 'a%'",
+    "id >= {a} AND id < {b} AND category = 'a'",
+]
+SELECT = ["*", "id", "id, category", "category, score, meta", "count(*)", "sum(id), count(category), min(ts)"]
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> collections.Counter:
+    return collections.Counter(repr(r) for r in con.sql(sql).fetchall())  # structs come back as dicts
+
+
+def _check(t: lamina.Table, rng: random.Random, cases: int) -> None:
+    con = duckdb.connect()
+    t.to_duckdb("lam", con)
+    want = brute(t).drop_columns(["_rowaddr"])
+    con.register("mem", want)
+    con.register("stream", t)  # the Arrow PyCapsule stream: no pushdown
+    for _ in range(cases):
+        a, b, m = sorted([rng.randrange(0, 1500), rng.randrange(0, 1600)]) + [rng.randrange(0, 100)]
+        where = rng.choice(WHERE).format(a=a, b=b, m=m)
+        select = rng.choice(SELECT)
+        sql = f"SELECT {select} FROM {{}} WHERE {where}"
+        expected = _rows(con, sql.format("mem"))
+        assert _rows(con, sql.format("lam")) == expected, sql
+        if rng.random() < 0.3:
+            assert _rows(con, sql.format("stream")) == expected, sql
+    deleted = set(range(0, 1500)) - set(want.column("id").to_pylist())
+    assert deleted and not deleted & {r[0] for r in con.sql("SELECT id FROM lam").fetchall()}
+    limited = con.sql("SELECT id FROM lam LIMIT 10").fetchall()
+    assert len(limited) == min(10, want.num_rows) and {r[0] for r in limited} <= set(want.column("id").to_pylist())
+
+
+def test_random_sql_equals_duckdb_over_the_rows_in_memory(table_location):
+    uri, opts = table_location
+    t, before = compacted_table(uri, opts)
+    t.create_index("id", "btree")
+    rng = random.Random(32)
+    _check(t, rng, 50)
+    _check(t.checkout(before), rng, 20)
+
+
+def test_the_arrow_stream_works_without_glue(tmp_path):
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    t.append(rows(0, 500))
+    t.delete("id < 100")
+    assert duckdb.sql("SELECT count(*), min(id) FROM t").fetchall() == [(400, 100)]
+    assert pa.table(t).equals(t.to_arrow())
+    assert pa.table(t.scanner(["id"], "id >= 490")).column("id").to_pylist() == list(range(490, 500))
+    pl = pytest.importorskip("polars")
+    assert pl.from_arrow(pa.table(t)).height == 400
+
+
+def test_duckdb_pushes_filters_and_projections_into_the_scanner(tmp_path, monkeypatch):
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    for i in range(10):
+        t.append(rows(i * 1000, 1000))
+    t.delete("category = 'b'")
+    t.create_index("id", "btree")
+    seen = []
+    real = LaminaDataset.scanner
+
+    def spy(self, columns=None, filter=None, batch_size=None, **kwargs):
+        s = real(self, columns, filter, batch_size, **kwargs)
+        seen.append((columns, filter, s))
+        return s
+
+    monkeypatch.setattr(LaminaDataset, "scanner", spy)
+    con = duckdb.connect()
+    t.to_duckdb("lam", con)
+    assert con.sql("SELECT category FROM lam WHERE id = 4242").fetchall() == [("c",)]
+    columns, flt, scanner = seen[-1]
+    assert set(columns) <= {"category", "id"} and flt is not None
+    assert scanner.stats.fragments_indexed >= 1 and scanner.stats.fragments_scanned == 0  # the btree answered
+    assert scanner.stats.units_read == 1 and scanner.stats.rows == 1
+    assert con.sql("SELECT count(*) FROM lam WHERE id = 4241").fetchall() == [(0,)]  # deleted (category 'b')
+
+
+def test_a_selective_filter_reads_fewer_bytes(lamina_s3):
+    """On S3, where ``io_stats`` counts every byte fetched (local files are read by pyarrow directly)."""
+    uri, opts = lamina_s3.uri("warehouse/selective"), lamina_s3.storage_options
+    t = lamina.create_table(uri, SCHEMA, storage_options=opts)
+    for i in range(20):
+        t.append(rows(i * 1000, 1000))
+    con = duckdb.connect()
+    t.to_duckdb("lam", con)
+
+    def bytes_read(sql: str) -> int:
+        clear_caches()
+        before = lamina.io_stats()
+        con.sql(sql).fetchall()
+        return stats_delta(before).get(t.store.io_domain, {}).get("bytes_read", 0)
+
+    full = bytes_read("SELECT sum(score) FROM lam")
+    selective = bytes_read("SELECT sum(score) FROM lam WHERE id BETWEEN 5000 AND 5100")
+    assert full > 0 and selective * 5 < full
+
+
+def test_an_engine_filter_the_table_cannot_apply_is_an_invalid_filter(tmp_path):
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    t.append(rows(0, 10))
+    ds = t.dataset()
+    with pytest.raises(InvalidFilter):
+        ds.scanner(columns=["id"], filter=pa.compute.field("missing") == 1)
+    with pytest.raises(NotImplementedError):
+        ds.get_fragments()
+    assert ds.count_rows() == 10 and ds.head(3).num_rows == 3 and ds.schema == SCHEMA
