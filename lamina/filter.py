@@ -848,6 +848,10 @@ def _bind_arrow(raw: ArrowCall | ArrowField | ArrowLiteral, schema: pa.Schema) -
             n, inner = n + 1, inner.args[0]
         node = _bind_arrow(inner, schema)
         return Not(node) if n % 2 else node
+    if fn == "if_else" and len(args) == 3:
+        found = _sql_in(args, schema)
+        if found is not None:
+            return found
     col = _resolve(args[0].path, schema) if args and isinstance(args[0], ArrowField) else None
     if fn in _ARROW_CMP and len(args) == 2:
         op, (a, b) = _ARROW_CMP[fn], args
@@ -886,6 +890,31 @@ def _arrow_in(col: Column, opts: dict) -> Node | None:
         return None  # Arrow's set lookup tells NaN from NaN and -0.0 from 0.0; comparisons do not
     found = In(col, values, False)
     return Or((found, IsNull(col))) if null else And((found, IsNull(col, True)))
+
+
+def _sql_in(args: tuple, schema: pa.Schema) -> Node | None:
+    """SQL's ``x IN (...)`` as DuckDB pushes it into a pyarrow scan, ``if_else(is_valid(x), is_in(x, set), null)``
+    (NULL where ``x`` is NULL): the three-valued ``In`` when the set holds no NULL (else None: left opaque)."""
+    cond, then, other = args
+    if not (
+        isinstance(cond, ArrowCall)
+        and cond.function == "is_valid"
+        and len(cond.args) == 1
+        and isinstance(cond.args[0], ArrowField)
+        and isinstance(then, ArrowCall)
+        and then.function == "is_in"
+        and len(then.args) == 1
+        and then.args[0] == cond.args[0]
+        and isinstance(other, ArrowLiteral)
+        and not other.value.is_valid
+    ):
+        return None
+    col = _resolve(cond.args[0].path, schema)
+    found = _arrow_in(col, then.options or {}) if col is not None and "value_set" in (then.options or {}) else None
+    # _arrow_in gives ``In AND IS NOT NULL`` for a set without NULL: under if_else a NULL row is NULL, not FALSE
+    if isinstance(found, And) and len(found.kids) == 2 and isinstance(found.kids[0], In):
+        return found.kids[0]
+    return None
 
 
 def from_expression(expression: pc.Expression, schema: pa.Schema) -> Node:

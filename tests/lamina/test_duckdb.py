@@ -24,6 +24,9 @@ WHERE = [
     "id BETWEEN {a} AND {b}",
     "id = {a}",
     "id IN ({a}, {b}, 3, 799)",
+    "id NOT IN ({a}, {b})",
+    "category NOT IN ('a', 'b')",
+    "NOT (category IN ('c') OR id < {a})",
     "category = 'b'",
     "category IN ('a', 'c') OR id > {b}",
     "category IS NULL",
@@ -107,6 +110,9 @@ def test_duckdb_pushes_filters_and_projections_into_the_scanner(tmp_path, monkey
     assert scanner.stats.fragments_indexed >= 1 and scanner.stats.fragments_scanned == 0  # the btree answered
     assert scanner.stats.units_read == 1 and scanner.stats.rows == 1
     assert con.sql("SELECT count(*) FROM lam WHERE id = 4241").fetchall() == [(0,)]  # deleted (category 'b')
+    # DuckDB pushes IN as if_else(is_valid(id), is_in(id, ...), null): read as IN, so the btree serves it
+    assert sorted(con.sql("SELECT id FROM lam WHERE id IN (4242, 16, 4241)").fetchall()) == [(16,), (4242,)]
+    assert seen[-1][2].stats.fragments_scanned == 0 and seen[-1][2].stats.rows == 2
 
 
 def test_a_selective_filter_reads_fewer_bytes(lamina_s3):
