@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lamina import _native, prune
@@ -345,10 +344,6 @@ def output_schema(
     return pa.schema(fields)
 
 
-#: The column a read appends for a fragment's live-row mask, so deletions and the filter are applied in one pass.
-_LIVE = "__lamina_live"
-
-
 def _finish(
     table: pa.Table,
     fragment: Fragment,
@@ -358,10 +353,8 @@ def _finish(
     with_row_address: bool,
     with_row_id: bool,
     with_offsets: bool,
-    live: np.ndarray | None = None,
 ) -> pa.Table:
-    """Adds the requested special columns for the physical ``offsets`` of ``table``'s rows, keeps the rows
-    that are ``live`` (a mask over them; None: all) and match ``flt`` in one filter pass, projects."""
+    """Adds the requested special columns for the physical ``offsets`` of ``table``'s rows, filters, projects."""
     special: dict[str, pa.Array] = {}
     if with_row_address:
         special[ROWADDR] = from_numpy(
@@ -373,14 +366,8 @@ def _finish(
         special["_offset"] = from_numpy(offsets, pa.uint32())
     for name, arr in special.items():
         table = table.append_column(name, arr)
-    if flt is not None and live is not None and _LIVE in table.column_names:  # a column of that name: two passes
-        table, live = table.filter(from_numpy(live, pa.bool_())), None
-    if flt is not None and live is not None:
-        table = table.append_column(_LIVE, from_numpy(live, pa.bool_())).filter(flt.expression & pc.field(_LIVE))
-    elif flt is not None:
+    if flt is not None:
         table = table.filter(flt.expression)
-    elif live is not None:
-        table = table.filter(from_numpy(live, pa.bool_()))
     return table.select(out_cols + list(special))
 
 
@@ -448,9 +435,11 @@ def read_fragment(
         )
     table = as_table_types(table, schema)
     mask = live_mask(fragment, read_deleted(store, fragment)) if len(offsets) else None
-    if mask is not None and len(offsets) != fragment.rows:
-        mask = mask[offsets]
-    return _finish(table, fragment, offsets, flt, out_cols, with_row_address, with_row_id, with_offsets, mask)
+    if mask is not None:
+        mask = mask if len(offsets) == fragment.rows else mask[offsets]
+        table = table.filter(from_numpy(mask, pa.bool_()))
+        offsets = offsets[mask]
+    return _finish(table, fragment, offsets, flt, out_cols, with_row_address, with_row_id, with_offsets)
 
 
 def read_rows_many(
