@@ -17,7 +17,9 @@
 Memory: at most ``readahead`` units are decoded at once, each the rows of at most
 ``max(batch_size, one row group)`` rows of the projected columns (row groups are bounded by the
 table's ``row_group_rows`` / ``row_group_bytes``), plus the batch the consumer holds. It does not
-grow with the table. A streaming consumer (``to_reader``, ``to_batches``, the Arrow stream) starts
+grow with the table. On top of the decoded rows, Arrow's allocator keeps freed memory for reuse on
+each I/O thread: streaming every column of the 2,000,000-row table of ``benchmarks.engines`` peaked
+at +130 MiB of RSS against 34 MiB of decoded pieces (``to_arrow``: +215 MiB; ``readahead=1``: +40 MiB). A streaming consumer (``to_reader``, ``to_batches``, the Arrow stream) starts
 with one unit in flight and doubles that after each unit up to ``readahead``, so a query that stops
 early (``LIMIT``) opens as few files as it can; ``to_table`` and ``count_rows`` start at ``readahead``.
 
