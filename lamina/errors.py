@@ -72,6 +72,10 @@ class IndexNotFound(LaminaError, LookupError):
     """The table has no index of that name (or none that can serve the request)."""
 
 
+class Unsupported(LaminaError, NotImplementedError):
+    """An operation Lamina does not offer on that object; the message says what to use instead."""
+
+
 class CorruptFile(LaminaError):
     """Stored bytes are truncated, undecodable or inconsistent with the manifest."""
 

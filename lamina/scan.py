@@ -19,7 +19,8 @@ Memory: at most ``readahead`` units are decoded at once, each the rows of at mos
 table's ``row_group_rows`` / ``row_group_bytes``), plus the batch the consumer holds. It does not
 grow with the table. On top of the decoded rows, Arrow's allocator keeps freed memory for reuse on
 each I/O thread: streaming every column of the 2,000,000-row table of ``benchmarks.engines`` peaked
-at +130 MiB of RSS against 34 MiB of decoded pieces (``to_arrow``: +215 MiB; ``readahead=1``: +40 MiB). A streaming consumer (``to_reader``, ``to_batches``, the Arrow stream) starts
+at +130 MiB of RSS against 34 MiB of decoded pieces (``to_arrow``: +215 MiB; ``readahead=1``: +40 MiB).
+A streaming consumer (``to_reader``, ``to_batches``, the Arrow stream) starts
 with one unit in flight and doubles that after each unit up to ``readahead``, so a query that stops
 early (``LIMIT``) opens as few files as it can; ``to_table`` and ``count_rows`` start at ``readahead``.
 
@@ -29,6 +30,7 @@ retention (cleanup keeps them), so a scanner opened on a version keeps returning
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
@@ -180,6 +182,8 @@ class Scanner:
         lines = []
         if self._filter is not None:
             lines.append(explain(m, self._filter, self._store.uri, self._store, map_fragments))
+            if not self._use_index:
+                lines.append("use_index=False: no index is used; every fragment the zone maps keep is scanned")
         else:
             lines.append(f"table: {self._store.uri} version {m.version}, {len(m.fragments)} fragments, {m.rows} rows")
             lines.append("no filter: every live row")
@@ -256,31 +260,34 @@ class Scanner:
 
     def _tables(self, columns: list[str] | None, *, streaming: bool) -> Iterator[pa.Table]:
         """Each unit's rows, in order, with ``offset`` and ``limit`` applied; units are read ahead on the
-        I/O pool (inline when called from one of its threads, which must not wait on the pool)."""
+        I/O pool. A step taken on one of the pool's own threads (a stream handed to a task) never waits
+        on a unit still queued to that pool: it takes the unit back and reads it itself."""
         counts = Selection([])
+        read = rows = 0
+        if self._limit == 0:
+            self._stats = ScanStats(0, 0, 0, 0, 0)
+            return
         units = self._units(counts, streaming)
-        inline = threading.current_thread().name.startswith("lamina-io")
         window = 1 if streaming else self._readahead
-        pending: list[Future[pa.Table]] = []
+        pending: collections.deque[tuple[_Unit, Future[pa.Table]]] = collections.deque()
         skip = self._offset if self._filter is not None or not self._offset else self._offset_within()
         remaining = self._limit
-        read = rows = 0
         exhausted = False
         try:
             while True:
+                inline = threading.current_thread().name.startswith("lamina-io")
                 while not inline and not exhausted and len(pending) < window:
                     unit = next(units, None)
                     if unit is None:
                         exhausted = True
                         break
-                    pending.append(io_pool().submit(self._read, unit, columns))
-                if inline:
-                    unit = next(units, None)
-                    if unit is None:
-                        break
+                    pending.append((unit, io_pool().submit(self._read, unit, columns)))
+                if pending:
+                    unit, future = pending.popleft()
+                    # on a pool thread, a unit not yet started is read here (waiting for it could deadlock)
+                    table = self._read(unit, columns) if inline and future.cancel() else future.result()
+                elif not exhausted and (unit := next(units, None)) is not None:
                     table = self._read(unit, columns)
-                elif pending:
-                    table = pending.pop(0).result()
                 else:
                     break
                 read += 1
@@ -297,7 +304,7 @@ class Scanner:
                 if remaining == 0:
                     break
         finally:
-            for f in pending:
+            for _, f in pending:
                 f.cancel()
             self._stats = ScanStats(counts.scanned_fragments, counts.index_fragments, counts.zone_pruned_fragments, read, rows)
 
@@ -339,6 +346,8 @@ def _at_least(name: str, value: Any, low: int) -> int:
 def _fragment_ids(fragments: Iterable[Any], manifest: Manifest, uri: str) -> frozenset[int]:
     """Fragment ids from ids or ``FragmentInfo``s; each must be a fragment of this version."""
     ids = set()
+    if isinstance(fragments, (str, bytes)) or not isinstance(fragments, Iterable):
+        raise InvalidArgument(f"fragments must be a list of fragment ids or FragmentInfo objects of {uri}, not {fragments!r}")
     for f in fragments:
         fid = getattr(f, "id", f)
         if isinstance(fid, bool) or not isinstance(fid, (int, np.integer)):

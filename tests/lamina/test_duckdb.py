@@ -14,7 +14,7 @@ import pytest
 import lamina
 from lamina.cache import clear_caches
 from lamina.dataset import LaminaDataset
-from lamina.errors import InvalidFilter
+from lamina.errors import InvalidArgument, InvalidFilter
 from lamina.store.scheduler import stats_delta
 from tests.lamina.helpers import SCHEMA, compacted_table, rows
 from tests.lamina.test_scan import brute
@@ -144,3 +144,28 @@ def test_an_engine_filter_the_table_cannot_apply_is_an_invalid_filter(tmp_path):
     with pytest.raises(NotImplementedError):
         ds.get_fragments()
     assert ds.count_rows() == 10 and ds.head(3).num_rows == 3 and ds.schema == SCHEMA
+
+
+def test_pyarrow_cannot_read_the_dataset_around_its_scanner(tmp_path):
+    """pyarrow functions that go to the C++ dataset get a clear error, never the raw files' rows (or a crash)."""
+    import pyarrow.dataset as pads
+
+    from lamina.errors import Unsupported
+
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    t.append(rows(0, 100))
+    t.delete("id < 10")
+    ds = t.dataset()
+    for read in (
+        lambda: pads.Scanner.from_dataset(ds).to_table(),
+        lambda: pads.Scanner.from_dataset(ds, columns=["id"]).to_table(),
+        lambda: pads.UnionDataset(ds.schema, [ds]).to_table(),
+        lambda: ds.get_fragments(),
+        lambda: ds.take([0]),
+        lambda: ds.scanner(columns={"x": pa.compute.field("id")}),
+    ):
+        with pytest.raises(Unsupported, match=str(tmp_path)):
+            read()
+    assert ds.to_table().num_rows == 90 and ds.partition_expression.equals(pa.compute.scalar(True))
+    with pytest.raises(InvalidArgument):
+        ds.scanner(batch_size=0)

@@ -249,3 +249,44 @@ def test_zero_columns_count_rows(tmp_path):
     assert t.scanner([], "id < 500", offset=10, limit=100).to_table().num_rows == 100
     assert t.count_rows("id < 500") == 375
     assert sum(b.num_rows for b in t.scanner([], batch_size=100).to_batches()) == 750
+
+
+def test_limit_zero_reads_nothing(tmp_path):
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    for i in range(4):
+        t.append(rows(i * 100, 100))
+    hooked = HookedStore(t.store)
+    view = lamina.Table(hooked, t.manifest)  # type: ignore[arg-type]
+    for flt in (None, "id >= 0"):
+        scanner = view.scanner(filter=flt, limit=0)
+        assert scanner.to_table().num_rows == 0 and scanner.count_rows() == 0 and list(scanner.to_batches()) == []
+    assert not [c for c in hooked.calls if str(c[1]).startswith("data/")]
+
+
+def test_a_stream_continued_on_an_io_thread_does_not_wait_on_its_own_pool(tmp_path):
+    """A stream handed to a task on the I/O pool (one thread here) reads its queued pieces itself."""
+    import subprocess
+    import sys
+
+    script = f"""
+import lamina
+from lamina.io_pool import io_pool
+from tests.lamina.helpers import SCHEMA, rows
+t = lamina.create_table({str(tmp_path / "t")!r}, SCHEMA)
+for i in range(5):
+    t.append(rows(i * 100, 100))
+batches = t.scanner(batch_size=100).to_batches()
+first = next(batches).num_rows
+print(first + io_pool().submit(lambda: sum(b.num_rows for b in batches)).result())
+"""
+    env = dict(__import__("os").environ, LAMINA_IO_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "500"
+
+
+def test_fragments_must_be_a_list(tmp_path):
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    for bad in (5, "3"):
+        with pytest.raises(InvalidArgument, match="fragment ids"):
+            t.scanner(fragments=bad)
