@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from lamina.errors import InvalidArgument, Unsupported
+from lamina.errors import InvalidArgument, InvalidConfig, Unsupported
 from lamina.scan import DEFAULT_BATCH_SIZE, Scanner
 
 if TYPE_CHECKING:
@@ -124,20 +124,88 @@ class LaminaDataset(pads.FileSystemDataset):
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
         return self._table.__arrow_c_stream__(requested_schema)
 
-    def to_duckdb(self, name: str | None = None, connection: Any = None) -> Any:
-        """A DuckDB relation over this dataset; with ``name``, registered as a view on ``connection``
-        (default: ``duckdb``'s default connection)."""
+    def to_duckdb(self, name: str | None = None, connection: Any = None, *, reader: str = "lamina") -> Any:
+        """A DuckDB relation over this version; with ``name``, registered as a view on ``connection``
+        (default: ``duckdb``'s default connection). ``reader``: "lamina" (this dataset: DuckDB pushes
+        projections and filters into ``scanner``, which uses the indices) or "duckdb" (a view over the
+        version's files read by DuckDB's own Parquet reader, deletions removed by an anti join on the
+        deleted positions: ``duckdb_files_view``; needs ``name``)."""
         try:
             import duckdb
         except ImportError:
             raise ImportError("Table.to_duckdb needs DuckDB: pip install duckdb") from None
         if name is not None and (not isinstance(name, str) or not name):
             raise InvalidArgument(f"to_duckdb: the view name must be a non-empty string, not {name!r}")
+        if reader not in READERS:
+            raise InvalidArgument(f"to_duckdb: reader={reader!r} must be one of {', '.join(READERS)}")
         con = connection if connection is not None else duckdb.default_connection()
-        if name is None:
+        if reader == "duckdb":
+            if name is None:
+                raise InvalidArgument('to_duckdb(reader="duckdb") makes a view: give it a name')
+            duckdb_files_view(self._table, name, con)
+        elif name is None:
             return con.from_arrow(self)
-        con.register(name, self)
+        else:
+            con.register(name, self)
         return con.table(name)
+
+
+#: How ``to_duckdb`` reads: Lamina's scanner through this dataset, or DuckDB's Parquet reader over the live files.
+READERS = ("lamina", "duckdb")
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def duckdb_files_view(table: Table, name: str, con: Any) -> None:
+    """View ``name`` on DuckDB connection ``con``: the rows of ``table``'s version, read by DuckDB's own
+    Parquet reader from the files ``Table.live_files`` lists (so pinned to the version), without the
+    deleted positions (an anti join on file and ``file_row_number`` with a temp table of them, named
+    ``<name>__lamina_deleted``; no join when nothing is deleted). DuckDB pushes filters into its reader;
+    Lamina's indices are not used. An S3 table needs DuckDB's httpfs extension and an S3 secret."""
+    schema = table.schema
+    if "file_row_number" in schema.names:
+        raise InvalidArgument(
+            f'to_duckdb(reader="duckdb"): table {table.uri} has a column named file_row_number, the name DuckDB gives '
+            f'a row\'s position in its file; use reader="lamina"'
+        )
+    files = table.live_files()
+    if not files:  # read_parquet refuses an empty list
+        con.register(name, schema.empty_table())
+        return
+    if any(f.uri.startswith("s3://") for f in files):
+        try:
+            con.execute("LOAD httpfs")
+        except Exception as e:
+            raise InvalidConfig(
+                f'to_duckdb(reader="duckdb") reads {table.uri} with DuckDB\'s httpfs extension, which did not load ({e}); '
+                f'run INSTALL httpfs and CREATE SECRET (TYPE s3, ...) on the connection, or use reader="lamina"'
+            ) from None
+    columns = ", ".join(f"p.{_ident(c)}" for c in schema.names)
+    source = f"read_parquet([{', '.join(_text(f.uri) for f in files)}], filename = '__lamina_file', file_row_number = true) p"
+    deleted = _ident(f"{name}__lamina_deleted")
+    if any(f.deleted for f in files):
+        positions = pa.table(
+            {
+                "__lamina_file": pa.array([f.uri for f in files for _ in f.deleted], pa.string()),
+                "file_row_number": pa.array([r for f in files for r in f.deleted], pa.int64()),
+            }
+        )
+        staging = f"__lamina_positions_{abs(hash(name))}"
+        con.register(staging, positions)
+        try:
+            con.execute(f"create or replace temp table {deleted} as select * from {_ident(staging)}")
+        finally:
+            con.unregister(staging)
+        source += f" anti join {deleted} d using (__lamina_file, file_row_number)"
+    else:
+        con.execute(f"drop table if exists {deleted}")
+    con.execute(f"create or replace temp view {_ident(name)} as select {columns} from {source}")
 
 
 def _unsupported(name: str):

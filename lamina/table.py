@@ -295,14 +295,17 @@ class Table:
 
         return LaminaDataset(self)
 
-    def to_duckdb(self, name: str | None = None, connection: Any = None) -> Any:
-        """This version as a DuckDB relation (projections and filters pushed into the scanner); with
-        ``name``, also a view of that name on ``connection`` (default: DuckDB's default connection).
+    def to_duckdb(self, name: str | None = None, connection: Any = None, *, reader: str = "lamina") -> Any:
+        """This version as a DuckDB relation; with ``name``, also a view of that name on ``connection``
+        (default: DuckDB's default connection). ``reader="lamina"`` (default): DuckDB pushes projections
+        and filters into the scanner (indices, zone maps, statistics). ``reader="duckdb"``: DuckDB's own
+        Parquet reader over the version's files minus their deleted rows, faster on large scans, no
+        Lamina index (docs/OPERATIONS.md, "Reading").
 
         >>> t.to_duckdb("orders")
         >>> duckdb.sql("select flag, sum(qty) from orders where day < 100 group by flag")
         """
-        return self.dataset().to_duckdb(name, connection)
+        return self.dataset().to_duckdb(name, connection, reader=reader)
 
     def to_arrow(
         self,
