@@ -21,10 +21,9 @@ Engines, each on its own DuckDB connection (DuckDB's default threads, one per co
   lamina/polars    ``lamina.polars.scan_table(uri)``, the queries in Polars' lazy API (n/a when the
                    import fails)
   lance/duckdb     ``con.register("T", lance.dataset(...))``: DuckDB over pylance's dataset (pushdown)
-  files/duckdb     DuckDB's own Parquet reader over the files ``t.live_files()`` lists, the deleted positions
-                   removed by an anti join on (filename, file_row_number): the route docs/OPERATIONS.md gives
-                   engines without an integration, and the design docs/ARCHITECTURE.md ("Engines") weighed
-                   against the Dataset; correct rows, DuckDB's filter pushdown, no Lamina index
+  files/duckdb     ``t.to_duckdb("T", reader="duckdb")``: DuckDB's own Parquet reader over the files
+                   ``t.live_files()`` lists, the deleted positions removed by an anti join on (file,
+                   file_row_number) (docs/ARCHITECTURE.md, "Engines"); DuckDB's filter pushdown, no Lamina index
   parquet/duckdb   ``read_parquet('<table>/data/*.parquet')``: the Lamina table's files read as plain Parquet.
                    WRONG rows (deletions ignored); the I/O lower bound, its row counts printed beside the right ones
 Queries: Q1 and Q6 (TPC-H-shaped, over ``T``), a point lookup ``select * from T where id = X`` (X a live id;
@@ -182,22 +181,6 @@ def duckdb_engine(name: str, setup: Callable[[duckdb.DuckDBPyConnection], None])
         return con.sql(sql).fetchall()
 
     return Engine(name, run)
-
-
-def live_files_view(con: duckdb.DuckDBPyConnection, t: lamina.Table) -> None:
-    """View ``T``: the files of ``t``'s version read by DuckDB, minus the deleted positions (an anti join)."""
-    files = t.live_files()
-    names = [f.uri for f in files for _ in f.deleted]
-    rows = [r for f in files for r in f.deleted]
-    con.register("deleted_arrow", pa.table({"filename": names, "file_row_number": pa.array(rows, pa.int64())}))
-    con.execute("create temp table deleted as select * from deleted_arrow")
-    con.unregister("deleted_arrow")
-    paths = ", ".join("'" + f.uri.replace("'", "''") + "'" for f in files)
-    con.execute(
-        f"create view T as select p.* exclude (filename, file_row_number) "
-        f"from read_parquet([{paths}], filename = true, file_row_number = true) p "
-        f"anti join deleted d using (filename, file_row_number)"
-    )
 
 
 def polars_engine(uri: str) -> Engine:
@@ -443,7 +426,7 @@ def main() -> None:
                 if ds is not None
                 else Engine("lance/duckdb", None, "n/a (pylance not installed)")
             ),
-            "files/duckdb": duckdb_engine("files/duckdb", lambda con: live_files_view(con, t)),
+            "files/duckdb": duckdb_engine("files/duckdb", lambda con: t.to_duckdb("T", con, reader="duckdb")),
             "parquet/duckdb": duckdb_engine(
                 "parquet/duckdb", lambda con: con.execute(f"create view T as select * from read_parquet('{glob}')")
             ),
@@ -594,17 +577,18 @@ def main() -> None:
         )
 
         # targets
-        def ratio(q: str, peer: str) -> float | None:
-            if peer not in active:
+        def ratio(q: str, peer: str, ours: str = "lamina/duckdb") -> float | None:
+            if peer not in active or ours not in active:
                 return None
-            return times[q]["lamina/duckdb"] / times[q][peer]
+            return times[q][ours] / times[q][peer]
 
         targets = []
-        for q in ("q1", "q6"):
-            r = ratio(q, "lance/duckdb")
-            targets.append((f"{q.upper()} lamina/duckdb / lance/duckdb <= 0.5", r, None if r is None else r <= 0.5))
-            r = ratio(q, "parquet/duckdb")
-            targets.append((f"{q.upper()} lamina/duckdb / parquet/duckdb <= 1.3", r, None if r is None else r <= 1.3))
+        for ours in ("lamina/duckdb", "files/duckdb"):
+            for q in ("q1", "q6"):
+                r = ratio(q, "lance/duckdb", ours)
+                targets.append((f"{q.upper()} {ours} / lance/duckdb <= 0.5", r, None if r is None else r <= 0.5))
+                r = ratio(q, "parquet/duckdb", ours)
+                targets.append((f"{q.upper()} {ours} / parquet/duckdb <= 1.3", r, None if r is None else r <= 1.3))
         for e in ("lamina/duckdb", "lamina/polars"):
             v = times["point"].get(e)
             targets.append(

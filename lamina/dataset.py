@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
@@ -162,17 +163,28 @@ def _text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def has_file_index(con: Any, uri: str) -> bool:
+    """Whether this DuckDB's ``read_parquet`` has the ``file_index`` virtual column (recent versions)."""
+    try:
+        con.execute(f"select file_index from read_parquet([{_text(uri)}]) limit 0")
+        return True
+    except Exception:
+        return False
+
+
 def duckdb_files_view(table: Table, name: str, con: Any) -> None:
     """View ``name`` on DuckDB connection ``con``: the rows of ``table``'s version, read by DuckDB's own
     Parquet reader from the files ``Table.live_files`` lists (so pinned to the version), without the
-    deleted positions (an anti join on file and ``file_row_number`` with a temp table of them, named
-    ``<name>__lamina_deleted``; no join when nothing is deleted). DuckDB pushes filters into its reader;
-    Lamina's indices are not used. An S3 table needs DuckDB's httpfs extension and an S3 secret."""
+    deleted positions: an anti join with a temp table ``<name>__lamina_deleted`` of one BIGINT key per
+    deleted row, ``file_index << 32 | file_row_number`` (DuckDB's virtual columns; with a DuckDB that
+    has no ``file_index``, the file's name and the row number), and no join when nothing is deleted.
+    DuckDB pushes filters into its reader; Lamina's indices are not used. An S3 table needs DuckDB's
+    httpfs extension and an S3 secret."""
     schema = table.schema
-    if "file_row_number" in schema.names:
+    if {"file_row_number", "file_index", "__lamina_file"} & set(schema.names):
         raise InvalidArgument(
-            f'to_duckdb(reader="duckdb"): table {table.uri} has a column named file_row_number, the name DuckDB gives '
-            f'a row\'s position in its file; use reader="lamina"'
+            f'to_duckdb(reader="duckdb"): table {table.uri} has a column named file_row_number, file_index or '
+            f'__lamina_file, names the view needs for a row\'s place in its file; use reader="lamina"'
         )
     files = table.live_files()
     if not files:  # read_parquet refuses an empty list
@@ -187,24 +199,36 @@ def duckdb_files_view(table: Table, name: str, con: Any) -> None:
                 f'run INSTALL httpfs and CREATE SECRET (TYPE s3, ...) on the connection, or use reader="lamina"'
             ) from None
     columns = ", ".join(f"p.{_ident(c)}" for c in schema.names)
-    source = f"read_parquet([{', '.join(_text(f.uri) for f in files)}], filename = '__lamina_file', file_row_number = true) p"
+    paths = f"[{', '.join(_text(f.uri) for f in files)}]"
     deleted = _ident(f"{name}__lamina_deleted")
-    if any(f.deleted for f in files):
+    if not any(f.deleted for f in files):
+        con.execute(f"drop table if exists {deleted}")
+        con.execute(f"create or replace temp view {_ident(name)} as select {columns} from read_parquet({paths}) p")
+        return
+    if has_file_index(con, files[0].uri):
+        keys = np.concatenate([(np.int64(i) << 32) | np.asarray(f.deleted, np.int64) for i, f in enumerate(files) if f.deleted])
+        positions = pa.table({"k": keys})
+        source = (
+            f"read_parquet({paths}, file_row_number = true) p anti join {deleted} d "
+            f"on ((p.file_index::BIGINT << 32) | p.file_row_number) = d.k"
+        )
+    else:
         positions = pa.table(
             {
                 "__lamina_file": pa.array([f.uri for f in files for _ in f.deleted], pa.string()),
                 "file_row_number": pa.array([r for f in files for r in f.deleted], pa.int64()),
             }
         )
-        staging = f"__lamina_positions_{abs(hash(name))}"
-        con.register(staging, positions)
-        try:
-            con.execute(f"create or replace temp table {deleted} as select * from {_ident(staging)}")
-        finally:
-            con.unregister(staging)
-        source += f" anti join {deleted} d using (__lamina_file, file_row_number)"
-    else:
-        con.execute(f"drop table if exists {deleted}")
+        source = (
+            f"read_parquet({paths}, filename = '__lamina_file', file_row_number = true) p "
+            f"anti join {deleted} d using (__lamina_file, file_row_number)"
+        )
+    staging = f"__lamina_positions_{abs(hash(name))}"
+    con.register(staging, positions)
+    try:
+        con.execute(f"create or replace temp table {deleted} as select * from {_ident(staging)}")
+    finally:
+        con.unregister(staging)
     con.execute(f"create or replace temp view {_ident(name)} as select {columns} from {source}")
 
 

@@ -91,6 +91,15 @@ def test_random_sql_equals_duckdb_over_the_rows_in_memory(table_location):
     _check(t.checkout(before), rng, 20)
 
 
+def test_the_duckdb_reader_without_file_index(tmp_path, monkeypatch):
+    """An older DuckDB has no file_index column: the deleted positions are joined by file name."""
+    import lamina.dataset
+
+    monkeypatch.setattr(lamina.dataset, "has_file_index", lambda con, uri: False)
+    t, before = compacted_table(str(tmp_path / "t"), None)
+    _check(t, random.Random(5), 25)
+
+
 def test_the_arrow_stream_works_without_glue(tmp_path):
     t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
     t.append(rows(0, 500))
