@@ -148,7 +148,8 @@ Node = Column | Compare | In | Between | Like | IsNull | Relation | Const | And 
 
 
 # -- to Arrow -------------------------------------------------------------------------------------
-_CMP = {
+#: The comparisons of the filter language, as calls on pyarrow expressions (``lamina.polars`` maps Polars' to them).
+COMPARE = {
     "=": lambda a, b: a == b,
     "!=": lambda a, b: a != b,
     "<": lambda a, b: a < b,
@@ -206,7 +207,7 @@ def _compare(node: Compare) -> tuple[pc.Expression, str]:
     r = ref(node.column)
     if node.value is None:
         return _const(r, node.op == "always"), ""
-    return _CMP[node.op](r, pc.scalar(node.value)), ""
+    return COMPARE[node.op](r, pc.scalar(node.value)), ""
 
 
 def _is_null(node: IsNull) -> tuple[pc.Expression, str]:
@@ -224,7 +225,7 @@ _TO_ARROW = {
     Between: lambda n: (_arrow(n.low)[0] & _arrow(n.high)[0], "and"),
     IsNull: _is_null,
     Like: lambda n: (pc.match_like(ref(n.column), n.pattern), ""),
-    Relation: lambda n: (_CMP[n.op](_operand(n.left), _operand(n.right)), ""),
+    Relation: lambda n: (COMPARE[n.op](_operand(n.left), _operand(n.right)), ""),
     Const: lambda n: (pc.scalar(arrays.scalar(n.value, pa.bool_())), ""),
     Opaque: lambda n: (n.expression, ""),
 }

@@ -37,6 +37,7 @@ except ImportError as e:  # pragma: no cover - exercised only where Polars is mi
     raise ImportError("lamina.polars needs Polars: pip install polars") from e
 
 from lamina.errors import InvalidArgument
+from lamina.expr import COMPARE
 from lamina.table import Table, open_table
 
 __all__ = ["scan_table", "to_arrow_filter"]
@@ -135,12 +136,7 @@ def _batches(
 #: Comparisons: the pyarrow call, the operator with the operands swapped, and the one meaning NOT (on the
 #: non-null rows, in Polars' total order of floats, where NaN is above every number and equal to itself).
 _COMPARE: dict[str, Callable[[pc.Expression, pc.Expression], pc.Expression]] = {
-    "Eq": lambda a, b: a == b,
-    "NotEq": lambda a, b: a != b,
-    "Lt": lambda a, b: a < b,
-    "LtEq": lambda a, b: a <= b,
-    "Gt": lambda a, b: a > b,
-    "GtEq": lambda a, b: a >= b,
+    name: COMPARE[op] for name, op in {"Eq": "=", "NotEq": "!=", "Lt": "<", "LtEq": "<=", "Gt": ">", "GtEq": ">="}.items()
 }
 _SWAPPED = {"Eq": "Eq", "NotEq": "NotEq", "Lt": "Gt", "LtEq": "GtEq", "Gt": "Lt", "GtEq": "LtEq"}
 _NEGATED = {"Eq": "NotEq", "NotEq": "Eq", "Lt": "GtEq", "LtEq": "Gt", "Gt": "LtEq", "GtEq": "Lt"}

@@ -242,3 +242,15 @@ def left_after_drop(uri: str, opts: dict | None) -> list[str]:
     latest = latest_version(store)
     tomb = manifest_path(latest) if latest is not None and load_manifest(store, latest).dropped else None
     return sorted(o.path for o in store.list("") if o.path != tomb)
+
+
+def bytes_read(store: Any, run: Callable[[], Any]) -> int:
+    """Bytes ``store`` read (``lamina.io_stats``) while ``run()`` ran, every cache cleared first."""
+    import lamina
+    from lamina.cache import clear_caches
+    from lamina.store.scheduler import stats_delta
+
+    clear_caches()
+    before = lamina.io_stats()
+    run()
+    return stats_delta(before).get(store.io_domain, {}).get("bytes_read", 0)

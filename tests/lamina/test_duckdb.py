@@ -13,11 +13,9 @@ import pytest
 
 import lamina
 import lamina.errors
-from lamina.cache import clear_caches
 from lamina.dataset import LaminaDataset
 from lamina.errors import InvalidArgument, InvalidFilter
-from lamina.store.scheduler import stats_delta
-from tests.lamina.helpers import SCHEMA, compacted_table, rows
+from tests.lamina.helpers import SCHEMA, bytes_read, compacted_table, rows
 from tests.lamina.test_scan import brute
 
 WHERE = [
@@ -148,14 +146,8 @@ def test_a_selective_filter_reads_fewer_bytes(lamina_s3):
     con = duckdb.connect()
     t.to_duckdb("lam", con)
 
-    def bytes_read(sql: str) -> int:
-        clear_caches()
-        before = lamina.io_stats()
-        con.sql(sql).fetchall()
-        return stats_delta(before).get(t.store.io_domain, {}).get("bytes_read", 0)
-
-    full = bytes_read("SELECT sum(score) FROM lam")
-    selective = bytes_read("SELECT sum(score) FROM lam WHERE id BETWEEN 5000 AND 5100")
+    full = bytes_read(t.store, con.sql("SELECT sum(score) FROM lam").fetchall)
+    selective = bytes_read(t.store, con.sql("SELECT sum(score) FROM lam WHERE id BETWEEN 5000 AND 5100").fetchall)
     assert full > 0 and selective * 5 < full
 
 

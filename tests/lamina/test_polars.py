@@ -16,10 +16,8 @@ pl = pytest.importorskip("polars")
 from polars.testing import assert_frame_equal  # noqa: E402
 
 import lamina  # noqa: E402
-from lamina.cache import clear_caches  # noqa: E402
 from lamina.polars import scan_table, to_arrow_filter  # noqa: E402
-from lamina.store.scheduler import stats_delta  # noqa: E402
-from tests.lamina.helpers import SCHEMA, rows  # noqa: E402
+from tests.lamina.helpers import SCHEMA, bytes_read, rows  # noqa: E402
 
 NAN, INF = float("nan"), float("inf")
 UTC = dt.timezone.utc
@@ -337,15 +335,12 @@ def test_a_selective_filter_reads_fewer_bytes_than_a_full_scan(deleted_table):
     t, _ = deleted_table
     lf = scan_table(t)
 
-    def bytes_read(query) -> int:
-        clear_caches()
-        before = lamina.io_stats()
-        query.collect()
-        return stats_delta(before).get(t.store.io_domain, {}).get("bytes_read", 0)
+    def read(query) -> int:
+        return bytes_read(t.store, query.collect)
 
-    full = bytes_read(lf)
+    full = read(lf)
     assert full > 0
-    assert bytes_read(lf.filter(c("id") == 1100)) < full / 3
+    assert read(lf.filter(c("id") == 1100)) < full / 3
 
 
 def test_batch_size_and_n_rows_are_passed_to_the_scan(tmp_path, monkeypatch):
@@ -374,15 +369,12 @@ def test_a_head_stops_reading(table_location):
     t.append(rows(0, 4000), max_rows_per_file=100)  # 40 fragments
     lf = scan_table(t)
 
-    def bytes_read(query) -> int:
-        clear_caches()
-        before = lamina.io_stats()
-        query.collect()
-        return stats_delta(before).get(t.store.io_domain, {}).get("bytes_read", 0)
+    def read(query) -> int:
+        return bytes_read(t.store, query.collect)
 
-    full = bytes_read(lf)
-    assert bytes_read(lf.head(5)) < full / 2
-    assert bytes_read(lf.filter(c("score") * 2 > 1).head(5)) < full / 2  # not pushed: stops at 5 matches
+    full = read(lf)
+    assert read(lf.head(5)) < full / 2
+    assert read(lf.filter(c("score") * 2 > 1).head(5)) < full / 2  # not pushed: stops at 5 matches
 
 
 def test_the_plan_names_the_table_and_its_version(tmp_path):
