@@ -51,12 +51,12 @@ from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
 from lamina.commit import commit
-from lamina.datafile import WriteOptions, output_schema, read_fragment, write_fragments
+from lamina.datafile import WriteOptions, output_schema, write_fragments
 from lamina.drop import free_after
 from lamina.errors import CommitStateUnknown, InvalidArgument, LaminaError, SchemaMismatch, TableExists
 from lamina.filter import Filter, parse_filter
-from lamina.io_pool import map_fragments
 from lamina.manifest import DATA_DIR, Fragment, Manifest, latest_version, load_manifest
+from lamina.scan import Scanner
 from lamina.schema import check_column_names, conform, validate_schema
 from lamina.store import ObjectStore, open_store
 from lamina.table import Table, open_table
@@ -107,21 +107,18 @@ class _ReadGroup:
         self.flt = flt
 
     def __call__(self) -> Iterator[pa.Table]:
+        """The group's rows, streamed by ``lamina.scan.Scanner`` (as ``Table.to_arrow`` reads): a block per
+        batch, so a task holds what the scanner's memory bound says, not its whole group."""
+        found = False
         try:
             store = open_store(self.uri, self.storage_options)
-            frags = list(self.manifest.fragments)
-            schema = self.manifest.schema
-            if self.flt is None:
-                parts = map_fragments(lambda f: read_fragment(store, f, schema, self.columns), frags)
-            else:
-                from lamina.index.query import select
-
-                parts = select(store, self.manifest, self.flt, self.columns, map_fn=map_fragments).tables
+            for batch in Scanner(store, self.manifest, self.columns, self.flt).to_batches():
+                found = True
+                yield pa.Table.from_batches([batch])
         except LaminaError as e:
             raise _naming(e, self.uri, f"reading version {self.manifest.version} of") from None
-        kept = [p for p in parts if p.num_rows]
-        # A task that found nothing still yields one (empty) block, so the blocks' schemas agree.
-        yield from kept or [output_schema(self.manifest.schema, self.columns).empty_table()]
+        if not found:  # a task that found nothing still yields one (empty) block, so the blocks' schemas agree
+            yield output_schema(self.manifest.schema, self.columns).empty_table()
 
 
 def _naming(e: LaminaError, uri: str, doing: str) -> LaminaError:
