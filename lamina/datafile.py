@@ -329,7 +329,6 @@ def output_schema(
     columns: Sequence[str] | None,
     with_row_address: bool = False,
     with_row_id: bool = False,
-    with_offsets: bool = False,
 ) -> pa.Schema:
     """The schema ``read_fragment`` / ``read_rows_many`` return for these arguments."""
     names = list(schema.names) if columns is None else list(columns)
@@ -337,7 +336,6 @@ def output_schema(
     for flag, name, typ in (
         (with_row_address, ROWADDR, pa.uint64()),
         (with_row_id, ROWID, pa.uint64()),
-        (with_offsets, "_offset", pa.uint32()),
     ):
         if flag:
             fields.append(pa.field(name, typ))
@@ -352,7 +350,6 @@ def _finish(
     out_cols: list[str],
     with_row_address: bool,
     with_row_id: bool,
-    with_offsets: bool,
 ) -> pa.Table:
     """Adds the requested special columns for the physical ``offsets`` of ``table``'s rows, filters, projects."""
     special: dict[str, pa.Array] = {}
@@ -362,8 +359,6 @@ def _finish(
         )
     if with_row_id:
         special[ROWID] = from_numpy(_row_ids(fragment)[offsets], pa.uint64())
-    if with_offsets:
-        special["_offset"] = from_numpy(offsets, pa.uint32())
     for name, arr in special.items():
         table = table.append_column(name, arr)
     if flt is not None:
@@ -399,7 +394,6 @@ def read_fragment(
     flt: Filter | None = None,
     with_row_address: bool = False,
     with_row_id: bool = False,
-    with_offsets: bool = False,
     row_groups: Sequence[int] | None = None,
 ) -> pa.Table:
     """Live rows of one fragment: projected, filtered, optionally with ``_rowaddr``/``_rowid``.
@@ -439,7 +433,7 @@ def read_fragment(
         mask = mask if len(offsets) == fragment.rows else mask[offsets]
         table = table.filter(from_numpy(mask, pa.bool_()))
         offsets = offsets[mask]
-    return _finish(table, fragment, offsets, flt, out_cols, with_row_address, with_row_id, with_offsets)
+    return _finish(table, fragment, offsets, flt, out_cols, with_row_address, with_row_id)
 
 
 def read_rows_many(
@@ -450,7 +444,6 @@ def read_rows_many(
     flt: Filter | None = None,
     with_row_address: bool = False,
     with_row_id: bool = False,
-    with_offsets: bool = False,
 ) -> list[pa.Table]:
     """Like ``read_fragment``, for the live rows at sorted offsets only (rows an index found), of many
     fragments in one pass (``take_many``): ``items`` are (fragment, sorted live offsets, final); ``final``
@@ -474,7 +467,6 @@ def read_rows_many(
                 out_cols,
                 with_row_address,
                 with_row_id,
-                with_offsets,
             )
         )
         at += n

@@ -54,9 +54,9 @@ from lamina.errors import (
 )
 from lamina.faults import maybe_die
 from lamina.filter import Conjunct, Filter
-from lamina.index.query import select
 from lamina.keys import primary_key_domain
 from lamina.manifest import VERSIONS_DIR
+from lamina.scan import Scanner
 from lamina.store import ObjectStore
 from lamina.transaction import WalFlush
 from lamina.wal import (
@@ -652,8 +652,7 @@ class ShardApplier:
 
     def _older_versions(self, base, keys: pa.Array) -> dict[int, np.ndarray]:
         """Offsets of the live rows in the table holding any of ``keys`` (merge-on-write)."""
-        sel = select(self.store, base, self._keys_filter(keys), [], with_offsets=True)
-        return {f.id: t.column("_offset").to_numpy() for f, t in zip(sel.fragments, sel.tables) if t.num_rows}
+        return Scanner(self.store, base, [], self._keys_filter(keys)).matching_offsets()
 
     def _keys_filter(self, keys: pa.Array) -> Filter:
         """``pk IN keys`` as a parsed filter an index on the key answers exactly (no string to parse)."""
@@ -694,7 +693,7 @@ class ShardApplier:
                 table = self._reload()
                 self._check_running()
                 flt = self._keys_filter(keys.take(pa.array(missing)))
-                found = pa.concat_tables(select(self.store, table.manifest, flt, None).tables or [self.schema.empty_table()])
+                found = Scanner(self.store, table.manifest, None, flt).to_table()
                 by_key = {r[self.pk]: r for r in found.to_pylist()}
                 for i in missing.tolist():
                     out[i] = by_key.get(keys[i].as_py())

@@ -5,9 +5,8 @@
 
 Reads: the version is pinned when ``read_table`` is called (its manifest travels with the
 tasks), fragments are grouped into at most the requested number of read tasks, contiguous and
-balanced by bytes, and each task reads its fragments with ``lamina.datafile.read_fragment`` or,
-with a filter, ``lamina.index.query.select`` (the code ``Table.to_arrow`` runs): projection,
-filter, indices and deletions as there.
+balanced by bytes, and each task streams its fragments through ``lamina.scan.Scanner`` (the code
+``Table.to_arrow`` runs): projection, filter, indices and deletions as there.
 
 Writes (``LaminaDatasink``)::
 

@@ -31,6 +31,7 @@ retention (cleanup keeps them), so a scanner opened on a version keeps returning
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
@@ -41,12 +42,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lamina.datafile import output_schema, read_fragment, read_rows_many
+from lamina.datafile import ROWADDR, output_schema, read_fragment, read_rows_many
 from lamina.errors import InvalidArgument
 from lamina.filter import Filter, parse_filter
-from lamina.index.query import Read, Selection, explain, plan_reads
+from lamina.index.query import Read, ReadCounts, explain, plan_reads
 from lamina.io_pool import io_pool, map_fragments, pool_size
-from lamina.manifest import Fragment, Manifest
+from lamina.manifest import ADDRESS_SHIFT, Fragment, Manifest
 from lamina.schema import check_column_names
 from lamina.store import ObjectStore
 
@@ -56,10 +57,12 @@ DEFAULT_BATCH_SIZE = 65_536
 
 @dataclass(frozen=True)
 class _Scan:
-    """Scan ``groups`` of ``fragment`` (None: all of them)."""
+    """Scan ``groups`` of ``fragment`` (None: all of them); ``drop``: rows of ``offset`` still to skip
+    when it starts (the fragments before it were skipped by their live-row counts; no filter only)."""
 
     fragment: Fragment
     groups: tuple[int, ...] | None
+    drop: int = 0
 
 
 @dataclass(frozen=True)
@@ -157,11 +160,31 @@ class Scanner:
     def to_table(self) -> pa.Table:
         """Every row at once (``readahead`` units read side by side)."""
         tables = list(self._tables(self._columns, streaming=False))
-        if not tables:
-            return self.schema.empty_table()
-        if not tables[0].num_columns:
-            return _rows_only(sum(t.num_rows for t in tables))
-        return pa.concat_tables(tables)
+        return _concat(tables) if tables else self.schema.empty_table()
+
+    def matching_offsets(self) -> dict[int, np.ndarray]:
+        """Fragment id -> the physical offsets (sorted) of its rows this scan returns, for the fragments
+        that have some: what a delete marks. Reads no column but the filter's."""
+        addresses = Scanner(
+            self._store,
+            self._pinned,
+            [],
+            self._filter,
+            limit=self._limit,
+            offset=self._offset,
+            with_row_address=True,
+            fragments=self._only,
+            use_index=self._use_index,
+            readahead=self._readahead,
+        ).to_table()
+        addrs = addresses.column(ROWADDR).to_numpy().astype(np.uint64, copy=False)
+        fids = addrs >> np.uint64(ADDRESS_SHIFT)
+        cuts = np.flatnonzero(fids[1:] != fids[:-1]) + 1  # addresses come in table order: fragment by fragment
+        return {
+            int(part[0] >> np.uint64(ADDRESS_SHIFT)): (part & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+            for part in np.split(addrs, cuts)
+            if len(part)
+        }
 
     def count_rows(self) -> int:
         """How many rows a read returns; without a filter from the manifest alone (no file opened)."""
@@ -197,7 +220,7 @@ class Scanner:
         return "\n".join(lines)
 
     # -- reading ---------------------------------------------------------------------------------
-    def _units(self, counts: Selection, streaming: bool) -> Iterator[_Unit]:
+    def _units(self, counts: ReadCounts, streaming: bool) -> Iterator[_Unit]:
         """What to read, in table order. Without a filter, fragments wholly before ``offset`` or after
         ``offset + limit`` by their live-row counts are left out. ``streaming``: a large fragment is read
         a few row groups at a time (else whole: one request, checked against its checksum)."""
@@ -222,10 +245,12 @@ class Scanner:
                 takes, taken_rows = [], 0
             if need is not None and seen >= need:
                 return
-            seen += frag.live_rows
+            before, seen = seen, seen + frag.live_rows
             if seen <= skip or frag.live_rows == 0:
                 continue
-            yield from self._pieces(frag) if streaming else iter([_Scan(frag, None)])
+            drop = max(0, skip - before)
+            for i, piece in enumerate(self._pieces(frag) if streaming else [_Scan(frag, None)]):
+                yield dataclasses.replace(piece, drop=drop) if i == 0 and drop else piece
         if takes:
             yield _Take(tuple(takes))
 
@@ -250,19 +275,14 @@ class Scanner:
         kwargs = dict(with_row_address=self._with_row_address, with_row_id=self._with_row_id)
         if isinstance(unit, _Take):
             items = [(r.fragment, r.offsets, r.final) for r in unit.reads]
-            parts = read_rows_many(store, schema, items, columns, flt, **kwargs)  # type: ignore[arg-type]
-            if len(parts) == 1:
-                return parts[0]
-            if not parts[0].num_columns:  # counting: concatenating tables without columns loses their rows
-                return _rows_only(sum(p.num_rows for p in parts))
-            return pa.concat_tables(parts)
+            return _concat(read_rows_many(store, schema, items, columns, flt, **kwargs))  # type: ignore[arg-type]
         return read_fragment(store, unit.fragment, schema, columns, flt, row_groups=unit.groups, **kwargs)
 
     def _tables(self, columns: list[str] | None, *, streaming: bool) -> Iterator[pa.Table]:
         """Each unit's rows, in order, with ``offset`` and ``limit`` applied; units are read ahead on the
         I/O pool. A step taken on one of the pool's own threads (a stream handed to a task) never waits
         on a unit still queued to that pool: it takes the unit back and reads it itself."""
-        counts = Selection([])
+        counts = ReadCounts()
         read = rows = 0
         if self._limit == 0:
             self._stats = ScanStats(0, 0, 0, 0, 0)
@@ -270,7 +290,7 @@ class Scanner:
         units = self._units(counts, streaming)
         window = 1 if streaming else self._readahead
         pending: collections.deque[tuple[_Unit, Future[pa.Table]]] = collections.deque()
-        skip = self._offset if self._filter is not None or not self._offset else self._offset_within()
+        skip = self._offset if self._filter is not None else 0  # without a filter, the units say what to drop
         remaining = self._limit
         exhausted = False
         try:
@@ -292,6 +312,8 @@ class Scanner:
                     break
                 read += 1
                 window = min(self._readahead, window * 2)
+                if isinstance(unit, _Scan):
+                    skip += unit.drop
                 if skip:
                     dropped = min(skip, table.num_rows)
                     table, skip = _slice(table, dropped, table.num_rows - dropped), skip - dropped
@@ -308,24 +330,21 @@ class Scanner:
                 f.cancel()
             self._stats = ScanStats(counts.scanned_fragments, counts.index_fragments, counts.zone_pruned_fragments, read, rows)
 
-    def _offset_within(self) -> int:
-        """Rows of ``offset`` left to drop from the first fragment read (no filter): the fragments before
-        it were skipped by their live-row counts."""
-        seen = 0
-        for frag in self._pinned.fragments:
-            if self._only is not None and frag.id not in self._only:
-                continue
-            if seen + frag.live_rows > self._offset:
-                return self._offset - seen
-            seen += frag.live_rows
-        return 0
-
 
 def _slice(table: pa.Table, start: int, length: int) -> pa.Table:
     """``table.slice(start, length)``; also for a table without columns (whose slices keep every row)."""
     if table.num_columns:
         return table.slice(start, length)
     return _rows_only(length)
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    """``pa.concat_tables(tables)`` (at least one); tables without columns (counting) keep their rows."""
+    if len(tables) == 1:
+        return tables[0]
+    if not tables[0].num_columns:  # concatenating tables without columns loses their rows
+        return _rows_only(sum(t.num_rows for t in tables))
+    return pa.concat_tables(tables)
 
 
 def _rows_only(rows: int) -> pa.Table:

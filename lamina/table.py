@@ -29,7 +29,6 @@ from lamina.errors import (
     TableReplaced,
 )
 from lamina.filter import parse_filter
-from lamina.index.query import select
 from lamina.info import FragmentInfo, IndexInfo, LiveFile, TableStats, VersionInfo
 from lamina.io_pool import map_fragments
 from lamina.manifest import (
@@ -231,8 +230,7 @@ class Table:
         flt = parse_filter(filter, self.schema)
         base = self._manifest
 
-        sel = select(self._store, base, flt, [], with_offsets=True, map_fn=map_fragments)
-        deltas = {f.id: t.column("_offset").to_numpy() for f, t in zip(sel.fragments, sel.tables) if t.num_rows}
+        deltas = Scanner(self._store, base, [], flt).matching_offsets()
         if not deltas:
             return 0
         record = self.commit_transaction(Delete(base.version, deltas, predicate=flt.text)).record

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import arrays, prune
-from lamina.datafile import open_parquet, read_fragment, read_rows_many
+from lamina.datafile import open_parquet
 from lamina.deletion import among, read_deleted
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound
 from lamina.expr import Conjunct
@@ -240,13 +240,9 @@ def lookup_part(store: ObjectStore, part: Part) -> tuple[dict[int, np.ndarray], 
 
 
 @dataclass
-class Selection:
-    """What a filtered read did: the rows of each fragment it read, in table order (fragments the
-    indices or the zone maps rule out are not in it), and counts."""
+class ReadCounts:
+    """What ``plan_reads`` decided so far, counted as it goes."""
 
-    tables: list[pa.Table]
-    #: The fragment each table of ``tables`` holds rows of.
-    fragments: list[Fragment] = field(default_factory=list)
     index_fragments: int = 0
     scanned_fragments: int = 0
     candidate_rows: int = 0
@@ -273,14 +269,14 @@ def plan_reads(
     *,
     use_index: bool = True,
     only: frozenset[int] | None = None,
-    counts: Selection | None = None,
+    counts: ReadCounts | None = None,
 ) -> Iterator[Read]:
-    """The fragments a read of ``flt`` (None: every row) must touch, one ``Read`` each, in table order:
-    fragments the indices answer with no candidate, or their zone maps (or their manifest segment's)
-    rule out, are left out unopened. One streaming pass over the version's fragments (the index
+    """The fragments a read of ``flt`` (None: every row) must touch, one ``Read`` each, in table order
+    (``lamina.scan.Scanner`` reads them): fragments the indices answer with no candidate, or their zone
+    maps (or their manifest segment's) rule out, are left out unopened. One streaming pass over the version's fragments (the index
     lookups come first); ``only``: just these fragment ids. ``counts`` is filled in as it goes."""
     schema = manifest.schema
-    sel = counts if counts is not None else Selection([])
+    sel = counts if counts is not None else ReadCounts()
     plan = plan_filter(manifest, flt) if (use_index and flt is not None) else Plan([], manifest.fragments)
     candidates: dict[int, np.ndarray] = {}
     answered: dict[int, int] = {}  # fragment -> parts that answered for it
@@ -332,42 +328,6 @@ def plan_reads(
                 continue
             sel.scanned_fragments += 1
             yield Read(frag, at)
-
-
-def select(
-    store: ObjectStore,
-    manifest: Manifest,
-    flt: Filter,
-    columns: Sequence[str] | None,
-    *,
-    with_row_address: bool = False,
-    with_row_id: bool = False,
-    with_offsets: bool = False,
-    use_index: bool = True,
-    map_fn=None,
-) -> Selection:
-    """Live rows matching ``flt``, per fragment in table order, using indices where they serve, all
-    read at once (``lamina.scan`` streams the same ``plan_reads``): only fragments with rows to read are held."""
-    schema = manifest.schema
-    sel = Selection([])
-    reads = list(plan_reads(store, manifest, flt, use_index=use_index, counts=sel))
-    kwargs: dict[str, Any] = dict(with_row_address=with_row_address, with_row_id=with_row_id, with_offsets=with_offsets)
-    taken = [(r.fragment, r.offsets, r.final) for r in reads if r.offsets is not None]
-    scanned = [r.fragment for r in reads if r.offsets is None]
-    position = {r.fragment.id: r.position for r in reads}
-    results: list[tuple[int, Fragment, pa.Table]] = []
-    if taken:
-        for (frag, _offs, _final), table in zip(taken, read_rows_many(store, schema, taken, columns, flt, **kwargs)):
-            results.append((position[frag.id], frag, table))
-    if scanned:
-        tables = (map_fn or (lambda fn, xs: [fn(x) for x in xs]))(
-            lambda frag: read_fragment(store, frag, schema, columns, flt, **kwargs), scanned
-        )
-        results.extend((position[frag.id], frag, table) for frag, table in zip(scanned, tables))
-    results.sort(key=lambda r: r[0])
-    sel.fragments = [frag for _, frag, _ in results]
-    sel.tables = [table for _, _, table in results]
-    return sel
 
 
 def explain(manifest: Manifest, flt: Filter, where: str, store: ObjectStore | None = None, map_fn=None) -> str:
