@@ -38,6 +38,7 @@ except ImportError as e:  # pragma: no cover - exercised only where Polars is mi
 
 from lamina.errors import InvalidArgument
 from lamina.expr import COMPARE
+from lamina.scan import DEFAULT_BATCH_SIZE
 from lamina.table import Table, open_table
 
 __all__ = ["scan_table", "to_arrow_filter"]
@@ -127,9 +128,7 @@ def _batches(
 ) -> Iterator[pa.RecordBatch]:
     """The one place the plugin reads the table: ``columns`` of the rows ``filter`` keeps, at most ``limit``,
     streamed (reading stops when the consumer does)."""
-    if batch_size is None:
-        return table.scanner(columns, filter, limit=limit).to_batches()
-    return table.scanner(columns, filter, limit=limit, batch_size=batch_size).to_batches()
+    return table.scanner(columns, filter, limit=limit, batch_size=batch_size or DEFAULT_BATCH_SIZE).to_batches()
 
 
 # -- Polars predicate → pyarrow filter ------------------------------------------------------------------
