@@ -304,7 +304,7 @@ def zones_field(f: Any) -> dict[str, str]:
     return {"zones_json": json.dumps(zones_to_json(zones), separators=(",", ":"), ensure_ascii=True)}
 
 
-def _zone_value(v: Any) -> Any:
+def zone_value(v: Any) -> Any:
     """A zone bound as JSON: bytes as ``{"b": hex}``, infinities as ``{"f": "inf"}``."""
     if isinstance(v, bytes):
         return {"b": v.hex()}
@@ -316,7 +316,8 @@ def _zone_value(v: Any) -> Any:
 _PLAIN_BOUND = (int, bool, type(None))
 
 
-def _zone_value_from_json(v: Any, what: Callable[[], str]) -> Any:
+def zone_value_from_json(v: Any, what: Callable[[], str]) -> Any:
+    """``zone_value``'s inverse; ``what`` names where the value was read, for ``CorruptFile``."""
     if type(v) in _PLAIN_BOUND:
         return v
     if isinstance(v, dict):
@@ -339,9 +340,9 @@ def zones_from_json(raw: Any, what: Callable[[], str]) -> tuple[Zone, ...]:
         if type(column) is not str or type(kind) is not str or type(hi_inclusive) is not bool:
             raise CorruptFile(f"{what()}: malformed zone map of column {str(column)[:80]}")
         if type(lo) not in _PLAIN_BOUND:
-            lo = _zone_value_from_json(lo, what)
+            lo = zone_value_from_json(lo, what)
         if type(hi) not in _PLAIN_BOUND:
-            hi = _zone_value_from_json(hi, what)
+            hi = zone_value_from_json(hi, what)
         if type(nulls) is not int or type(nans) is not int:
             nulls, nans = int(nulls), int(nans)
         zones.append(Zone(column, kind, lo, hi, hi_inclusive, nulls, nans))
@@ -349,4 +350,4 @@ def zones_from_json(raw: Any, what: Callable[[], str]) -> tuple[Zone, ...]:
 
 
 def zones_to_json(zones: tuple[Zone, ...]) -> list[list[Any]]:
-    return [[z.column, z.kind, _zone_value(z.lo), _zone_value(z.hi), z.hi_inclusive, z.nulls, z.nans] for z in zones]
+    return [[z.column, z.kind, zone_value(z.lo), zone_value(z.hi), z.hi_inclusive, z.nulls, z.nans] for z in zones]
