@@ -86,6 +86,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m lamina.jobs.compa
                 f"{summary.rows_after:,}; {summary.failed_groups} failed groups; {summary.retries} commit retries; "
                 f"{summary.seconds:.1f} s"
             )
+            if summary.resampled:
+                print(f"clustering boundaries sampled again before planning: {summary.resampled}")
+            if summary.clustering is not None:
+                keys = ", ".join(
+                    f"{c}: depth {k['depth']:.2f}, {k['skipped']:.0%} skipped" for c, k in summary.clustering["keys"].items()
+                )
+                print(f"clustering after the run: {summary.clustering['runs']} runs; point filters {keys}")
     return 1 if summary.failed_groups else 0
 
 

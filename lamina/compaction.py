@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lamina.clustering import Clustering, clustering_stats, drifted
 from lamina.commit import commit
 from lamina.errors import CommitConflict
 from lamina.faults import FAULT_KILL_DRIVER_BEFORE_COMMIT, maybe_kill_driver
@@ -62,6 +63,10 @@ class CompactionSummary:
     #: Object-store requests and bytes of the whole pass (this process and its Ray tasks), by store
     #: (``lamina.io_stats`` shape).
     io: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Why the clustering boundaries were sampled again before planning (None: they were not).
+    resampled: str | None = None
+    #: The clustering metric after the pass (``ClusteringStats.to_dict``; None: no clustering keys).
+    clustering: dict[str, Any] | None = None
 
     @classmethod
     def for_plan(cls, plan: CompactionPlan) -> CompactionSummary:
@@ -139,6 +144,19 @@ def commit_results(table: Table, base: Manifest, results: Sequence[GroupResult],
         commit_results(table, base, [r], summary)
 
 
+def resample_if_drifted(table: Table) -> str | None:
+    """Samples the clustering boundaries again (a ``configure`` commit) when the data drifted past them
+    (``lamina.clustering.drifted``); returns why, or None when they still fit (or there are no keys)."""
+    clustering = Clustering.from_config(table.manifest.config, f"version {table.version}")
+    if clustering is None:
+        return None
+    why = drifted(clustering, table.manifest.fragments)
+    if why is not None:
+        log.info("resampling the clustering boundaries of %s: %s", table.uri, why)
+        table.set_clustering(list(clustering.columns), clustering.curve)
+    return why
+
+
 def compact(
     uri: str,
     options: CompactionOptions | None = None,
@@ -167,9 +185,11 @@ def compact(
     started = time.perf_counter()
     io_before = io_stats()
     table = open_table(uri, storage_options=storage_options)
+    resampled = None if dry_run or not options.cluster else resample_if_drifted(table)
     base = table.manifest
     plan = plan_compaction(base, options, table.uri)
     summary = CompactionSummary.for_plan(plan)
+    summary.resampled = resampled
     finished: list[GroupResult] = []
     if not dry_run and plan.groups:
         tasks = tasks_for(plan, base, uri, storage_options, table.write_options, options.read_batch_bytes)
@@ -197,6 +217,8 @@ def compact(
         commit_results(table, base, finished, summary)
     latest = table.reload()
     summary.fragments_after, summary.rows_after = len(latest.manifest.fragments), latest.manifest.rows
+    stats = clustering_stats(latest.manifest)
+    summary.clustering = None if stats is None else stats.to_dict()
     summary.seconds = round(time.perf_counter() - started, 3)
     summary.io = stats_delta(io_before)
     return plan, summary

@@ -13,7 +13,9 @@ from lamina import _native
 from lamina.arrays import from_numpy, to_numpy
 from lamina.cache import MiB, cache
 from lamina.checksum import check, of_bytes
+from lamina.errors import CorruptFile
 from lamina.manifest import DELETIONS_DIR, DeletionFile, Fragment
+from lamina.records import AddressMapping
 from lamina.store import ObjectStore
 
 _EMPTY = np.zeros(0, dtype=np.uint32)
@@ -118,6 +120,16 @@ class StoredDeletionFiles:
         written = write_deleted(self.store, fragment_id, offsets)
         self.on_write(written.path)
         return written
+
+    def read_mapping(self, path: str) -> AddressMapping:
+        try:
+            data = self.store.get(path)
+        except FileNotFoundError:
+            raise CorruptFile(
+                f"mapping file {self.store.describe(path)} of a rewrite is missing: a delete cannot be replayed over that "
+                f"rewrite. Restore the file from a backup, or re-run the delete on the latest version"
+            ) from None
+        return AddressMapping.from_bytes(data, self.store.describe(path))
 
 
 def live_mask(fragment: Fragment, deleted: np.ndarray) -> np.ndarray | None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lamina.clustering import ClusteringStats
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class TableStats:
     mean_rows_per_fragment: float
     versions: int
     indices: int
+    #: How clustered the table is on its clustering keys (None: it has none): ``Table.set_clustering``.
+    clustering: ClusteringStats | None = None
 
 
 @dataclass(frozen=True)

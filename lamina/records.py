@@ -18,8 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeGuard
 
 import numpy as np
+import pyarrow as pa
 
 from lamina.errors import CorruptFile
+
+#: The run columns of a mapping file (``AddressMapping.to_bytes``), in the order of a stored run.
+MAPPING_COLUMNS = ("old_fragment", "old_start", "output", "new_start", "length")
+#: A rewrite group's mapping with more runs than this is stored in a mapping file under
+#: ``_transactions/`` rather than in the manifest (a clustering rewrite moves rows one by one).
+MAPPING_INLINE_RUNS = 1024
+#: Where mapping files live: ``lamina.manifest.paths.MAPPING_DIR`` (that package imports this module).
+MAPPING_DIR = "_transactions/"
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,9 +45,34 @@ class AddressMapping:
     length: np.ndarray
 
     @classmethod
-    def from_runs(cls, runs: Iterable[tuple[int, int, int, int, int]]) -> AddressMapping:
-        arr = np.array(list(runs), dtype=np.int64).reshape(-1, 5)
+    def from_runs(cls, runs: Iterable[tuple[int, int, int, int, int]] | np.ndarray) -> AddressMapping:
+        """From runs, or an ``(n, 5)`` integer array of them (a clustering rewrite's one run per row)."""
+        arr = (runs if isinstance(runs, np.ndarray) else np.array(list(runs))).astype(np.int64).reshape(-1, 5)
         return cls(*(arr[:, i].copy() for i in range(5)))
+
+    def __len__(self) -> int:
+        return len(self.length)
+
+    def to_bytes(self) -> bytes:
+        """The mapping file of a large mapping (docs/FORMAT.md §6): an Arrow IPC stream, zstd-compressed,
+        of the five run columns."""
+        table = pa.table({name: getattr(self, name) for name in MAPPING_COLUMNS})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+            writer.write_table(table)
+        return bytes(sink.getvalue().to_pybytes())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> AddressMapping:
+        """The mapping held by a mapping file's bytes; ``CorruptFile`` naming ``where`` if they are not one."""
+        try:
+            table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+            arrays = [table.column(name).to_numpy().astype(np.int64) for name in MAPPING_COLUMNS]
+        except (pa.ArrowException, KeyError, ValueError) as e:
+            raise CorruptFile(f"mapping file {where} is not a Lamina rewrite mapping ({type(e).__name__}: {e})") from None
+        if any((a < 0).any() for a in (arrays[1], arrays[3], arrays[4])):
+            raise CorruptFile(f"mapping file {where} has a negative offset or length")
+        return cls(*arrays)
 
     def runs(self) -> list[list[int]]:
         runs: list[list[int]] = np.stack(
@@ -86,6 +120,11 @@ class TransactionRecord:
     timestamp_ms: int = 0
     #: A large record's sidecar object under ``_transactions/`` (reserved; kept by cleanup).
     sidecar: str | None = None
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The objects under ``_transactions/`` this record needs (kept by cleanup while its version is)."""
+        return (self.sidecar,) if self.sidecar else ()
 
     def to_json(self) -> dict[str, Any]:
         """The stored object (docs/FORMAT.md §6)."""
@@ -193,13 +232,20 @@ class RewrittenGroup:
 
     old_fragment_ids: tuple[int, ...]
     new_fragment_ids: tuple[int, ...]
-    mapping: AddressMapping
+    #: The runs; None when they are in ``mapping_file`` (read by ``DeletionFiles.read_mapping``).
+    mapping: AddressMapping | None
+    #: A mapping too large for the manifest (more than ``MAPPING_INLINE_RUNS`` runs): its file under ``_transactions/``.
+    mapping_file: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "old_fragment_ids": list(self.old_fragment_ids),
             "new_fragment_ids": list(self.new_fragment_ids),
-            "mapping": self.mapping.runs(),
+            "mapping": {"file": self.mapping_file}
+            if self.mapping_file is not None
+            else self.mapping.runs()
+            if self.mapping
+            else [],
         }
 
 
@@ -214,11 +260,22 @@ class RewriteRecord(TransactionRecord):
     def old_fragment_ids(self) -> set[int]:
         return {i for g in self.groups for i in g.old_fragment_ids}
 
+    @property
+    def files(self) -> tuple[str, ...]:
+        return super().files + tuple(g.mapping_file for g in self.groups if g.mapping_file is not None)
+
     @classmethod
     def _fields_from(cls, f: _Fields) -> dict[str, Any]:
         groups = []
         for g in f.objects("groups"):
             new_ids = g.numbers("new_fragment_ids")
+            stored = g._get("mapping", _MISSING)
+            if isinstance(stored, dict):
+                path = stored.get("file")
+                if not isinstance(path, str) or not path.startswith(MAPPING_DIR) or ".." in path:
+                    raise _Malformed(f"{g.where}mapping names no mapping file under {MAPPING_DIR}")
+                groups.append(RewrittenGroup(g.numbers("old_fragment_ids"), new_ids, None, path))
+                continue
             groups.append(RewrittenGroup(g.numbers("old_fragment_ids"), new_ids, _mapping(g, len(new_ids))))
         return {"groups": tuple(groups)}
 
@@ -286,6 +343,25 @@ class WalFlushRecord(TransactionRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ConfigureRecord(TransactionRecord):
+    """``configure``: entries of the table's ``config`` set (a value) or removed (null), e.g. its
+    clustering keys (docs/FORMAT.md §2)."""
+
+    operation: str = field(default="configure", init=False)
+    changes: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def _fields_from(cls, f: _Fields) -> dict[str, Any]:
+        changes = f._get("changes", _MISSING)
+        if not isinstance(changes, dict) or not all(isinstance(k, str) for k in changes):
+            raise _Malformed(f"{f.where}changes is not an object")
+        return {"changes": dict(changes)}
+
+    def _details(self) -> dict[str, Any]:
+        return {"changes": dict(self.changes)}
+
+
+@dataclass(frozen=True, kw_only=True)
 class DropRecord(TransactionRecord):
     """``drop``: the table's end; its version is a tombstone (``dropped``, no fragments or indices)."""
 
@@ -308,6 +384,7 @@ RECORD_TYPES: dict[str, type[TransactionRecord]] = {
         RewriteRecord,
         IndexChangeRecord,
         WalFlushRecord,
+        ConfigureRecord,
         DropRecord,
     )
 }

@@ -18,12 +18,14 @@ import numpy as np
 import pyarrow as pa
 
 from lamina.arrays import from_numpy
+from lamina.clustering import clustering_stats
 from lamina.commit import COMMIT_BACKOFF, commit
 from lamina.datafile import ROWADDR, WriteOptions, take_many, write_fragments
 from lamina.deletion import among, kept_ranges, read_deleted
 from lamina.errors import (
     IndexNotFound,
     InvalidArgument,
+    InvalidConfig,
     RowNotFound,
     TableNotFound,
     TableReplaced,
@@ -48,7 +50,7 @@ from lamina.retry import Backoff
 from lamina.scan import DEFAULT_BATCH_SIZE, Scanner
 from lamina.schema import DataLike, check_column_names, check_primary_key, conform, validate_schema
 from lamina.store import ObjectStore, open_store
-from lamina.transaction import Append, ChangeIndex, Create, Delete, Overwrite, Transaction
+from lamina.transaction import Append, ChangeIndex, Configure, Create, Delete, Overwrite, Transaction
 
 if TYPE_CHECKING:
     from lamina.dataset import LaminaDataset
@@ -236,6 +238,42 @@ class Table:
         record = self.commit_transaction(Delete(base.version, deltas, predicate=flt.text)).record
         assert isinstance(record, DeleteRecord)
         return record.rows
+
+    def set_clustering(self, columns: str | Sequence[str] | None, curve: str = "hilbert", *, sample_fragments: int = 64) -> int:
+        """Sets the table's clustering keys (None: removes them); returns the new version. Writes no data:
+        compaction then sorts rows along the curve (``lamina.planner.clustering``), a sorted run at a time.
+
+        ``curve``: ``"hilbert"`` or ``"zorder"`` for 2 to 4 columns, ``"linear"`` for one. Each key's cells
+        are cut at quantiles sampled from up to ``sample_fragments`` fragments (spread over the table), so
+        a skewed key still spreads rows over every cell; compaction samples again when the data drifts
+        past them. Changing the keys (or their cells) makes every fragment unclustered to compaction:
+        the table is clustered again, a run at a time.
+
+        >>> table.set_clustering(["x", "y"], curve="hilbert")
+        >>> table.stats().clustering.describe()
+        'clustering hilbert on x, y: 0/40 fragments clustered in 40 runs; point filters x: depth 40.00, 0% skipped, ...'
+        """
+        from lamina.clustering import CONFIG_KEY, choose
+
+        if columns is None:
+            return self.commit_transaction(Configure(self.version, {CONFIG_KEY: None})).version
+        names = [columns] if isinstance(columns, str) else list(columns)
+        if self._manifest.stable_row_ids:
+            raise InvalidConfig(
+                f"table {self.uri} keeps stable row ids, and clustering reorders rows (each would need its own id "
+                f"range in the manifest): clustering is not supported on such tables"
+            )
+        clustering = choose(self.schema, names, curve, None)  # checks columns and curve before reading anything
+        clustering = choose(self.schema, names, curve, self.sample(names, sample_fragments))
+        return self.commit_transaction(Configure(self.version, {CONFIG_KEY: clustering.to_config()})).version
+
+    def sample(self, columns: Sequence[str], fragments: int = 64) -> pa.Table:
+        """The live rows of ``columns`` in up to ``fragments`` fragments spread evenly over the table (all
+        of them in a smaller table): a sample of the data for boundaries and statistics."""
+        ids = [f.id for f in self._manifest.fragments]
+        if len(ids) > fragments:
+            ids = [ids[round(i * (len(ids) - 1) / (fragments - 1))] for i in range(fragments)] if fragments > 1 else ids[:1]
+        return self.scanner(list(columns), fragments=ids).to_table()
 
     # -- reads --------------------------------------------------------------
     def scanner(
@@ -549,6 +587,7 @@ class Table:
             mean_rows_per_fragment=(m.rows / n) if n else 0.0,
             versions=len(list_versions(self._store)),
             indices=len(m.indices),
+            clustering=clustering_stats(m),
         )
 
     def verify(self, *, threads: int = 4, progress=None) -> VerifyReport:

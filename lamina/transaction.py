@@ -36,6 +36,7 @@ from lamina.records import (
     INDEX_ACTIONS,
     AddressMapping,
     AppendRecord,
+    ConfigureRecord,
     CreateRecord,
     DeleteRecord,
     DropRecord,
@@ -62,7 +63,7 @@ CONFLICT = "conflict"
 #: ``RewriteGroup.source_deletions`` marker: a concurrent delete removed the whole source fragment.
 REMOVED = "<removed>"
 
-OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite", "wal_flush", "drop")
+OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite", "wal_flush", "configure", "drop")
 
 MATRIX: dict[tuple[str, str], str] = {
     ("append", "append"): REBASE,
@@ -104,6 +105,10 @@ MATRIX: dict[tuple[str, str], str] = {
     ("wal_flush", "create_index"): REBASE,
     ("wal_flush", "overwrite"): CONFLICT,
     ("wal_flush", "wal_flush"): WATERMARKS,
+    # A configure changes table settings only (e.g. clustering keys): independent of every data change,
+    # and two configures apply in commit order, each setting only its own entries.
+    **{("configure", op): REBASE for op in OPERATIONS if op != "drop"},
+    **{(op, "configure"): REBASE for op in OPERATIONS if op != "drop"},
     # A drop ends the table: it replays over anything (the drop wins), and nothing replays over it.
     **{("drop", op): REBASE for op in OPERATIONS if op != "drop"},
     **{(op, "drop"): DROPPED for op in OPERATIONS},
@@ -130,6 +135,10 @@ class DeletionFiles(Protocol):
 
     def write(self, fragment_id: int, offsets: np.ndarray) -> DeletionFile:
         """Writes a new deletion file holding ``offsets`` (sorted, unique uint32)."""
+        ...
+
+    def read_mapping(self, path: str) -> AddressMapping:
+        """The rewrite mapping held by the mapping file at ``path`` (docs/FORMAT.md §6)."""
         ...
 
 
@@ -372,9 +381,12 @@ class Delete(Transaction):
             moved: dict[int, list[np.ndarray]] = {}
             for group in record.groups:
                 new_ids = group.new_fragment_ids
+                if not deltas.keys() & set(group.old_fragment_ids):
+                    continue
+                mapping = group.mapping if group.mapping is not None else files.read_mapping(str(group.mapping_file))
                 for old in group.old_fragment_ids:
                     if old in deltas:
-                        outs, offs = group.mapping.map(old, deltas.pop(old))
+                        outs, offs = mapping.map(old, deltas.pop(old))
                         for out in np.unique(outs).tolist():
                             if new_ids[out] < 0:
                                 continue  # that output was never committed: all its rows were deleted
@@ -518,6 +530,8 @@ class RewriteGroup:
     #: Index segments built over ``new_fragments`` (ordinal = output position), by index
     #: name: (index uuid, segment). Attached in the same commit if that index still exists.
     index_segments: dict[str, tuple[str, IndexSegment]] = field(default_factory=dict)
+    #: ``mapping`` written to a mapping file (more than ``MAPPING_INLINE_RUNS`` runs): the record names it.
+    mapping_file: str | None = None
 
     def carry(self, theirs: Manifest, files: DeletionFiles) -> RewriteGroup:
         """This group with the deletions committed on its sources since it read them (by ``theirs``)
@@ -554,9 +568,13 @@ class GroupResult:
     reason: str
     ok: bool
     error: str | None = None
-    fragment: Fragment | None = None
-    #: Old → new rows as runs ``(old fragment, old offset, output, new offset, length)``.
-    mapping: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    #: The new fragments, in the order their rows take in the table (clustering writes several).
+    fragments: list[Fragment] = field(default_factory=list)
+    #: Old → new rows as runs ``(old fragment, old offset, output, new offset, length)`` (a list, or an
+    #: ``(n, 5)`` array when rows move one by one).
+    mapping: list[tuple[int, int, int, int, int]] | np.ndarray = field(default_factory=list)
+    #: The mapping's file under ``_transactions/`` when it has more than ``MAPPING_INLINE_RUNS`` runs.
+    mapping_file: str | None = None
     #: Deletion file of each source when it was read (None: none): a concurrent delete is carried over.
     source_deletions: dict[int, str | None] = field(default_factory=dict)
     rows_in: int = 0
@@ -575,22 +593,23 @@ class GroupResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def _output(r: GroupResult) -> Fragment:
-    assert r.fragment is not None, "only finished groups (ok=True) are committed"
-    return r.fragment
+def _outputs(r: GroupResult) -> list[Fragment]:
+    assert r.ok and r.fragments, "only finished groups (ok=True) are committed"
+    return list(r.fragments)
 
 
 def rewrite_transaction(read_version: int, results: Sequence[GroupResult]) -> Rewrite:
-    """The one transaction that replaces each result's source fragments with its output."""
+    """The one transaction that replaces each result's source fragments with its outputs."""
     return Rewrite(
         read_version,
         [
             RewriteGroup(
                 r.fragment_ids,
-                [_output(r)],
+                _outputs(r),
                 AddressMapping.from_runs(r.mapping),
                 dict(r.source_deletions),
                 index_segments=dict(r.index_segments),
+                mapping_file=r.mapping_file,
             )
             for r in results
         ],
@@ -607,6 +626,7 @@ class Rewrite(Transaction):
         self.groups: tuple[RewriteGroup, ...] = tuple(groups)
         self.written = [f.path for g in self.groups for f in g.new_fragments]
         self.written += [seg.path for g in self.groups for _, seg in g.index_segments.values()]
+        self.written += [g.mapping_file for g in self.groups if g.mapping_file is not None]
         # Set by prepare, carried from attempt to attempt: (group, output) -> (offsets, deletion file written).
         self._carried_files: dict[tuple[int, int], tuple[int, DeletionFile]] = {}
 
@@ -662,7 +682,14 @@ class Rewrite(Transaction):
             for name, (index_uuid, seg) in group.index_segments.items():
                 if any(ix.name == name and ix.uuid == index_uuid for ix in base.indices):
                     segments.setdefault(name, []).append(dataclasses.replace(seg, fragment_ids=tuple(new_ids)))
-            groups_record.append(RewrittenGroup(tuple(group.old_fragment_ids), tuple(new_ids), group.mapping))
+            groups_record.append(
+                RewrittenGroup(
+                    tuple(group.old_fragment_ids),
+                    tuple(new_ids),
+                    None if group.mapping_file is not None else group.mapping,
+                    group.mapping_file,
+                )
+            )
 
         # One pass: a group's outputs take the place of its first source still there, its other
         # sources are dropped.
@@ -812,6 +839,24 @@ class Overwrite(Transaction):
             schema=self.schema if self.schema is not None else base.schema,
             config={**base.config, **self.config} if self.config else base.config,
         )
+
+
+class Configure(Transaction):
+    """Sets (a value) or removes (None) entries of the table's ``config``: ``Table.set_clustering``.
+
+    Changes no data: it replays over anything and anything replays over it (the conflict matrix),
+    each configure setting only its own entries, so two racing ones apply in commit order.
+    """
+
+    operation = "configure"
+
+    def __init__(self, read_version: int, changes: dict[str, Any]):
+        super().__init__(read_version)
+        self.changes = dict(changes)
+
+    def apply(self, base: Manifest) -> Manifest:
+        config = {k: v for k, v in {**base.config, **self.changes}.items() if v is not None}
+        return self._next(base, ConfigureRecord(**self._header(), changes=dict(self.changes)), removes=False, config=config)
 
 
 class Drop(Transaction):

@@ -48,6 +48,15 @@ class CompactionOptions:
     #: A plan takes groups (in table order) until they hold this many fragments; the rest wait for the
     #: next run. Bounds a plan's memory (~1.2 KB a fragment) and a run's length on huge tables.
     max_plan_fragments: int = 100_000
+    #: A table with clustering keys (``Table.set_clustering``) is compacted by the clustering policy
+    #: (lamina.planner.clustering) whatever ``policy`` says; false: by ``policy``, unclustered.
+    cluster: bool = True
+    #: clustering: a group's source bytes stay under this (its task sorts the rows in memory: about
+    #: 3-5x this in decoded rows); a sorted run this large merges no more.
+    cluster_max_bytes: int = 512 * MiB
+    #: clustering: merge sorted runs only while some key's overlap depth (fragments a point filter reads on
+    #: average, ``Table.stats().clustering``) is above this; 0: whenever the tier rules fire.
+    cluster_depth_trigger: float = 0.0
 
     BOUNDS = {
         "target_rows_per_fragment": (1, 2**31 - 1),
@@ -62,14 +71,16 @@ class CompactionOptions:
         "min_merge_width": (2, 1024),
         "max_fragments": (1, 1_000_000),
         "max_plan_fragments": (2, 100_000_000),
+        "cluster_max_bytes": (1 * MiB, 64 * 1024 * MiB),
+        "cluster_depth_trigger": (0.0, 1e9),
     }
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "enable_binary_copy":
+            if f.name in ("enable_binary_copy", "cluster"):
                 if not isinstance(value, bool):
-                    raise InvalidConfig(f"enable_binary_copy={value!r} must be true or false")
+                    raise InvalidConfig(f"{f.name}={value!r} must be true or false")
                 continue
             if f.name == "max_concurrency" and value is None:
                 continue

@@ -21,8 +21,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lamina.clustering import Clustering
 from lamina.manifest import Fragment, Manifest, find_fragments
 from lamina.planner.bin_packing import pack_adjacent
+from lamina.planner.clustering import CLUSTER, ClusterReport, plan_clustering
 from lamina.planner.eligibility import (
     COPY,
     COPY_IF_CLEAN,
@@ -55,8 +57,12 @@ class CompactionGroup:
     bytes: int  # data file bytes read
     row_groups: int
     candidates: tuple[str, ...]  # why each fragment was picked ("small", "deletions")
-    #: Every source row group in output order: copied as it is or re-encoded.
+    #: Every source row group in output order: copied as it is or re-encoded (none for a ``cluster`` group).
     actions: tuple[RowGroupAction, ...] = ()
+    #: Fragments it writes (a ``cluster`` group cuts its sorted rows into several at the targets).
+    outputs: int = 1
+    #: A ``cluster`` group that rewrites one fragment of a sorted run: the run its output stays in.
+    cluster_run: str | None = None
 
     def as_full_rewrite(self, why: str) -> CompactionGroup:
         """This group with every row group re-encoded: what a worker runs when a copy is refused."""
@@ -114,6 +120,8 @@ class CompactionGroup:
         d["fragment_ids"] = list(self.fragment_ids)
         d["candidates"] = list(self.candidates)
         d["actions"] = [[a.action, self.fragment_ids[a.source], a.row_group] for a in self.actions]
+        if self.mode == CLUSTER:
+            d.pop("actions")
         d["row_group_plan"] = self.row_group_lines()
         return d
 
@@ -132,10 +140,12 @@ class CompactionPlan:
     tiers: TierReport | None = None
     #: The groups reached ``options.max_plan_fragments``: more candidates wait for the next run.
     limited: bool = False
+    #: The clustering policy's view (a table with clustering keys), else None.
+    clustering: ClusterReport | None = None
 
     @property
     def fragments_after(self) -> int:
-        return self.fragments_before - sum(len(g.fragment_ids) for g in self.groups) + len(self.groups)
+        return self.fragments_before - sum(len(g.fragment_ids) for g in self.groups) + sum(g.outputs for g in self.groups)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -149,6 +159,7 @@ class CompactionPlan:
             "skipped": [list(s) for s in self.skipped],
             "limited": self.limited,
             **({"tiers": self.tiers.to_dict()} if self.tiers is not None else {}),
+            **({"clustering": self.clustering.to_dict()} if self.clustering is not None else {}),
         }
 
     def describe(self) -> str:
@@ -169,6 +180,9 @@ class CompactionPlan:
                 f"  group {g.index:4d}: {g.mode:12s} reason={g.reason:24s} fragments [{span}] ({len(ids)}) "
                 f"rows={g.rows:,} bytes={g.bytes:,}"
             )
+            if g.mode == CLUSTER:
+                lines.append(f"{'':14s}sorts its rows along the curve into ~{g.outputs} fragments")
+                continue
             lines.append(f"{'':14s}row groups: {g.describe_actions()}")
             lines.extend(f"{'':16s}{line}" for line in g.row_group_lines(20))
             if self.tiers is not None:
@@ -182,6 +196,8 @@ class CompactionPlan:
             )
         if self.tiers is not None:
             lines.extend(self.tiers.describe_lines())
+        if self.clustering is not None:
+            lines.extend(self.clustering.describe_lines())
         return "\n".join(lines)
 
 
@@ -250,6 +266,9 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
     every fragment against its neighbours, so it keeps a small unit per fragment (not the fragment)
     and then reads the fragments of its groups."""
     tiers: TierReport | None = None
+    clustering = Clustering.from_config(manifest.config, f"version {manifest.version}") if options.cluster else None
+    if clustering is not None:
+        return _plan_clustering(manifest, clustering, options, table)
     if options.policy == TIERED:
         all_groups, tiers = plan_tiers(manifest.fragments, options)
         id_groups, limited = _within(all_groups, options.max_plan_fragments)
@@ -289,4 +308,41 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
         skipped=tuple(skipped),
         tiers=tiers,
         limited=limited,
+    )
+
+
+def _plan_clustering(manifest: Manifest, clustering: Clustering, options: CompactionOptions, table: str) -> CompactionPlan:
+    """The plan of a table with clustering keys: the clustering policy's groups (lamina.planner.clustering)."""
+    planned, report = plan_clustering(manifest.fragments, clustering, options)
+    id_groups, limited = _within([list(g.fragment_ids) for g in planned], options.max_plan_fragments)
+    found = find_fragments(manifest.fragments, (i for g in id_groups for i in g))
+    out = []
+    for i, g in enumerate(planned[: len(id_groups)]):
+        members = [found[f] for f in g.fragment_ids]
+        rows = sum(f.live_rows for f in members)
+        live_bytes = sum(f.file_bytes * (f.live_rows / f.rows) if f.rows else 0 for f in members)
+        outputs = max(1, -(-rows // options.target_rows_per_fragment), int(-(-live_bytes // options.target_bytes_per_fragment)))
+        out.append(
+            CompactionGroup(
+                index=i,
+                fragment_ids=g.fragment_ids,
+                mode=CLUSTER,
+                reason=g.reason,
+                rows=rows,
+                bytes=sum(f.file_bytes for f in members),
+                row_groups=sum(len(f.row_groups) for f in members),
+                candidates=tuple(candidate_reason(f, options) or CLUSTER for f in members),
+                outputs=outputs,
+                cluster_run=g.run,
+            )
+        )
+    return CompactionPlan(
+        table=table or "",
+        read_version=manifest.version,
+        options=options,
+        groups=tuple(out),
+        fragments_before=len(manifest.fragments),
+        rows_before=manifest.rows,
+        limited=limited,
+        clustering=report,
     )

@@ -21,6 +21,7 @@ column of the output and its segment (~16 bytes a row for a btree).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import traceback
 import uuid
@@ -29,19 +30,23 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from lamina import _native
 from lamina.checksum import check, of_file
-from lamina.datafile import WriteOptions
+from lamina.clustering import Clustering
+from lamina.datafile import WriteOptions, as_table_types, reading, write_fragment
 from lamina.deletion import read_deleted
-from lamina.errors import InvalidArgument, LaminaError
+from lamina.errors import CorruptFile, InvalidArgument, LaminaError
 from lamina.faults import maybe_die
 from lamina.index.options import IndexOptions
-from lamina.index.segments import segment_for_outputs
+from lamina.index.segments import segment_for_outputs, segment_over
 from lamina.io_pool import io_pool
-from lamina.manifest import DATA_DIR, Fragment, Manifest, RowGroup, find_fragments
+from lamina.manifest import DATA_DIR, TRANSACTIONS_DIR, ClusterRange, Fragment, Manifest, RowGroup, find_fragments
+from lamina.planner.clustering import CLUSTER
 from lamina.planner.eligibility import COPY_IF_CLEAN, FULL_REWRITE
 from lamina.planner.plan import CompactionGroup, CompactionPlan
+from lamina.records import MAPPING_INLINE_RUNS, AddressMapping
 from lamina.rewrite import id_ranges, live_offsets, mapping_runs
 from lamina.store import ObjectStore, open_store
 from lamina.transaction import GroupResult
@@ -71,6 +76,8 @@ class GroupTask:
     read_batch_bytes: int
     stable_row_ids: bool
     indices: tuple[IndexToExtend, ...] = ()
+    #: The table's clustering keys, for a ``cluster`` group.
+    clustering: Clustering | None = None
 
 
 def tasks_for(
@@ -84,6 +91,7 @@ def tasks_for(
     """One task per group of ``plan`` (made from ``manifest``, the version it was planned on)."""
     frags = find_fragments(manifest.fragments, (i for g in plan.groups for i in g.fragment_ids))
     indices = tuple(IndexToExtend(ix.name, ix.uuid, ix.column, ix.kind, dict(ix.details)) for ix in manifest.indices)
+    clustering = plan.clustering and Clustering.from_config(manifest.config, f"version {manifest.version}")
     return [
         GroupTask(
             uri,
@@ -95,6 +103,7 @@ def tasks_for(
             read_batch_bytes,
             manifest.stable_row_ids,
             indices,
+            clustering or None,
         )
         for g in plan.groups
     ]
@@ -118,6 +127,9 @@ class GroupCompactor:
         return result
 
     def _run(self, task: GroupTask, result: GroupResult) -> None:
+        if task.group.mode == CLUSTER:
+            ClusterRewrite(task, result).run()
+            return
         written_at = time.time()
         store = open_store(task.uri, task.storage_options)
         out_rel = f"{DATA_DIR}{uuid.uuid4().hex}.parquet"
@@ -182,19 +194,21 @@ class GroupCompactor:
                 ids.append(all_ids[live])
         if position != int(meta["rows"]):
             raise LaminaError(f"group {task.group.index}: wrote {meta['rows']} rows, the sources hold {position} live rows")
-        result.fragment = Fragment(
-            id=-1,
-            path=out_rel,
-            rows=int(meta["rows"]),
-            file_bytes=int(meta["file_bytes"]),
-            row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
-            file_version=str(meta["file_version"]),
-            row_ids=id_ranges(np.concatenate(ids)) if task.stable_row_ids and ids else None,
-            checksum=meta.get("checksum"),
-            zones=merge_zones(task.fragments),
-            schema=task.schema,
-            written_at=written_at,
-        )
+        result.fragments = [
+            Fragment(
+                id=-1,
+                path=out_rel,
+                rows=int(meta["rows"]),
+                file_bytes=int(meta["file_bytes"]),
+                row_groups=tuple(RowGroup(int(r), int(b)) for r, b in meta["row_groups"]),
+                file_version=str(meta["file_version"]),
+                row_ids=id_ranges(np.concatenate(ids)) if task.stable_row_ids and ids else None,
+                checksum=meta.get("checksum"),
+                zones=merge_zones(task.fragments),
+                schema=task.schema,
+                written_at=written_at,
+            )
+        ]
         result.mapping = runs
         result.source_deletions = {f.id: (f.deletion.path if f.deletion else None) for f in task.fragments}
         result.rows_out = int(meta["rows"])
@@ -213,6 +227,131 @@ class GroupCompactor:
                 result.warnings.append(f"index {name!r} not extended over the output: {type(e).__name__}: {e}")
                 continue
             result.index_segments[name] = (index_uuid, seg)
+
+
+class ClusterRewrite:
+    """A ``cluster`` group: the live rows of its sources sorted along the table's curve and cut into
+    fragments of the targets with disjoint curve ranges (one sorted run), every row's move in the mapping.
+
+    Memory: the group's live rows decoded, twice (as read and sorted), plus the output being encoded;
+    the planner keeps a group's source bytes under ``cluster_max_bytes``."""
+
+    def __init__(self, task: GroupTask, result: GroupResult):
+        assert task.clustering is not None, "a cluster group is planned only for a table with clustering keys"
+        self.task, self.result, self.clustering = task, result, task.clustering
+        self.store = open_store(task.uri, task.storage_options)
+
+    def run(self) -> None:
+        task, result, store = self.task, self.result, self.store
+        if task.stable_row_ids:
+            raise InvalidArgument("clustering reorders rows; a table with stable row ids cannot be clustered")
+        rows, source_of, offsets = self._read()
+        order, positions = self.clustering.sort_order(rows)
+        ordered = rows.take(pa.array(order))
+        old_fragment, old_offset = source_of[order], offsets[order]
+        cuts = self._cuts(ordered, positions)
+        run = task.group.cluster_run or uuid.uuid4().hex[:16]
+        key = self.clustering.key
+        outputs: list[Fragment] = []
+        try:
+            for start, end in cuts:
+                chunk = ordered.slice(start, end - start)
+                frag = write_fragment(store, task.schema, chunk.to_batches(), task.write)
+                outputs.append(
+                    dataclasses.replace(frag, cluster=ClusterRange(key, run, int(positions[start]), int(positions[end - 1])))
+                )
+            maybe_die()
+            result.mapping = _moves(old_fragment, old_offset, cuts)
+            if len(result.mapping) > MAPPING_INLINE_RUNS:
+                result.mapping_file = f"{TRANSACTIONS_DIR}{uuid.uuid4().hex}.mapping.arrow"
+                store.put(result.mapping_file, AddressMapping.from_runs(result.mapping).to_bytes())
+            self._index(ordered, cuts)
+        except BaseException:
+            store.delete([f.path for f in outputs] + ([result.mapping_file] if result.mapping_file else []))
+            raise
+        result.fragments = outputs
+        result.rows_out = sum(f.rows for f in outputs)
+        result.bytes_out = sum(f.file_bytes for f in outputs)
+        result.row_groups_encoded = sum(len(f.row_groups) for f in outputs)
+        if result.rows_out != ordered.num_rows:
+            raise LaminaError(
+                f"group {task.group.index}: wrote {result.rows_out} rows, the sources hold {ordered.num_rows} live rows"
+            )
+
+    def _read(self) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+        """The live rows of every source (table order), and each row's source fragment id and offset.
+        Each source is staged and its checksum checked before anything is written."""
+        task, result, store = self.task, self.result, self.store
+        tables, sources, offsets = [], [], []
+        with contextlib.ExitStack() as staged:
+            to_check = []
+            for frag in task.fragments:
+                source = staged.enter_context(store.staged_input(frag.path, frag.file_bytes, batch_bytes=task.read_batch_bytes))
+                result.get_requests += source.requests
+                if frag.checksum is not None:
+                    to_check.append((frag, source.path))
+                result.source_deletions[frag.id] = frag.deletion.path if frag.deletion else None
+                live = live_offsets(store, frag)
+                with reading(store, frag, "cannot be decoded"):
+                    table = pq.read_table(source.path, use_threads=True)
+                if table.num_rows != frag.rows:
+                    raise CorruptFile(
+                        f"data file {store.describe(frag.path)} of fragment {frag.id} decoded {table.num_rows} rows, "
+                        f"the manifest says {frag.rows}"
+                    )
+                table = as_table_types(table, task.schema)
+                tables.append(table if len(live) == frag.rows else table.take(pa.array(live)))
+                sources.append(np.full(len(live), frag.id, dtype=np.int64))
+                offsets.append(live.astype(np.int64))
+            _check_sources(store, to_check)
+        rows = pa.concat_tables(tables) if tables else task.schema.empty_table()
+        return rows, np.concatenate(sources or [np.zeros(0, np.int64)]), np.concatenate(offsets or [np.zeros(0, np.int64)])
+
+    def _cuts(self, ordered: pa.Table, positions: np.ndarray) -> list[tuple[int, int]]:
+        """Row ranges of the outputs: the planned number of outputs (``CompactionGroup.outputs``: the
+        live rows and bytes over the compaction's targets) of equal rows, each end moved forward past
+        equal curve positions so that the outputs' ranges do not overlap (unless that would double an
+        output: many rows at one position, e.g. an all-equal key, are cut where the target falls)."""
+        n = ordered.num_rows
+        step = max(1, -(-n // max(1, self.task.group.outputs)))
+        cuts, start = [], 0
+        while start < n:
+            end = min(n, start + step)
+            if end < n and positions[end] == positions[end - 1]:
+                run_end = int(np.searchsorted(positions, positions[end - 1], side="right"))
+                end = run_end if run_end - start <= 2 * step else end
+            cuts.append((start, end))
+            start = end
+        return cuts
+
+    def _index(self, ordered: pa.Table, cuts: list[tuple[int, int]]) -> None:
+        """One segment per index over the outputs, from the sorted rows in memory (a failure leaves them uncovered)."""
+        for name, index_uuid, column, kind, details in self.task.indices:
+            try:
+                values = [ordered.column(column).slice(a, b - a) for a, b in cuts]
+                seg = segment_over(self.store, kind, IndexOptions.from_details(details), values)
+            except (LaminaError, OSError, pa.ArrowException, KeyError) as e:
+                self.result.warnings.append(f"index {name!r} not extended over the outputs: {type(e).__name__}: {e}")
+                continue
+            self.result.index_segments[name] = (index_uuid, seg)
+
+
+def _moves(old_fragment: np.ndarray, old_offset: np.ndarray, cuts: list[tuple[int, int]]) -> np.ndarray:
+    """The mapping runs ``(old fragment, old offset, output, new offset, length)`` of rows laid out in
+    sorted order (row i of the sorted rows came from ``old_fragment[i]`` at ``old_offset[i]``), cut into
+    outputs at ``cuts``; consecutive rows that stay consecutive make one run."""
+    n = len(old_offset)
+    if n == 0:
+        return np.zeros((0, 5), dtype=np.int64)
+    output = np.zeros(n, dtype=np.int64)
+    new_offset = np.arange(n, dtype=np.int64)
+    for j, (a, b) in enumerate(cuts):
+        output[a:b] = j
+        new_offset[a:b] -= a
+    same = (np.diff(old_fragment) == 0) & (np.diff(old_offset) == 1) & (np.diff(output) == 0)
+    starts = np.concatenate([[0], np.flatnonzero(~same) + 1])
+    lengths = np.diff(np.concatenate([starts, [n]]))
+    return np.stack([old_fragment[starts], old_offset[starts], output[starts], new_offset[starts], lengths], axis=1)
 
 
 def _check_sources(store: ObjectStore, staged: list[tuple[Fragment, str]]) -> None:

@@ -200,13 +200,34 @@ def segment_for_outputs(
 ) -> IndexSegment:
     """Builds one segment over freshly written data files (local paths, rows), ordinal = position;
     used by compaction before the outputs have fragment ids (the commit fills them in)."""
-    inputs = []
-    for ordinal, (local, rows) in enumerate(outputs):
+    columns = []
+    for local, rows in outputs:
         pf = pq.ParquetFile(local, read_dictionary=[column] if kind == "bitmap" else None)
         values = pf.read(columns=[column], use_threads=True).column(0)
         if len(values) != rows:
             raise CorruptFile(f"compaction output {local} has {len(values)} rows, expected {rows}")
-        inputs.append((ordinal, key_array(values)))
+        columns.append(values)
+    return segment_over(store, kind, options, columns)
+
+
+def _as_read(kind: str, values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Values as ``segment_for_outputs`` reads them from a file: a bitmap's strings dictionary-encoded."""
+    t = values.type
+    if (
+        kind == "bitmap"
+        and not pa.types.is_dictionary(t)
+        and (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t))
+    ):
+        return values.dictionary_encode()
+    return values
+
+
+def segment_over(
+    store: ObjectStore, kind: str, options: IndexOptions, outputs: Sequence[pa.Array | pa.ChunkedArray]
+) -> IndexSegment:
+    """One segment over the indexed column of each output (ordinal = position), from the values in memory:
+    a clustering rewrite holds its outputs' rows when it writes them."""
+    inputs = [(ordinal, key_array(_as_read(kind, values))) for ordinal, values in enumerate(outputs)]
     seg_uuid = uuid.uuid4().hex
     rel = segment_path(seg_uuid)
     meta = write_segment(store, rel, lambda local: build_local(kind, inputs, local, options))

@@ -44,6 +44,7 @@ from lamina.manifest.layout import (
 )
 from lamina.manifest.model import (
     ADDRESS_SHIFT,
+    ClusterRange,
     DeletionFile,
     Fragment,
     IndexEntry,
@@ -108,6 +109,7 @@ __all__ = [
     "TRANSACTIONS_DIR",
     "VERSIONS_DIR",
     "WAL_DIR",
+    "ClusterRange",
     "DeletionFile",
     "Fragment",
     "FragmentList",

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from lamina import checksum
 from lamina.errors import CorruptFile, LaminaError
-from lamina.manifest.model import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, RowGroup
+from lamina.manifest.model import ClusterRange, DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, RowGroup
 from lamina.manifest.paths import DATA_DIR, DELETIONS_DIR, INDICES_DIR, SEGMENTS_DIR, stored_path
 from lamina.manifest.segments import FragmentList, ManifestSegment, check_fragments
 from lamina.zones import ZoneText, zones_field, zones_from_json, zones_to_json
@@ -55,6 +55,7 @@ def fragment_to_json(f: Fragment) -> dict[str, Any]:
         "row_ids": None if f.row_ids is None else [list(r) for r in f.row_ids],
         "checksum": f.checksum,
         **zones_field(f),
+        **({} if f.cluster is None else {"cluster": [f.cluster.key, f.cluster.run, f.cluster.lo, f.cluster.hi]}),
     }
 
 
@@ -292,6 +293,17 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
         zones = ZoneText(zones, where, f.get("id"))
     elif (listed := f.get("zones")) is not None:  # written before zones_json: decoded now
         zones = zones_from_json(listed, what)
+    cluster = f.get("cluster")
+    if cluster is not None:
+        if (
+            not isinstance(cluster, list)
+            or len(cluster) != 4
+            or not all(type(x) is str for x in cluster[:2])
+            or not all(type(x) is int and x >= 0 for x in cluster[2:])
+            or cluster[2] > cluster[3]
+        ):
+            raise CorruptFile(f"{what()}: malformed cluster range {str(cluster)[:80]}")
+        cluster = ClusterRange(*cluster)
     frag = Fragment(
         id=int(f["id"]),
         path=path,
@@ -307,6 +319,7 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
             crc if type(crc) is str and len(crc) == _CHECKSUM_LEN and crc.startswith(CHECKSUM_PREFIX) else _checksum(crc, what())
         ),
         zones=zones,
+        cluster=cluster,
     )
     if not 0 <= frag.deleted_rows <= frag.rows or sum(g.rows for g in frag.row_groups) != frag.rows:
         raise CorruptFile(f"{what()}: row counts are inconsistent (rows={frag.rows}, deleted={frag.deleted_rows})")

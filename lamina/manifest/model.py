@@ -37,6 +37,18 @@ class DeletionFile:
 
 
 @dataclass(frozen=True)
+class ClusterRange:
+    """Where a clustering rewrite put a fragment (docs/FORMAT.md §2): the clustering it followed
+    (``key``, ``lamina.clustering.Clustering.key``), the sorted run it is part of (the fragments one
+    rewrite wrote, their ranges disjoint), and the curve positions of its first and last rows."""
+
+    key: str
+    run: str
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
 class Fragment:
     """One data file and what is deleted from it. ``id`` is -1 until a commit assigns it."""
 
@@ -55,6 +67,8 @@ class Fragment:
     #: Read from a manifest, decoded on first use (``ZoneText``).
     #: A descriptor: read as ``tuple[Zone, ...] | None``, set (by __init__) to that or a ``ZoneText``.
     zones: LazyZones = LazyZones()
+    #: Set by a clustering rewrite: the fragment's sorted run and curve range (None: not clustered).
+    cluster: ClusterRange | None = None
     #: The schema the data file was written with; known only for fragments not yet committed,
     #: so a commit can refuse a fragment whose schema is not the table's. Never stored.
     schema: pa.Schema | None = field(default=None, compare=False, repr=False)
@@ -178,8 +192,7 @@ class Manifest:
                 paths.add(f.deletion.path)
         for ix in self.indices:
             paths.update(ix.files)
-        if self.record.sidecar:
-            paths.add(self.record.sidecar)
+        paths.update(self.record.files)
         return paths
 
     def replace(self, **changes: Any) -> Manifest:

@@ -266,7 +266,7 @@ def test_compaction_outputs_carry_when_their_writing_began(local_table_uri):
     result = GroupCompactor().run(
         GroupTask(local_table_uri, None, g, tuple(frags[i] for i in g.fragment_ids), t.schema, WriteOptions(), options, False, ())
     )
-    assert result.ok and before <= result.fragment.written_at <= time.time()
+    assert result.ok and before <= result.fragments[0].written_at <= time.time()
 
 
 # -- retention arguments, what cleanup reports, stale temp files -----------------------------------

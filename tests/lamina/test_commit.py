@@ -52,6 +52,8 @@ def do(op, who, table, *, overlap_rewrite=True, index_name=None):
         )
         key = "0/0000000000" if who == "mine" else "1/0000000000"
         commit(table.store, WalFlush(table.version, frags, {}, {key: 1}, {key: 0}), table.manifest)
+    elif op == "configure":  # table settings only: clustering keys
+        table.set_clustering(["id"] if who == "mine" else ["category"], curve="linear")
     elif op == "drop":  # what lamina.drop_table commits before it removes anything
         commit(table.store, Drop(table.version), table.manifest)
 

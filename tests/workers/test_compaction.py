@@ -43,7 +43,7 @@ def test_every_mode_writes_the_live_rows_in_order(table_location):
     for task in tasks:
         r = GroupCompactor().run(task)
         assert r.ok, r.error
-        got = pq.read_table(pa.BufferReader(t.store.get(r.fragment.path))).column("id").to_pylist()
+        got = pq.read_table(pa.BufferReader(t.store.get(r.fragments[0].path))).column("id").to_pylist()
         first, last = task.group.fragment_ids[0], task.group.fragment_ids[-1]
         want = t.to_arrow(columns=["id"], filter=f"id >= {first * 4000} AND id < {(last + 1) * 4000}")
         assert got == want.column("id").to_pylist()
@@ -60,8 +60,8 @@ def test_binary_copy_chunks_are_byte_identical(local_table_uri):
     assert (r.mode, r.row_groups_copied, r.row_groups_encoded) == ("binary_copy", 2, 0)
     src = tasks[0].fragments
     for col in range(len(t.schema)):
-        assert chunk(t.store, r.fragment.path, 0, col) == chunk(t.store, src[0].path, 0, col)
-        assert chunk(t.store, r.fragment.path, 1, col) == chunk(t.store, src[1].path, 0, col)
+        assert chunk(t.store, r.fragments[0].path, 0, col) == chunk(t.store, src[0].path, 0, col)
+        assert chunk(t.store, r.fragments[0].path, 1, col) == chunk(t.store, src[1].path, 0, col)
     hybrid = GroupCompactor().run(tasks[1])
     assert (hybrid.mode, hybrid.row_groups_copied, hybrid.row_groups_encoded) == ("hybrid", 1, 1)
 
@@ -118,11 +118,11 @@ def test_clean_row_groups_of_fragments_with_deletions_are_copied(table_location)
     assert (r.mode, r.row_groups_copied) == ("hybrid", len(DELETION_AWARE_COPIES))
     # Output row groups: A0 A1 A2 B0 [B1] B2 [C+D] E0 E1 [E2]: copied ones are byte-identical to their source.
     copied_at = [0, 1, 2, 3, 5, 7, 8]
-    assert [rg.rows for rg in r.fragment.row_groups] == [4000, 4000, 4000, 4000, 3994, 4000, 2997, 4000, 4000, 3997]
-    leaves = pq.ParquetFile(pa.BufferReader(t.store.get(r.fragment.path))).metadata.num_columns
+    assert [rg.rows for rg in r.fragments[0].row_groups] == [4000, 4000, 4000, 4000, 3994, 4000, 2997, 4000, 4000, 3997]
+    leaves = pq.ParquetFile(pa.BufferReader(t.store.get(r.fragments[0].path))).metadata.num_columns
     for out_rg, (src, src_rg) in zip(copied_at, DELETION_AWARE_COPIES):
         for col in range(leaves):
-            assert chunk(t.store, r.fragment.path, out_rg, col) == chunk(t.store, tasks[0].fragments[src].path, src_rg, col)
+            assert chunk(t.store, r.fragments[0].path, out_rg, col) == chunk(t.store, tasks[0].fragments[src].path, src_rg, col)
     assert sum(run[4] for run in r.mapping) == r.rows_out == before.num_rows
 
     summary = CompactionSummary.for_plan(plan)
@@ -165,13 +165,13 @@ def test_full_rewrite_splices_the_pages_of_numeric_columns(table_location):
     assert [g.mode for g in plan.groups] == ["full_rewrite"]
     r = GroupCompactor().run(tasks[0])
     assert r.ok and r.rows_out == 24_000, r.error
-    raw = t.store.get(r.fragment.path)
+    raw = t.store.get(r.fragments[0].path)
     f = pq.ParquetFile(pa.py_buffer(raw))
     assert f.read().equals(data)
     src = tasks[0].fragments
     leaves = [f.metadata.schema.column(i).path for i in range(f.metadata.num_columns)]
     for col, path in enumerate(leaves):
-        spliced = chunk(t.store, r.fragment.path, 0, col) == b"".join(chunk(t.store, s.path, 0, col) for s in src)
+        spliced = chunk(t.store, r.fragments[0].path, 0, col) == b"".join(chunk(t.store, s.path, 0, col) for s in src)
         # id, ts, value, embedding.list.item, attrs.code: fixed-width, spliced; host, attrs.region: dictionary strings.
         assert spliced == (path not in ("host", "attrs.region")), path
     ids = f.metadata.row_group(0).column(0).statistics

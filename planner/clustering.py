@@ -1,0 +1,267 @@
+"""The clustering compaction policy: sorted runs merged by size tier, so a table fed by appends ends up
+sorted along its clustering curve while each row is rewritten O(log) times. Pure: no I/O.
+
+A table with clustering keys (``lamina.clustering``) is compacted by this policy instead of binpack or
+tiered. Its units are *sorted runs*: the fragments one clustering rewrite wrote (``Fragment.cluster``
+under the table's current key; their curve ranges are disjoint), and every other fragment on its own
+(level 0: appended, flushed by the WAL, or clustered under older keys or boundaries).
+
+    size of a unit   its live rows;  tier t = ⌊log_r(rows)⌋   (r = tier_ratio)
+    size             >= w (min_merge_width) units of one tier merge, w at a time, into one sorted run:
+                     its rows sorted along the curve, cut into fragments of the targets, disjoint ranges
+    cascade          the output sits at least a tier up (w >= r units of >= r^t rows hold >= r^(t+1)),
+                     where it may complete another set of w: merged in the same group
+    deletions        a fragment at materialize_deletions_threshold is rewritten (its run's order kept)
+    full             a unit holding cluster_max_bytes or more never merges again: a group's task
+                     sorts its rows in memory, so this bounds a task's memory
+    ──► groups of fragment ids (table order; members need not be adjacent: a group's outputs
+        take the place of its first source), mode ``cluster``, a reason each
+
+Write amplification: a row merged at tier t lands at tier >= t + 1, so a row first written in a unit of
+``s0`` rows is rewritten at most ⌈log_r(N / s0)⌉ times before its run holds the table's N rows (or
+reaches cluster_max_bytes), plus once more for each materialization of deletions.
+
+Overlap: between passes there are at most w - 1 units per tier, so a point filter on a key reads
+from at most (w - 1) · tiers runs, and from each run only the fragments whose curve range reaches the
+key's value (for a run of m fragments on d keys, about m^(1-1/d) of them; m for a linear key's
+other columns).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lamina.clustering import Clustering
+from lamina.curve import CELL_BITS
+from lamina.manifest import Fragment
+from lamina.planner.eligibility import DELETIONS, candidate_reason
+from lamina.planner.options import CompactionOptions
+
+#: The compaction mode of a clustering group (``CompactionGroup.mode``).
+CLUSTER = "cluster"
+
+
+@dataclass
+class _Unit:
+    """A sorted run (or one unclustered fragment): what merges as a whole."""
+
+    run: str | None  # the run's id; None for a level-0 fragment
+    positions: list[int]  # positions of its fragments in table order
+    rows: int
+    bytes: int
+    texts: list[str] = field(default_factory=list)
+    merged: bool = False
+
+    def tier(self, r: int) -> int:
+        return int(math.log(self.rows, r)) if self.rows > 0 else 0
+
+
+@dataclass(frozen=True)
+class ClusterGroup:
+    """One clustering task: the fragments whose rows it sorts together, and why."""
+
+    fragment_ids: tuple[int, ...]
+    reason: str
+    #: The sorted run the outputs continue (a deletion rewrite of one run's fragment), else None: a new run.
+    run: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterReport:
+    """What the clustering policy saw and predicts: ``--dry-run`` prints ``describe_lines``."""
+
+    columns: tuple[str, ...]
+    curve: str
+    runs_before: int
+    level0_fragments: int
+    runs_after: int
+    full_runs: int
+    #: Per key: overlap depth now and predicted after this pass (fragments a point filter reads on average).
+    depth_before: tuple[float, ...]
+    depth_after: tuple[float, ...]
+    bytes_rewritten: int
+    waiting: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "columns": list(self.columns),
+            "curve": self.curve,
+            "runs_before": self.runs_before,
+            "level0_fragments": self.level0_fragments,
+            "runs_after": self.runs_after,
+            "full_runs": self.full_runs,
+            "depth_before": {c: round(d, 3) for c, d in zip(self.columns, self.depth_before)},
+            "depth_after_predicted": {c: round(d, 3) for c, d in zip(self.columns, self.depth_after)},
+            "bytes_rewritten": self.bytes_rewritten,
+            "waiting": list(self.waiting),
+        }
+
+    def describe_lines(self) -> list[str]:
+        depth = ", ".join(f"{c} {a:.2f} -> {b:.2f}" for c, a, b in zip(self.columns, self.depth_before, self.depth_after))
+        lines = [
+            f"  clustering {self.curve} on {', '.join(self.columns)}: {self.runs_before} runs "
+            f"({self.level0_fragments} unclustered fragments) -> {self.runs_after} runs; "
+            f"rewrites {self.bytes_rewritten:,} bytes",
+            f"  overlap depth (fragments a point filter reads), now -> predicted after this run: {depth}",
+        ]
+        if self.full_runs:
+            lines.append(f"  {self.full_runs} runs hold cluster_max_bytes or more: they no longer merge")
+        lines.extend(f"  {w}" for w in self.waiting)
+        return lines
+
+
+def _describe(units: list[_Unit]) -> str:
+    level0 = sum(1 for u in units if u.run is None)
+    runs = len(units) - level0
+    parts = ([f"{runs} sorted runs"] if runs else []) + ([f"{level0} unclustered fragments"] if level0 else [])
+    return " and ".join(parts)
+
+
+def plan_clustering(
+    fragments: Iterable[Fragment], clustering: Clustering, options: CompactionOptions
+) -> tuple[list[ClusterGroup], ClusterReport]:
+    """The clustering groups of this pass and the report. One pass over ``fragments``, keeping per
+    fragment its id, size, run and zone-map cell extents."""
+    r, w = options.tier_ratio, options.min_merge_width
+    key = clustering.key
+    ids: list[int] = []
+    sizes: list[tuple[int, int]] = []
+    extents: list[list[tuple[int, int]]] = []
+    runs: dict[str, _Unit] = {}
+    units: list[_Unit] = []
+    deletion_units: list[ClusterGroup] = []
+    for p, f in enumerate(fragments):
+        ids.append(f.id)
+        live_bytes = int(f.file_bytes * (f.live_rows / f.rows)) if f.rows else 0
+        sizes.append((f.live_rows, live_bytes))
+        extents.append(clustering.extents(f))
+        run = f.cluster.run if f.cluster is not None and f.cluster.key == key else None
+        if run is None:
+            units.append(_Unit(None, [p], f.live_rows, live_bytes))
+        elif run in runs:
+            u = runs[run]
+            u.positions.append(p)
+            u.rows += f.live_rows
+            u.bytes += live_bytes
+        else:
+            runs[run] = _Unit(run, [p], f.live_rows, live_bytes)
+            units.append(runs[run])
+        if run is not None and candidate_reason(f, options) == DELETIONS:
+            deletion_units.append(
+                ClusterGroup(
+                    (f.id,),
+                    f"{f.deleted_rows / f.rows:.0%} of its rows deleted "
+                    f"(materialize_deletions_threshold {options.materialize_deletions_threshold:g}); its run's order kept",
+                    run,
+                )
+            )
+    runs_before = len(units)
+    level0 = sum(1 for u in units if u.run is None)
+    cap = options.cluster_max_bytes
+    full = [u for u in units if u.bytes >= cap]
+    open_units = [u for u in units if u.bytes < cap]
+
+    grid = 2**CELL_BITS
+    d = len(clustering.columns)
+    before = [sum((e[k][1] - e[k][0] + 1) / grid for e in extents) for k in range(d)]
+    trigger = options.cluster_depth_trigger
+    quiet = trigger > 0 and max(before, default=0.0) <= trigger
+    # Merge w units of one tier at a time, smallest tiers first, until no tier holds w.
+    while not quiet:
+        by_tier: dict[int, list[_Unit]] = {}
+        for u in open_units:
+            by_tier.setdefault(u.tier(r), []).append(u)
+        ready = sorted(t for t, us in by_tier.items() if len(us) >= w)
+        if not ready:
+            break
+        t = ready[0]
+        peers = sorted(by_tier[t], key=lambda u: u.positions[0])
+        merged_any = False
+        for i in range(0, len(peers) - w + 1, w):
+            chunk = peers[i : i + w]
+            rows, size = sum(u.rows for u in chunk), sum(u.bytes for u in chunk)
+            if size > cap and len(chunk) > 1:
+                chunk = _fitting(chunk, cap)
+                if len(chunk) < 2:
+                    continue
+                rows, size = sum(u.rows for u in chunk), sum(u.bytes for u in chunk)
+            text = f"{_describe(chunk)} of tier {t} (~{r}^{t} rows each; min_merge_width {w})"
+            merged = _Unit(
+                f"new-{len(open_units)}-{i}",
+                sorted(p for u in chunk for p in u.positions),
+                rows,
+                size,
+                [x for u in chunk for x in u.texts] + [text],
+                merged=True,
+            )
+            for u in chunk:
+                open_units.remove(u)
+            (full if merged.bytes >= cap else open_units).append(merged)
+            merged_any = True
+        if not merged_any:
+            break  # every chunk of the lowest ready tier exceeds the cap on its own: nothing can merge
+    groups: list[ClusterGroup] = []
+    merged_positions: set[int] = set()
+    for u in sorted((u for u in open_units + full if u.merged), key=lambda u: u.positions[0]):
+        merged_positions.update(u.positions)
+        groups.append(
+            ClusterGroup(
+                tuple(ids[p] for p in u.positions),
+                "merges " + "; then ".join(dict.fromkeys(u.texts)) + f" into one sorted run ({clustering.curve})",
+            )
+        )
+    where = {fid: p for p, fid in enumerate(ids)}
+    groups.extend(g for g in deletion_units if where[g.fragment_ids[0]] not in merged_positions)
+    groups.sort(key=lambda g: where[g.fragment_ids[0]])
+
+    # The report: depth now, and predicted after the pass (a merged run of m fragments over d keys
+    # spreads over about m^(1-1/d) fragments per key value; one key of a linear curve: 1).
+    after = list(before)
+    rewritten = 0
+    for g in groups:
+        positions = [where[fid] for fid in g.fragment_ids]
+        rows = sum(sizes[p][0] for p in positions)
+        size = sum(sizes[p][1] for p in positions)
+        rewritten += sum(sizes[p][1] for p in positions)
+        m = max(1, math.ceil(max(rows / options.target_rows_per_fragment, size / options.target_bytes_per_fragment)))
+        for k in range(d):
+            after[k] -= sum((extents[p][k][1] - extents[p][k][0] + 1) / grid for p in positions)
+            after[k] += 1.0 if clustering.curve == "linear" else m ** (1 - 1 / d)
+    waiting = [f"overlap depth {max(before):.2f} is within cluster_depth_trigger {trigger:g}: no runs merge"] if quiet else []
+    tiers: dict[int, int] = {}
+    for u in open_units:
+        if not u.merged:
+            tiers[u.tier(r)] = tiers.get(u.tier(r), 0) + 1
+    for t, n in sorted(tiers.items()):
+        waiting.append(f"tier {t}: {n} of {w} units wait for more of their size")
+    report = ClusterReport(
+        clustering.columns,
+        clustering.curve,
+        runs_before,
+        level0,
+        len(open_units) + len(full),
+        len(full),
+        tuple(before),
+        tuple(max(0.0, a) for a in after),
+        rewritten,
+        tuple(waiting),
+    )
+    return groups, report
+
+
+def _fitting(chunk: list[_Unit], cap: int) -> list[_Unit]:
+    """The first units of ``chunk`` (smallest first) whose bytes stay under ``cap``."""
+    out: list[_Unit] = []
+    total = 0
+    for u in sorted(chunk, key=lambda u: u.bytes):
+        if total + u.bytes > cap:
+            break
+        out.append(u)
+        total += u.bytes
+    return sorted(out, key=lambda u: u.positions[0])
+
+
+__all__ = ["CLUSTER", "ClusterGroup", "ClusterReport", "plan_clustering"]
