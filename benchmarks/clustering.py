@@ -189,7 +189,7 @@ class LaminaContender(Contender):
         if self.clustering and self.set_clustering_s is None:  # after the first append: boundaries from data
             keys, curve = self.clustering
             t0 = time.perf_counter()
-            self.table = self.table.set_clustering(keys, curve=curve)  # type: ignore[attr-defined]
+            self.table.set_clustering(keys, curve=curve)
             self.set_clustering_s = time.perf_counter() - t0
         return new
 
@@ -509,13 +509,6 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--contenders: unknown {unknown}; choose from {', '.join(CONTENDERS)}")
     if args.runs > args.values:
         ap.error("--runs must not exceed --values (each run takes one of the filter values)")
-    clustered = [n for n in names if n in CLUSTERED]
-    if clustered and not hasattr(lamina.Table, "set_clustering"):
-        ap.error(
-            f"contenders {', '.join(clustered)} need Lamina's clustering (Table.set_clustering), which this checkout "
-            f"({os.path.dirname(lamina.__file__)}) does not have yet; run the others with "
-            f"--contenders {','.join(n for n in names if n not in CLUSTERED) or 'unclustered,delta-zorder'}"
-        )
     if any(n in DELTA for n in names):
         try:
             import deltalake  # noqa: F401

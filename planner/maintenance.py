@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from lamina.cleanup import MIN_RETENTION
+from lamina.clustering import ClusteringStats, clustering_stats
 from lamina.errors import InvalidConfig
 from lamina.manifest import Manifest
 from lamina.planner.options import FALSE_WORDS, TRUE_WORDS, CompactionOptions, typed_value
@@ -225,6 +226,8 @@ class TablePlan:
     wal_segments: tuple[tuple[int, int], ...] = ()
     #: Things a policy switch turned off, or found with nothing to do, with why.
     notes: tuple[str, ...] = ()
+    #: How clustered the table is on its clustering keys (None: it has none).
+    clustering: ClusteringStats | None = None
 
     @property
     def needs_work(self) -> bool:
@@ -244,6 +247,8 @@ class TablePlan:
                 lines.extend(f"    {line}" for line in self.compaction.describe().splitlines()[1:])
         for n in self.notes:
             lines.append(f"  ({n})")
+        if self.clustering is not None:
+            lines.append(f"  {self.clustering.describe()}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -256,6 +261,7 @@ class TablePlan:
             "wal_segments": [list(s) for s in self.wal_segments],
             "notes": list(self.notes),
             "policy": self.policy.to_dict(),
+            "clustering": self.clustering.to_dict() if self.clustering is not None else None,
         }
 
 
@@ -365,7 +371,17 @@ def plan_table(
     elif len(versions) > 1:
         notes.append("cleanup: off by policy")
 
-    return TablePlan(name, manifest.version, tuple(actions), policy, compaction, tuple(expired), tuple(retiring), tuple(notes))
+    return TablePlan(
+        name,
+        manifest.version,
+        tuple(actions),
+        policy,
+        compaction,
+        tuple(expired),
+        tuple(retiring),
+        tuple(notes),
+        clustering_stats(manifest),
+    )
 
 
 __all__ = [

@@ -122,6 +122,9 @@ class CompactionGroup:
         d["actions"] = [[a.action, self.fragment_ids[a.source], a.row_group] for a in self.actions]
         if self.mode == CLUSTER:
             d.pop("actions")
+        else:  # the clustering policy's fields
+            d.pop("outputs")
+            d.pop("cluster_run")
         d["row_group_plan"] = self.row_group_lines()
         return d
 

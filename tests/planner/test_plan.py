@@ -335,7 +335,7 @@ def test_unknown_option_errors_list_the_known_ones():
         match="key one of cluster, cluster_depth_trigger, cluster_max_bytes, enable_binary_copy, ",
     ):
         parse_assignment("nope=1")
-    with pytest.raises(InvalidConfig, match="known: enable_binary_copy, materialize_deletions_threshold, "):
+    with pytest.raises(InvalidConfig, match="known: cluster, cluster_depth_trigger, cluster_max_bytes, enable_binary_copy, "):
         CompactionOptions.from_mapping({"nope": 1})
 
 
