@@ -69,6 +69,7 @@ import pyarrow as pa
 
 import lamina
 from lamina.planner import CompactionOptions
+from lamina.planner.options import parse_assignment
 
 MiB = 1 << 20
 DOMAIN = 1_000_000
@@ -335,7 +336,9 @@ def run(args: argparse.Namespace, root: str, names: list[str]) -> dict[str, Any]
     scene = Scene(passes, rows, args.skew, args.payload_bytes, args.seed)
     values = filter_values(scene, args.values)
     target = int(args.target_mib * MiB)
-    options = CompactionOptions(target_bytes_per_fragment=target, policy="tiered")
+    options = CompactionOptions(target_bytes_per_fragment=target, policy="tiered").with_overrides(
+        **dict(parse_assignment(a) for a in args.set)
+    )
     contenders: list[Contender] = [
         LaminaContender(n, os.path.join(root, n), scene, options, args.runner)
         if n in LAMINA
@@ -501,6 +504,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=20, help="timed runs per selective query")
     ap.add_argument("--seed", type=int, default=33)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON (after the table)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a Lamina compaction option (repeatable)")
     args = ap.parse_args(argv)
 
     names = [n.strip() for n in args.contenders.split(",") if n.strip()]

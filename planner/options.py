@@ -57,6 +57,9 @@ class CompactionOptions:
     #: clustering: merge sorted runs only while some key's overlap depth (fragments a point filter reads on
     #: average, ``Table.stats().clustering``) is above this; 0: whenever the tier rules fire.
     cluster_depth_trigger: float = 0.0
+    #: clustering: rows per row group of a sorted run's fragments. Each row group holds a slice of the
+    #: curve, so its statistics skip it for a filter on a key even inside a fragment that is read.
+    cluster_row_group_rows: int = 16_384
 
     BOUNDS = {
         "target_rows_per_fragment": (1, 2**31 - 1),
@@ -73,6 +76,7 @@ class CompactionOptions:
         "max_plan_fragments": (2, 100_000_000),
         "cluster_max_bytes": (1 * MiB, 64 * 1024 * MiB),
         "cluster_depth_trigger": (0.0, 1e9),
+        "cluster_row_group_rows": (1024, 2**31 - 1),
     }
 
     def __post_init__(self) -> None:

@@ -92,6 +92,8 @@ def tasks_for(
     frags = find_fragments(manifest.fragments, (i for g in plan.groups for i in g.fragment_ids))
     indices = tuple(IndexToExtend(ix.name, ix.uuid, ix.column, ix.kind, dict(ix.details)) for ix in manifest.indices)
     clustering = plan.clustering and Clustering.from_config(manifest.config, f"version {manifest.version}")
+    # A sorted run's row groups each hold a slice of the curve: smaller ones let statistics skip inside a fragment.
+    sorted_run = dataclasses.replace(write, row_group_rows=min(write.row_group_rows, plan.options.cluster_row_group_rows))
     return [
         GroupTask(
             uri,
@@ -99,7 +101,7 @@ def tasks_for(
             g,
             tuple(frags[i] for i in g.fragment_ids),
             manifest.schema,
-            write,
+            sorted_run if g.mode == CLUSTER else write,
             read_batch_bytes,
             manifest.stable_row_ids,
             indices,
