@@ -149,24 +149,41 @@ def choose(schema: pa.Schema, columns: Sequence[str], curve_name: str, sample: p
 
 def drifted(clustering: Clustering, fragments: Iterable[Fragment]) -> str | None:
     """Why the boundaries should be sampled again (None: they still fit): none were sampled (the table was
-    empty) and it now has rows, or ``DRIFT_SHARE`` of its live rows lie in fragments whose zone maps are
-    outside the sampled range on some key."""
+    empty) and it now has rows, a key that had no cut points (one value, or none, when sampled) now holds
+    several values, or ``DRIFT_SHARE`` of its live rows lie in fragments whose zone maps are outside the
+    sampled range on some key. A key whose rows still all hold one value has no cut points to gain: it
+    never asks for a new sample (each would change the clustering's key, and every run would be
+    clustered again)."""
     live = outside = 0
+    #: Per key without cut points: the values its fragments hold, one each; None once one holds several (or may).
+    held: list[set[Any] | None] = [set() for _ in clustering.columns]
     for f in fragments:
         live += f.live_rows
         zones = {z.column: z for z in f.zones or ()}
-        for column, bounds in zip(clustering.columns, clustering.boundaries):
+        out = False
+        for i, (column, bounds) in enumerate(zip(clustering.columns, clustering.boundaries)):
             z = zones.get(column)
-            if not bounds:
-                outside += f.live_rows
-                break
-            if z is not None and z.lo is not None and z.hi is not None and (z.lo > bounds[-1] or z.hi < bounds[0]):
-                outside += f.live_rows
-                break
-    if live == 0 or outside < DRIFT_SHARE * live:
+            if bounds:
+                out |= z is not None and z.lo is not None and z.hi is not None and (z.lo > bounds[-1] or z.hi < bounds[0])
+            elif f.live_rows and (one := held[i]) is not None:
+                if z is not None and z.lo is not None and z.hi_inclusive and z.lo == z.hi:
+                    one.add(z.lo)
+                elif z is None or z.lo is not None:  # (a zone of only nulls and NaN holds no value)
+                    held[i] = None
+        outside += f.live_rows if out else 0
+    if live == 0:
         return None
-    if not all(clustering.boundaries):
+    spread = [
+        c
+        for c, b, values in zip(clustering.columns, clustering.boundaries, held)
+        if not b and (values is None or len(values) > 1)
+    ]
+    if spread and not any(clustering.boundaries):
         return "no boundaries were sampled yet (the table was empty when its clustering was set)"
+    if spread:
+        return f"{', '.join(spread)} had no cut points (one value when sampled) and now holds several values"
+    if outside < DRIFT_SHARE * live:
+        return None
     return f"{outside / live:.0%} of the live rows lie outside the sampled boundaries (resampled from {DRIFT_SHARE:.0%})"
 
 

@@ -56,7 +56,12 @@ class _Unit:
     merged: bool = False
 
     def tier(self, r: int) -> int:
-        return int(math.log(self.rows, r)) if self.rows > 0 else 0
+        """⌊log_r(rows)⌋, in integers: ``math.log(243, 3)`` is 4.999…, which would put a run of 3^5
+        rows a tier low, where it merges again with smaller units."""
+        t, size = 0, r
+        while size <= self.rows:
+            t, size = t + 1, size * r
+        return t
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,16 @@
-"""Tables laid out to exercise every compaction mode."""
+"""Tables laid out to exercise every compaction mode, and the checks of a clustered table."""
 
 from __future__ import annotations
 
 import uuid
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import lamina
+from lamina.clustering import Clustering
 from lamina.commit import commit
 from lamina.manifest import Fragment, RowGroup
 from lamina.planner import CompactionOptions
@@ -70,3 +74,71 @@ def deletion_aware_table(uri: str, opts=None) -> lamina.Table:
     t.append(rows(27000, 12000), row_group_rows=4000)  # 4: deletions in row group 2 only (its last row too)
     t.delete("(id >= 16000 AND id < 16006) OR id IN (24001, 24500, 24999, 35000, 38998, 38999)")
     return t
+
+
+# -- clustering ------------------------------------------------------------------------------------
+
+#: Arrow's equality says NaN != NaN: ``canon`` compares NaN as this value instead.
+NAN_STANDIN = -12345.678
+
+
+def canon(rows: pa.Table) -> pa.Table:
+    """Rows sorted by id, NaN replaced by a stand-in so that equal tables compare equal."""
+    rows = rows.sort_by("id")
+    for i, field in enumerate(rows.schema):
+        if pa.types.is_floating(field.type):
+            col = rows.column(i)
+            rows = rows.set_column(i, field, pc.if_else(pc.is_nan(col), pa.scalar(NAN_STANDIN, field.type), col))
+    return rows
+
+
+def data_of(t: lamina.Table, f: Fragment) -> pa.Table:
+    """Every physical row of a fragment's data file, deleted or not."""
+    return pq.read_table(pa.BufferReader(t.store.get(f.path)))
+
+
+def key_values(col: pa.ChunkedArray) -> tuple[list, int, int]:
+    """(the non-null, non-NaN values in the zone maps' key domain, nulls, NaN rows), computed here
+    (timestamps in ns, strings as UTF-8 bytes)."""
+    if pa.types.is_timestamp(col.type):
+        ns = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}[col.type.unit]
+        return [v * ns for v in col.cast(pa.int64()).to_pylist() if v is not None], col.null_count, 0
+    values = col.to_pylist()
+    nans = sum(1 for v in values if isinstance(v, float) and v != v)
+    keep = [v for v in values if v is not None and not (isinstance(v, float) and v != v)]
+    return [v.encode() if isinstance(v, str) else v for v in keep], col.null_count, nans
+
+
+def assert_zones_bound_rows(t: lamina.Table) -> None:
+    """Each fragment's zone maps bound every row of its data file."""
+    for f in t.manifest.fragments:
+        data = data_of(t, f)
+        assert f.zones, f"fragment {f.id} has no zone maps"
+        for z in f.zones:
+            values, nulls, nans = key_values(data.column(z.column))
+            assert nulls <= z.nulls and nans <= z.nans, (f.id, z)
+            if values:
+                assert z.lo is not None and z.lo <= min(values), (f.id, z.column, z.lo, min(values))
+                if z.hi is not None:
+                    top = max(values)
+                    assert top <= z.hi if z.hi_inclusive else top < z.hi, (f.id, z.column, z.hi, top)
+
+
+def assert_sorted_along_the_curve(t: lamina.Table) -> dict[str, list[tuple[int, int]]]:
+    """Every clustered fragment's rows are in curve order from its ``cluster.lo`` to its ``cluster.hi``, and
+    the fragments of a run, in table order, have ascending ranges that meet at most at an end. Returns
+    each run's ranges."""
+    clustering = Clustering.from_config(t.manifest.config)
+    assert clustering is not None
+    runs: dict[str, list[tuple[int, int]]] = {}
+    for f in t.manifest.fragments:
+        if not clustering.clustered(f):
+            continue
+        order, positions = clustering.sort_order(data_of(t, f))
+        assert np.array_equal(order, np.arange(f.rows)), f"fragment {f.id}: rows not in curve order"
+        assert (int(positions[0]), int(positions[-1])) == (f.cluster.lo, f.cluster.hi), f.cluster
+        runs.setdefault(f.cluster.run, []).append((f.cluster.lo, f.cluster.hi))
+    for name, ranges in runs.items():
+        for (_, hi), (lo, _) in zip(ranges, ranges[1:]):
+            assert hi <= lo, f"run {name}: overlapping ranges {ranges}"
+    return runs

@@ -231,3 +231,51 @@ def test_runs_limited_by_max_plan_fragments_compact_a_table_in_turns(ray_cluster
             break
     assert counts[:4] == [12, 9, 6, 3] and counts[-1] == 3, counts  # 4 fragments into 1 per run, then nothing to do
     assert lamina.open_table(local_table_uri).to_arrow().equals(before)
+
+
+def test_dry_run_of_a_clustered_table_prints_the_clustering_and_the_run_clusters_it(ray_cluster, local_table_uri, capsys):
+    t = lamina.create_table(local_table_uri, SCHEMA)
+    for k in range(16):
+        t.append(rows(k * 125, 125))  # 125 rows: tier 3 of ratio 4, cascading into one sorted run
+    t.set_clustering(["score", "ts"], curve="hilbert")
+    before, files = t.to_arrow(), sorted(o.path for o in t.store.list(""))
+    argv = [local_table_uri, "--set", "target_rows_per_fragment=250"]
+    assert main(argv + ["--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"plan for {local_table_uri} at version {t.version}: 1 groups (1 cluster), 16 -> 8 fragments"
+    assert lines[1].startswith(
+        "  group    0: cluster      reason=merges 4 unclustered fragments of tier 3 (~4^3 rows each; min_merge_width 4); "
+        "then 4 sorted runs of tier 4 (~4^4 rows each; min_merge_width 4) into one sorted run (hilbert) fragments [0..15] (16)"
+    )
+    assert lines[2] == "              sorts its rows along the curve into ~8 fragments"
+    size = sum(f.file_bytes for f in t.manifest.fragments)
+    assert lines[3] == f"  clustering hilbert on score, ts: 16 runs (16 unclustered fragments) -> 1 runs; rewrites {size:,} bytes"
+    depth = lines[4].removeprefix("  overlap depth (fragments a point filter reads), now -> predicted after this run: ")
+    (score, now, _, after), (ts, ts_now, _, ts_after) = (part.split(" ") for part in depth.split(", "))
+    # score is spread over every fragment; ts already follows the appends (one fragment per instant).
+    assert (score, ts, float(ts_now)) == ("score", "ts", 1.0) and float(now) > 15
+    assert after == ts_after == "2.83"  # one run of 8 fragments over 2 keys: about 8^(1/2) per key value
+    assert sorted(o.path for o in t.store.list("")) == files and lamina.open_table(local_table_uri).version == t.version
+
+    assert main(argv + ["--dry-run", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    c = out["plan"]["clustering"]
+    assert (c["columns"], c["curve"], c["runs_before"], c["runs_after"], c["bytes_rewritten"]) == (
+        ["score", "ts"],
+        "hilbert",
+        16,
+        1,
+        size,
+    )
+    assert set(c["depth_before"]) == set(c["depth_after_predicted"]) == {"score", "ts"}
+    assert out["clustering"]["clustered_fragments"] == 0 and out["clustering"]["fragments"] == 16
+    assert [g["mode"] for g in out["plan"]["groups"]] == ["cluster"] and "actions" not in out["plan"]["groups"][0]
+
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "clustering after the run: 1 runs; point filters score: depth " in text
+    latest = lamina.open_table(local_table_uri)
+    assert latest.stats().clustering.clustered_fragments == len(latest.fragments()) > 1
+    assert latest.to_arrow().sort_by("id").equals(before.sort_by("id"))
+    assert main(argv + ["--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith(f"plan for {local_table_uri} at version {latest.version}: 0 groups (nothing to do)")
