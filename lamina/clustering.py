@@ -18,6 +18,7 @@ average number of fragments a point filter on the key reads (its overlap depth).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -61,7 +62,7 @@ class Clustering:
         if len(self.boundaries) != len(self.columns):
             raise InvalidArgument("clustering needs one list of boundaries per column")
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         """A short fingerprint of columns, curve and boundaries: fragments clustered under another
         key are level 0 to compaction (their ranges mean nothing under these cells)."""

@@ -174,40 +174,45 @@ def plan_clustering(
     before = [sum((e[k][1] - e[k][0] + 1) / grid for e in extents) for k in range(d)]
     trigger = options.cluster_depth_trigger
     quiet = trigger > 0 and max(before, default=0.0) <= trigger
-    # Merge w units of one tier at a time, smallest tiers first, until no tier holds w.
+    # Merge w units of one tier at a time, smallest tiers first, until no tier holds w (a tier whose
+    # chunks all exceed cluster_max_bytes is "stuck": it stays as it is). Each round rebuilds the list
+    # once, so a plan over n units costs O(n) per tier, not per merge.
+    stuck: set[int] = set()
     while not quiet:
         by_tier: dict[int, list[_Unit]] = {}
         for u in open_units:
             by_tier.setdefault(u.tier(r), []).append(u)
-        ready = sorted(t for t, us in by_tier.items() if len(us) >= w)
+        ready = sorted(t for t, us in by_tier.items() if len(us) >= w and t not in stuck)
         if not ready:
             break
         t = ready[0]
         peers = sorted(by_tier[t], key=lambda u: u.positions[0])
-        merged_any = False
+        gone: set[int] = set()
+        made: list[_Unit] = []
         for i in range(0, len(peers) - w + 1, w):
             chunk = peers[i : i + w]
-            rows, size = sum(u.rows for u in chunk), sum(u.bytes for u in chunk)
-            if size > cap and len(chunk) > 1:
+            if sum(u.bytes for u in chunk) > cap:
                 chunk = _fitting(chunk, cap)
                 if len(chunk) < 2:
                     continue
-                rows, size = sum(u.rows for u in chunk), sum(u.bytes for u in chunk)
             text = f"{_describe(chunk)} of tier {t} (~{r}^{t} rows each; min_merge_width {w})"
-            merged = _Unit(
-                f"new-{len(open_units)}-{i}",
-                sorted(p for u in chunk for p in u.positions),
-                rows,
-                size,
-                [x for u in chunk for x in u.texts] + [text],
-                merged=True,
+            made.append(
+                _Unit(
+                    f"new-{t}-{i}",
+                    sorted(p for u in chunk for p in u.positions),
+                    sum(u.rows for u in chunk),
+                    sum(u.bytes for u in chunk),
+                    [x for u in chunk for x in u.texts] + [text],
+                    merged=True,
+                )
             )
-            for u in chunk:
-                open_units.remove(u)
-            (full if merged.bytes >= cap else open_units).append(merged)
-            merged_any = True
-        if not merged_any:
-            break  # every chunk of the lowest ready tier exceeds the cap on its own: nothing can merge
+            gone.update(id(u) for u in chunk)
+        if not made:
+            stuck.add(t)  # every chunk of this tier exceeds the cap on its own: nothing of it can merge
+            continue
+        open_units = [u for u in open_units if id(u) not in gone]
+        for m in made:
+            (full if m.bytes >= cap else open_units).append(m)
     groups: list[ClusterGroup] = []
     merged_positions: set[int] = set()
     for u in sorted((u for u in open_units + full if u.merged), key=lambda u: u.positions[0]):
