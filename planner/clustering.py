@@ -11,7 +11,8 @@ under the table's current key; their curve ranges are disjoint), and every other
                      its rows sorted along the curve, cut into fragments of the targets, disjoint ranges
     cascade          the output sits at least a tier up (w >= r units of >= r^t rows hold >= r^(t+1)),
                      where it may complete another set of w: merged in the same group
-    deletions        a fragment at materialize_deletions_threshold is rewritten (its run's order kept)
+    deletions        a fragment at materialize_deletions_threshold is rewritten alone (in its run; an
+                     unclustered one sorted into a run of its own) unless a merge takes it this pass
     full             a unit holding cluster_max_bytes or more never merges again: a group's task
                      sorts its rows in memory, so this bounds a task's memory
     ──► groups of fragment ids (table order; members need not be adjacent: a group's outputs
@@ -154,12 +155,13 @@ def plan_clustering(
         else:
             runs[run] = _Unit(run, [p], f.live_rows, live_bytes)
             units.append(runs[run])
-        if run is not None and candidate_reason(f, options) == DELETIONS:
+        if candidate_reason(f, options) == DELETIONS:  # rewritten alone unless a merge takes it this pass
             deletion_units.append(
                 ClusterGroup(
                     (f.id,),
                     f"{f.deleted_rows / f.rows:.0%} of its rows deleted "
-                    f"(materialize_deletions_threshold {options.materialize_deletions_threshold:g}); its run's order kept",
+                    f"(materialize_deletions_threshold {options.materialize_deletions_threshold:g}); "
+                    + ("its run's order kept" if run is not None else "sorted into a run of its own"),
                     run,
                 )
             )

@@ -194,8 +194,10 @@ def test_a_runs_fragment_at_the_deletion_threshold_is_rewritten_alone_keeping_it
     [g] = p.groups
     assert g.mode == CLUSTER and g.cluster_run == "r" and g.candidates == ("deletions",) and g.rows == 190
     assert "24% of its rows deleted" in g.reason and "its run's order kept" in g.reason
-    # An unclustered fragment with deletions has no run to keep: it waits for peers of its tier.
-    assert plan(frag(0, 250, deleted=60)).groups == ()
+    # An unclustered fragment with deletions has no run to keep: it is sorted into a run of its own (else a
+    # large fragment without peers of its tier would keep its deleted rows for ever).
+    [alone] = plan(frag(0, 250, deleted=60)).groups
+    assert alone.fragment_ids == (0,) and alone.cluster_run is None and "sorted into a run of its own" in alone.reason
 
 
 def test_a_fragment_merged_by_size_is_not_also_rewritten_for_its_deletions():
