@@ -6,8 +6,8 @@ tiered. Its units are *sorted runs*: the fragments one clustering rewrite wrote 
 under the table's current key; their curve ranges are disjoint), and every other fragment on its own
 (level 0: appended, flushed by the WAL, or clustered under older keys or boundaries).
 
-    size of a unit   its live rows;  tier t = ⌊log_r(rows)⌋   (r = tier_ratio)
-    size             >= w (min_merge_width) units of one tier merge, w at a time, into one sorted run:
+    size of a unit   its live rows;  tier t = ⌊log_r(rows)⌋   (r = cluster_tier_ratio)
+    size             >= w (cluster_merge_width) units of one tier merge, w at a time, into one sorted run:
                      its rows sorted along the curve, cut into fragments of the targets, disjoint ranges
     cascade          the output sits at least a tier up (w >= r units of >= r^t rows hold >= r^(t+1)),
                      where it may complete another set of w: merged in the same group
@@ -131,7 +131,7 @@ def plan_clustering(
 ) -> tuple[list[ClusterGroup], ClusterReport]:
     """The clustering groups of this pass and the report. One pass over ``fragments``, keeping per
     fragment its id, size, run and zone-map cell extents."""
-    r, w = options.tier_ratio, options.min_merge_width
+    r, w = options.cluster_tier_ratio, options.cluster_merge_width
     key = clustering.key
     ids: list[int] = []
     sizes: list[tuple[int, int]] = []
@@ -197,7 +197,7 @@ def plan_clustering(
                 chunk = _fitting(chunk, cap)
                 if len(chunk) < 2:
                     continue
-            text = f"{_describe(chunk)} of tier {t} (~{r}^{t} rows each; min_merge_width {w})"
+            text = f"{_describe(chunk)} of tier {t} (~{r}^{t} rows each; cluster_merge_width {w})"
             made.append(
                 _Unit(
                     f"new-{t}-{i}",

@@ -51,6 +51,12 @@ class CompactionOptions:
     #: A table with clustering keys (``Table.set_clustering``) is compacted by the clustering policy
     #: (lamina.planner.clustering) whatever ``policy`` says; false: by ``policy``, unclustered.
     cluster: bool = True
+    #: clustering: a sorted run of n live rows is in tier ⌊log_cluster_tier_ratio(n)⌋; cluster_merge_width runs of one
+    #: tier merge (each row rewritten about log_ratio(table rows / rows appended at once) times). Lower than the tiered
+    #: policy's 4: every run is one more place a point filter looks (3: 0.86 of files skipped at 2.0x written,
+    #: 4: 0.83 at 1.6x; docs/BENCHMARKS.md, "Clustering").
+    cluster_tier_ratio: int = 3
+    cluster_merge_width: int = 3
     #: clustering: a group's source bytes stay under this (its task sorts the rows in memory: about
     #: 3-5x this in decoded rows); a sorted run this large merges no more.
     cluster_max_bytes: int = 512 * MiB
@@ -75,6 +81,8 @@ class CompactionOptions:
         "max_fragments": (1, 1_000_000),
         "max_plan_fragments": (2, 100_000_000),
         "cluster_max_bytes": (1 * MiB, 64 * 1024 * MiB),
+        "cluster_tier_ratio": (2, 64),
+        "cluster_merge_width": (2, 1024),
         "cluster_depth_trigger": (0.0, 1e9),
         "cluster_row_group_rows": (1024, 2**31 - 1),
     }
@@ -96,6 +104,11 @@ class CompactionOptions:
             numeric = (int, float) if isinstance(lo, float) else (int,)
             if isinstance(value, bool) or not isinstance(value, numeric) or not lo <= value <= hi:
                 raise InvalidConfig(f"compaction option {f.name}={value!r} must be a number in [{lo}, {hi}]")
+        if self.cluster_merge_width < self.cluster_tier_ratio:
+            raise InvalidConfig(
+                f"compaction option cluster_merge_width={self.cluster_merge_width} must be at least "
+                f"cluster_tier_ratio={self.cluster_tier_ratio}: fewer runs of one tier may not add up to the next tier"
+            )
         if self.min_merge_width < self.tier_ratio:
             raise InvalidConfig(
                 f"compaction option min_merge_width={self.min_merge_width} must be at least tier_ratio={self.tier_ratio}: "

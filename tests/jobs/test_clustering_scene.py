@@ -32,7 +32,12 @@ WORDS = [f"w{i:03d}" for i in range(200)]
 # Batches of 64-255 rows are tier 3 of ratio 4: four of them make a sorted run of tier 4, four of those one
 # of tier 5. A run's fragment with 5% of its rows deleted is rewritten in its run.
 OPTIONS = CompactionOptions(
-    target_rows_per_fragment=400, min_row_group_bytes=0, materialize_deletions_threshold=0.05, max_concurrency=2
+    target_rows_per_fragment=400,
+    min_row_group_bytes=0,
+    materialize_deletions_threshold=0.05,
+    max_concurrency=2,
+    cluster_tier_ratio=4,
+    cluster_merge_width=4,
 )
 
 

@@ -239,13 +239,22 @@ def test_dry_run_of_a_clustered_table_prints_the_clustering_and_the_run_clusters
         t.append(rows(k * 125, 125))  # 125 rows: tier 3 of ratio 4, cascading into one sorted run
     t.set_clustering(["score", "ts"], curve="hilbert")
     before, files = t.to_arrow(), sorted(o.path for o in t.store.list(""))
-    argv = [local_table_uri, "--set", "target_rows_per_fragment=250"]
+    argv = [
+        local_table_uri,
+        "--set",
+        "target_rows_per_fragment=250",
+        "--set",
+        "cluster_tier_ratio=4",
+        "--set",
+        "cluster_merge_width=4",
+    ]
     assert main(argv + ["--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"plan for {local_table_uri} at version {t.version}: 1 groups (1 cluster), 16 -> 8 fragments"
     assert lines[1].startswith(
-        "  group    0: cluster      reason=merges 4 unclustered fragments of tier 3 (~4^3 rows each; min_merge_width 4); "
-        "then 4 sorted runs of tier 4 (~4^4 rows each; min_merge_width 4) into one sorted run (hilbert) fragments [0..15] (16)"
+        "  group    0: cluster      reason=merges 4 unclustered fragments of tier 3 (~4^3 rows each; cluster_merge_width 4); "
+        "then 4 sorted runs of tier 4 (~4^4 rows each; cluster_merge_width 4) into one sorted run (hilbert) "
+        "fragments [0..15] (16)"
     )
     assert lines[2] == "              sorts its rows along the curve into ~8 fragments"
     size = sum(f.file_bytes for f in t.manifest.fragments)

@@ -36,7 +36,7 @@ SCHEMA = pa.schema(
     ]
 )
 BATCH, BATCHES = 125, 16  # 125 rows: tier 3 of ratio 4; 16 of them cascade into one sorted run
-OPTIONS = CompactionOptions(target_rows_per_fragment=250, max_concurrency=2)
+OPTIONS = CompactionOptions(target_rows_per_fragment=250, max_concurrency=2, cluster_tier_ratio=4, cluster_merge_width=4)
 #: Rows spread over several sources, and every row of the first source (it leaves the version).
 DOOMED = "id IN (3, 130, 777, 1500, 1999) OR s = 'w5' OR id < 125"
 

@@ -22,7 +22,9 @@ MiB = 1 << 20
 SCHEMA = pa.schema([("x", pa.int64()), ("y", pa.int64()), ("id", pa.int64())])
 KEYS = Clustering(("x", "y"), "hilbert", ((10, 20, 30), (100, 200, 300)))
 KEY = KEYS.key
-OPTS = CompactionOptions(target_rows_per_fragment=1000, target_bytes_per_fragment=MiB)
+OPTS = CompactionOptions(
+    target_rows_per_fragment=1000, target_bytes_per_fragment=MiB, cluster_tier_ratio=4, cluster_merge_width=4
+)
 
 
 def opts(**kw) -> CompactionOptions:
@@ -107,8 +109,8 @@ def test_a_merge_cascades_into_the_next_tier_within_one_pass():
     p = plan(*frags)
     assert groups(p) == [tuple(range(10))]
     assert p.groups[0].reason == (
-        "merges 4 unclustered fragments of tier 3 (~4^3 rows each; min_merge_width 4); then 4 sorted runs of tier 4 "
-        "(~4^4 rows each; min_merge_width 4) into one sorted run (hilbert)"
+        "merges 4 unclustered fragments of tier 3 (~4^3 rows each; cluster_merge_width 4); then 4 sorted runs of tier 4 "
+        "(~4^4 rows each; cluster_merge_width 4) into one sorted run (hilbert)"
     )
     assert p.clustering.runs_before == 7 and p.clustering.runs_after == 1
 
@@ -125,7 +127,7 @@ def test_a_merge_cascades_into_the_next_tier_within_one_pass():
     ],
 )
 def test_a_sorted_run_is_rewritten_only_when_w_units_of_its_tier_exist(r, w, run_rows):
-    o = opts(tier_ratio=r, min_merge_width=w, target_rows_per_fragment=max(1, run_rows // 4))
+    o = opts(cluster_tier_ratio=r, cluster_merge_width=w, target_rows_per_fragment=max(1, run_rows // 4))
     big = [
         frag(i, len(part), run="big", lo=100 * i, hi=100 * i + 99) for i, part in enumerate(np.array_split(range(run_rows), 4))
     ]
@@ -298,7 +300,7 @@ def levels(s0: int, n: int, r: int) -> int:
 @pytest.mark.parametrize("r,w", [(4, 4), (2, 2), (3, 3), (4, 8), (10, 10)])
 def test_every_row_is_rewritten_at_most_log_r_times_over_400_passes_of_appends(seed, r, w):
     rng = random.Random(seed * 1000 + r * 10 + w)
-    sim = Sim(opts(tier_ratio=r, min_merge_width=w, target_rows_per_fragment=2000))
+    sim = Sim(opts(cluster_tier_ratio=r, cluster_merge_width=w, target_rows_per_fragment=2000))
     sizes = [r**2, r**3, 3 * r, 40, 150]  # exact powers of r too: the edges of the tiers
     merged = 0
     for _ in range(400):

@@ -332,10 +332,10 @@ def test_set_rejects_bad_assignments_naming_the_problem(text, message):
 def test_unknown_option_errors_list_the_known_ones():
     with pytest.raises(
         InvalidConfig,
-        match="key one of cluster, cluster_depth_trigger, cluster_max_bytes, cluster_row_group_rows, ",
+        match="key one of cluster, cluster_depth_trigger, cluster_max_bytes, cluster_merge_width, ",
     ):
         parse_assignment("nope=1")
-    with pytest.raises(InvalidConfig, match="known: cluster, cluster_depth_trigger, cluster_max_bytes, cluster_row_group_rows, "):
+    with pytest.raises(InvalidConfig, match="known: cluster, cluster_depth_trigger, cluster_max_bytes, cluster_merge_width, "):
         CompactionOptions.from_mapping({"nope": 1})
 
 
