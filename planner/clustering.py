@@ -213,8 +213,8 @@ def plan_clustering(
             stuck.add(t)  # every chunk of this tier exceeds the cap on its own: nothing of it can merge
             continue
         open_units = [u for u in open_units if id(u) not in gone]
-        for m in made:
-            (full if m.bytes >= cap else open_units).append(m)
+        for unit in made:
+            (full if unit.bytes >= cap else open_units).append(unit)
     groups: list[ClusterGroup] = []
     merged_positions: set[int] = set()
     for u in sorted((u for u in open_units + full if u.merged), key=lambda u: u.positions[0]):
