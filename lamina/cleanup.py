@@ -4,7 +4,8 @@ Order matters for safety: manifests of expired versions go first (oldest first),
 then files that no remaining version references and that are older than the
 cutoff. A version expires by the time it stopped being the latest (its
 successor's commit time). Newer unreferenced files may belong to a writer still
-committing, so they stay; the latest version and everything it needs always stays.
+committing, so they stay; the latest version and everything it needs always stays,
+and so does everything a tagged version needs (``lamina.tags``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import logging
 import time
 from dataclasses import dataclass
 
-from lamina.errors import InvalidArgument, TableReplaced
+from lamina.errors import CorruptFile, InvalidArgument, TableReplaced
 from lamina.manifest import (
     TABLE_DIRS,
+    TAGS_DIR,
     VERSIONS_DIR,
     WAL_DIR,
     forget_manifest,
@@ -25,13 +27,14 @@ from lamina.manifest import (
     manifest_path,
 )
 from lamina.store import ObjectStore
+from lamina.tags import list_tags
 
 log = logging.getLogger("lamina.cleanup")
 
 #: The layout's directories whose objects manifests own (manifest segments included): every one of
-#: ``TABLE_DIRS`` but the versions (expired above, only their temp files swept) and the WAL (retired
-#: by its appliers, ``lamina.ingest``).
-_OWNED_DIRS = tuple(d for d in TABLE_DIRS if d not in (VERSIONS_DIR, WAL_DIR))
+#: ``TABLE_DIRS`` but the versions (expired above, only their temp files swept), the WAL (retired
+#: by its appliers, ``lamina.ingest``) and the tags (removed by ``delete_tag`` only; temp files swept).
+_OWNED_DIRS = tuple(d for d in TABLE_DIRS if d not in (VERSIONS_DIR, WAL_DIR, TAGS_DIR))
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class CleanupStats:
     files_removed: int
     bytes_removed: int
     kept_versions: int
+    #: Tagged versions whose files were kept for their tags (their roots under ``_versions/`` may be gone).
+    tagged_versions: int = 0
 
 
 #: Retentions shorter than this are refused unless the caller owns the risk (``enforce_retention=False``):
@@ -109,24 +114,38 @@ def cleanup(
             referenced |= load_manifest(store, v, table_uuid).referenced_paths()
         except TableReplaced:  # a version of the table dropped here before (its tombstone): nothing of it is kept
             pass
+    # Tagged versions keep their files; their roots live in the tags (``lamina.tags``), so theirs under
+    # _versions/ expire like any other and the history there stays contiguous. Listed after the kept
+    # versions: a tag whose version's root was still there once the tag was written (``create_tag``
+    # checks it) is then always seen by a cleanup that does not see that root.
+    try:
+        tags = list_tags(store, table_uuid)
+        for tag in tags:
+            referenced |= tag.manifest(store).referenced_paths()
+    except CorruptFile as e:
+        raise CorruptFile(
+            f"cleanup of {store.uri} removed {len(expired)} expired versions and stopped before removing any file: {e}"
+        ) from None
     doomed, doomed_bytes = [], 0
     for prefix in _OWNED_DIRS:
         for obj in store.list(prefix):
             if obj.path not in referenced and obj.modified < cutoff:
                 doomed.append(obj.path)
                 doomed_bytes += obj.size
-    # Stale temp files of interrupted local manifest writes.
-    for obj in store.list(VERSIONS_DIR):
+    # Stale temp files of interrupted local manifest and tag writes.
+    for obj in (o for d in (VERSIONS_DIR, TAGS_DIR) for o in store.list(d)):
         if obj.path.rsplit("/", 1)[-1].startswith(".tmp-") and obj.modified < cutoff:
             doomed.append(obj.path)
             doomed_bytes += obj.size
     store.delete(doomed)
+    tagged = len({t.version for t in tags})
     log.info(
-        "cleanup of %s: removed %d versions and %d files (%d bytes); latest version %d kept",
+        "cleanup of %s: removed %d versions and %d files (%d bytes); latest version %d kept, and the files of %d tagged versions",
         store.uri,
         len(expired),
         len(doomed),
         doomed_bytes,
         latest,
+        tagged,
     )
-    return CleanupStats(len(expired), len(doomed), doomed_bytes, len(kept))
+    return CleanupStats(len(expired), len(doomed), doomed_bytes, len(kept), tagged)

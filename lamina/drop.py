@@ -4,7 +4,7 @@
       1. commit Drop: put-if-absent of version D over the latest  (the same race every writer runs,
                       so each commit lands before D or meets it)
       2. remove every other object of the layout (``TABLE_DIRS``): data, manifest segments, deletion
-         files, indices, WAL, transaction sidecars, temp files (but a live writer's), the latest-version
+         files, indices, WAL, transaction sidecars, tags, temp files (but a live writer's), the latest-version
          hint, then the versions before D, oldest first; listed again until a listing finds nothing,
          each round only while D is still the latest version
       the tombstone D stays: the location's one object

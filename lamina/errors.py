@@ -61,6 +61,14 @@ class VersionNotFound(LaminaError, LookupError):
     """The requested table version does not exist (never committed, or cleaned up)."""
 
 
+class TagNotFound(VersionNotFound):
+    """The table has no tag of that name (never created, deleted, or another table's)."""
+
+
+class TagExists(LaminaError, FileExistsError):
+    """A tag of that name already exists; tags are never moved: delete it first."""
+
+
 class RowNotFound(LaminaError, KeyError):
     """A row address is out of range or names a deleted row."""
 

@@ -362,6 +362,25 @@ class ConfigureRecord(TransactionRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RestoreRecord(TransactionRecord):
+    """``restore``: the table as it was at ``version`` (schema, fragments, indices, settings), named by
+    ``tag`` when the restore asked for one; the WAL watermarks stay as they were (docs/FORMAT.md §6)."""
+
+    operation: str = field(default="restore", init=False)
+    #: The version restored from.
+    version: int = 0
+    #: The tag it was restored by (None: by number).
+    tag: str | None = None
+
+    @classmethod
+    def _fields_from(cls, f: _Fields) -> dict[str, Any]:
+        return {"version": f.number("version"), "tag": f.optional_text("tag")}
+
+    def _details(self) -> dict[str, Any]:
+        return {"version": self.version} if self.tag is None else {"version": self.version, "tag": self.tag}
+
+
+@dataclass(frozen=True, kw_only=True)
 class DropRecord(TransactionRecord):
     """``drop``: the table's end; its version is a tombstone (``dropped``, no fragments or indices)."""
 
@@ -385,6 +404,7 @@ RECORD_TYPES: dict[str, type[TransactionRecord]] = {
         IndexChangeRecord,
         WalFlushRecord,
         ConfigureRecord,
+        RestoreRecord,
         DropRecord,
     )
 }

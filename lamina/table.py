@@ -29,6 +29,7 @@ from lamina.errors import (
     RowNotFound,
     TableNotFound,
     TableReplaced,
+    VersionNotFound,
 )
 from lamina.filter import parse_filter
 from lamina.info import FragmentInfo, IndexInfo, LiveFile, TableStats, VersionInfo
@@ -46,10 +47,12 @@ from lamina.manifest import (
     try_load_manifest,
 )
 from lamina.records import DeleteRecord
+from lamina.restore import restore
 from lamina.retry import Backoff
 from lamina.scan import DEFAULT_BATCH_SIZE, Scanner
 from lamina.schema import DataLike, check_column_names, check_primary_key, conform, validate_schema
 from lamina.store import ObjectStore, open_store
+from lamina.tags import create_tag, delete_tag, list_tags, load_version
 from lamina.transaction import Append, ChangeIndex, Configure, Create, Delete, Overwrite, Transaction
 
 if TYPE_CHECKING:
@@ -129,13 +132,45 @@ class Table:
             )
         return out
 
-    def checkout(self, version: int) -> Table:
-        """The table as of ``version`` (this object is unchanged)."""
-        return Table(
-            self._store,
-            _live(self._store, load_manifest(self._store, int(version), self._manifest.table_uuid)),
-            self._storage_options,
-        )
+    def checkout(self, version: int | str) -> Table:
+        """The table as of ``version``: a version number, or a tag's name (this object is unchanged). A tagged
+        version stays readable after cleanup removed it from ``versions()``, by its tag or its number."""
+        m, _, _ = load_version(self._store, version, self._manifest.table_uuid)
+        return Table(self._store, _live(self._store, m), self._storage_options)
+
+    def restore(self, version: int | str) -> int:
+        """Commits a new version equal to an earlier one (a version number or a tag's name): its schema,
+        rows (fragments with their deletions), indices, primary key and settings; returns the new version
+        and moves this view to it. Nothing is deleted: the versions in between stay readable (``checkout``).
+
+        The WAL watermarks stay the current ones: WAL transactions flushed after that version are undone by
+        the restore and never applied again. ``VersionNotFound`` (nothing committed) if cleanup removed the
+        version or any file it needs; cleanup keeps tagged versions (``create_tag``). Concurrent commits
+        follow the conflict matrix as for an overwrite: an append, delete, compaction, index build or WAL
+        flush that read an older version stops with ``CommitConflict``.
+
+        >>> t.create_tag("before-backfill")
+        >>> t.append(bad_rows)
+        >>> t.restore("before-backfill")
+        """
+        return restore(self._store, self._manifest, version, self.commit_transaction).version
+
+    # -- tags ---------------------------------------------------------------
+    def tags(self) -> dict[str, int]:
+        """Every tag of this table and the version it names, by name (docs/FORMAT.md §9.2)."""
+        return {t.name: t.version for t in list_tags(self._store, self._manifest.table_uuid)}
+
+    def create_tag(self, name: str, version: int | None = None) -> int:
+        """Names ``version`` (default: this view's) ``name``; returns the version. Cleanup keeps a tagged version
+        and every file it needs for as long as the tag exists; ``checkout(name)``, ``open_table(uri,
+        version=name)`` and ``restore(name)`` read it. Names: 1 to 128 of ``[A-Za-z0-9_.-]``, not starting
+        with ``.``; a taken name is ``TagExists`` (tags never move: delete it first)."""
+        return create_tag(self._store, name, self.version if version is None else int(version), self._manifest.table_uuid).version
+
+    def delete_tag(self, name: str) -> int:
+        """Removes tag ``name``; returns the version it named. Its version's files go at the next cleanup
+        unless a kept version or another tag needs them. ``TagNotFound`` if there is no such tag."""
+        return delete_tag(self._store, name, self._manifest.table_uuid).version
 
     def reload(self) -> Table:
         """Moves this view to the latest version; returns self.
@@ -638,13 +673,13 @@ def create_table(
     return Table(store, commit(store, txn, txn.base), storage_options)
 
 
-def open_table(uri: str, *, version: int | None = None, storage_options: dict[str, Any] | None = None) -> Table:
-    """Opens the table at ``uri``: its latest version, or ``version``."""
+def open_table(uri: str, *, version: int | str | None = None, storage_options: dict[str, Any] | None = None) -> Table:
+    """Opens the table at ``uri``: its latest version, or ``version`` (a number, or a tag's name)."""
     return open_with_hint(uri, version, storage_options)
 
 
 def open_with_hint(
-    uri: str, version: int | None, storage_options: dict[str, Any] | None, known_latest: int | None = None
+    uri: str, version: int | str | None, storage_options: dict[str, Any] | None, known_latest: int | None = None
 ) -> Table:
     """``open_table``; ``known_latest``, a version that was once the latest (a catalog's record), is tried
     first (``load_latest_from``: one round trip when it still is)."""
@@ -655,14 +690,22 @@ def open_with_hint(
         m = load_latest_from(store, known_latest)
         if m is not None:
             return Table(store, _live(store, m), storage_options)
+    if not (version is None or isinstance(version, str)):
+        try:
+            return Table(store, _live(store, load_manifest(store, int(version))), storage_options)
+        except VersionNotFound:  # removed by cleanup: a tag on it may still hold it
+            if latest_version(store) is None:
+                raise
+    latest = latest_version(store)
+    if latest is None:
+        raise TableNotFound(
+            f"no Lamina table at {store.uri} (no manifests under _versions/); create one with lamina.create_table"
+        )
+    head = _live(store, load_manifest(store, latest))
     if version is None:
-        latest = latest_version(store)
-        if latest is None:
-            raise TableNotFound(
-                f"no Lamina table at {store.uri} (no manifests under _versions/); create one with lamina.create_table"
-            )
-        version = latest
-    return Table(store, _live(store, load_manifest(store, int(version))), storage_options)
+        return Table(store, head, storage_options)
+    # A tag's name, or the number of a version cleanup removed: through the tags of the table there now.
+    return Table(store, _live(store, load_version(store, version, head.table_uuid)[0]), storage_options)
 
 
 def _live(store: ObjectStore, m: Manifest) -> Manifest:

@@ -1,7 +1,7 @@
 """Transactions: what one operation changes, as a value, and how it replays over newer versions.
 
     operation ──► Transaction(read_version, changes)        Create, Append, Delete, WalFlush, Rewrite,
-                     │                                       ChangeIndex, Overwrite, Drop
+                     │                                       ChangeIndex, Overwrite, Configure, Restore, Drop
                      │  rebase(theirs, files) → Transaction  for every version committed since the read
                      │  prepare(base, files) → Transaction   writes the files that depend on the base (deletion merges)
                      ▼  apply(base) → Manifest               pure: the next version, carrying this operation's typed record
@@ -31,7 +31,18 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import numpy as np
 
 from lamina.errors import CommitConflict, SchemaMismatch, TableDropped, TableExists
-from lamina.manifest import DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, appended, edited, find_fragments, now_ms
+from lamina.manifest import (
+    DeletionFile,
+    Fragment,
+    FragmentList,
+    IndexEntry,
+    IndexSegment,
+    Manifest,
+    appended,
+    edited,
+    find_fragments,
+    now_ms,
+)
 from lamina.records import (
     INDEX_ACTIONS,
     AddressMapping,
@@ -42,6 +53,7 @@ from lamina.records import (
     DropRecord,
     IndexChangeRecord,
     OverwriteRecord,
+    RestoreRecord,
     RewriteRecord,
     RewrittenGroup,
     TransactionRecord,
@@ -63,7 +75,7 @@ CONFLICT = "conflict"
 #: ``RewriteGroup.source_deletions`` marker: a concurrent delete removed the whole source fragment.
 REMOVED = "<removed>"
 
-OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite", "wal_flush", "configure", "drop")
+OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite", "wal_flush", "configure", "restore", "drop")
 
 MATRIX: dict[tuple[str, str], str] = {
     ("append", "append"): REBASE,
@@ -105,6 +117,15 @@ MATRIX: dict[tuple[str, str], str] = {
     ("wal_flush", "create_index"): REBASE,
     ("wal_flush", "overwrite"): CONFLICT,
     ("wal_flush", "wal_flush"): WATERMARKS,
+    # A restore states the whole table as an overwrite does (an earlier version's fragments, indices and
+    # settings): it replays over anything, and over it replays what replays over an overwrite.
+    **{("restore", op): REBASE for op in OPERATIONS if op not in ("configure", "drop")},
+    ("append", "restore"): CONFLICT,
+    ("delete", "restore"): CONFLICT,
+    ("rewrite", "restore"): CONFLICT,
+    ("create_index", "restore"): CONFLICT,
+    ("overwrite", "restore"): REBASE,
+    ("wal_flush", "restore"): CONFLICT,
     # A configure changes table settings only (e.g. clustering keys): independent of every data change,
     # and two configures apply in commit order, each setting only its own entries.
     **{("configure", op): REBASE for op in OPERATIONS if op != "drop"},
@@ -857,6 +878,57 @@ class Configure(Transaction):
     def apply(self, base: Manifest) -> Manifest:
         config = {k: v for k, v in {**base.config, **self.changes}.items() if v is not None}
         return self._next(base, ConfigureRecord(**self._header(), changes=dict(self.changes)), removes=False, config=config)
+
+
+class Restore(Transaction):
+    """An earlier version of the table made the latest again (``Table.restore``): that version's schema,
+    fragments (with their deletion files), indices, primary key and config, committed as a new version;
+    the versions in between stay as they are (time travel reads them).
+
+    Two things never go back. The WAL watermarks stay the current ones: WAL transactions flushed after
+    the restored version were committed and are undone by the restore, on purpose; moving their
+    watermarks back would have an applier flush them again (undoing the restore in part, and only for the
+    segments not yet retired). And ``next_fragment_id`` / ``next_row_id``: ids are never reused. The
+    restored fragments keep their ids: they are the very fragments of that version, and every id given
+    since went to fragments the restored version does not hold.
+
+    The fragments' files are already on storage (``lamina.restore`` checks that cleanup left every one),
+    so a restore writes nothing but the root: the old version's manifest segments are named as they are.
+    """
+
+    operation = "restore"
+
+    def __init__(self, read_version: int, target: Manifest, tag: str | None = None):
+        super().__init__(read_version)
+        #: The version restored (its manifest, as read).
+        self.target = target
+        #: The tag it was named by, recorded (None: by number).
+        self.tag = tag
+
+    def apply(self, base: Manifest) -> Manifest:
+        t = self.target
+        if t.dropped or t.table_uuid != base.table_uuid:
+            raise CommitConflict(
+                f"version {t.version} restored on version {base.version} is not a live version of the same table"
+            )
+        next_id, next_row = max(base.next_fragment_id, t.next_fragment_id), max(base.next_row_id, t.next_row_id)
+        fragments = t.fragments
+        if isinstance(fragments, FragmentList):  # the same segments, checked against this version's id bounds
+            fragments = FragmentList(fragments.parts, f"version {base.version + 1}", next_id, next_row)
+        return self._next(
+            base,
+            RestoreRecord(**self._header(), version=t.version, tag=self.tag),
+            removes=False,  # the restored indices serve the restored fragments as they did
+            schema=t.schema,
+            fragments=fragments,
+            segments=t.segments,
+            segment_lists=t.segment_lists,
+            indices=t.indices,
+            primary_key=t.primary_key,
+            config=dict(t.config),
+            next_fragment_id=next_id,
+            next_row_id=next_row,
+        )
 
 
 class Drop(Transaction):

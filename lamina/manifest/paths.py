@@ -16,11 +16,12 @@ DELETIONS_DIR = "_deletions/"
 INDICES_DIR = "_indices/"
 WAL_DIR = "_wal/"
 TRANSACTIONS_DIR = "_transactions/"
+TAGS_DIR = "_tags/"
 MANIFEST_SUFFIX = ".manifest"
 #: Every directory of a table's layout (docs/FORMAT.md §1), in the order a purge empties them
 #: (``lamina.drop``: versions last). Cleanup walks the same list (``lamina.cleanup``), so a directory
 #: the format adds is either swept or purged, never forgotten by one of them.
-TABLE_DIRS = (DATA_DIR, SEGMENTS_DIR, DELETIONS_DIR, INDICES_DIR, WAL_DIR, TRANSACTIONS_DIR, VERSIONS_DIR)
+TABLE_DIRS = (DATA_DIR, SEGMENTS_DIR, DELETIONS_DIR, INDICES_DIR, WAL_DIR, TRANSACTIONS_DIR, TAGS_DIR, VERSIONS_DIR)
 
 
 def manifest_path(version: int) -> str:

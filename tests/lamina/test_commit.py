@@ -54,6 +54,8 @@ def do(op, who, table, *, overlap_rewrite=True, index_name=None):
         commit(table.store, WalFlush(table.version, frags, {}, {key: 1}, {key: 0}), table.manifest)
     elif op == "configure":  # table settings only: clustering keys
         table.set_clustering(["id"] if who == "mine" else ["category"], curve="linear")
+    elif op == "restore":  # version 2: the first fragment alone (ids 0-99)
+        table.restore(2)
     elif op == "drop":  # what lamina.drop_table commits before it removes anything
         commit(table.store, Drop(table.version), table.manifest)
 
@@ -67,6 +69,8 @@ def model(op, who, ids):
         return set(range(5000, 5005) if who == "mine" else range(6000, 6005))
     if op == "wal_flush":
         return ids | set(range(3000, 3010) if who == "mine" else range(4000, 4010))
+    if op == "restore":
+        return set(range(100))
     return ids
 
 
@@ -118,7 +122,7 @@ def _check_indices(t, mine, theirs):
         assert len(set(ix.coverage(live).values())) == len(ix.segments), f"index {ix.name} keeps segments serving nothing"
         for flt in ("id >= 100 AND id < 200", "id IN (3, 12, 150, 1005, 2003, 5001)"):
             assert t.to_arrow(filter=flt).equals(t.to_arrow(filter=flt, use_index=False)), (ix.name, flt)
-    if "create_index" in (mine, theirs) and "overwrite" not in (mine, theirs):
+    if "create_index" in (mine, theirs) and not {"overwrite", "restore"} & {mine, theirs}:
         names = {ix.name for ix in t.manifest.indices}
         assert names == {f"ix_{who}" for who, op in (("mine", mine), ("theirs", theirs)) if op == "create_index"}
     if mine == "create_index" and theirs == "append":

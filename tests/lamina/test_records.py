@@ -18,6 +18,7 @@ from lamina.records import (
     DeleteRecord,
     IndexChangeRecord,
     OverwriteRecord,
+    RestoreRecord,
     RewriteRecord,
     UnknownRecord,
     WalFlushRecord,
@@ -29,7 +30,7 @@ from tests.lamina.helpers import SCHEMA, ids_of, put_next_version, rows
 
 
 def _history(uri):
-    """A table whose versions 1..8 are one of each operation."""
+    """A table whose versions 1..10 are one of each operation."""
     t = lamina.create_table(uri, SCHEMA)  # 1
     t.append(rows(0, 100))  # 2
     t.append(rows(100, 100))  # 3
@@ -40,6 +41,9 @@ def _history(uri):
     frags = write_fragments(t.store, t.schema, iter(rows(500, 10).to_batches()), t.write_options)
     t.commit_transaction(WalFlush(t.version, frags, {2: [0, 1]}, {"0/0000000000": 3}, {}))  # 7
     t.overwrite(rows(900, 5))  # 8
+    t.restore(3)  # 9
+    t.create_tag("two")
+    t.restore("two")  # 10: by a tag
     return t
 
 
@@ -54,6 +58,8 @@ def test_every_stored_record_reads_back_as_its_type_and_writes_back_the_same_obj
         IndexChangeRecord,
         WalFlushRecord,
         OverwriteRecord,
+        RestoreRecord,
+        RestoreRecord,
     ]
     for version, cls in enumerate(types, start=1):
         m = load_manifest(t.store, version)
@@ -75,6 +81,8 @@ def test_every_stored_record_reads_back_as_its_type_and_writes_back_the_same_obj
         removed_fragment_ids=(),
         rows=5,
     )
+    assert (load_manifest(t.store, 9).record.version, load_manifest(t.store, 9).record.tag) == (3, None)
+    assert (load_manifest(t.store, 10).record.version, load_manifest(t.store, 10).record.tag) == (9, "two")
     flush = load_manifest(t.store, 7).record
     assert flush.watermarks == {"0/0000000000": 3} and flush.rows_deleted == 2 and flush.deleted_fragment_ids == (2,)
 
@@ -161,6 +169,8 @@ def test_a_malformed_record_stops_a_commit_that_must_replay_over_it(local_table_
             },
             "watermarks is not an object of integer positions",
         ),
+        ({"operation": "restore", "read_version": 1, "timestamp_ms": 1}, "version is missing"),
+        ({"operation": "restore", "read_version": 1, "timestamp_ms": 1, "version": 2, "tag": 3}, "tag is 3, not a string"),
         (["append"], "the record is list, not an object"),
     ],
 )
