@@ -301,16 +301,21 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
                 actions=tuple(actions(members, mode, options, planned)),
             )
         )
+    return _plan(manifest, options, table, out, skipped=tuple(skipped), tiers=tiers, limited=limited)
+
+
+def _plan(
+    manifest: Manifest, options: CompactionOptions, table: str, groups: list[CompactionGroup], **policy: Any
+) -> CompactionPlan:
+    """The plan of ``groups`` over ``manifest``, with the policy's own fields (``skipped``, ``tiers``, ...)."""
     return CompactionPlan(
         table=table or "",
         read_version=manifest.version,
         options=options,
-        groups=tuple(out),
+        groups=tuple(groups),
         fragments_before=len(manifest.fragments),
         rows_before=manifest.rows,
-        skipped=tuple(skipped),
-        tiers=tiers,
-        limited=limited,
+        **policy,
     )
 
 
@@ -339,13 +344,4 @@ def _plan_clustering(manifest: Manifest, clustering: Clustering, options: Compac
                 cluster_run=g.run,
             )
         )
-    return CompactionPlan(
-        table=table or "",
-        read_version=manifest.version,
-        options=options,
-        groups=tuple(out),
-        fragments_before=len(manifest.fragments),
-        rows_before=manifest.rows,
-        limited=limited,
-        clustering=report,
-    )
+    return _plan(manifest, options, table, out, limited=limited, clustering=report)
