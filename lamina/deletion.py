@@ -131,6 +131,11 @@ class StoredDeletionFiles:
             ) from None
         return AddressMapping.from_bytes(data, self.store.describe(path))
 
+    def read_columns(self, fragment: Fragment, schema: pa.Schema, columns: list[str]) -> pa.Table:
+        from lamina.datafile import read_fragment  # datafile reads deletion files: imported when first needed
+
+        return read_fragment(self.store, fragment, schema, columns)
+
 
 def live_mask(fragment: Fragment, deleted: np.ndarray) -> np.ndarray | None:
     """Boolean mask of live physical rows, or None when nothing is deleted."""

@@ -32,6 +32,10 @@ class SchemaMismatch(InvalidArgument):
     """Data does not match the table's schema."""
 
 
+class DuplicateKey(InvalidArgument):
+    """A merge's source holds a key more than once: which of its rows a matched target row takes is undefined."""
+
+
 class ShardStopped(SchemaMismatch):
     """A WAL applier stopped its shard: the table's schema changed in a way the shard's
     unflushed WAL rows cannot follow. Nothing is lost: they stay in the WAL."""

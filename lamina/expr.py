@@ -147,6 +147,27 @@ class Opaque:
 Node = Column | Compare | In | Between | Like | IsNull | Relation | Const | And | Or | Not | Opaque
 
 
+@dataclass(frozen=True, slots=True)
+class Arith:
+    """``left op right``, op one of + - * /: a value computed from a row (``Table.update``'s expressions),
+    not a condition. Checked arithmetic: an overflow or a division by zero is an error, never a wrapped value."""
+
+    op: str
+    left: Value
+    right: Value
+
+
+@dataclass(frozen=True, slots=True)
+class Negate:
+    """``-operand``."""
+
+    operand: Value
+
+
+#: A value expression (``lamina.filter.parse_value``): a column, a literal, or arithmetic over them.
+Value = Column | Literal | Arith | Negate
+
+
 # -- to Arrow -------------------------------------------------------------------------------------
 #: The comparisons of the filter language, as calls on pyarrow expressions (``lamina.polars`` maps Polars' to them).
 COMPARE = {
@@ -203,6 +224,10 @@ def _operand(o: Column | Literal) -> pc.Expression:
     return ref(o) if isinstance(o, Column) else pc.scalar(o.value)
 
 
+#: The arithmetic of value expressions, as checked pyarrow compute calls (an overflow raises).
+ARITH = {"+": pc.add_checked, "-": pc.subtract_checked, "*": pc.multiply_checked, "/": pc.divide_checked}
+
+
 def _compare(node: Compare) -> tuple[pc.Expression, str]:
     r = ref(node.column)
     if node.value is None:
@@ -228,19 +253,40 @@ _TO_ARROW = {
     Relation: lambda n: (COMPARE[n.op](_operand(n.left), _operand(n.right)), ""),
     Const: lambda n: (pc.scalar(arrays.scalar(n.value, pa.bool_())), ""),
     Opaque: lambda n: (n.expression, ""),
+    Column: lambda n: (ref(n), ""),
+    Literal: lambda n: (_operand(n), ""),
+    Arith: lambda n: (ARITH[n.op](_arrow(n.left)[0], _arrow(n.right)[0]), ""),
+    Negate: lambda n: (pc.negate_checked(_arrow(n.operand)[0]), ""),
 }
 
 
-def _arrow(node: Node) -> tuple[pc.Expression, str]:
+def _arrow(node: Node | Value) -> tuple[pc.Expression, str]:
     convert = _TO_ARROW.get(type(node))
     if convert is None:
         raise TypeError(f"not a filter node: {node!r}")
     return convert(node)
 
 
-def to_arrow(node: Node) -> pc.Expression:
-    """The pyarrow compute expression a scan evaluates for ``node``."""
+def to_arrow(node: Node | Value) -> pc.Expression:
+    """The pyarrow compute expression a scan evaluates for ``node`` (a filter, or a value expression)."""
     return _arrow(node)[0]
+
+
+def evaluate(node: Value, table: pa.Table) -> pa.ChunkedArray | pa.Array | pa.Scalar:
+    """A value expression's value for every row of ``table``: a scalar when it reads no column. Checked
+    arithmetic (``ARITH``): an overflow or a division by zero raises ``ArrowInvalid``."""
+    if isinstance(node, Column):
+        out: Any = table.column(node.path[0])
+        for part in node.path[1:]:
+            out = pc.struct_field(out, part)
+        return out
+    if isinstance(node, Literal):
+        return node.value if isinstance(node.value, pa.Scalar) else pa.scalar(node.value)
+    if isinstance(node, Arith):
+        return ARITH[node.op](evaluate(node.left, table), evaluate(node.right, table))
+    if isinstance(node, Negate):
+        return pc.negate_checked(evaluate(node.operand, table))
+    raise TypeError(f"not a value expression: {node!r}")
 
 
 # -- index conjuncts ------------------------------------------------------------------------------

@@ -58,6 +58,19 @@ literals parse in well under a second), ``=`` terms ORed on one column are folde
 into one, and long AND/OR chains become balanced trees in which no AND (OR) is the
 direct operand of another, because Arrow flattens such chains before evaluating
 and recurses once per operand (a crash at about 10,000 ORed terms).
+
+Value expressions (``parse_value``: ``Table.update``'s ``expressions``) compute one value per row
+from the same operands::
+
+    value     := term (("+" | "-") term)*
+    term      := factor (("*" | "/") factor)*
+    factor    := "-" factor | "(" value ")" | column | literal
+
+evaluated with pyarrow's checked arithmetic (``lamina.expr.evaluate``): NULL in, NULL out; an
+overflow or a division by zero is an error, not a wrapped value; ``/`` on two integers is integer
+division (truncating toward zero), as in SQL. At most ``MAX_VALUE_TERMS`` (1,000) operands and
+``MAX_FILTER_DEPTH`` levels of parentheses; anything that does not parse, or does not apply to the
+table's columns (``'a' * 2``), is ``InvalidFilter``.
 """
 
 from __future__ import annotations
@@ -77,6 +90,7 @@ from lamina import arrays
 from lamina.errors import InvalidFilter
 from lamina.expr import (
     And,
+    Arith,
     ArrowCall,
     ArrowField,
     ArrowLiteral,
@@ -89,12 +103,15 @@ from lamina.expr import (
     IsNull,
     Like,
     Literal,
+    Negate,
     Node,
     Not,
     Opaque,
     Or,
     Relation,
+    Value,
     conjuncts,
+    evaluate,
     fields_of,
     read_arrow,
     to_arrow,
@@ -111,17 +128,31 @@ _TOKEN = re.compile(
     )""",
     re.VERBOSE,
 )
+#: The tokens of a value expression: a filter's, with arithmetic and no sign glued to numbers (``a-1`` is ``a - 1``).
+_VALUE_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<num>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)
+      | (?P<str>'(?:[^']|'')*')
+      | (?P<dq>"(?:[^"]|"")*")
+      | (?P<bq>`[^`]*`)
+      | (?P<op><=|>=|<>|!=|==|=|<|>|\(|\)|,|\.|\+|-|\*|/)
+      | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
+    )""",
+    re.VERBOSE,
+)
 #: Limits on a filter string (module doc); each far above what a hand-written filter needs.
 MAX_FILTER_LENGTH = 10_000_000
 MAX_FILTER_TERMS = 100_000
 MAX_FILTER_DEPTH = 100
+#: Operands of one value expression (evaluated by recursion over its tree).
+MAX_VALUE_TERMS = 1_000
 #: Parsed filters up to this length are cached (repeated point lookups); longer ones are not kept.
 _CACHED_TEXT = 65_536
 
 _KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "NULL", "TRUE", "FALSE", "BETWEEN", "LIKE", "TIMESTAMP", "DATE"}
 
 
-__all__ = ["Conjunct", "Filter", "parse_filter", "from_expression"]
+__all__ = ["Conjunct", "Filter", "ValueExpression", "parse_filter", "parse_value", "from_expression"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -353,10 +384,10 @@ def _by_value(t: pa.DataType, op: str, v: Number) -> tuple[str, int | None]:
 _INTS = re.compile(r"\s*(-?\d+(?:\s*,\s*-?\d+){15,})(?=\s*\))")
 
 
-def _tokenize(text: str) -> list[_Tok]:
+def _tokenize(text: str, token: re.Pattern[str] = _TOKEN) -> list[_Tok]:
     toks: list[_Tok] = []
     pos, end = 0, len(text.rstrip())
-    match = _TOKEN.match
+    match = token.match
     while pos < end:
         if len(toks) >= 2 and toks[-1].value == "(" and toks[-2].value == "IN" and toks[-1].kind == "op":
             run = _INTS.match(text, pos)
@@ -386,14 +417,14 @@ class _Parser:
     """The grammar, building the bound tree of ``lamina.expr``: columns are looked up in the schema and
     literals put into the type of the column they are compared with as they are read."""
 
-    def __init__(self, text: str, schema: pa.Schema):
+    def __init__(self, text: str, schema: pa.Schema, toks: list[_Tok] | None = None):
         self.text, self.schema = text, schema
         if len(text) > MAX_FILTER_LENGTH:
             raise InvalidFilter(
                 f"filter {_short(text)} is longer than {MAX_FILTER_LENGTH:,} characters; split it into "
                 "several calls, or pass an Expression such as pyarrow.compute.field('id').isin(values)"
             )
-        self.toks = _tokenize(text)
+        self.toks = _tokenize(text) if toks is None else toks
         self.i = 0
         self.columns: set[str] = set()
         self.depth = 0
@@ -698,6 +729,120 @@ class _Parser:
         if other_type is not None:
             return Literal(self.cast(operand, other_type))
         return Literal(operand.value)
+
+
+class _ValueParser(_Parser):
+    """The value grammar (module doc) over the filter's operands: columns looked up in the schema, literals as
+    Python values (arithmetic puts them into the other operand's type)."""
+
+    def __init__(self, text: str, schema: pa.Schema):
+        super().__init__(text, schema, _tokenize(text, _VALUE_TOKEN))
+        self.operands = 0
+
+    def parse_value(self) -> Value:
+        if not self.toks:
+            raise InvalidFilter('empty expression: pass a value such as "price * 1.1"')
+        value = self.sum_()
+        t = self.peek()
+        if t is not None:
+            raise InvalidFilter(f"cannot parse expression {_short(self.text)}: unexpected {t.value!r} at position {t.pos}")
+        return value
+
+    def _op(self, *ops: str) -> str | None:
+        t = self.peek()
+        if t is not None and t.kind == "op" and t.value in ops:
+            self.i += 1
+            return t.value
+        return None
+
+    def sum_(self) -> Value:
+        value = self.product()
+        while (op := self._op("+", "-")) is not None:
+            value = Arith(op, value, self.product())
+        return value
+
+    def product(self) -> Value:
+        value = self.factor()
+        while (op := self._op("*", "/")) is not None:
+            value = Arith(op, value, self.factor())
+        return value
+
+    def _deeper(self, at: int) -> None:
+        self.depth += 1
+        if self.depth > MAX_FILTER_DEPTH:
+            raise InvalidFilter(
+                f"expression {_short(self.text)} nests more than {MAX_FILTER_DEPTH} deep (at position {at}); write it flatter"
+            )
+
+    def factor(self) -> Value:
+        t = self.peek()
+        if t is None:
+            raise InvalidFilter(f"cannot parse expression {_short(self.text)}: expected a value at the end")
+        if self._op("-") is not None:
+            self._deeper(t.pos)
+            inner = self.factor()
+            self.depth -= 1
+            if isinstance(inner, Literal) and _is_number(inner.value):
+                return Literal(-inner.value)
+            return Negate(inner)
+        if self._op("(") is not None:
+            self._deeper(t.pos)
+            value = self.sum_()
+            self.expect("op", ")")
+            self.depth -= 1
+            return value
+        self.operands += 1
+        if self.operands > MAX_VALUE_TERMS:
+            raise InvalidFilter(
+                f"expression {_short(self.text)} has more than {MAX_VALUE_TERMS:,} operands (at position {t.pos})"
+            )
+        if t.kind == "op":
+            raise InvalidFilter(
+                f"cannot parse expression {_short(self.text)}: expected a column or a value at position {t.pos}, got {t.value!r}"
+            )
+        operand = self.operand()
+        return operand if isinstance(operand, Column) else Literal(operand.value)
+
+
+@dataclass(frozen=True, eq=False)
+class ValueExpression:
+    """A parsed value expression (``parse_value``): one value per row, e.g. ``price * 1.1``."""
+
+    text: str
+    tree: Value
+    #: The top-level columns it reads.
+    columns: frozenset[str]
+    #: The type of its values over the table's schema.
+    type: pa.DataType
+
+    @property
+    def expression(self) -> pc.Expression:
+        """The same computation as a pyarrow expression (for a dataset scan's projection)."""
+        return to_arrow(self.tree)
+
+    def evaluate(self, table: pa.Table) -> pa.ChunkedArray:
+        """Its value for every row of ``table`` (which holds ``columns``); pyarrow's error on an overflow or a
+        division by zero (``ArrowInvalid``)."""
+        out = evaluate(self.tree, table)
+        if isinstance(out, pa.Scalar):  # reads no column: the same value on every row
+            return pa.chunked_array([pa.repeat(out, table.num_rows)], out.type)
+        return out if isinstance(out, pa.ChunkedArray) else pa.chunked_array([out], out.type)
+
+
+def parse_value(text: str, schema: pa.Schema) -> ValueExpression:
+    """Parses a value expression (module doc) over ``schema``'s columns; ``InvalidFilter`` if it does not
+    parse or does not apply to their types (checked on no rows, so before anything is read)."""
+    if not isinstance(text, str):
+        raise InvalidFilter(f'an expression is a string such as "price * 1.1", not {type(text).__name__}')
+    if len(text) > MAX_FILTER_LENGTH:
+        raise InvalidFilter(f"expression {_short(text)} is longer than {MAX_FILTER_LENGTH:,} characters")
+    p = _ValueParser(text, schema)
+    tree = p.parse_value()
+    try:
+        out = evaluate(tree, schema.empty_table())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+        raise InvalidFilter(f"expression {_short(text)} does not apply to this table: {e}") from None
+    return ValueExpression(text, tree, frozenset(p.columns), out.type)
 
 
 def _equality(node: Node) -> tuple[Column, pa.Scalar] | None:

@@ -586,6 +586,7 @@ class ShardApplier:
                     deltas,
                     {watermark_key(self.shard, s): n for s, n in moved.items()},
                     {watermark_key(self.shard, s): self.starts.get(s, 0) for s in moved},
+                    keys=changed_keys,
                 )
             except Exception:
                 self.stats.flush_failures += 1

@@ -342,6 +342,69 @@ class WalFlushRecord(TransactionRecord):
         }
 
 
+#: What a ``merge`` record's ``kind`` may say: a merge by key (``Table.merge``) or an update by filter (``Table.update``).
+MERGE_KINDS = ("merge", "update")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergeRecord(TransactionRecord):
+    """``merge``: rows rewritten by key (``Table.merge``) or by filter (``Table.update``): new fragments with
+    the updated and inserted rows, deletions of the rows' old versions and of the rows deleted."""
+
+    operation: str = field(default="merge", init=False)
+    kind: str = "merge"  # merge | update
+    #: The key columns of a merge (empty for an update).
+    on: tuple[str, ...] = ()
+    #: An update's filter; a merge's not-matched-by-source filter ("" for none).
+    predicate: str = ""
+    fragment_ids: tuple[int, ...] = ()
+    rows: int = 0
+    deleted_fragment_ids: tuple[int, ...] = ()
+    removed_fragment_ids: tuple[int, ...] = ()
+    #: Fragments some of whose rows it updated (their old versions deleted): a concurrent delete checks them.
+    updated_fragment_ids: tuple[int, ...] = ()
+    rows_deleted: int = 0
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+    @classmethod
+    def _fields_from(cls, f: _Fields) -> dict[str, Any]:
+        kind = f.text("kind")
+        if kind not in MERGE_KINDS:
+            raise _Malformed(f"kind is {kind!r}, not one of {', '.join(MERGE_KINDS)}")
+        return {
+            "kind": kind,
+            "on": f.texts("on"),
+            "predicate": f.text("predicate"),
+            "fragment_ids": f.id_run("fragment_ids"),
+            "rows": f.number("rows"),
+            "deleted_fragment_ids": f.numbers("deleted_fragment_ids"),
+            "removed_fragment_ids": f.numbers("removed_fragment_ids"),
+            "updated_fragment_ids": f.numbers("updated_fragment_ids"),
+            "rows_deleted": f.number("rows_deleted"),
+            "inserted": f.number("inserted"),
+            "updated": f.number("updated"),
+            "deleted": f.number("deleted"),
+        }
+
+    def _details(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "on": list(self.on),
+            "predicate": self.predicate,
+            "fragment_ids": _id_run(self.fragment_ids),
+            "rows": self.rows,
+            "deleted_fragment_ids": list(self.deleted_fragment_ids),
+            "removed_fragment_ids": list(self.removed_fragment_ids),
+            "updated_fragment_ids": list(self.updated_fragment_ids),
+            "rows_deleted": self.rows_deleted,
+            "inserted": self.inserted,
+            "updated": self.updated,
+            "deleted": self.deleted,
+        }
+
+
 @dataclass(frozen=True, kw_only=True)
 class ConfigureRecord(TransactionRecord):
     """``configure``: entries of the table's ``config`` set (a value) or removed (null), e.g. its
@@ -406,6 +469,7 @@ RECORD_TYPES: dict[str, type[TransactionRecord]] = {
         ConfigureRecord,
         RestoreRecord,
         DropRecord,
+        MergeRecord,
     )
 }
 

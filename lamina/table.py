@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from lamina.dataset import LaminaDataset
     from lamina.drop import DropStats
     from lamina.index import IndexOptions
+    from lamina.merge import MergeBuilder
     from lamina.verify import VerifyReport
 
 
@@ -273,6 +274,42 @@ class Table:
         record = self.commit_transaction(Delete(base.version, deltas, predicate=flt.text)).record
         assert isinstance(record, DeleteRecord)
         return record.rows
+
+    def merge(self, source: DataLike, on: str | Sequence[str] | None = None, *, chunk_rows: int | None = None) -> MergeBuilder:
+        """A merge of ``source`` into this table by the key columns ``on`` (default: the primary key): add clauses,
+        then ``execute()`` commits it as one version (``lamina.merge``; docs/OPERATIONS.md, "Merge and update").
+
+        ``source``: anything ``append`` takes. A key holding a NULL matches nothing (SQL); the source may hold
+        each key once (``DuplicateKey``). It is read ``chunk_rows`` rows at a time (default 1,048,576), each
+        chunk's updated and inserted rows written before the next: memory is a chunk plus the source's keys.
+
+        >>> t.merge(changes, on="id").when_matched_update().when_not_matched_insert().execute()
+        MergeResult(inserted=3, updated=12, deleted=0, version=8)
+        >>> t.merge(snapshot, on=["region", "id"]).when_matched_update(["qty"]).when_not_matched_by_source_delete().execute()
+        """
+        from lamina.merge import MergeBuilder
+
+        return MergeBuilder(self, source, on, chunk_rows)
+
+    def update(
+        self,
+        filter: str | pa.compute.Expression,
+        *,
+        values: dict[str, Any] | None = None,
+        expressions: dict[str, str] | None = None,
+    ) -> int:
+        """Sets columns of the rows matching ``filter``: ``values`` maps a column to a value, ``expressions`` to
+        an expression over the row as it was (``"price * 1.1"``: ``+ - * /``, parentheses, columns, literals;
+        ``lamina.filter.parse_value``), its result cast to the column's type (an error if a value does not fit).
+        The rows are rewritten as new fragments and their old versions deleted, in one commit; returns how
+        many were updated (0: no commit).
+
+        >>> t.update("qty < 0", values={"qty": 0})
+        >>> t.update("region = 'eu'", expressions={"price": "price * 1.1"})
+        """
+        from lamina.merge import update
+
+        return update(self, filter, values=values, expressions=expressions)
 
     def set_clustering(self, columns: str | Sequence[str] | None, curve: str = "hilbert", *, sample_fragments: int = 64) -> int:
         """Sets the table's clustering keys (None: removes them); returns the new version. Writes no data:

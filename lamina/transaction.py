@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
+import pyarrow as pa
 
 from lamina.errors import CommitConflict, SchemaMismatch, TableDropped, TableExists
 from lamina.manifest import (
@@ -52,6 +53,7 @@ from lamina.records import (
     DeleteRecord,
     DropRecord,
     IndexChangeRecord,
+    MergeRecord,
     OverwriteRecord,
     RestoreRecord,
     RewriteRecord,
@@ -69,13 +71,16 @@ DISJOINT = "disjoint fragments"  # conflict only if we rewrote the same fragment
 UNCOVER = "uncover"  # their rewritten fragments drop out of my index coverage
 DISTINCT_NAMES = "distinct names"  # conflict only if the same index name
 WATERMARKS = "watermarks"  # conflict only if they flushed WAL transactions I hold; else merge deletions
+KEYS = "keys"  # conflict if their new rows hold a key I write (or they deleted a row I update); else merge deletions
+LIVE_ROWS = "live rows"  # conflict if they deleted a row I update (it would come back); else merge deletions
+UPDATED_ROWS = "updated rows"  # conflict if I delete a row they updated (its new version would stay); else merge deletions
 DROPPED = "dropped"  # they dropped the table: TableDropped, nothing is committed
 CONFLICT = "conflict"
 
 #: ``RewriteGroup.source_deletions`` marker: a concurrent delete removed the whole source fragment.
 REMOVED = "<removed>"
 
-OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite", "wal_flush", "configure", "restore", "drop")
+OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite", "wal_flush", "configure", "restore", "drop", "merge")
 
 MATRIX: dict[tuple[str, str], str] = {
     ("append", "append"): REBASE,
@@ -126,6 +131,22 @@ MATRIX: dict[tuple[str, str], str] = {
     ("create_index", "restore"): CONFLICT,
     ("overwrite", "restore"): REBASE,
     ("wal_flush", "restore"): CONFLICT,
+    # A merge (Table.merge, Table.update) is new fragments plus deletions like a WAL flush, without watermarks;
+    # its new rows replace rows it deletes, and a merge's rows are keyed (docs/FORMAT.md §8 says why each cell).
+    ("merge", "append"): KEYS,
+    ("merge", "delete"): LIVE_ROWS,
+    ("merge", "rewrite"): REMAP_DELETIONS,
+    ("merge", "create_index"): REBASE,
+    ("merge", "overwrite"): CONFLICT,
+    ("merge", "wal_flush"): KEYS,
+    ("merge", "merge"): KEYS,
+    ("append", "merge"): REBASE,
+    ("delete", "merge"): UPDATED_ROWS,
+    ("rewrite", "merge"): CARRY_DELETIONS,
+    ("create_index", "merge"): REBASE,
+    ("overwrite", "merge"): REBASE,
+    ("wal_flush", "merge"): KEYS,
+    ("merge", "restore"): CONFLICT,  # as over an overwrite: the rows it matched may be gone
     # A configure changes table settings only (e.g. clustering keys): independent of every data change,
     # and two configures apply in commit order, each setting only its own entries.
     **{("configure", op): REBASE for op in OPERATIONS if op != "drop"},
@@ -160,6 +181,10 @@ class DeletionFiles(Protocol):
 
     def read_mapping(self, path: str) -> AddressMapping:
         """The rewrite mapping held by the mapping file at ``path`` (docs/FORMAT.md §6)."""
+        ...
+
+    def read_columns(self, fragment: Fragment, schema: pa.Schema, columns: list[str]) -> pa.Table:
+        """``columns`` of the live rows of ``fragment`` (a merge reads a concurrent writer's new keys)."""
         ...
 
 
@@ -376,6 +401,29 @@ class Append(Transaction):
         )
 
 
+def remap_offsets(deltas: dict[int, np.ndarray], record: RewriteRecord, files: DeletionFiles) -> dict[int, np.ndarray]:
+    """``deltas`` (fragment id -> offsets) with the offsets in fragments ``record`` rewrote moved through its
+    mapping onto its new fragments (offsets of rows the rewrite dropped, and of outputs never committed, go)."""
+    deltas = dict(deltas)
+    moved: dict[int, list[np.ndarray]] = {}
+    for group in record.groups:
+        new_ids = group.new_fragment_ids
+        if not deltas.keys() & set(group.old_fragment_ids):
+            continue
+        mapping = group.mapping if group.mapping is not None else files.read_mapping(str(group.mapping_file))
+        for old in group.old_fragment_ids:
+            if old in deltas:
+                outs, offs = mapping.map(old, deltas.pop(old))
+                for out in np.unique(outs).tolist():
+                    if new_ids[out] < 0:
+                        continue  # that output was never committed: all its rows were deleted
+                    moved.setdefault(new_ids[out], []).append(offs[outs == out].astype(np.uint32))
+    for fid, parts in moved.items():
+        merged = np.concatenate([deltas.get(fid, np.zeros(0, np.uint32))] + parts)
+        deltas[fid] = np.unique(merged.astype(np.uint32))
+    return deltas
+
+
 class Delete(Transaction):
     """New deleted offsets per fragment, merged into the fragments' deletion files.
 
@@ -396,28 +444,34 @@ class Delete(Transaction):
 
     def _rebase(self: _D, rule: str, theirs: Manifest, files: DeletionFiles) -> _D:
         deltas = dict(self.deltas)
-        if rule == REMAP_DELETIONS:
+        if rule == UPDATED_ROWS:
+            self._check_not_updated(theirs, files)
+        elif rule == REMAP_DELETIONS:
             record = theirs.record
             assert isinstance(record, RewriteRecord)
-            moved: dict[int, list[np.ndarray]] = {}
-            for group in record.groups:
-                new_ids = group.new_fragment_ids
-                if not deltas.keys() & set(group.old_fragment_ids):
-                    continue
-                mapping = group.mapping if group.mapping is not None else files.read_mapping(str(group.mapping_file))
-                for old in group.old_fragment_ids:
-                    if old in deltas:
-                        outs, offs = mapping.map(old, deltas.pop(old))
-                        for out in np.unique(outs).tolist():
-                            if new_ids[out] < 0:
-                                continue  # that output was never committed: all its rows were deleted
-                            moved.setdefault(new_ids[out], []).append(offs[outs == out].astype(np.uint32))
-            for fid, parts in moved.items():
-                merged = np.concatenate([deltas.get(fid, np.zeros(0, np.uint32))] + parts)
-                deltas[fid] = np.unique(merged.astype(np.uint32))
+            deltas = remap_offsets(deltas, record, files)
         # Fragments gone from theirs (fully deleted) need nothing more from me.
         live = find_fragments(theirs.fragments, deltas)
         return self._replace(deltas={fid: d for fid, d in deltas.items() if fid in live})
+
+    def _check_not_updated(self, theirs: Manifest, files: DeletionFiles) -> None:
+        """CommitConflict if a row I delete was deleted by their merge in a fragment where it updated rows:
+        their new version of it would stay (conservative: the merge may have deleted it, not updated it)."""
+        record = theirs.record
+        assert isinstance(record, MergeRecord)
+        shared = sorted(set(record.updated_fragment_ids) & self.deltas.keys())
+        frags = find_fragments(theirs.fragments, shared)
+        for fid in shared:
+            mine, frag = self.deltas[fid], frags.get(fid)
+            hit = mine if frag is None else mine[np.isin(mine, files.read(frag))]
+            if len(hit):
+                raise _conflict(
+                    self,
+                    theirs,
+                    files.uri,
+                    f"its {record.kind} updated rows of fragment {fid}, the row at offset {int(hit[0])} this deletes among "
+                    f"them perhaps (its new version would stay)",
+                )
 
     def prepare(self, base: Manifest, files: DeletionFiles) -> Delete:
         frags = find_fragments(base.fragments, self.deltas)
@@ -481,7 +535,8 @@ class WalFlush(Delete):
 
     ``starts`` are the watermarks the applier started from; a concurrent flush that moved any
     of them (another applier flushed the same WAL transactions) is a conflict, so no WAL
-    transaction is ever committed twice.
+    transaction is ever committed twice. ``keys``: the primary keys it upserts or deletes; a
+    concurrent merge whose new rows hold one of them is a conflict (both would keep a version).
     """
 
     operation = "wal_flush"
@@ -493,11 +548,13 @@ class WalFlush(Delete):
         deltas: dict[int, np.ndarray],
         watermarks: dict[str, int],
         starts: dict[str, int],
+        keys: pa.Array | None = None,
     ):
         super().__init__(read_version, deltas, predicate="")
         self.fragments = fragments
         self.watermarks = dict(watermarks)
         self.starts = dict(starts)
+        self.keys = keys
         self.written += [f.path for f in fragments]
 
     def new_fragments(self) -> list[Fragment]:
@@ -509,7 +566,25 @@ class WalFlush(Delete):
             if moved:
                 raise _conflict(self, theirs, files.uri, f"WAL segments {moved} were flushed by another applier")
             rule = MERGE_DELETIONS
+        elif rule == KEYS:
+            self._check_keys(theirs, files)
+            rule = MERGE_DELETIONS
         return super()._rebase(rule, theirs, files)
+
+    def _check_keys(self, theirs: Manifest, files: DeletionFiles) -> None:
+        """CommitConflict if their merge's new rows hold a key this flush upserts or deletes."""
+        pk = theirs.primary_key
+        if self.keys is None or len(pk) != 1:
+            if self.deltas:  # keys it supersedes, but not which: nothing to tell a collision by
+                raise _conflict(self, theirs, files.uri, "this flush replaces rows but does not say their keys")
+            return
+        try:
+            keys = pa.table({pk[0]: self.keys.cast(theirs.schema.field(pk[0]).type)})
+        except (pa.ArrowException, KeyError) as e:
+            raise _conflict(self, theirs, files.uri, f"its keys cannot be compared with this flush's ({e})") from None
+        shared = shared_key(theirs, files, new_fragment_ids(theirs.record), keys)
+        if shared is not None:
+            raise _conflict(self, theirs, files.uri, f"its new rows hold key {shared}, which this flush writes too")
 
     def apply(self, base: Manifest) -> Manifest:
         behind = sorted(k for k in self.watermarks if base.wal_watermarks.get(k, 0) != self.starts.get(k, 0))
@@ -533,6 +608,150 @@ class WalFlush(Delete):
             next_fragment_id=next_id,
             next_row_id=next_row,
             wal_watermarks={**base.wal_watermarks, **self.watermarks},
+        )
+
+
+def new_fragment_ids(record: TransactionRecord) -> tuple[int, ...]:
+    """The fragments a committed transaction added (appends, WAL flushes, merges)."""
+    if isinstance(record, (AppendRecord, WalFlushRecord, MergeRecord)):
+        return record.fragment_ids
+    return ()
+
+
+def deleted_fragment_ids(record: TransactionRecord) -> set[int]:
+    """The fragments a committed transaction deleted rows of (given a new deletion file, or removed)."""
+    if isinstance(record, DeleteRecord):
+        return set(record.fragment_ids) | set(record.removed_fragment_ids)
+    if isinstance(record, (WalFlushRecord, MergeRecord)):
+        return set(record.deleted_fragment_ids) | set(record.removed_fragment_ids)
+    return set()
+
+
+def shared_key(theirs: Manifest, files: DeletionFiles, fragment_ids: Iterable[int], keys: pa.Table) -> dict[str, Any] | None:
+    """A key of ``keys`` (a table of key columns) held by a live row of one of ``theirs``' fragments
+    ``fragment_ids``, or None; their key columns are read one fragment at a time."""
+    frags = find_fragments(theirs.fragments, fragment_ids)
+    names = keys.column_names
+    for fid in sorted(frags):
+        rows = files.read_columns(frags[fid], theirs.schema, names)
+        if rows.num_rows:
+            hit = rows.cast(keys.schema).join(keys, names, join_type="left semi")
+            if hit.num_rows:
+                found: dict[str, Any] = hit.slice(0, 1).to_pylist()[0]
+                return found
+    return None
+
+
+class Merge(Delete):
+    """Rows rewritten by key (``Table.merge``, ``kind="merge"``) or by filter (``Table.update``, ``kind="update"``):
+    new fragments holding the updated and inserted rows, and the deletion of the rows' old versions
+    (``replaced``, fragment id -> offsets) and of the rows deleted, in one commit. A WAL flush without
+    watermarks, whose rows are keyed by ``keys`` (a merge's source keys, a table of the ``on`` columns;
+    None for an update).
+
+    Replayed over a concurrent commit (docs/FORMAT.md §8): new rows of theirs holding one of ``keys``
+    conflict (the table would hold the key twice), and so does a row of ``replaced`` they deleted (the
+    update would bring it back); the rest of their deletions merge with mine.
+    """
+
+    operation = "merge"
+
+    def __init__(
+        self,
+        read_version: int,
+        fragments: list[Fragment],
+        deltas: dict[int, np.ndarray],
+        replaced: dict[int, np.ndarray],
+        *,
+        kind: str = "merge",
+        on: Sequence[str] = (),
+        keys: pa.Table | None = None,
+        predicate: str = "",
+        inserted: int = 0,
+    ):
+        super().__init__(read_version, deltas, predicate=predicate)
+        self.fragments = list(fragments)
+        self.replaced: dict[int, np.ndarray] = {
+            fid: np.unique(np.asarray(o, dtype=np.uint32)) for fid, o in replaced.items() if len(o)
+        }
+        assert all(fid in self.deltas for fid in self.replaced), "a row a merge replaces is one it deletes"
+        self.kind = kind
+        self.on = tuple(on)
+        self.keys = keys
+        self.inserted = inserted
+        self.written += [f.path for f in self.fragments]
+
+    def new_fragments(self) -> list[Fragment]:
+        return self.fragments
+
+    @property
+    def updated(self) -> int:
+        """Rows it updates: each replaced row has its new version in the new fragments."""
+        return sum(len(o) for o in self.replaced.values())
+
+    def _rebase(self, rule: str, theirs: Manifest, files: DeletionFiles) -> Merge:
+        if rule in (KEYS, LIVE_ROWS):
+            if rule == KEYS:
+                self._check_keys(theirs, files)
+            self._check_live(theirs, files)
+            rule = MERGE_DELETIONS
+        replaced = self.replaced
+        if rule == REMAP_DELETIONS:
+            record = theirs.record
+            assert isinstance(record, RewriteRecord)
+            replaced = remap_offsets(replaced, record, files)
+            if sum(len(o) for o in replaced.values()) != self.updated:
+                raise _conflict(self, theirs, files.uri, f"rows this {self.kind} updates are gone from the rewritten fragments")
+        new = super()._rebase(rule, theirs, files)
+        return new._replace(replaced={fid: o for fid, o in replaced.items() if fid in new.deltas})
+
+    def _check_keys(self, theirs: Manifest, files: DeletionFiles) -> None:
+        if self.keys is None or not self.keys.num_rows:
+            return
+        shared = shared_key(theirs, files, new_fragment_ids(theirs.record), self.keys)
+        if shared is not None:
+            raise _conflict(self, theirs, files.uri, f"its new rows hold key {shared}, which this merge writes too")
+
+    def _check_live(self, theirs: Manifest, files: DeletionFiles) -> None:
+        shared = sorted(deleted_fragment_ids(theirs.record) & self.replaced.keys())
+        frags = find_fragments(theirs.fragments, shared)
+        for fid in shared:
+            mine, frag = self.replaced[fid], frags.get(fid)
+            hit = mine if frag is None else mine[np.isin(mine, files.read(frag))]
+            if len(hit):
+                where = f"fragment {fid}, offset {int(hit[0])}"
+                raise _conflict(
+                    self,
+                    theirs,
+                    files.uri,
+                    f"it deleted a row this {self.kind} updates ({where}): the update would bring it back",
+                )
+
+    def apply(self, base: Manifest) -> Manifest:
+        new, next_id, next_row = assign_ids(base, self.fragments)
+        fragments, removed, touched = self._deleted(base, next_id, next_row)
+        record = MergeRecord(
+            **self._header(),
+            kind=self.kind,
+            on=self.on,
+            predicate=self.predicate,
+            fragment_ids=tuple(f.id for f in new),
+            rows=sum(f.rows for f in new),
+            deleted_fragment_ids=tuple(touched),
+            removed_fragment_ids=tuple(removed),
+            updated_fragment_ids=tuple(sorted(self.replaced)),
+            rows_deleted=self._rows_deleted,
+            inserted=self.inserted,
+            updated=self.updated,
+            # rows deleted outright: newly deleted rows that are not old versions of updated rows
+            deleted=max(0, self._rows_deleted - self.updated),
+        )
+        return self._next(
+            base,
+            record,
+            fragments=appended(fragments, new, next_id, next_row),
+            next_fragment_id=next_id,
+            next_row_id=next_row,
         )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 
+import pyarrow as pa
 import pytest
 
 import lamina
@@ -58,6 +59,10 @@ def do(op, who, table, *, overlap_rewrite=True, index_name=None):
         table.restore(2)
     elif op == "drop":  # what lamina.drop_table commits before it removes anything
         commit(table.store, Drop(table.version), table.manifest)
+    elif op == "merge":  # updates 5 rows of a fragment (mine: the one theirs rewrites) and inserts 5 new keys
+        start, new = (220, 1100) if who == "mine" else (130, 1200)
+        source = pa.concat_tables([rows(start, 5, seed=1), rows(new, 5)])
+        table.merge(source, on="id").when_matched_update().when_not_matched_insert().execute()
 
 
 def model(op, who, ids):
@@ -71,6 +76,8 @@ def model(op, who, ids):
         return ids | set(range(3000, 3010) if who == "mine" else range(4000, 4010))
     if op == "restore":
         return set(range(100))
+    if op == "merge":
+        return ids | set(range(1100, 1105) if who == "mine" else range(1200, 1205))
     return ids
 
 
