@@ -235,8 +235,8 @@ class ClusterRewrite:
     """A ``cluster`` group: the live rows of its sources sorted along the table's curve and cut into
     fragments of the targets with disjoint curve ranges (one sorted run), every row's move in the mapping.
 
-    Memory: the group's live rows decoded, twice (as read and sorted), plus the output being encoded;
-    the planner keeps a group's source bytes under ``cluster_max_bytes``."""
+    Memory: about three times the group's live rows decoded (as read, as sorted, and the output being
+    encoded); the planner keeps a group's source bytes under ``cluster_max_bytes``."""
 
     def __init__(self, task: GroupTask, result: GroupResult):
         assert task.clustering is not None, "a cluster group is planned only for a table with clustering keys"
