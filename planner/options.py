@@ -57,8 +57,8 @@ class CompactionOptions:
     #: 4: 0.83 at 1.6x; docs/BENCHMARKS.md, "Clustering").
     cluster_tier_ratio: int = 3
     cluster_merge_width: int = 3
-    #: clustering: a group's source bytes stay under this (its task sorts the rows in memory: about
-    #: 3-5x this in decoded rows); a sorted run this large merges no more.
+    #: clustering: a group's source bytes stay under this (its task sorts the rows in memory: about 3x
+    #: the decoded rows, which are 1-5x these bytes); a sorted run this large merges no more.
     cluster_max_bytes: int = 512 * MiB
     #: clustering: merge sorted runs only while some key's overlap depth (fragments a point filter reads on
     #: average, ``Table.stats().clustering``) is above this; 0: whenever the tier rules fire.
