@@ -230,24 +230,31 @@ class ClusteringStats:
 
 def overlap(clustering: Clustering, fragments: Iterable[Fragment]) -> ClusteringStats:
     """The clustering metric over ``fragments`` (from their zone maps and cluster ranges; no I/O)."""
-    extents: list[list[tuple[int, int]]] = [[] for _ in clustering.columns]
-    n = clustered = 0
+    extents: list[list[tuple[int, int]]] = []
+    clustered = 0
     runs: set[str] = set()
     key = clustering.key
     for f in fragments:
-        n += 1
         if f.cluster is not None and f.cluster.key == key:
             clustered += 1
             runs.add(f.cluster.run)
         else:
             runs.add(f"fragment {f.id}")
-        for i, e in enumerate(clustering.extents(f)):
-            extents[i].append(e)
+        extents.append(clustering.extents(f))
+    return overlap_of(clustering, extents, clustered, len(runs))
+
+
+def overlap_of(
+    clustering: Clustering, extents: Sequence[Sequence[tuple[int, int]]], clustered: int, runs: int
+) -> ClusteringStats:
+    """The metric from each fragment's ``Clustering.extents`` (one per fragment, in any order), how many
+    fragments are clustered and how many runs there are: what ``overlap`` and the planner (which
+    collects the same while it plans) both report."""
     keys = []
-    for column, ext in zip(clustering.columns, extents):
-        depth, skipped = curve.overlap_stats(ext)
+    for k, column in enumerate(clustering.columns):
+        depth, skipped = curve.overlap_stats([e[k] for e in extents])
         keys.append(KeyOverlap(column, depth, skipped))
-    return ClusteringStats(clustering.columns, clustering.curve, n, clustered, len(runs), tuple(keys))
+    return ClusteringStats(clustering.columns, clustering.curve, len(extents), clustered, runs, tuple(keys))
 
 
 def clustering_stats(manifest: Manifest) -> ClusteringStats | None:
@@ -256,4 +263,14 @@ def clustering_stats(manifest: Manifest) -> ClusteringStats | None:
     return None if clustering is None else overlap(clustering, manifest.fragments)
 
 
-__all__ = ["CONFIG_KEY", "Clustering", "ClusteringStats", "KeyOverlap", "choose", "clustering_stats", "drifted", "overlap"]
+__all__ = [
+    "CONFIG_KEY",
+    "Clustering",
+    "ClusteringStats",
+    "KeyOverlap",
+    "choose",
+    "clustering_stats",
+    "drifted",
+    "overlap",
+    "overlap_of",
+]

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lamina.clustering import Clustering
+from lamina.clustering import Clustering, ClusteringStats, overlap_of
 from lamina.curve import CELL_BITS
 from lamina.manifest import Fragment
 from lamina.planner.eligibility import DELETIONS, candidate_reason
@@ -81,15 +81,23 @@ class ClusterReport:
 
     columns: tuple[str, ...]
     curve: str
-    runs_before: int
+    #: The clustering metric of the version planned (``Table.stats().clustering``): runs, depth per key now.
+    now: ClusteringStats
     level0_fragments: int
     runs_after: int
     full_runs: int
-    #: Per key: overlap depth now and predicted after this pass (fragments a point filter reads on average).
-    depth_before: tuple[float, ...]
+    #: Per key: overlap depth predicted after this pass (fragments a point filter reads on average).
     depth_after: tuple[float, ...]
     bytes_rewritten: int
     waiting: tuple[str, ...] = ()
+
+    @property
+    def runs_before(self) -> int:
+        return self.now.runs
+
+    @property
+    def depth_before(self) -> tuple[float, ...]:
+        return tuple(k.depth for k in self.now.keys)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -165,7 +173,6 @@ def plan_clustering(
                     run,
                 )
             )
-    runs_before = len(units)
     level0 = sum(1 for u in units if u.run is None)
     cap = options.cluster_max_bytes
     full = [u for u in units if u.bytes >= cap]
@@ -173,7 +180,8 @@ def plan_clustering(
 
     grid = 2**CELL_BITS
     d = len(clustering.columns)
-    before = [sum((e[k][1] - e[k][0] + 1) / grid for e in extents) for k in range(d)]
+    now = overlap_of(clustering, extents, sum(len(u.positions) for u in units if u.run is not None), len(units))
+    before = [k.depth for k in now.keys]
     trigger = options.cluster_depth_trigger
     quiet = trigger > 0 and max(before, default=0.0) <= trigger
     # Merge w units of one tier at a time, smallest tiers first, until no tier holds w (a tier whose
@@ -252,11 +260,10 @@ def plan_clustering(
     report = ClusterReport(
         clustering.columns,
         clustering.curve,
-        runs_before,
+        now,
         level0,
         len(open_units) + len(full),
         len(full),
-        tuple(before),
         tuple(max(0.0, a) for a in after),
         rewritten,
         tuple(waiting),

@@ -291,9 +291,13 @@ def plan_table(
     notes: list[str] = []
     compaction: CompactionPlan | None = None
     rewritten: set[int] = set()
+    #: The clustering metric: the clustering plan measures it while planning (no second pass over the
+    #: fragments); without one (compaction off, or the table has no keys: no pass) it is measured below.
+    clustering: ClusteringStats | None = None
 
     if policy.compact:
         compaction = plan_compaction(manifest, policy.compaction, name)
+        clustering = compaction.clustering.now if compaction.clustering is not None else None
         if compaction.groups:
             why: dict[str, int] = {}
             for g in compaction.groups:
@@ -380,7 +384,7 @@ def plan_table(
         tuple(expired),
         tuple(retiring),
         tuple(notes),
-        clustering_stats(manifest),
+        clustering if clustering is not None else clustering_stats(manifest),
     )
 
 

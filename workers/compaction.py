@@ -91,7 +91,7 @@ def tasks_for(
     """One task per group of ``plan`` (made from ``manifest``, the version it was planned on)."""
     frags = find_fragments(manifest.fragments, (i for g in plan.groups for i in g.fragment_ids))
     indices = tuple(IndexToExtend(ix.name, ix.uuid, ix.column, ix.kind, dict(ix.details)) for ix in manifest.indices)
-    clustering = plan.clustering and Clustering.from_config(manifest.config, f"version {manifest.version}")
+    clustering = Clustering.from_config(manifest.config, f"version {manifest.version}") if plan.clustering else None
     # A sorted run's row groups each hold a slice of the curve: smaller ones let statistics skip inside a fragment.
     sorted_run = dataclasses.replace(write, row_group_rows=min(write.row_group_rows, plan.options.cluster_row_group_rows))
     return [
@@ -105,7 +105,7 @@ def tasks_for(
             read_batch_bytes,
             manifest.stable_row_ids,
             indices,
-            clustering or None,
+            clustering,
         )
         for g in plan.groups
     ]

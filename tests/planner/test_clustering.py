@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from lamina import _native
-from lamina.clustering import Clustering
+from lamina.clustering import Clustering, overlap
 from lamina.manifest import ClusterRange, DeletionFile, Fragment, Manifest, RowGroup
 from lamina.planner import CompactionOptions, plan_compaction
 from lamina.planner.clustering import CLUSTER
@@ -206,6 +206,14 @@ def test_a_fragment_merged_by_size_is_not_also_rewritten_for_its_deletions():
     frags = sorted_run(0, "r", 1, 110, deleted=20) + [frag(1 + i, 100) for i in range(3)]  # 90 live: tier 3
     p = plan(*frags)
     assert groups(p) == [(0, 1, 2, 3)] and p.groups[0].cluster_run is None
+
+
+def test_the_plan_measures_the_same_overlap_as_table_stats():
+    frags = [frag(i, 400, zones=(Zone("x", "int", 5 * i, 5 * i + 4, True, 0, 0),)) for i in range(6)]
+    frags += sorted_run(6, "r", 3, 300)
+    p = plan(*frags)
+    assert p.clustering is not None and p.clustering.now == overlap(KEYS, frags)
+    assert p.clustering.runs_before == 7 and p.clustering.now.clustered_fragments == 3
 
 
 def test_plan_prints_and_serializes_the_clustering_view():
