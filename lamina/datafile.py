@@ -403,7 +403,7 @@ def read_fragment(
     them), as a streaming scan reads a large fragment a piece at a time.
     """
     out_cols, needed = _needed(schema, columns, flt)
-    lay = evolution.layout(fragment.schema, schema)  # the file's columns as today's (docs/FORMAT.md §2.1)
+    lay = evolution.layout(fragment.schema, schema)  # the file's columns as today's (docs/FORMAT.md §2.4)
     physical = lay.read_columns(needed)
     plan = prune.plan_fragment(store, fragment, schema, flt, lambda: open_parquet(store, fragment)) if flt is not None else None
     if row_groups is not None and len(row_groups) < len(fragment.row_groups):

@@ -1,4 +1,4 @@
-"""Schema evolution as metadata (docs/FORMAT.md §2.1): stable field ids, and how a data file written
+"""Schema evolution as metadata (docs/FORMAT.md §2.4): stable field ids, and how a data file written
 in one of a table's earlier schemas is read in today's.
 
 Every field of a table schema, nested ones too, has an id (``lamina:field_id`` in its Arrow metadata).

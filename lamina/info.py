@@ -43,9 +43,13 @@ class LiveFile:
     file_bytes: int
     deleted: tuple[int, ...]
     keep: tuple[tuple[int, int], ...]
+    #: None: the file's columns are the table's. A file written before a schema change (docs/FORMAT.md
+    #: §2.4): each of today's columns → the file's column holding it (None: not in the file, so null or
+    #: the column's default), to be renamed and cast to today's type.
+    columns: dict[str, str | None] | None = None
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict: the fields, with ``deleted`` and ``keep`` as lists."""
+        """A JSON-ready dict: the fields, with ``deleted`` and ``keep`` as lists (``columns`` only when set)."""
         return {
             "id": self.id,
             "path": self.path,
@@ -55,6 +59,7 @@ class LiveFile:
             "file_bytes": self.file_bytes,
             "deleted": list(self.deleted),
             "keep": [list(r) for r in self.keep],
+            **({} if self.columns is None else {"columns": dict(self.columns)}),
         }
 
 

@@ -426,7 +426,7 @@ class ConfigureRecord(TransactionRecord):
 
 @dataclass(frozen=True, kw_only=True)
 class AlterSchemaRecord(TransactionRecord):
-    """``alter_schema``: the table's schema changed without a data file written (docs/FORMAT.md §2.1):
+    """``alter_schema``: the table's schema changed without a data file written (docs/FORMAT.md §2.4):
     ``change`` says how (``add_columns``, ``drop_columns``, ``rename_column``, ``alter_column``) with its
     arguments, ``columns`` the fields it touched by id (a concurrent index build over one of them conflicts)."""
 

@@ -339,7 +339,7 @@ class Table:
         clustering = choose(self.schema, names, curve, self.sample(names, sample_fragments))
         return self.commit_transaction(Configure(self.version, {CONFIG_KEY: clustering.to_config()})).version
 
-    # -- schema evolution (docs/FORMAT.md §2.1): one commit each, no data file written ----------------
+    # -- schema evolution (docs/FORMAT.md §2.4): one commit each, no data file written ----------------
     def add_columns(self, fields: pa.Field | Sequence[pa.Field] | pa.Schema, *, defaults: dict[str, Any] | None = None) -> int:
         """Adds columns at the end of the schema; returns the new version. Rows written before read a
         column as null, or as its value in ``defaults`` (required for a non-nullable column). Writes no
@@ -651,19 +651,25 @@ class Table:
                            f"file_row_number=true) WHERE {ranges}")
 
         Files listed in version order, rows in file order, give the rows of ``to_arrow()`` in its
-        order. The deletion files are read in parallel, the fragments stream from the manifest (no
+        order. A file written before a schema change (``add_columns``, ``rename_column``, ...) keeps its
+        columns as they were: its ``columns`` maps each of today's columns to the file's (None: read null).
+        The deletion files are read in parallel, the fragments stream from the manifest (no
         directory is listed). ``lamina files URI --json`` prints the same (``LiveFile.to_dict``).
 
         >>> [(f.path, f.rows, f.live_rows, f.keep) for f in table.live_files()]
         [('data/3f…e1.parquet', 400, 397, ((1, 3), (4, 399))), ('data/9a…07.parquet', 100, 100, ((0, 100),))]
         """
-        store = self._store
+        from lamina.evolution import layout
+
+        store, schema = self._store, self.schema
 
         def live_file(f: Fragment) -> LiveFile:
             deleted = read_deleted(store, f)
             keep = kept_ranges(deleted, f.rows)
+            lay = layout(f.schema, schema)
+            columns = None if lay.same else {n: None if src is None else src.name for n, src in lay.sources.items()}
             return LiveFile(
-                f.id, f.path, store.location(f.path), f.rows, f.live_rows, f.file_bytes, tuple(deleted.tolist()), keep
+                f.id, f.path, store.location(f.path), f.rows, f.live_rows, f.file_bytes, tuple(deleted.tolist()), keep, columns
             )
 
         out: list[LiveFile] = []

@@ -167,7 +167,7 @@ MATRIX: dict[tuple[str, str], str] = {
     **{("configure", op): REBASE for op in OPERATIONS if op not in ("drop", "alter_schema")},
     **{(op, "configure"): REBASE for op in OPERATIONS if op != "drop"},
     # A schema change writes no data: data files written in the schema before it are read through that
-    # schema (docs/FORMAT.md §2.1), so writes replay over it; it replays over anything that keeps the
+    # schema (docs/FORMAT.md §2.4), so writes replay over it; it replays over anything that keeps the
     # schema (and over another schema change: applied to the schema it finds). An index built on a column
     # changed meanwhile, a configure (clustering keys by name) or an overwrite / restore (another schema) conflict.
     **{("alter_schema", op): REBASE for op in OPERATIONS if op not in ("overwrite", "restore", "drop")},
@@ -319,14 +319,16 @@ class Transaction(abc.ABC):
         return nxt.replace(indices=tuple(ix.prune(live) for ix in nxt.indices))
 
 
-def check_schema(f: Fragment, schemas: dict[int, pa.Schema], version: int) -> Fragment:
-    """``f`` naming the schema its data file was written in (one of ``schemas``, the table's by id:
+def check_schema(f: Fragment, base: Manifest, schemas: dict[int, pa.Schema], *, adopt: bool = True) -> Fragment:
+    """``f`` naming the schema its data file was written in, one of ``schemas`` (the table's by id:
     ``Manifest.schema_registry``); refuses a fragment written in a schema the table does not have.
 
     A commit is the last place a fragment can be stopped before it makes the table unreadable:
     whatever path wrote it (append, WAL flush, compaction), its schema must be one of the table's,
-    today's or an earlier one fragments are still read in (a write that began before a schema change,
-    read through ``lamina.evolution``).
+    today's or an earlier one read through field ids (``lamina.evolution``). ``adopt``: a schema the table
+    had when the write read it but no fragment used since (so a commit forgot it) is taken back into
+    ``schemas`` under a new id. Its field ids are the table's: a write never replays over an overwrite or
+    restore (the conflict matrix), the only commits that start field ids afresh.
     """
     if f.schema is None:
         raise SchemaMismatch(
@@ -336,7 +338,11 @@ def check_schema(f: Fragment, schemas: dict[int, pa.Schema], version: int) -> Fr
     for sid, schema in schemas.items():
         if evolution.same(f.schema, schema):
             return dataclasses.replace(f, schema_id=sid, schema=schema)
-    today = schemas[max(schemas)]
+    today, version = base.schema, base.version
+    if adopt and base.next_field_id is not None and evolution.next_field_id(f.schema) <= base.next_field_id:
+        sid = max(schemas) + 1
+        schemas[sid] = f.schema
+        return dataclasses.replace(f, schema_id=sid)
 
     def show(s: Any) -> str:
         return ", ".join(f"{x.name}: {x.type}" for x in s)
@@ -348,16 +354,22 @@ def check_schema(f: Fragment, schemas: dict[int, pa.Schema], version: int) -> Fr
     )
 
 
+def _registered(base: Manifest, registry: dict[int, pa.Schema]) -> dict[str, Any]:
+    """The ``schemas`` change of a commit whose fragments brought earlier schemas back (``check_schema``)."""
+    if len(registry) == len(base.schemas) + 1:
+        return {}
+    return {"schemas": {k: v for k, v in registry.items() if k != base.schema_id}}
+
+
 def assign_ids(
-    base: Manifest, fragments: Iterable[Fragment], schemas: dict[int, pa.Schema] | None = None
+    base: Manifest, fragments: Iterable[Fragment], registry: dict[int, pa.Schema], *, adopt: bool = True
 ) -> tuple[list[Fragment], int, int]:
     """Gives new fragments ids (and stable row ids when the table keeps them), after checking each
-    against the schemas the table will have (``schemas``, else the base's ``schema_registry``)."""
+    against the schemas the table will have, ``registry`` (``check_schema`` may add to it)."""
     next_id, next_row = base.next_fragment_id, base.next_row_id
-    registry = base.schema_registry() if schemas is None else schemas
     out = []
     for f in fragments:
-        f = check_schema(f, registry, base.version)
+        f = check_schema(f, base, registry, adopt=adopt)
         row_ids = f.row_ids
         if base.stable_row_ids and row_ids is None:
             row_ids = ((next_row, next_row + f.rows),)
@@ -428,7 +440,8 @@ class Append(Transaction):
         return self.fragments
 
     def apply(self, base: Manifest) -> Manifest:
-        new, next_id, next_row = assign_ids(base, self.fragments)
+        registry = base.schema_registry()
+        new, next_id, next_row = assign_ids(base, self.fragments, registry)
         return self._next(
             base,
             AppendRecord(**self._header(), fragment_ids=tuple(f.id for f in new), rows=sum(f.rows for f in new)),
@@ -436,6 +449,7 @@ class Append(Transaction):
             fragments=appended(base.fragments, new, next_id, next_row),
             next_fragment_id=next_id,
             next_row_id=next_row,
+            **_registered(base, registry),
         )
 
 
@@ -628,7 +642,8 @@ class WalFlush(Delete):
         behind = sorted(k for k in self.watermarks if base.wal_watermarks.get(k, 0) != self.starts.get(k, 0))
         if behind:
             raise CommitConflict(f"WAL segments {behind} moved since this flush read them; nothing was committed")
-        new, next_id, next_row = assign_ids(base, self.fragments)
+        registry = base.schema_registry()
+        new, next_id, next_row = assign_ids(base, self.fragments, registry)
         fragments, removed, touched = self._deleted(base, next_id, next_row)
         record = WalFlushRecord(
             **self._header(),
@@ -646,6 +661,7 @@ class WalFlush(Delete):
             next_fragment_id=next_id,
             next_row_id=next_row,
             wal_watermarks={**base.wal_watermarks, **self.watermarks},
+            **_registered(base, registry),
         )
 
 
@@ -766,7 +782,8 @@ class Merge(Delete):
                 )
 
     def apply(self, base: Manifest) -> Manifest:
-        new, next_id, next_row = assign_ids(base, self.fragments)
+        registry = base.schema_registry()
+        new, next_id, next_row = assign_ids(base, self.fragments, registry)
         fragments, removed, touched = self._deleted(base, next_id, next_row)
         record = MergeRecord(
             **self._header(),
@@ -790,6 +807,7 @@ class Merge(Delete):
             fragments=appended(fragments, new, next_id, next_row),
             next_fragment_id=next_id,
             next_row_id=next_row,
+            **_registered(base, registry),
         )
 
 
@@ -941,11 +959,11 @@ class Rewrite(Transaction):
         outputs: list[list[Fragment]] = []
         groups_record: list[RewrittenGroup] = []
         segments: dict[str, list[IndexSegment]] = {}
+        registry = base.schema_registry()
         for gi, group in enumerate(self.groups):
             new_frags, new_ids = [], []
-            registry = base.schema_registry()
             for out, f in enumerate(group.new_fragments):
-                f = check_schema(f, registry, base.version)
+                f = check_schema(f, base, registry)
                 deletion = self._carried_files.get((gi, out), (0, None))[1]
                 if deletion is not None and deletion.deleted_rows >= f.rows:
                     new_ids.append(-1)  # every row of this output was deleted meanwhile: not committed
@@ -1001,6 +1019,7 @@ class Rewrite(Transaction):
             next_fragment_id=next_id,
             next_row_id=next_row,
             indices=indices,
+            **_registered(base, registry),
         )
 
 
@@ -1108,7 +1127,7 @@ class Overwrite(Transaction):
             schema, schema_id, next_field = self.schema, _next_schema_id(base), None
             registry = {schema_id: schema}
         # (without a schema, data written before a concurrent schema change stays in the schema it was written in)
-        new, next_id, next_row = assign_ids(base, self.fragments, registry)
+        new, next_id, next_row = assign_ids(base, self.fragments, registry, adopt=False)
         used = {f.schema_id for f in new}
         indices = tuple(
             dataclasses.replace(
@@ -1221,7 +1240,7 @@ def _restored_next_field_id(base: Manifest, target: Manifest) -> int | None:
 
 class AlterSchema(Transaction):
     """A schema change that writes no data file (``Table.add_columns``, ``drop_columns``, ``rename_column``,
-    ``alter_column``; docs/FORMAT.md §2.1): today's schema becomes one of the table's earlier schemas (its
+    ``alter_column``; docs/FORMAT.md §2.4): today's schema becomes one of the table's earlier schemas (its
     fragments keep being read through it), the new one gets the next schema id, and index entries follow
     their column (renamed; dropped with it).
 

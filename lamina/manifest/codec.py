@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 FORMAT = "lamina.manifest"
 FORMAT_VERSION = 2
 #: The format version of a table whose schema changed (field ids, earlier schemas: docs/FORMAT.md
-#: §2.1): a reader that does not know them must not read its files by name.
+#: §2.4): a reader that does not know them must not read its files by name.
 EVOLVED_FORMAT_VERSION = 3
 #: Manifest format versions this Lamina reads (1: every fragment in the root; 2: segments; 3: evolved schemas).
 READABLE_FORMAT_VERSIONS = (1, 2, 3)

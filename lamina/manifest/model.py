@@ -164,7 +164,7 @@ class Manifest:
     dropped: bool = False
     #: Which schema ``schema`` is (fragments name theirs by id: ``Fragment.schema_id``).
     schema_id: int = 0
-    #: The table's earlier schemas that fragments still hold data files in, by id (docs/FORMAT.md §2.1).
+    #: The table's earlier schemas that fragments still hold data files in, by id (docs/FORMAT.md §2.4).
     schemas: dict[int, pa.Schema] = field(default_factory=dict)
     #: The id the next field added gets (None: ids never stored: ``lamina.evolution.with_ids``).
     next_field_id: int | None = None

@@ -167,6 +167,6 @@ def test_manifest_of_a_newer_format_asks_for_an_upgrade(local_table_uri):
     with pytest.raises(
         LaminaError,
         match=rf"manifest {_where(t, version)} has format version 99; "
-        r"this Lamina reads versions 1, 2: upgrade Lamina",
+        r"this Lamina reads versions 1, 2, 3: upgrade Lamina",
     ):
         lamina.open_table(local_table_uri)
