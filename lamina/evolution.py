@@ -256,7 +256,7 @@ class Layout:
         for z in zones:
             n = names.get(z.column)
             if n is not None and key_kind(self.today.field(n).type) == z.kind:
-                out.append(z if n == z.column else z._replace(column=n))
+                out.append(z if n == z.column else Zone(n, *z[1:]))
         return tuple(out)
 
 
