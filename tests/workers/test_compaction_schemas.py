@@ -158,3 +158,19 @@ def test_the_native_rewrite_is_never_given_a_file_in_another_schema(local_table_
     assert not r.ok and r.error.startswith("SchemaMismatch: group 1: fragment 2 (")
     assert "schema v2) is written in another schema than the output's (v5)" in r.error
     assert sorted(o.path for o in t.store.list("data/")) == files
+
+
+def test_converging_ends_after_a_change_that_left_the_files_as_they_were(local_table_uri):
+    """A column altered to its own type makes a schema id whose files are those of the one before: new
+    files take today's id, so converging re-encodes the old ones once, then has nothing more to do."""
+    t, model = evolved_table(local_table_uri, index=False)
+    t.alter_column("a", pa.int64())  # already int64: a new schema id, the same columns
+    t.append(t.to_arrow(filter="id < 3").cast(t.schema).set_column(0, "id", pa.array([30_000, 30_001, 30_002])))
+    for r in [dict(model[i], id=30_000 + i) for i in range(3)]:
+        model[r["id"]] = r
+    assert t.manifest.fragments[-1].schema_id == t.manifest.schema_id == 6
+    converge = EVOLVED_OPTIONS.with_overrides(converge_schemas=True)
+    run(t, converge)
+    assert {f.schema_id for f in t.manifest.fragments} == {6} and t.manifest.schemas == {}
+    assert plan_compaction(t.manifest, converge).groups == ()
+    assert_rows_are_the_model(t, model)
