@@ -449,6 +449,25 @@ def _read_columns(pf: pq.ParquetFile, columns: list[str], fragment: Fragment, gr
     return pf.read_row_groups(groups, columns=columns, use_threads=threads)
 
 
+def read_staged(
+    local: str | pq.ParquetFile, fragment: Fragment, schema: pa.Schema, row_groups: Sequence[int] | None = None
+) -> pa.Table:
+    """Every row of ``fragment``'s data file staged at ``local`` (``ObjectStore.staged_input``; or that
+    file opened), deleted ones too, or of its ``row_groups``, as ``schema``'s columns: a file written in
+    an earlier schema is read through it (renamed, widened, added columns filled in: ``lamina.evolution``).
+    ``CorruptFile`` if the file holds another number of rows than the manifest says; called inside
+    ``reading``, which names the file and fragment."""
+    lay = evolution.layout(fragment.schema, schema)
+    groups = None if row_groups is None else list(row_groups)
+    pf = local if isinstance(local, pq.ParquetFile) else pq.ParquetFile(local)
+    table = _read_columns(pf, lay.read_columns(schema.names), fragment, groups)
+    rows = fragment.rows if groups is None else sum(fragment.row_groups[g].rows for g in groups)
+    if table.num_rows != rows:
+        where = "" if groups is None else f" (row groups {groups})"
+        raise CorruptFile(f"decoded {table.num_rows} rows{where}, the manifest says {rows}")
+    return lay.conform(as_table_types(table, lay.physical), schema.names)
+
+
 def read_rows_many(
     store: ObjectStore,
     schema: pa.Schema,

@@ -123,8 +123,12 @@ def next_field_id(schema: pa.Schema) -> int:
 
 
 def same(a: pa.Schema, b: pa.Schema) -> bool:
-    """Whether data files written in ``a`` and ``b`` have the same columns: names, types and ids."""
-    return a is b or with_ids(a).equals(with_ids(b), check_metadata=True)
+    """Whether data files written in ``a`` and ``b`` have the same columns: names, types and ids (the
+    fields' metadata; the schema's own, e.g. pandas' or a foreign writer's, says nothing of the columns)."""
+    if a is b:
+        return True
+    a, b = with_ids(a), with_ids(b)
+    return len(a) == len(b) and all(x.equals(y, check_metadata=True) for x, y in zip(a, b))
 
 
 # -- defaults -------------------------------------------------------------------------------------
@@ -252,7 +256,7 @@ class Layout:
         for z in zones:
             n = names.get(z.column)
             if n is not None and key_kind(self.today.field(n).type) == z.kind:
-                out.append(z if n == z.column else z._replace(column=n))
+                out.append(z if n == z.column else Zone(n, *z[1:]))
         return tuple(out)
 
 

@@ -12,7 +12,9 @@ under the table's current key; their curve ranges are disjoint), and every other
     cascade          the output sits at least a tier up (w >= r units of >= r^t rows hold >= r^(t+1)),
                      where it may complete another set of w: merged in the same group
     deletions        a fragment at materialize_deletions_threshold is rewritten alone (in its run; an
-                     unclustered one sorted into a run of its own) unless a merge takes it this pass
+                     unclustered one sorted into a run of its own) unless a merge takes it this pass;
+                     so is one written in an earlier schema when converge_schemas asks for today's
+                     (every clustering task writes today's schema: merged sources converge anyway)
     full             a unit holding cluster_max_bytes or more never merges again: a group's task
                      sorts its rows in memory, so this bounds a task's memory
     ──► groups of fragment ids (table order; members need not be adjacent: a group's outputs
@@ -135,10 +137,10 @@ def _describe(units: list[_Unit]) -> str:
 
 
 def plan_clustering(
-    fragments: Iterable[Fragment], clustering: Clustering, options: CompactionOptions
+    fragments: Iterable[Fragment], clustering: Clustering, options: CompactionOptions, schema_id: int = 0
 ) -> tuple[list[ClusterGroup], ClusterReport]:
-    """The clustering groups of this pass and the report. One pass over ``fragments``, keeping per
-    fragment its id, size, run and zone-map cell extents."""
+    """The clustering groups of this pass and the report (``schema_id``: today's schema). One pass over
+    ``fragments``, keeping per fragment its id, size, run and zone-map cell extents."""
     r, w = options.cluster_tier_ratio, options.cluster_merge_width
     key = clustering.key
     ids: list[int] = []
@@ -163,14 +165,20 @@ def plan_clustering(
         else:
             runs[run] = _Unit(run, [p], f.live_rows, live_bytes)
             units.append(runs[run])
-        if candidate_reason(f, options) == DELETIONS:  # rewritten alone unless a merge takes it this pass
+        why = candidate_reason(f, options, schema_id)
+        if why == DELETIONS:  # rewritten alone unless a merge takes it this pass
+            why = (
+                f"{f.deleted_rows / f.rows:.0%} of its rows deleted "
+                f"(materialize_deletions_threshold {options.materialize_deletions_threshold:g})"
+            )
+        elif options.converge_schemas and f.schema_id != schema_id:
+            why = f"schema v{f.schema_id} vs v{schema_id} (converge_schemas)"
+        else:
+            why = None
+        if why is not None:
             deletion_units.append(
                 ClusterGroup(
-                    (f.id,),
-                    f"{f.deleted_rows / f.rows:.0%} of its rows deleted "
-                    f"(materialize_deletions_threshold {options.materialize_deletions_threshold:g}); "
-                    + ("its run's order kept" if run is not None else "sorted into a run of its own"),
-                    run,
+                    (f.id,), why + "; " + ("its run's order kept" if run is not None else "sorted into a run of its own"), run
                 )
             )
     level0 = sum(1 for u in units if u.run is None)

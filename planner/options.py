@@ -28,6 +28,11 @@ class CompactionOptions:
     enable_binary_copy: bool = True
     #: Row groups smaller than this are re-encoded (hybrid) rather than copied as they are.
     min_row_group_bytes: int = 1 * MiB
+    #: Re-encode every fragment written in an earlier schema (``Table.add_columns``, ``drop_columns``,
+    #: ``rename_column``, ``alter_column``) into today's, packed up to the targets like small ones, so the
+    #: table converges over passes and reads no longer map old files. False: only fragments compacted
+    #: anyway (small ones, deletions) are; larger ones stay in their schema, read through it.
+    converge_schemas: bool = False
     #: Ranged reads of a source object on S3 are coalesced up to this many bytes per GET.
     read_batch_bytes: int = 64 * MiB
     #: Groups executed at once (None: the cluster's CPUs).
@@ -90,7 +95,7 @@ class CompactionOptions:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("enable_binary_copy", "cluster"):
+            if f.name in ("enable_binary_copy", "cluster", "converge_schemas"):
                 if not isinstance(value, bool):
                     raise InvalidConfig(f"{f.name}={value!r} must be true or false")
                 continue

@@ -6,6 +6,12 @@ adjacent candidates packed up to the targets, lone fragments without deletions s
 source row group an action with its reason (``eligibility.actions``): a ``CompactionPlan`` in table
 order. The steps after planning are drawn in docs/ARCHITECTURE.md ("Data flow").
 
+Each group also names the schema its output is written in (``eligibility.output_schema``): today's,
+or the one earlier schema its sources share when it copies their chunks. Rows of a fragment written in
+another schema are re-encoded into it (the group's reason says ``schema v3 vs v5``); fragments of
+earlier schemas that no group takes stay as they are, read through their schema, unless
+``converge_schemas`` makes every one of them a candidate.
+
 Workers execute a group's actions as planned. They decide two things only, both by a fixed
 rule: each ``copy_if_clean`` row group (a large row group of a fragment with a deletion file:
 the manifest records how many rows are deleted, not where) becomes a copy when the deletion
@@ -17,7 +23,7 @@ source turns out not to be copyable, every row group is re-encoded
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,8 +44,10 @@ from lamina.planner.eligibility import (
     candidate_reason,
     choose_mode,
     encode_all,
+    output_schema,
     resolve,
     row_group_actions,
+    schema_text,
 )
 from lamina.planner.options import TIERED, CompactionOptions
 from lamina.planner.tiered import TierReport, plan_tiers
@@ -63,6 +71,9 @@ class CompactionGroup:
     outputs: int = 1
     #: A ``cluster`` group that rewrites one fragment of a sorted run: the run its output stays in.
     cluster_run: str | None = None
+    #: The schema its output is written in (``Manifest.schema_registry``): today's, or the one earlier
+    #: schema every source shares when the group copies their chunks (``eligibility.output_schema``).
+    schema_id: int = 0
 
     def as_full_rewrite(self, why: str) -> CompactionGroup:
         """This group with every row group re-encoded: what a worker runs when a copy is refused."""
@@ -145,6 +156,11 @@ class CompactionPlan:
     limited: bool = False
     #: The clustering policy's view (a table with clustering keys), else None.
     clustering: ClusterReport | None = None
+    #: Today's schema (``Manifest.schema_id``).
+    schema_id: int = 0
+    #: Fragments written in earlier schemas, per schema: (schema id, fragments the plan read, of them
+    #: re-encoded into today's schema by its groups). Empty for a table whose schema never changed.
+    earlier: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def fragments_after(self) -> int:
@@ -161,6 +177,8 @@ class CompactionPlan:
             "groups": [g.to_dict() for g in self.groups],
             "skipped": [list(s) for s in self.skipped],
             "limited": self.limited,
+            "schema_id": self.schema_id,
+            "earlier_schemas": [{"schema_id": s, "fragments": n, "reencoded": r} for s, n, r in self.earlier],
             **({"tiers": self.tiers.to_dict()} if self.tiers is not None else {}),
             **({"clustering": self.clustering.to_dict()} if self.clustering is not None else {}),
         }
@@ -186,6 +204,11 @@ class CompactionPlan:
             if g.mode == CLUSTER:
                 lines.append(f"{'':14s}sorts its rows along the curve into ~{g.outputs} fragments")
                 continue
+            if g.schema_id != self.schema_id:
+                lines.append(
+                    f"{'':14s}written in schema v{g.schema_id}, its sources' (chunks are copied only into their own "
+                    f"schema; today's is v{self.schema_id})"
+                )
             lines.append(f"{'':14s}row groups: {g.describe_actions()}")
             lines.extend(f"{'':16s}{line}" for line in g.row_group_lines(20))
             if self.tiers is not None:
@@ -197,11 +220,26 @@ class CompactionPlan:
                 f"  plan limited to {self.options.max_plan_fragments:,} fragments (max_plan_fragments): "
                 f"the fragments after group {len(self.groups) - 1} wait for the next run"
             )
+        if self.earlier:
+            lines.append(self._describe_earlier())
         if self.tiers is not None:
             lines.extend(self.tiers.describe_lines())
         if self.clustering is not None:
             lines.extend(self.clustering.describe_lines())
         return "\n".join(lines)
+
+    def _describe_earlier(self) -> str:
+        total = sum(n for _, n, _ in self.earlier)
+        done = sum(r for _, _, r in self.earlier)
+        per = ", ".join(f"v{s}: {n}" for s, n, _ in self.earlier)
+        text = (
+            f"  schemas: today's is v{self.schema_id}; {'at least ' if self.limited else ''}{total} "
+            f"fragment{'' if total == 1 else 's'} written in earlier ones ({per}), read through them; "
+            f"this run re-encodes {done} into v{self.schema_id}"
+        )
+        if self.options.converge_schemas:
+            return text + " (converge_schemas: all of them, over as many runs as the targets take)"
+        return text + " (those it compacts anyway; converge_schemas=true re-encodes every one)"
 
 
 def _weights(f: Fragment) -> tuple[float, float]:
@@ -210,7 +248,7 @@ def _weights(f: Fragment) -> tuple[float, float]:
 
 
 def _binpack(
-    fragments: Iterable[Fragment], options: CompactionOptions
+    fragments: Iterable[Fragment], options: CompactionOptions, schema_id: int = 0
 ) -> tuple[list[list[tuple[Fragment, str]]], list[tuple[int, str]], bool]:
     """Groups (each member with why it is a candidate), skipped lone candidates, and whether the
     groups reached ``max_plan_fragments``, under the binpack policy: one pass over ``fragments``
@@ -225,10 +263,12 @@ def _binpack(
     def close_run() -> None:
         # Greedy left-to-right packing only starts a new group when the next fragment does not fit,
         # so a lone candidate could not have joined either neighbour's group: nothing is stranded
-        # that a neighbour could take. Alone and without deletions, rewriting it gains nothing.
+        # that a neighbour could take. Alone and without deletions, rewriting it gains nothing, unless
+        # it is to be re-encoded into today's schema.
         nonlocal taken
         for g in pack_adjacent(run, lambda m: _weights(m[0]), targets):
-            if len(g) > 1 or g[0][0].deletion is not None:
+            alone = g[0][0]
+            if len(g) > 1 or alone.deletion is not None or (options.converge_schemas and alone.schema_id != schema_id):
                 groups.append(g)
                 taken += len(g)
             else:
@@ -236,7 +276,7 @@ def _binpack(
         run.clear()
 
     for f in fragments:
-        why = candidate_reason(f, options)
+        why = candidate_reason(f, options, schema_id)
         if why is not None:
             run.append((f, why))
             if len(run) < options.max_plan_fragments - taken:
@@ -269,25 +309,29 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
     every fragment against its neighbours, so it keeps a small unit per fragment (not the fragment)
     and then reads the fragments of its groups."""
     tiers: TierReport | None = None
+    today = manifest.schema_id
+    earlier = _Earlier(today, bool(manifest.schemas))
     clustering = Clustering.from_config(manifest.config, f"version {manifest.version}") if options.cluster else None
     if clustering is not None:
-        return _plan_clustering(manifest, clustering, options, table)
+        return _plan_clustering(manifest, clustering, options, table, earlier)
     if options.policy == TIERED:
-        all_groups, tiers = plan_tiers(manifest.fragments, options)
+        all_groups, tiers = plan_tiers(earlier.count(manifest.fragments), options, today)
         id_groups, limited = _within(all_groups, options.max_plan_fragments)
         if limited:
             tiers = tiers.limited_to(len(id_groups), options.max_plan_fragments)
         found = find_fragments(manifest.fragments, (i for g in id_groups for i in g))
-        groups = [[(found[i], candidate_reason(found[i], options) or "") for i in g] for g in id_groups]
+        groups = [[(found[i], candidate_reason(found[i], options, today) or "") for i in g] for g in id_groups]
         skipped: list[tuple[int, str]] = []
     else:
-        groups, skipped, limited = _binpack(manifest.fragments, options)
+        groups, skipped, limited = _binpack(earlier.count(manifest.fragments), options, today)
 
     out = []
     for i, g in enumerate(groups):
         members = [f for f, _ in g]
-        planned = row_group_actions(members, options)
-        mode, reason = choose_mode(members, options, planned)
+        schema_id = output_schema(members, options, today)
+        planned = row_group_actions(members, options, schema_id)
+        mode, reason = choose_mode(members, options, planned, schema_id)
+        earlier.reencoded(members, schema_id)
         out.append(
             CompactionGroup(
                 index=i,
@@ -298,14 +342,43 @@ def plan_compaction(manifest: Manifest, options: CompactionOptions, table: str =
                 bytes=sum(f.file_bytes for f in members),
                 row_groups=sum(len(f.row_groups) for f in members),
                 candidates=tuple(why for _, why in g),
-                actions=tuple(actions(members, mode, options, planned)),
+                actions=tuple(actions(members, mode, options, planned, schema_id)),
+                schema_id=schema_id,
             )
         )
-    return _plan(manifest, options, table, out, skipped=tuple(skipped), tiers=tiers, limited=limited)
+    return _plan(manifest, options, table, out, earlier, skipped=tuple(skipped), tiers=tiers, limited=limited)
+
+
+class _Earlier:
+    """Counts the fragments of earlier schemas as the policy's one pass streams them by, and those
+    the groups re-encode into today's schema (``CompactionPlan.earlier``)."""
+
+    def __init__(self, schema_id: int, evolved: bool):
+        self.schema_id, self.evolved = schema_id, evolved
+        self.seen: dict[int, int] = {}
+        self.done: dict[int, int] = {}
+
+    def count(self, fragments: Iterable[Fragment]) -> Iterable[Fragment]:
+        return self._counted(fragments) if self.evolved else fragments
+
+    def _counted(self, fragments: Iterable[Fragment]) -> Iterator[Fragment]:
+        for f in fragments:
+            if f.schema_id != self.schema_id:
+                self.seen[f.schema_id] = self.seen.get(f.schema_id, 0) + 1
+            yield f
+
+    def reencoded(self, members: Sequence[Fragment], output: int) -> None:
+        if output == self.schema_id:
+            for f in members:
+                if f.schema_id != output:
+                    self.done[f.schema_id] = self.done.get(f.schema_id, 0) + 1
+
+    def report(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple((s, n, self.done.get(s, 0)) for s, n in sorted(self.seen.items()))
 
 
 def _plan(
-    manifest: Manifest, options: CompactionOptions, table: str, groups: list[CompactionGroup], **policy: Any
+    manifest: Manifest, options: CompactionOptions, table: str, groups: list[CompactionGroup], earlier: _Earlier, **policy: Any
 ) -> CompactionPlan:
     """The plan of ``groups`` over ``manifest``, with the policy's own fields (``skipped``, ``tiers``, ...)."""
     return CompactionPlan(
@@ -315,13 +388,19 @@ def _plan(
         groups=tuple(groups),
         fragments_before=len(manifest.fragments),
         rows_before=manifest.rows,
+        schema_id=manifest.schema_id,
+        earlier=earlier.report(),
         **policy,
     )
 
 
-def _plan_clustering(manifest: Manifest, clustering: Clustering, options: CompactionOptions, table: str) -> CompactionPlan:
-    """The plan of a table with clustering keys: the clustering policy's groups (lamina.planner.clustering)."""
-    planned, report = plan_clustering(manifest.fragments, clustering, options)
+def _plan_clustering(
+    manifest: Manifest, clustering: Clustering, options: CompactionOptions, table: str, earlier: _Earlier
+) -> CompactionPlan:
+    """The plan of a table with clustering keys: the clustering policy's groups (lamina.planner.clustering).
+    A clustering task re-encodes every row, so its output is in today's schema whatever its sources'."""
+    today = manifest.schema_id
+    planned, report = plan_clustering(earlier.count(manifest.fragments), clustering, options, today)
     id_groups, limited = _within([list(g.fragment_ids) for g in planned], options.max_plan_fragments)
     found = find_fragments(manifest.fragments, (i for g in id_groups for i in g))
     out = []
@@ -330,18 +409,21 @@ def _plan_clustering(manifest: Manifest, clustering: Clustering, options: Compac
         rows = sum(f.live_rows for f in members)
         live_bytes = sum(f.file_bytes * (f.live_rows / f.rows) if f.rows else 0 for f in members)
         outputs = max(1, -(-rows // options.target_rows_per_fragment), int(-(-live_bytes // options.target_bytes_per_fragment)))
+        old = [f.schema_id for f in members if f.schema_id != today]
+        earlier.reencoded(members, today)
         out.append(
             CompactionGroup(
                 index=i,
                 fragment_ids=g.fragment_ids,
                 mode=CLUSTER,
-                reason=g.reason,
+                reason=g.reason if not old or g.reason.startswith("schema") else f"{g.reason}; {schema_text(old, today)}",
                 rows=rows,
                 bytes=sum(f.file_bytes for f in members),
                 row_groups=sum(len(f.row_groups) for f in members),
-                candidates=tuple(candidate_reason(f, options) or CLUSTER for f in members),
+                candidates=tuple(candidate_reason(f, options, today) or CLUSTER for f in members),
                 outputs=outputs,
                 cluster_run=g.run,
+                schema_id=today,
             )
         )
-    return _plan(manifest, options, table, out, limited=limited, clustering=report)
+    return _plan(manifest, options, table, out, earlier, limited=limited, clustering=report)

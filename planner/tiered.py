@@ -5,8 +5,9 @@ forever by small appends rewrites each row O(log n) times, not once per pass. Pu
       at the target   (eligibility: not "small")    never moves by size
       settled         s >= 1/2                      never moves by size
       tier k >= 1     1/r^k <= s < 1/r^(k-1)        r = tier_ratio; small appends and WAL flushes land in high tiers
-    units: each fragment, or the output of the group it is in (a fragment at the deletion threshold is
-    a group of its own: its live rows); repeated until nothing fires, smallest tiers first, so merges cascade:
+    units: each fragment, or the output of the group it is in (a fragment at the deletion threshold, or
+    written in an earlier schema under converge_schemas, is a group of its own: its live rows, re-encoded);
+    repeated until nothing fires, smallest tiers first, so merges cascade:
       size    >= w (min_merge_width) adjacent units of one tier k >= 2 (smaller units between them ride
               along) merge w at a time, fewer when the target would overflow: each output is a tier up
       top     adjacent unsettled tier-1 units (smaller ones between them riding along) packed up to the
@@ -45,7 +46,7 @@ from typing import Any
 
 from lamina.manifest import Fragment
 from lamina.planner.bin_packing import pack_adjacent
-from lamina.planner.eligibility import DELETIONS, candidate_reason
+from lamina.planner.eligibility import DELETIONS, SCHEMA, candidate_reason
 from lamina.planner.options import CompactionOptions
 
 #: Why a unit was formed (the trigger of a merge).
@@ -53,6 +54,7 @@ SIZE = "size"  # >= min_merge_width adjacent peers of one tier
 TOP = "top"  # adjacent unsettled tier-1 fragments reaching half the target
 MAX_FRAGMENTS = "max_fragments"  # the valve: too many unsettled fragments
 # DELETIONS (lamina.planner.eligibility): a deleted share at or over the threshold, rewritten alone
+# SCHEMA (lamina.planner.eligibility): written in an earlier schema under converge_schemas, rewritten alone
 
 #: What happens to a fragment on this pass.
 MERGE = "merge"
@@ -76,7 +78,7 @@ class Decision:
     peers: int
     decision: str  # MERGE, WAIT, SETTLED or AT_TARGET
     group: int | None  # the plan's group it merges in
-    trigger: str | None  # SIZE, TOP, DELETIONS or MAX_FRAGMENTS when it merges
+    trigger: str | None  # SIZE, TOP, DELETIONS, SCHEMA or MAX_FRAGMENTS when it merges
     why: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -209,19 +211,25 @@ def _merge(units: list[_Unit], trigger: str, text: str) -> _Unit:
 
 
 class _Planner:
-    def __init__(self, fragments: Iterable[Fragment], options: CompactionOptions):
+    def __init__(self, fragments: Iterable[Fragment], options: CompactionOptions, schema_id: int = 0):
         self.o, self.sz = options, _Sizes(options)
+        self.schema_id = schema_id
         # One pass over the fragments (they may stream from the manifest segments): what the policy
         # needs of each is its id, its unit and, at the deletion threshold, its deleted share.
         self.ids: list[int] = []
         self.units: list[_Unit] = []
         #: Position -> deleted share, for the fragments at the deletion threshold.
         self.deleted_share: dict[int, float] = {}
+        #: Position -> schema id, for the fragments converge_schemas re-encodes into today's schema.
+        self.earlier_schema: dict[int, int] = {}
         for p, f in enumerate(fragments):
             self.ids.append(f.id)
             self.units.append(_Unit(p, p, f.live_rows, _live_bytes(f), not _small(f, options)))
-            if candidate_reason(f, options) == DELETIONS:
+            why = candidate_reason(f, options, schema_id)
+            if why == DELETIONS:
                 self.deleted_share[p] = f.deleted_rows / f.rows
+            if options.converge_schemas and f.schema_id != schema_id:
+                self.earlier_schema[p] = f.schema_id
         #: Per position: the first trigger text that pulled the fragment into a merge.
         self.first_text: dict[int, tuple[str, str]] = {}
 
@@ -334,17 +342,23 @@ class _Planner:
 
     # -- deletions and the valve ---------------------------------------------------------------------
     def _deletions(self) -> None:
-        """Fragments at the deletion threshold become units of their own (their output: the live rows),
-        whatever their tier; size merges may then take them along."""
+        """Fragments at the deletion threshold, and (converge_schemas) fragments written in an earlier
+        schema, become units of their own (their output: the live rows, in today's schema), whatever
+        their tier; size merges may then take them along."""
         t = self.o.materialize_deletions_threshold
         for i, u in enumerate(self.units):
             share = self.deleted_share.get(u.first)
+            earlier = self.earlier_schema.get(u.first)
             if share is not None:
-                text = f"{share:.0%} of its rows deleted (materialize_deletions_threshold {t:g})"
-                self.units[i] = _Unit(
-                    u.first, u.last, u.rows, u.bytes, u.rows >= self.sz.rows or u.bytes >= self.sz.bytes, DELETIONS, [text]
-                )
-                self.first_text[u.first] = (DELETIONS, text)
+                trigger, text = DELETIONS, f"{share:.0%} of its rows deleted (materialize_deletions_threshold {t:g})"
+            elif earlier is not None:
+                trigger, text = SCHEMA, f"written in schema v{earlier}, today's is v{self.schema_id} (converge_schemas)"
+            else:
+                continue
+            self.units[i] = _Unit(
+                u.first, u.last, u.rows, u.bytes, u.rows >= self.sz.rows or u.bytes >= self.sz.bytes, trigger, [text]
+            )
+            self.first_text[u.first] = (trigger, text)
 
     def _unsettled(self) -> int:
         return sum(1 for u in self.units if not self.sz.settled(u))
@@ -484,11 +498,13 @@ def _small(f: Fragment, options: CompactionOptions) -> bool:
     return f.live_rows < options.target_rows_per_fragment and f.file_bytes < options.target_bytes_per_fragment
 
 
-def plan_tiers(fragments: Iterable[Fragment], options: CompactionOptions) -> tuple[list[list[int]], TierReport]:
+def plan_tiers(
+    fragments: Iterable[Fragment], options: CompactionOptions, schema_id: int = 0
+) -> tuple[list[list[int]], TierReport]:
     """The groups (ids of adjacent fragments, table order) the tiered policy merges this pass, and its
-    reasons fragment by fragment. One pass over ``fragments``: it keeps a unit per fragment, not the
-    fragments."""
-    planner = _Planner(fragments, options)
+    reasons fragment by fragment (``schema_id``: today's schema). One pass over ``fragments``: it keeps
+    a unit per fragment, not the fragments."""
+    planner = _Planner(fragments, options, schema_id)
     groups, report = planner.plan()
     return [[planner.ids[p] for p in g] for g in groups], report
 

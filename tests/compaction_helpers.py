@@ -142,3 +142,84 @@ def assert_sorted_along_the_curve(t: lamina.Table) -> dict[str, list[tuple[int, 
         for (_, hi), (lo, _) in zip(ranges, ranges[1:]):
             assert hi <= lo, f"run {name}: overlapping ranges {ranges}"
     return runs
+
+
+# -- schema versions ---------------------------------------------------------------------------------
+#: binpack at 8,000 rows: groups [0, 1] (schema v0, large row groups: binary copy in v0) and [2, 3, 4]
+#: (v2, v5 and v5's small row groups: hybrid, v2's rows re-encoded into v5); fragment 5 (v5) is at the target.
+EVOLVED_OPTIONS = CompactionOptions(target_rows_per_fragment=8000, min_row_group_bytes=8 * 1024, max_concurrency=2)
+#: Today's columns of ``evolved_table``, in order.
+EVOLVED_COLUMNS = ["id", "a", "key", "x", "d", "b"]
+
+
+def _evolved_rows(ids: range, schema: pa.Schema, era: str) -> pa.Table:
+    """Rows of ``ids`` in ``schema`` (the table's at the time): ``b`` holds ``{era}-b<id>``, ``k``/``key``
+    ``k<id % 97>``, ``a`` ``id * 3`` (plus 2**40 once it is an int64), ``x`` a float, ``d`` ``id % 5``."""
+    values = {
+        "id": pa.array(ids, pa.int64()),
+        "a": pa.array([i * 3 + (2**40 if schema.field("a").type == pa.int64() else 0) for i in ids], schema.field("a").type),
+        "b": pa.array([f"{era}-b{i}" for i in ids]),
+        "k": pa.array([f"k{i % 97}" for i in ids]),
+        "key": pa.array([f"k{i % 97}" for i in ids]),
+        "x": pa.array([i / 7 for i in ids]),
+        "d": pa.array([i % 5 for i in ids], pa.int64()),
+    }
+    return pa.table({n: values[n] for n in schema.names}).cast(pa.schema([(f.name, f.type) for f in schema]))
+
+
+def evolved_table(uri: str, opts=None, *, index: bool = True) -> tuple[lamina.Table, dict[int, dict]]:
+    """A table whose fragments are written in three of its six schemas, and the model of its rows
+    (id -> today's columns, computed here from what each change means):
+
+        v0 (id, a: int32, b, k, x)  fragments 0, 1 (4,000 rows, one row group each); btree on k
+        v1 add d (default 7)   v2 rename k -> key
+        v2                          fragment 2 (3,000 rows, one row group; 30 rows deleted)
+        v3 drop b   v4 a: int32 -> int64   v5 add b (another column: old values never come back)
+        v5                          fragments 3 (3,000 rows, one row group), 4 (2,000 rows, row groups of
+                                    500; 20 deleted), 5 (8,000 rows: at the target)
+    """
+    v0 = pa.schema([("id", pa.int64()), ("a", pa.int32()), ("b", pa.string()), ("k", pa.string()), ("x", pa.float64())])
+    t = lamina.create_table(uri, v0, storage_options=opts)
+    model: dict[int, dict] = {}
+
+    def append(ids: range, era: str, row_group_rows: int) -> None:
+        data = _evolved_rows(ids, t.schema, era)
+        t.append(data, row_group_rows=row_group_rows)
+        for r in data.to_pylist():
+            model[r["id"]] = r
+
+    append(range(0, 4000), "v0", 4000)
+    append(range(4000, 8000), "v0", 4000)
+    if index:
+        t.create_index("k", "btree")
+    t.add_columns(pa.field("d", pa.int64()), defaults={"d": 7})
+    t.rename_column("k", "key")
+    for r in model.values():
+        r["d"] = 7
+        r["key"] = r.pop("k")
+    append(range(8000, 11000), "v2", 3000)
+    t.delete("id >= 8000 AND id < 8030")
+    t.drop_columns("b")
+    t.alter_column("a", pa.int64())
+    t.add_columns(pa.field("b", pa.string()))
+    for i in range(8000, 8030):
+        del model[i]
+    for r in model.values():
+        r["b"] = None  # the re-added b: never the old values
+    append(range(11000, 14000), "v5", 3000)
+    append(range(14000, 16000), "v5", 500)
+    t.delete("id >= 14100 AND id < 14120")
+    for i in range(14100, 14120):
+        del model[i]
+    append(range(16000, 24000), "v5", 4000)
+    assert [f.schema_id for f in t.manifest.fragments] == [0, 0, 2, 5, 5, 5], [f.schema_id for f in t.manifest.fragments]
+    return t, model
+
+
+def assert_rows_are_the_model(t: lamina.Table, model: dict[int, dict]) -> None:
+    """Every live row, every column, is the model's; no value written in the dropped ``b`` shows."""
+    got = t.to_arrow().sort_by("id")
+    assert got.column_names == EVOLVED_COLUMNS
+    assert got.schema.field("a").type == pa.int64()
+    assert got.to_pylist() == [{c: model[i][c] for c in EVOLVED_COLUMNS} for i in sorted(model)]
+    assert not any(v.startswith(("v0-", "v2-")) for v in got.column("b").drop_null().to_pylist())

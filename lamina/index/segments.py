@@ -203,17 +203,32 @@ def merge_parts(
 
 
 def segment_for_outputs(
-    store: ObjectStore, column: str, kind: str, options: IndexOptions, outputs: list[tuple[str, int]]
+    store: ObjectStore,
+    column: str,
+    kind: str,
+    options: IndexOptions,
+    outputs: list[tuple[str, int]],
+    *,
+    field: pa.Field | None = None,
+    physical: pa.Schema | None = None,
 ) -> IndexSegment:
     """Builds one segment over freshly written data files (local paths, rows), ordinal = position;
-    used by compaction before the outputs have fragment ids (the commit fills them in)."""
-    columns = []
+    used by compaction before the outputs have fragment ids (the commit fills them in). ``field``: the
+    column's field today, and ``physical``: the schema the outputs are written in when it may be an
+    earlier one (a binary copy keeps its sources' schema): the column is then read by its field id
+    (``lamina.evolution.source_of``), as ``read_key_column`` reads a fragment."""
+    source, conform = evolution.source_of(physical, field) if field is not None else (column, None)
+    columns: list[pa.Array | pa.ChunkedArray] = []
     for local, rows in outputs:
-        pf = pq.ParquetFile(local, read_dictionary=[column] if kind == "bitmap" else None)
-        values = pf.read(columns=[column], use_threads=True).column(0)
+        if source is None:  # added after the outputs' schema: every row has its default
+            assert field is not None
+            columns.append(evolution.missing(field, rows))
+            continue
+        pf = pq.ParquetFile(local, read_dictionary=[source] if kind == "bitmap" else None)
+        values = pf.read(columns=[source], use_threads=True).column(0)
         if len(values) != rows:
             raise CorruptFile(f"compaction output {local} has {len(values)} rows, expected {rows}")
-        columns.append(values)
+        columns.append(values if conform is None else conform(values))
     return segment_over(store, kind, options, columns)
 
 

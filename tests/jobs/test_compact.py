@@ -16,9 +16,12 @@ from lamina.planner import CompactionOptions
 from tests.compaction_helpers import (
     DELETION_AWARE_COPIES,
     DELETION_AWARE_OPTIONS,
+    EVOLVED_OPTIONS,
     MIXED_MODES,
     MIXED_OPTIONS,
+    assert_rows_are_the_model,
     deletion_aware_table,
+    evolved_table,
     mixed_table,
 )
 from tests.lamina.concurrent_writer import BASE_ROWS, appended_ids, deleted_ids
@@ -106,6 +109,33 @@ def test_dry_run_writes_nothing_and_json_summary(ray_cluster, local_table_uri, c
     for g in out["groups"]:
         assert {"mode", "reason", "fragment_ids", "rows", "bytes_in", "bytes_out", "seconds"} <= set(g)
         assert g["status"] == "committed"
+
+
+def test_an_evolved_table_end_to_end(ray_cluster, local_table_uri, capsys):
+    t, model = evolved_table(local_table_uri)
+    flags = ["--set", "target_rows_per_fragment=8000", "--set", f"min_row_group_bytes={EVOLVED_OPTIONS.min_row_group_bytes}"]
+    assert main([local_table_uri, "--dry-run", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "binary_copy  reason=all_row_groups_large     fragments [0,1]" in out
+    assert "written in schema v0, its sources'" in out
+    assert "hybrid       reason=schema v2 vs v5          fragments [2,3,4]" in out
+    assert "fragment 2: rg 0 encode: schema v2 vs v5" in out
+    assert "3 fragments written in earlier ones (v0: 2, v2: 1)" in out
+
+    plan, summary = compact(local_table_uri, EVOLVED_OPTIONS)  # on Ray
+    assert [(g["mode"], g["reason"], g["schema_id"], g["status"]) for g in summary.groups] == [
+        ("binary_copy", "all_row_groups_large", 0, "committed"),
+        ("hybrid", "schema v2 vs v5", 5, "committed"),
+    ]
+    t.reload()
+    assert_rows_are_the_model(t, model)
+
+    assert main([local_table_uri, "--json", "--set", "converge_schemas=true", *flags]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(g["mode"], g["reason"], g["status"]) for g in out["groups"]] == [("full_rewrite", "schema v0 vs v5", "committed")]
+    t.reload()
+    assert {f.schema_id for f in t.manifest.fragments} == {5} and t.manifest.schemas == {}
+    assert_rows_are_the_model(t, model)
 
 
 def test_bad_config_exits_2(local_table_uri, tmp_path, capsys):

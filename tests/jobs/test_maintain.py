@@ -368,3 +368,24 @@ def test_maintain_tables_outside_a_catalog(ray_cluster, tmp_path):
     assert report.ok and [t.done() for t in report.tables] == [["compact"], []]
     assert [lamina.open_table(u).to_arrow() for u in uris] == before
     assert len(lamina.open_table(uris[0]).manifest.fragments) == 1
+
+
+def test_a_table_property_converges_its_old_schemas(ray_cluster, tmp_path):
+    """Fragments at the target written in an earlier schema stay as they are, unless the table's maintenance
+    policy asks (``maintenance.compaction.converge_schemas``): then they are re-encoded into today's schema."""
+    cat = lamina.connect(str(tmp_path / "root"))
+    cat.create_namespace("sales", None)
+    wanted = {}
+    for name, props in (("sales.kept", None), ("sales.converged", {"maintenance.compaction.converge_schemas": "true"})):
+        t = cat.create_table(name, SCHEMA, properties=props)
+        t.append(data(0, 200))
+        t.add_columns(pa.field("region", pa.string()), defaults={"region": "eu"})
+        t.rename_column("name", "label")
+        wanted[name] = t.to_arrow().sort_by("id")
+    report = maintain(cat.root, POLICY)
+    assert report.ok
+    assert {t.name: t.done() for t in report.tables} == {"sales.kept": [], "sales.converged": ["compact"]}
+    for name, rows in wanted.items():
+        t = cat.open_table(name)
+        assert t.to_arrow().sort_by("id").equals(rows)
+        assert [f.schema_id for f in t.manifest.fragments] == ([0] if name == "sales.kept" else [2])

@@ -307,15 +307,15 @@ def test_a_malformed_zone_bound_is_corrupt_naming_the_manifest():
             zones=(Zone("s", "bytes", b"ab", b"cd", True, 0, 0),),
         )
     )
-    assert _fragment_from_json(good, "v1").zones[0].lo == b"ab"
+    assert _fragment_from_json(good, "v1", {}).zones[0].lo == b"ab"
     listed = {k: v for k, v in good.items() if k != "zones_json"}  # as written before zones_json
-    relisted = _fragment_from_json(dict(listed, zones=json.loads(good["zones_json"])), "v1")
-    assert relisted.zones == _fragment_from_json(good, "v1").zones
+    relisted = _fragment_from_json(dict(listed, zones=json.loads(good["zones_json"])), "v1", {})
+    assert relisted.zones == _fragment_from_json(good, "v1", {}).zones
     for bad in ({"b": "zz"}, {"b": 3}, {"x": "00"}, {"b": "00", "f": "inf"}, {"f": "nan"}, "text", [1]):
         zones = [["s", "bytes", bad, {"b": "cd"}, True, 0, 0]]
         with pytest.raises(CorruptFile, match=r"manifest v1 fragment 3: malformed zone bound"):
-            _fragment_from_json(dict(listed, zones=zones), "v1")
-        lazy = _fragment_from_json(dict(good, zones_json=json.dumps(zones)), "v1")  # read when first needed
+            _fragment_from_json(dict(listed, zones=zones), "v1", {})
+        lazy = _fragment_from_json(dict(good, zones_json=json.dumps(zones)), "v1", {})  # read when first needed
         with pytest.raises(CorruptFile, match=r"manifest v1 fragment 3: malformed zone bound"):
             _ = lazy.zones
 

@@ -431,6 +431,7 @@ def test_plan_summary_json_has_every_field():
                 "candidates": ["small"] * 4,
                 "actions": [["copy", 0, 0], ["copy", 1, 0], ["copy", 2, 0], ["copy", 3, 0]],
                 "row_group_plan": [],
+                "schema_id": 0,
             },
             {
                 "index": 1,
@@ -443,6 +444,7 @@ def test_plan_summary_json_has_every_field():
                 "candidates": ["small"] * 3,
                 "actions": [["copy", 5, 0], ["copy", 6, 0], ["copy", 7, 0]],
                 "row_group_plan": [],
+                "schema_id": 0,
             },
             {
                 "index": 2,
@@ -455,6 +457,7 @@ def test_plan_summary_json_has_every_field():
                 "candidates": ["small"] * 2,
                 "actions": [["copy", 9, 0], ["encode", 10, 0], ["copy", 10, 1]],
                 "row_group_plan": ["fragment 10: rg 0 encode: small (< 1,048,576 bytes); rg 1 copy: large"],
+                "schema_id": 0,
             },
             {
                 "index": 3,
@@ -467,10 +470,13 @@ def test_plan_summary_json_has_every_field():
                 "candidates": ["deletions"],
                 "actions": [["encode", 14, 0]],
                 "row_group_plan": ["fragment 14: rg 0 encode: deleted (at least 1,000 of the fragment's 1,000 deleted rows)"],
+                "schema_id": 0,
             },
         ],
         "skipped": [[12, "alone: no adjacent fragment has room for it"]],
         "limited": False,
+        "schema_id": 0,
+        "earlier_schemas": [],
     }
 
 
