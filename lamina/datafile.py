@@ -126,10 +126,21 @@ def write_fragment(
     ``name_prefix``: the file's name starts with these hex digits (``data_file_path``)."""
     sync = getattr(store, "sync_each_write", True)
     started = time.time()
+    batches = in_schema(batches, schema)
     path = data_file_path(check_name_prefix(name_prefix))
     with store.staged_new_output(path) as local:  # a fresh name: in place on a local disk
         meta = _native.write_data_file(local, schema, batches, **_native_options(options), sync=sync)
     return _written(path, meta, zones_of(batches, schema) if zones is None else zones, schema, started)
+
+
+def in_schema(batches: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch]:
+    """``batches`` labelled with ``schema`` itself, field metadata (field ids) included: rows read, cast or
+    computed carry the types without it, and the native writer takes a batch only in the file's exact
+    schema. A relabelling, no copy; a batch of other types still fails there."""
+    return [
+        b if b.schema.equals(schema, check_metadata=True) else pa.RecordBatch.from_arrays(b.columns, schema=schema)
+        for b in batches
+    ]
 
 
 def _native_options(options: WriteOptions) -> dict[str, Any]:
@@ -174,6 +185,7 @@ def _write_group(
 ) -> list[Fragment]:
     """Writes consecutive files, in order; on error removes the ones it wrote and raises. Into a local
     store that syncs them together later (``deferring_sync``), several files are one native call."""
+    chunks = [in_schema(chunk, schema) for chunk in chunks]
     zones = zones_of_many(chunks, schema)
     if len(chunks) > 1 and isinstance(store, LocalStore) and not store.sync_each_write:
         started = time.time()

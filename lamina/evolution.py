@@ -432,6 +432,8 @@ def alter_column(schema: pa.Schema, path: str, new_type: pa.DataType) -> pa.Sche
         raise InvalidArgument(f"new type must be a pyarrow DataType, not {type(new_type).__name__}")
 
     def change(f: pa.Field) -> pa.Field:
+        if f.type.equals(new_type):
+            raise InvalidArgument(f"column {path!r} is already of type {new_type}: nothing to change")
         if not widens(f.type, new_type):
             raise SchemaMismatch(
                 f"column {path!r} cannot change from {f.type} to {new_type} without rewriting data: only widenings "

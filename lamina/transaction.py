@@ -335,10 +335,11 @@ def check_schema(f: Fragment, base: Manifest, schemas: dict[int, pa.Schema], *, 
             f"new fragment {f.path} does not say which schema its data file was written in; "
             "fragments must come from lamina.datafile.write_fragment or carry their schema"
         )
-    # Newest first: a schema change that changed nothing in the files (a column "altered" to its own
-    # type) leaves two ids of one physical schema, and new files are today's, so that compaction
-    # (which copies chunks only within one schema id and converges old ids) sees them as such.
-    for sid, schema in sorted(schemas.items(), reverse=True):
+    # Today's first, then the newest: should two ids hold one physical schema, new files are today's, so
+    # that compaction (which copies chunks only within one schema id and converges old ids) sees them so.
+    order = sorted(schemas, key=lambda sid: (sid == base.schema_id, sid), reverse=True)
+    for sid in order:
+        schema = schemas[sid]
         if evolution.same(f.schema, schema):
             return dataclasses.replace(f, schema_id=sid, schema=schema)
     today, version = base.schema, base.version
