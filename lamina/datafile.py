@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lamina import _native, prune
+from lamina import _native, evolution, prune
 from lamina.arrays import from_numpy
 from lamina.checksum import check, of_bytes
 from lamina.deletion import live_mask, read_deleted
@@ -403,6 +403,8 @@ def read_fragment(
     them), as a streaming scan reads a large fragment a piece at a time.
     """
     out_cols, needed = _needed(schema, columns, flt)
+    lay = evolution.layout(fragment.schema, schema)  # the file's columns as today's (docs/FORMAT.md §2.1)
+    physical = lay.read_columns(needed)
     plan = prune.plan_fragment(store, fragment, schema, flt, lambda: open_parquet(store, fragment)) if flt is not None else None
     if row_groups is not None and len(row_groups) < len(fragment.row_groups):
         wanted = set(row_groups)
@@ -411,29 +413,40 @@ def read_fragment(
         else:
             plan = prune.FragmentPlan([g for g in plan.groups if g in wanted], plan.group_rows, plan.file)
     if plan is None or plan.everything:
-        pf = open_parquet(store, fragment, whole=len(needed) == len(schema))
+        pf = open_parquet(store, fragment, whole=len(physical) == len(lay.physical))
         with reading(store, fragment, "cannot be decoded"):
-            table = pf.read(columns=needed, use_threads=_decode_threads(fragment))
+            table = _read_columns(pf, physical, fragment, None)
         offsets = np.arange(fragment.rows, dtype=np.uint32)
     else:  # only some row groups: ranged reads of those, not the whole object
         offsets = plan.offsets()
-        table = schema.empty_table().select(needed)
+        table = lay.physical.empty_table().select(physical)
         if plan.groups:
             pf = plan.file or open_parquet(store, fragment)
             with reading(store, fragment, "cannot be decoded"):
-                table = pf.read_row_groups(plan.groups, columns=needed, use_threads=_decode_threads(fragment))
+                table = _read_columns(pf, physical, fragment, plan.groups)
     if table.num_rows != len(offsets):
         raise CorruptFile(
             f"data file {store.describe(fragment.path)} of fragment {fragment.id} decoded {table.num_rows} rows, "
             f"the manifest and footer say {len(offsets)}"
         )
-    table = as_table_types(table, schema)
+    table = lay.conform(as_table_types(table, lay.physical), needed)
     mask = live_mask(fragment, read_deleted(store, fragment)) if len(offsets) else None
     if mask is not None:
         mask = mask if len(offsets) == fragment.rows else mask[offsets]
         table = table.filter(from_numpy(mask, pa.bool_()))
         offsets = offsets[mask]
     return _finish(table, fragment, offsets, flt, out_cols, with_row_address, with_row_id)
+
+
+def _read_columns(pf: pq.ParquetFile, columns: list[str], fragment: Fragment, groups: list[int] | None) -> pa.Table:
+    """``columns`` of the file (of row ``groups``, None: all); without columns, a table of its rows only."""
+    if not columns:  # every column asked for was added after the file was written
+        rows = fragment.rows if groups is None else sum(fragment.row_groups[g].rows for g in groups)
+        return pa.table({"_": pa.nulls(rows)}).drop_columns(["_"])
+    threads = _decode_threads(fragment)
+    if groups is None:
+        return pf.read(columns=columns, use_threads=threads)
+    return pf.read_row_groups(groups, columns=columns, use_threads=threads)
 
 
 def read_rows_many(
@@ -474,6 +487,47 @@ def read_rows_many(
 
 
 def take_many(
+    store: ObjectStore,
+    schema: pa.Schema,
+    fragments: Sequence[Fragment],
+    offsets: np.ndarray,
+    counts: Sequence[int] | np.ndarray,
+    columns: Sequence[str],
+) -> pa.Table:
+    """Rows of many fragments in one pass (``_take_many``); fragments written in an earlier schema are
+    read a schema at a time, through it (``lamina.evolution``), and their rows given today's columns."""
+    layouts = [evolution.layout(f.schema, schema) for f in fragments]
+    if all(lay.same for lay in layouts) or not columns:
+        return _take_many(store, schema, fragments, offsets, counts, columns)
+    counts = [int(c) for c in counts]
+    offsets = np.asarray(offsets, dtype=np.uint32)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    by_schema: dict[int, list[int]] = {}
+    for i, lay in enumerate(layouts):
+        by_schema.setdefault(-1 if lay.same else id(lay.physical), []).append(i)
+    pieces: list[tuple[list[int], pa.Table]] = []
+    for idx in by_schema.values():
+        lay = layouts[idx[0]]
+        sel = np.concatenate([offsets[starts[i] : starts[i + 1]] for i in idx])
+        physical = lay.read_columns(columns)
+        if physical:
+            got = _take_many(store, lay.physical, [fragments[i] for i in idx], sel, [counts[i] for i in idx], physical)
+        else:
+            got = pa.table({"_": pa.nulls(len(sel))}).drop_columns(["_"])
+        pieces.append((idx, lay.conform(got, list(columns))))
+    return _in_order(pieces, starts, len(fragments))
+
+
+def _in_order(pieces: list[tuple[list[int], pa.Table]], starts: np.ndarray, n: int) -> pa.Table:
+    """The rows of ``pieces`` (fragment positions, their rows in that order) back in fragment order."""
+    if len(pieces) == 1 and len(pieces[0][0]) == n:
+        return pieces[0][1]
+    order = np.concatenate([np.arange(starts[i], starts[i + 1]) for idx, _ in pieces for i in idx])
+    table = pa.concat_tables([t for _, t in pieces])
+    return table.take(from_numpy(np.argsort(order, kind="stable"), pa.int64()))
+
+
+def _take_many(
     store: ObjectStore,
     schema: pa.Schema,
     fragments: Sequence[Fragment],
@@ -523,12 +577,7 @@ def take_many(
             lambda i: _take_by_row_groups(store, schema, fragments[i], offsets[starts[i] : starts[i + 1]], cols), rest
         )
         pieces.append((rest, pa.concat_tables(tables)))
-    if len(pieces) == 1 and len(pieces[0][0]) == len(fragments):
-        return pieces[0][1]
-    # back into the order of ``fragments``
-    order = np.concatenate([np.arange(starts[i], starts[i + 1]) for idx, _ in pieces for i in idx])
-    table = pa.concat_tables([t for _, t in pieces])
-    return table.take(from_numpy(np.argsort(order, kind="stable"), pa.int64()))
+    return _in_order(pieces, starts, len(fragments))
 
 
 def _take_by_row_groups(

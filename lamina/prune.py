@@ -50,6 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lamina import evolution
 from lamina import expr as E
 from lamina.cache import MiB, cache
 from lamina.filter import Filter, int_bounds
@@ -513,16 +514,33 @@ def fragments_ruled_out(schema: pa.Schema, flt: Filter) -> Callable[[Fragment], 
     pruner = compile_filter(flt, schema)
     if not pruner.useful:
         return None
-    return lambda frag: frag.zones is not None and not (frag.rows and _zones_allow(pruner, frag.zones, schema))
+
+    def ruled_out(frag: Fragment) -> bool:
+        zones = frag.zones
+        if zones is None:
+            return False
+        if frag.schema is not None and frag.schema is not schema:  # written in an earlier schema: its zones renamed
+            zones = evolution.layout(frag.schema, schema).zones(zones)
+        return not (frag.rows and _zones_allow(pruner, zones, schema))
+
+    return ruled_out
 
 
-def segments_ruled_out(schema: pa.Schema, flt: Filter) -> Callable[[Any], bool] | None:
+def segments_ruled_out(schema: pa.Schema, flt: Filter, earlier: Iterable[pa.Schema] = ()) -> Callable[[Any], bool] | None:
     """A test of a manifest segment entry: True when its merged zone maps rule out every row
     matching ``flt`` (none of its fragments can match, so it is not even read); None when the filter
-    can prune nothing."""
+    can prune nothing. ``earlier``: the table's earlier schemas fragments are still written in (their
+    zone maps are merged by name, so only columns every schema names alike are used)."""
     pruner = compile_filter(flt, schema)
     if not pruner.useful:
         return None
+    earlier = list(earlier)
+    if earlier:
+        stable = evolution.stable_names(earlier, schema)
+        if not pruner.columns <= stable:
+            return lambda seg: (
+                seg.zones is not None and not _zones_allow(pruner, tuple(z for z in seg.zones if z.column in stable), schema)
+            )
     return lambda seg: seg.zones is not None and not _zones_allow(pruner, seg.zones, schema)
 
 
@@ -556,6 +574,10 @@ def plan_fragment(
         return None
     if not pruner.columns:  # FALSE whatever the values: nothing to read, not even the footer
         return FragmentPlan([], [g.rows for g in fragment.row_groups] or [fragment.rows])
+    if fragment.schema is not None and fragment.schema is not schema:
+        lay = evolution.layout(fragment.schema, schema)
+        if not all(lay.stable(c) for c in pruner.columns):  # the file keeps these under other names or types
+            return None
     opened: list[pq.ParquetFile] = []
 
     def load() -> pq.FileMetaData:

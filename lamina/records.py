@@ -425,6 +425,28 @@ class ConfigureRecord(TransactionRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AlterSchemaRecord(TransactionRecord):
+    """``alter_schema``: the table's schema changed without a data file written (docs/FORMAT.md §2.1):
+    ``change`` says how (``add_columns``, ``drop_columns``, ``rename_column``, ``alter_column``) with its
+    arguments, ``columns`` the fields it touched by id (a concurrent index build over one of them conflicts)."""
+
+    operation: str = field(default="alter_schema", init=False)
+    change: dict[str, Any] = field(default_factory=dict)
+    #: Field ids of the columns added, dropped, renamed or altered.
+    columns: tuple[int, ...] = ()
+
+    @classmethod
+    def _fields_from(cls, f: _Fields) -> dict[str, Any]:
+        change = f._get("change", _MISSING)
+        if not isinstance(change, dict) or not isinstance(change.get("kind"), str):
+            raise _Malformed(f"{f.where}change is not an object with a kind")
+        return {"change": dict(change), "columns": f.numbers("columns")}
+
+    def _details(self) -> dict[str, Any]:
+        return {"change": dict(self.change), "columns": list(self.columns)}
+
+
+@dataclass(frozen=True, kw_only=True)
 class RestoreRecord(TransactionRecord):
     """``restore``: the table as it was at ``version`` (schema, fragments, indices, settings), named by
     ``tag`` when the restore asked for one; the WAL watermarks stay as they were (docs/FORMAT.md §6)."""
@@ -470,6 +492,7 @@ RECORD_TYPES: dict[str, type[TransactionRecord]] = {
         RestoreRecord,
         DropRecord,
         MergeRecord,
+        AlterSchemaRecord,
     )
 }
 

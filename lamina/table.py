@@ -53,7 +53,7 @@ from lamina.scan import DEFAULT_BATCH_SIZE, Scanner
 from lamina.schema import DataLike, check_column_names, check_primary_key, conform, validate_schema
 from lamina.store import ObjectStore, open_store
 from lamina.tags import create_tag, delete_tag, list_tags, load_version
-from lamina.transaction import Append, ChangeIndex, Configure, Create, Delete, Overwrite, Transaction
+from lamina.transaction import AlterSchema, Append, ChangeIndex, Configure, Create, Delete, Overwrite, Transaction
 
 if TYPE_CHECKING:
     from lamina.dataset import LaminaDataset
@@ -338,6 +338,40 @@ class Table:
         clustering = choose(self.schema, names, curve, None)  # checks columns and curve before reading anything
         clustering = choose(self.schema, names, curve, self.sample(names, sample_fragments))
         return self.commit_transaction(Configure(self.version, {CONFIG_KEY: clustering.to_config()})).version
+
+    # -- schema evolution (docs/FORMAT.md §2.1): one commit each, no data file written ----------------
+    def add_columns(self, fields: pa.Field | Sequence[pa.Field] | pa.Schema, *, defaults: dict[str, Any] | None = None) -> int:
+        """Adds columns at the end of the schema; returns the new version. Rows written before read a
+        column as null, or as its value in ``defaults`` (required for a non-nullable column). Writes no
+        data file: old files are read through the schema they were written in (``lamina.evolution``).
+
+        >>> table.add_columns([pa.field("score", pa.float64())], defaults={"score": 0.0})
+        """
+        listed = [fields] if isinstance(fields, pa.Field) else list(fields)
+        return self._alter("add_columns", fields=listed, defaults=dict(defaults or {}))
+
+    def drop_columns(self, names: str | Sequence[str]) -> int:
+        """Drops columns (a dotted path drops a struct's field); returns the new version. Their data stays
+        in the files already written, unread, until compaction rewrites them; a column added later under
+        the same name is another column (it reads null on those rows, never the old values). Index entries
+        on a dropped column are dropped with it."""
+        listed = [names] if isinstance(names, str) else list(names)
+        return self._alter("drop_columns", names=listed)
+
+    def rename_column(self, old: str, new: str) -> int:
+        """Renames a column (``"a.b"``: field ``b`` of struct ``a``) to ``new``; returns the new version.
+        Index entries follow the column."""
+        return self._alter("rename_column", old=old, new=new)
+
+    def alter_column(self, name: str, new_type: pa.DataType) -> int:
+        """Widens a column's type (``"a.b"`` for a struct's field); returns the new version. Only changes
+        where every old value is exactly a new one are allowed (int8→int16→int32→int64, unsigned to wider,
+        float32→float64, small ints→float64, string→large_string, binary→large_binary, date32→timestamp,
+        timestamp to a finer unit); old files are cast as they are read."""
+        return self._alter("alter_column", name=name, type=new_type)
+
+    def _alter(self, kind: str, **arguments: Any) -> int:
+        return self.commit_transaction(AlterSchema(self.version, kind, **arguments)).version
 
     def sample(self, columns: Sequence[str], fragments: int = 64) -> pa.Table:
         """The live rows of ``columns`` in up to ``fragments`` fragments spread evenly over the table (all

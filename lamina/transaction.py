@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import numpy as np
 import pyarrow as pa
 
+from lamina import evolution
 from lamina.errors import CommitConflict, SchemaMismatch, TableDropped, TableExists
 from lamina.manifest import (
     DeletionFile,
@@ -47,6 +48,7 @@ from lamina.manifest import (
 from lamina.records import (
     INDEX_ACTIONS,
     AddressMapping,
+    AlterSchemaRecord,
     AppendRecord,
     ConfigureRecord,
     CreateRecord,
@@ -74,13 +76,26 @@ WATERMARKS = "watermarks"  # conflict only if they flushed WAL transactions I ho
 KEYS = "keys"  # conflict if their new rows hold a key I write (or they deleted a row I update); else merge deletions
 LIVE_ROWS = "live rows"  # conflict if they deleted a row I update (it would come back); else merge deletions
 UPDATED_ROWS = "updated rows"  # conflict if I delete a row they updated (its new version would stay); else merge deletions
+COLUMNS = "columns"  # conflict if they dropped, renamed or altered the column my index is on
 DROPPED = "dropped"  # they dropped the table: TableDropped, nothing is committed
 CONFLICT = "conflict"
 
 #: ``RewriteGroup.source_deletions`` marker: a concurrent delete removed the whole source fragment.
 REMOVED = "<removed>"
 
-OPERATIONS = ("append", "delete", "rewrite", "create_index", "overwrite", "wal_flush", "configure", "restore", "drop", "merge")
+OPERATIONS = (
+    "append",
+    "delete",
+    "rewrite",
+    "create_index",
+    "overwrite",
+    "wal_flush",
+    "configure",
+    "restore",
+    "drop",
+    "merge",
+    "alter_schema",
+)
 
 MATRIX: dict[tuple[str, str], str] = {
     ("append", "append"): REBASE,
@@ -149,8 +164,18 @@ MATRIX: dict[tuple[str, str], str] = {
     ("merge", "restore"): CONFLICT,  # as over an overwrite: the rows it matched may be gone
     # A configure changes table settings only (e.g. clustering keys): independent of every data change,
     # and two configures apply in commit order, each setting only its own entries.
-    **{("configure", op): REBASE for op in OPERATIONS if op != "drop"},
+    **{("configure", op): REBASE for op in OPERATIONS if op not in ("drop", "alter_schema")},
     **{(op, "configure"): REBASE for op in OPERATIONS if op != "drop"},
+    # A schema change writes no data: data files written in the schema before it are read through that
+    # schema (docs/FORMAT.md §2.1), so writes replay over it; it replays over anything that keeps the
+    # schema (and over another schema change: applied to the schema it finds). An index built on a column
+    # changed meanwhile, a configure (clustering keys by name) or an overwrite / restore (another schema) conflict.
+    **{("alter_schema", op): REBASE for op in OPERATIONS if op not in ("overwrite", "restore", "drop")},
+    ("alter_schema", "overwrite"): CONFLICT,
+    ("alter_schema", "restore"): CONFLICT,
+    **{(op, "alter_schema"): REBASE for op in ("append", "delete", "rewrite", "overwrite", "wal_flush", "restore", "merge")},
+    ("create_index", "alter_schema"): COLUMNS,
+    ("configure", "alter_schema"): CONFLICT,
     # A drop ends the table: it replays over anything (the drop wins), and nothing replays over it.
     **{("drop", op): REBASE for op in OPERATIONS if op != "drop"},
     **{(op, "drop"): DROPPED for op in OPERATIONS},
@@ -284,47 +309,60 @@ class Transaction(abc.ABC):
         are dropped (not looked for when the transaction ``removes`` no fragment: that costs a pass over
         every fragment, the largest cost of a small append to a large table)."""
         nxt = base.replace(version=base.version + 1, timestamp_ms=now_ms(), transaction=record.to_json(), **changes)
-        if not removes or not nxt.indices:
+        if not removes or not (nxt.indices or nxt.schemas):
             return nxt
-        live = {f.id for f in nxt.fragments}
+        live: dict[int, int] = {f.id: f.schema_id for f in nxt.fragments}
+        if nxt.schemas:  # earlier schemas no fragment is written in any more are forgotten
+            used = set(live.values())
+            if not used.issuperset(nxt.schemas):
+                nxt = nxt.replace(schemas={k: v for k, v in nxt.schemas.items() if k in used})
         return nxt.replace(indices=tuple(ix.prune(live) for ix in nxt.indices))
 
 
-def check_schema(f: Fragment, schema: Any, version: int) -> None:
-    """Refuses a new fragment whose data file was written with another schema than the table's.
+def check_schema(f: Fragment, schemas: dict[int, pa.Schema], version: int) -> Fragment:
+    """``f`` naming the schema its data file was written in (one of ``schemas``, the table's by id:
+    ``Manifest.schema_registry``); refuses a fragment written in a schema the table does not have.
 
     A commit is the last place a fragment can be stopped before it makes the table unreadable:
-    whatever path wrote it (append, WAL flush, compaction), its schema must be the table's.
+    whatever path wrote it (append, WAL flush, compaction), its schema must be one of the table's,
+    today's or an earlier one fragments are still read in (a write that began before a schema change,
+    read through ``lamina.evolution``).
     """
     if f.schema is None:
         raise SchemaMismatch(
             f"new fragment {f.path} does not say which schema its data file was written in; "
             "fragments must come from lamina.datafile.write_fragment or carry their schema"
         )
-    if not f.schema.equals(schema):
+    for sid, schema in schemas.items():
+        if evolution.same(f.schema, schema):
+            return dataclasses.replace(f, schema_id=sid, schema=schema)
+    today = schemas[max(schemas)]
 
-        def show(s: Any) -> str:
-            return ", ".join(f"{x.name}: {x.type}" for x in s)
+    def show(s: Any) -> str:
+        return ", ".join(f"{x.name}: {x.type}" for x in s)
 
-        raise SchemaMismatch(
-            f"data file {f.path} was written with schema ({show(f.schema)}) but the table has schema ({show(schema)}) "
-            f"at version {version}: the table's schema changed since the data was written. Nothing was committed; "
-            f"read the table again and write the data in its current schema"
-        )
+    raise SchemaMismatch(
+        f"data file {f.path} was written with schema ({show(f.schema)}) but the table has schema ({show(today)}) "
+        f"at version {version}: the table's schema changed since the data was written. Nothing was committed; "
+        f"read the table again and write the data in its current schema"
+    )
 
 
-def assign_ids(base: Manifest, fragments: Iterable[Fragment], schema: Any = None) -> tuple[list[Fragment], int, int]:
-    """Gives new fragments ids (and stable row ids when the table keeps them), after checking
-    each against the schema the table will have (``schema``, else the base's)."""
+def assign_ids(
+    base: Manifest, fragments: Iterable[Fragment], schemas: dict[int, pa.Schema] | None = None
+) -> tuple[list[Fragment], int, int]:
+    """Gives new fragments ids (and stable row ids when the table keeps them), after checking each
+    against the schemas the table will have (``schemas``, else the base's ``schema_registry``)."""
     next_id, next_row = base.next_fragment_id, base.next_row_id
+    registry = base.schema_registry() if schemas is None else schemas
     out = []
     for f in fragments:
-        check_schema(f, base.schema if schema is None else schema, base.version)
+        f = check_schema(f, registry, base.version)
         row_ids = f.row_ids
         if base.stable_row_ids and row_ids is None:
             row_ids = ((next_row, next_row + f.rows),)
             next_row += f.rows
-        out.append(dataclasses.replace(f, id=next_id, row_ids=row_ids if base.stable_row_ids else None, schema=None))
+        out.append(dataclasses.replace(f, id=next_id, row_ids=row_ids if base.stable_row_ids else None))
         next_id += 1
     return out, next_id, next_row
 
@@ -905,16 +943,15 @@ class Rewrite(Transaction):
         segments: dict[str, list[IndexSegment]] = {}
         for gi, group in enumerate(self.groups):
             new_frags, new_ids = [], []
+            registry = base.schema_registry()
             for out, f in enumerate(group.new_fragments):
-                check_schema(f, base.schema, base.version)
+                f = check_schema(f, registry, base.version)
                 deletion = self._carried_files.get((gi, out), (0, None))[1]
                 if deletion is not None and deletion.deleted_rows >= f.rows:
                     new_ids.append(-1)  # every row of this output was deleted meanwhile: not committed
                     continue
                 new_frags.append(
-                    dataclasses.replace(
-                        f, id=next_id, deletion=deletion, schema=None, row_ids=f.row_ids if base.stable_row_ids else None
-                    )
+                    dataclasses.replace(f, id=next_id, deletion=deletion, row_ids=f.row_ids if base.stable_row_ids else None)
                 )
                 new_ids.append(next_id)
                 next_id += 1
@@ -992,6 +1029,12 @@ class ChangeIndex(Transaction):
         record = theirs.record
         if rule == DISTINCT_NAMES and isinstance(record, IndexChangeRecord) and record.index == self.index.name:
             raise _conflict(self, theirs, files.uri, f"both changed index {self.index.name!r} ({record.action} committed first)")
+        if (
+            rule == COLUMNS
+            and isinstance(record, AlterSchemaRecord)
+            and self.index.column in evolution.changed_columns(record.change)
+        ):
+            raise _conflict(self, theirs, files.uri, f"column {self.index.column!r} of index {self.index.name!r} was changed")
         return self
 
     def apply(self, base: Manifest) -> Manifest:
@@ -1059,7 +1102,14 @@ class Overwrite(Transaction):
         return super().rebase(theirs, files)
 
     def apply(self, base: Manifest) -> Manifest:
-        new, next_id, next_row = assign_ids(base, self.fragments, self.schema)
+        schema, schema_id, next_field, registry = base.schema, base.schema_id, base.next_field_id, base.schema_registry()
+        if self.schema is not None and not evolution.same(self.schema, base.schema):
+            # another schema: its own id (fragments of every earlier one are gone), field ids from its own
+            schema, schema_id, next_field = self.schema, _next_schema_id(base), None
+            registry = {schema_id: schema}
+        # (without a schema, data written before a concurrent schema change stays in the schema it was written in)
+        new, next_id, next_row = assign_ids(base, self.fragments, registry)
+        used = {f.schema_id for f in new}
         indices = tuple(
             dataclasses.replace(
                 ix,
@@ -1076,7 +1126,10 @@ class Overwrite(Transaction):
             next_fragment_id=next_id,
             next_row_id=next_row,
             indices=indices,
-            schema=self.schema if self.schema is not None else base.schema,
+            schema=schema,
+            schema_id=schema_id,
+            schemas={k: v for k, v in registry.items() if k in used and k != schema_id},
+            next_field_id=next_field,
             config={**base.config, **self.config} if self.config else base.config,
         )
 
@@ -1139,6 +1192,9 @@ class Restore(Transaction):
             RestoreRecord(**self._header(), version=t.version, tag=self.tag),
             removes=False,  # the restored indices serve the restored fragments as they did
             schema=t.schema,
+            schema_id=t.schema_id,
+            schemas=t.schemas,
+            next_field_id=_restored_next_field_id(base, t),
             fragments=fragments,
             segments=t.segments,
             segment_lists=t.segment_lists,
@@ -1148,6 +1204,68 @@ class Restore(Transaction):
             next_fragment_id=next_id,
             next_row_id=next_row,
         )
+
+
+def _next_schema_id(base: Manifest) -> int:
+    return max([base.schema_id, *base.schemas]) + 1
+
+
+def _restored_next_field_id(base: Manifest, target: Manifest) -> int | None:
+    """Field ids are never given twice along a table's history: a restore keeps the greater next id."""
+    if base.next_field_id is None and target.next_field_id is None:
+        return None
+    mine = base.next_field_id if base.next_field_id is not None else evolution.next_field_id(base.schema)
+    theirs = target.next_field_id if target.next_field_id is not None else evolution.next_field_id(target.schema)
+    return max(mine, theirs)
+
+
+class AlterSchema(Transaction):
+    """A schema change that writes no data file (``Table.add_columns``, ``drop_columns``, ``rename_column``,
+    ``alter_column``; docs/FORMAT.md §2.1): today's schema becomes one of the table's earlier schemas (its
+    fragments keep being read through it), the new one gets the next schema id, and index entries follow
+    their column (renamed; dropped with it).
+
+    ``change`` is ``(kind, arguments)``, applied to whatever schema the base has, so it replays over
+    anything that keeps the schema, and over another schema change (each applies in commit order; one
+    that no longer makes sense, e.g. a column renamed twice, fails then with the error it would have had).
+    """
+
+    operation = "alter_schema"
+
+    def __init__(self, read_version: int, kind: str, **arguments: Any):
+        super().__init__(read_version)
+        self.kind = kind
+        self.arguments = arguments
+
+    def apply(self, base: Manifest) -> Manifest:
+        change = evolution.change(base.schema, base.next_field_id, self.kind, self.arguments, _protected(base))
+        schemas = {**base.schemas, base.schema_id: base.schema}
+        gone = {c for c in (ix.column for ix in base.indices) if c not in change.schema.names and c not in change.renamed}
+        gone |= change.unindexed  # its keys are no longer the column's: created again by the user
+        indices = tuple(
+            dataclasses.replace(ix, column=change.renamed.get(ix.column, ix.column))
+            for ix in base.indices
+            if ix.column not in gone
+        )
+        record = AlterSchemaRecord(**self._header(), change=change.describe, columns=change.field_ids)
+        return self._next(
+            base,
+            record,
+            removes=False,
+            schema=change.schema,
+            schema_id=_next_schema_id(base),
+            schemas=schemas,
+            next_field_id=change.next_field_id,
+            indices=indices,
+        )
+
+
+def _protected(base: Manifest) -> dict[str, str]:
+    """Columns a schema change may not drop, rename or alter, and why."""
+    out = {c: "it is the table's primary key (the WAL and merges find rows by it)" for c in base.primary_key}
+    for c in (base.config.get("clustering") or {}).get("columns", ()):
+        out.setdefault(c, "it is a clustering key: remove the clustering first (set_clustering(None))")
+    return out
 
 
 class Drop(Transaction):

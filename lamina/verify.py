@@ -120,9 +120,7 @@ def _compare(item: _Item, actual: str, what: str, where: str) -> list[str]:
     return []
 
 
-def _read_segment(
-    store: ObjectStore, entry: ManifestSegment, table_uuid: str, is_list: bool
-) -> tuple[int, tuple | None, str | None]:
+def _read_segment(store: ObjectStore, entry: ManifestSegment, m: Manifest, is_list: bool) -> tuple[int, tuple | None, str | None]:
     """(bytes read, the items it holds or None, its problem or None) for one manifest segment or segment list,
     read from storage (not from the segment cache) and checked against its entry."""
     what = "manifest segment list" if is_list else "manifest segment"
@@ -130,7 +128,8 @@ def _read_segment(
     lost = f"the {entry.count} {'segments' if is_list else 'fragments'} it lists cannot be checked"
     try:
         data = store.get(entry.path)
-        return len(data), decode_segment(data, entry, table_uuid, where, is_list=is_list).items, None
+        segment = decode_segment(data, entry, m.table_uuid, where, is_list=is_list, schemas=m.schema_registry())
+        return len(data), segment.items, None
     except ObjectNotFound:
         return 0, None, f"{what} {where} is missing: {lost}; restore it, or open another version with open_table(uri, version=N)"
     except (CorruptFile, LaminaError) as e:
@@ -141,7 +140,7 @@ def _fragments(store: ObjectStore, m: Manifest, pool: ThreadPoolExecutor) -> tup
     """(the fragments that can be listed, manifest objects checked, bytes read, problems): every segment
     list and segment of ``m`` read on its own, so one damaged object costs only what it lists."""
     objects = [(e, True) for e in m.segment_lists] + [(e, False) for e in m.segments]
-    got = list(pool.map(lambda o: _read_segment(store, o[0], m.table_uuid, o[1]), objects))
+    got = list(pool.map(lambda o: _read_segment(store, o[0], m, o[1]), objects))
     problems = [p for _, _, p in got if p is not None]
     read = sum(n for n, _, _ in got)
     by_path = {e.path: items for (e, is_list), (_, items, _) in zip(objects, got) if not is_list}

@@ -14,7 +14,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from lamina.errors import IndexNotFound, InvalidArgument
+from lamina.evolution import with_ids
 from lamina.index.options import IndexOptions, check_indexable, check_name, default_name
 from lamina.manifest import Fragment, Manifest
 
@@ -61,6 +64,8 @@ class IndexPlan:
     #: The index updated (its uuid at ``read_version``); None when creating.
     index_uuid: str | None
     segments: tuple[SegmentPlan, ...]
+    #: The column's field today (with its field id: fragments written in an earlier schema are read through it).
+    field: pa.Field | None = None
 
     @property
     def fragments(self) -> int:
@@ -162,6 +167,7 @@ def plan_index(
         options,
         existing.uuid if existing is not None else None,
         _segments(todo, options),
+        with_ids(manifest.schema).field(column),
     )
 
 

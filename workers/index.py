@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from lamina.faults import maybe_die
 from lamina.index import segments
 from lamina.index.options import IndexOptions
@@ -36,13 +38,24 @@ class BuildTask:
     part: int
     only_part: bool  # the segment's only part: written as segment.lidx directly
     fragments: tuple[tuple[int, Fragment], ...]
+    #: The column's field today (None: the fragments' own column of that name).
+    field: pa.Field | None = None
 
 
 def tasks_for(plan: IndexPlan, uri: str, storage_options: dict[str, Any] | None) -> list[BuildTask]:
     """One task per planned part, segments in table order."""
     return [
         BuildTask(
-            uri, storage_options, plan.column, plan.kind, plan.options, p.segment_uuid, p.part, len(s.parts) == 1, p.fragments
+            uri,
+            storage_options,
+            plan.column,
+            plan.kind,
+            plan.options,
+            p.segment_uuid,
+            p.part,
+            len(s.parts) == 1,
+            p.fragments,
+            plan.field,
         )
         for s in plan.segments
         for p in s.parts
@@ -55,7 +68,7 @@ class PartBuilder:
     def run(self, task: BuildTask) -> segments.BuiltPart:
         store = open_store(task.uri, task.storage_options)
         built = segments.build_part(
-            store, task.segment_uuid, task.part, task.only_part, task.column, task.kind, task.options, task.fragments
+            store, task.segment_uuid, task.part, task.only_part, task.column, task.kind, task.options, task.fragments, task.field
         )
         maybe_die()  # test-only fault injection (lamina.faults)
         return built

@@ -289,7 +289,11 @@ def plan_reads(
             answered[fid] = answered.get(fid, 0) + 1
     final_all = plan.exact and len(plan.parts) > 0
     frags = plan.fragments
-    skip = prune.segments_ruled_out(schema, flt) if flt is not None and isinstance(frags, FragmentList) else None
+    skip = (
+        prune.segments_ruled_out(schema, flt, manifest.schemas.values())
+        if flt is not None and isinstance(frags, FragmentList)
+        else None
+    )
     ruled_out = prune.fragments_ruled_out(schema, flt) if flt is not None else None
 
     def runs() -> Iterator[tuple[int, Sequence[Fragment]]]:

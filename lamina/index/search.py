@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lamina import _native
+from lamina import _native, evolution
 from lamina.datafile import reading, take_many
 from lamina.deletion import read_deleted
 from lamina.errors import CorruptFile, IndexNotFound, InvalidArgument, ObjectNotFound
@@ -37,10 +37,18 @@ class _TextSource:
         self.reader, self.fids, self.serves, self.fetch = reader, fids, serves, fetch
 
 
-def _memory_source(store: ObjectStore, frag: Fragment, column: str, options: IndexOptions) -> _TextSource:
-    with reading(store, frag, "cannot be decoded"):
-        pf = pq.ParquetFile(store.open_input(frag.path, frag.file_bytes))
-        values = pf.read(columns=[column], use_threads=True).column(0)
+def _memory_source(store: ObjectStore, frag: Fragment, field: pa.Field, options: IndexOptions) -> _TextSource:
+    """A segment built in memory over ``frag``'s text column (today's ``field``, read through the
+    schema the file was written in)."""
+    source, conform = evolution.source_of(frag.schema, field)
+    if source is None:
+        values = evolution.missing(field, frag.rows)
+    else:
+        with reading(store, frag, "cannot be decoded"):
+            pf = pq.ParquetFile(store.open_input(frag.path, frag.file_bytes))
+            values = pf.read(columns=[source], use_threads=True).column(0)
+        if conform is not None:
+            values = conform(values)
     built = _native.build_index_segment("fts", [(0, key_array(values))], None, **options.native())
     data: bytes = built["data"]
     off, length = _native.index_directory_range(data, len(data), f"(scan of fragment {frag.id})")
@@ -72,6 +80,7 @@ def search(
             raise IndexNotFound(f"pass column=: table {where} has {len(fts)} full-text indices ({names})")
         column = fts[0].column
     check_indexable(manifest.schema, column, "fts", where)
+    field = evolution.with_ids(manifest.schema).field(column)
     index = fts[0] if fts else None
     options = IndexOptions.from_details(index.details) if index else IndexOptions()
     if index is None:
@@ -124,7 +133,7 @@ def search(
         else:
             queries.append(got)
     queries += mapper(
-        lambda f: _text_query(_memory_source(store, f, column, options), terms, None, {f.id: read_deleted(store, f)}),
+        lambda f: _text_query(_memory_source(store, f, field, options), terms, None, {f.id: read_deleted(store, f)}),
         sorted(scan, key=lambda f: f.id),
     )
 

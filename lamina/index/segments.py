@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lamina import _native
+from lamina import _native, evolution
 from lamina.cache import MiB, cache
 from lamina.datafile import reading
 from lamina.errors import CorruptFile, ObjectNotFound
@@ -119,12 +119,18 @@ def fetch_blocks(
     return [(bid, out[bid]) for bid, _, _ in blocks]
 
 
-def read_key_column(store: ObjectStore, fragment: Fragment, column: str, kind: str) -> pa.Array:
-    """Every physical row of ``column`` in ``fragment`` (deleted rows too: reads filter them)."""
-    dictionary = [column] if kind == "bitmap" else None
+def read_key_column(store: ObjectStore, fragment: Fragment, column: str, kind: str, field: pa.Field | None = None) -> pa.Array:
+    """Every physical row of ``column`` in ``fragment`` (deleted rows too: reads filter them). ``field``:
+    the column's field today, when the fragment may be written in an earlier schema (``lamina.evolution``)."""
+    source, conform = evolution.source_of(fragment.schema, field) if field is not None else (column, None)
+    if source is None:  # added after the file was written
+        return key_array(evolution.missing(field, fragment.rows))
+    dictionary = [source] if kind == "bitmap" else None
     with reading(store, fragment, "cannot be decoded"):
         pf = pq.ParquetFile(store.open_input(fragment.path, fragment.file_bytes), read_dictionary=dictionary)
-        values = pf.read(columns=[column], use_threads=True).column(0)
+        values = pf.read(columns=[source], use_threads=True).column(0)
+    if conform is not None:
+        values = conform(values)
     if len(values) != fragment.rows:
         raise CorruptFile(
             f"data file {store.describe(fragment.path)} of fragment {fragment.id} has {len(values)} rows, "
@@ -164,10 +170,11 @@ def build_part(
     kind: str,
     options: IndexOptions,
     fragments: Sequence[tuple[int, Fragment]],
+    field: pa.Field | None = None,
 ) -> BuiltPart:
     """Reads ``column`` of ``fragments`` (ordinal, fragment) and writes their part of a segment;
     the only part of a segment is written as the segment itself."""
-    inputs = [(ordinal, read_key_column(store, frag, column, kind)) for ordinal, frag in fragments]
+    inputs = [(ordinal, read_key_column(store, frag, column, kind, field)) for ordinal, frag in fragments]
     rel = segment_path(segment_uuid) if only_part else part_path(segment_uuid, part)
     meta = write_segment(store, rel, lambda local: build_local(kind, inputs, local, options))
     return BuiltPart(segment_uuid, part, rel, int(meta["bytes"]), int(meta["rows"]), meta.get("checksum"))

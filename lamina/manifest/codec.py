@@ -26,8 +26,11 @@ if TYPE_CHECKING:
 
 FORMAT = "lamina.manifest"
 FORMAT_VERSION = 2
-#: Manifest format versions this Lamina reads (1: every fragment in the root; 2: segments).
-READABLE_FORMAT_VERSIONS = (1, 2)
+#: The format version of a table whose schema changed (field ids, earlier schemas: docs/FORMAT.md
+#: §2.1): a reader that does not know them must not read its files by name.
+EVOLVED_FORMAT_VERSION = 3
+#: Manifest format versions this Lamina reads (1: every fragment in the root; 2: segments; 3: evolved schemas).
+READABLE_FORMAT_VERSIONS = (1, 2, 3)
 SEGMENT_FORMAT = "lamina.manifest_segment"
 SEGMENT_LIST_FORMAT = "lamina.manifest_segment_list"
 #: Files are checksummed with CRC32C (docs/FORMAT.md, "Checksums").
@@ -56,6 +59,7 @@ def fragment_to_json(f: Fragment) -> dict[str, Any]:
         "checksum": f.checksum,
         **zones_field(f),
         **({} if f.cluster is None else {"cluster": [f.cluster.key, f.cluster.run, f.cluster.lo, f.cluster.hi]}),
+        **({"schema_id": f.schema_id} if f.schema_id else {}),
     }
 
 
@@ -71,10 +75,23 @@ def entry_json(seg: ManifestSegment) -> dict[str, Any]:
     }
 
 
+def _evolved(m: Manifest) -> dict[str, Any]:
+    """The root's fields of a table whose schema changed (none for one whose never did)."""
+    if not m.schema_id and not m.schemas and m.next_field_id is None:
+        return {}
+    return {
+        "schema_id": m.schema_id,
+        "schemas": [{"id": k, **_schema_to_json(s)} for k, s in sorted(m.schemas.items())],
+        "next_field_id": m.next_field_id,
+    }
+
+
 def _body(m: Manifest, inline_segments: tuple[ManifestSegment, ...], inline: tuple[Fragment, ...]) -> dict[str, Any]:
+    evolved = _evolved(m)
     return {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format_version": EVOLVED_FORMAT_VERSION if evolved else FORMAT_VERSION,
+        **evolved,
         "version": m.version,
         "table_uuid": m.table_uuid,
         "timestamp_ms": m.timestamp_ms,
@@ -187,7 +204,13 @@ def decode_manifest(data: bytes, where: str, reader: SegmentReader | None = None
     if stored_checksum != "sha256:" + hashlib.sha256(_canonical(body)).hexdigest():
         raise corrupt("checksum mismatch")
     try:
-        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(body["schema"]["ipc"])))
+        schema = _schema_from_json(body["schema"])
+        schema_id = int(body.get("schema_id", 0))
+        older = {int(s["id"]): _schema_from_json(s) for s in body.get("schemas", ())}
+        next_field_id = body.get("next_field_id")
+        if schema_id < 0 or schema_id in older or (next_field_id is not None and type(next_field_id) is not int):
+            raise corrupt(f"schema id {schema_id} is negative or listed twice, or next_field_id {next_field_id!r} is malformed")
+        schemas = {**older, schema_id: schema}
         table_uuid = str(body.get("table_uuid", ""))
         list_entries = _entries(body.get("segment_lists", ()), f"manifest {where}")
         inline_entries = _entries(body.get("segments", ()), f"manifest {where}")
@@ -195,8 +218,8 @@ def decode_manifest(data: bytes, where: str, reader: SegmentReader | None = None
             raise LaminaError(f"manifest {where} keeps its fragments in manifest segments: read it with load_manifest")
         lists = tuple(reader.read_now(list_entries, table_uuid)) if list_entries and reader else ()
         entries = [e for lst in lists for e in lst.items] + inline_entries
-        segments = tuple(reader.unread(e, table_uuid) for e in entries) if reader else ()
-        inline = tuple(_fragment_from_json(f, where) for f in body["fragments"])
+        segments = tuple(reader.unread(e, table_uuid, schemas) for e in entries) if reader else ()
+        inline = tuple(_fragment_from_json(f, where, schemas) for f in body["fragments"])
         next_fragment_id, next_row_id = int(body["next_fragment_id"]), int(body["next_row_id"])
         fragments: tuple[Fragment, ...] | FragmentList = (
             FragmentList(segments + (inline,), where, next_fragment_id, next_row_id) if segments else inline
@@ -227,6 +250,9 @@ def decode_manifest(data: bytes, where: str, reader: SegmentReader | None = None
             transaction=dict(body["transaction"]),
             table_uuid=table_uuid,
             dropped=dropped,
+            schema_id=schema_id,
+            schemas=older,
+            next_field_id=next_field_id,
             segments=segments,
             segment_lists=lists,
         )
@@ -241,8 +267,17 @@ def decode_manifest(data: bytes, where: str, reader: SegmentReader | None = None
     return m
 
 
-def decode_segment(data: bytes, entry: ManifestSegment, table_uuid: str, where: str, *, is_list: bool = False) -> ManifestSegment:
-    """One manifest segment (or segment list), checked against its entry in the root or list."""
+def decode_segment(
+    data: bytes,
+    entry: ManifestSegment,
+    table_uuid: str,
+    where: str,
+    *,
+    is_list: bool = False,
+    schemas: dict[int, pa.Schema] | None = None,
+) -> ManifestSegment:
+    """One manifest segment (or segment list), checked against its entry in the root or list.
+    ``schemas``: the schemas its fragments' data files may be written in, by id (``Manifest.schema_registry``)."""
     kind = "manifest segment list" if is_list else "manifest segment"
     what = f"{kind} {where} (of table {table_uuid or '(unnamed)'})"
     try:
@@ -255,7 +290,7 @@ def decode_segment(data: bytes, entry: ManifestSegment, table_uuid: str, where: 
         items: tuple[Any, ...] = (
             tuple(_entries(body["segments"], what))
             if is_list
-            else tuple(_fragment_from_json(f, where) for f in body["fragments"])
+            else tuple(_fragment_from_json(f, where, schemas or {}) for f in body["fragments"])
         )
     except CorruptFile:
         raise
@@ -270,7 +305,11 @@ def decode_segment(data: bytes, entry: ManifestSegment, table_uuid: str, where: 
 _DATA_PATH = re.compile(r"data/[0-9a-f]{32}\.parquet")
 
 
-def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
+def _schema_from_json(raw: dict[str, Any]) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(raw["ipc"])))
+
+
+def _fragment_from_json(f: dict[str, Any], where: str, schemas: dict[int, pa.Schema]) -> Fragment:
     def what() -> str:  # built only for an error: decoding runs once per fragment of every segment read
         return f"manifest {where} fragment {f.get('id')}"
 
@@ -304,6 +343,10 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
         ):
             raise CorruptFile(f"{what()}: malformed cluster range {str(cluster)[:80]}")
         cluster = ClusterRange(*cluster)
+    schema_id = f.get("schema_id", 0)
+    schema = schemas.get(schema_id) if type(schema_id) is int else None
+    if schema is None and schemas:
+        raise CorruptFile(f"{what()}: schema id {str(schema_id)[:20]} is not one of the table's schemas ({sorted(schemas)})")
     frag = Fragment(
         id=int(f["id"]),
         path=path,
@@ -320,6 +363,8 @@ def _fragment_from_json(f: dict[str, Any], where: str) -> Fragment:
         ),
         zones=zones,
         cluster=cluster,
+        schema_id=schema_id,
+        schema=schema,
     )
     if not 0 <= frag.deleted_rows <= frag.rows or sum(g.rows for g in frag.row_groups) != frag.rows:
         raise CorruptFile(f"{what()}: row counts are inconsistent (rows={frag.rows}, deleted={frag.deleted_rows})")

@@ -69,8 +69,12 @@ class Fragment:
     zones: LazyZones = LazyZones()
     #: Set by a clustering rewrite: the fragment's sorted run and curve range (None: not clustered).
     cluster: ClusterRange | None = None
-    #: The schema the data file was written with; known only for fragments not yet committed,
-    #: so a commit can refuse a fragment whose schema is not the table's. Never stored.
+    #: Which of the table's schemas its data file was written in (``Manifest.schema_id`` /
+    #: ``Manifest.schemas``; 0 in a table whose schema never changed). Set by the commit.
+    schema_id: int = 0
+    #: The schema the data file was written in (its columns' physical names, types and field ids;
+    #: ``lamina.evolution`` maps them to today's). Set by the writer, and from ``schema_id`` when a
+    #: manifest is read; stored as ``schema_id`` only.
     schema: pa.Schema | None = field(default=None, compare=False, repr=False)
     #: When writing its data file began (seconds since the epoch); known only before commit, so
     #: a commit can tell a long write whose files cleanup may have removed. Never stored.
@@ -158,6 +162,12 @@ class Manifest:
     #: A tombstone: the table was dropped at this version (no fragments, no indices); every later commit
     #: stops here (``TableDropped``) and readers treat the table as gone (docs/FORMAT.md §2).
     dropped: bool = False
+    #: Which schema ``schema`` is (fragments name theirs by id: ``Fragment.schema_id``).
+    schema_id: int = 0
+    #: The table's earlier schemas that fragments still hold data files in, by id (docs/FORMAT.md §2.1).
+    schemas: dict[int, pa.Schema] = field(default_factory=dict)
+    #: The id the next field added gets (None: ids never stored: ``lamina.evolution.with_ids``).
+    next_field_id: int | None = None
     #: The manifest segments on storage holding ``fragments`` (all but the inline tail) once laid out
     #: (``lay_out``), with their fragments; after a transaction's ``apply`` they are still its base's,
     #: which ``lay_out`` reuses wherever their fragments did not change.
@@ -176,6 +186,10 @@ class Manifest:
         """The transaction that produced this version, typed (``lamina.records``); decoded on first
         use, ``CorruptFile`` naming the version if it is malformed."""
         return decode_record(self.transaction, f"version {self.version}")
+
+    def schema_registry(self) -> dict[int, pa.Schema]:
+        """Every schema a fragment of this version may be written in, by id (today's included)."""
+        return {**self.schemas, self.schema_id: self.schema}
 
     def fragment(self, fragment_id: int) -> Fragment | None:
         return find_fragments(self.fragments, (fragment_id,)).get(fragment_id)

@@ -90,12 +90,13 @@ class ManifestSegment:
 
 
 class Unread:
-    """The items of a segment not read yet: the reader that reads them, and the table they belong to."""
+    """The items of a segment not read yet: the reader that reads them, the table they belong to, and
+    the schemas its fragments' data files may be written in (by id)."""
 
-    __slots__ = ("reader", "table_uuid")
+    __slots__ = ("reader", "table_uuid", "schemas")
 
-    def __init__(self, reader: SegmentReader, table_uuid: str):
-        self.reader, self.table_uuid = reader, table_uuid
+    def __init__(self, reader: SegmentReader, table_uuid: str, schemas: dict[int, Any] | None = None):
+        self.reader, self.table_uuid, self.schemas = reader, table_uuid, schemas
 
 
 #: A run of a ``FragmentList``: a segment's entry (its fragments, read when needed) or fragments held.

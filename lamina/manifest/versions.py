@@ -15,6 +15,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from lamina.cache import MiB, cache
 from lamina.errors import CorruptFile, LaminaError, ObjectNotFound, TableReplaced, VersionNotFound
 from lamina.io_pool import map_fragments
@@ -102,12 +104,13 @@ class SegmentReader:
     def __init__(self, store: ObjectStore):
         self.store = store
 
-    def unread(self, entry: ManifestSegment, table_uuid: str) -> ManifestSegment:
-        """The segment ``entry`` names: the cached one, or one read on first use."""
+    def unread(self, entry: ManifestSegment, table_uuid: str, schemas: dict[int, pa.Schema] | None = None) -> ManifestSegment:
+        """The segment ``entry`` names: the cached one, or one read on first use (its fragments' schemas
+        looked up in ``schemas``, the root's ``Manifest.schema_registry``)."""
         seg: ManifestSegment | None = _SEGMENTS.get((self.store.uri, entry.path))
         if seg is not None and seg == entry:
             return seg
-        return dataclasses.replace(entry, held=Unread(self, table_uuid))
+        return dataclasses.replace(entry, held=Unread(self, table_uuid, schemas))
 
     def read_now(self, entries: list[ManifestSegment], table_uuid: str) -> list[ManifestSegment]:
         """Segment lists, read now."""
@@ -143,7 +146,9 @@ class SegmentReader:
         with _collector_paused():
             for seg, items in zip(segments, found):
                 if items is None:
-                    done = decode_segment(next(datas), seg, table_uuid, store.describe(seg.path), is_list=is_list)
+                    done = decode_segment(
+                        next(datas), seg, table_uuid, store.describe(seg.path), is_list=is_list, schemas=seg.held.schemas
+                    )
                     _SEGMENTS.put((store.uri, seg.path), done, _segment_held_bytes(done))
                     items = done.items
                 if fill:

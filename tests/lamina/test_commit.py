@@ -63,6 +63,11 @@ def do(op, who, table, *, overlap_rewrite=True, index_name=None):
         start, new = (220, 1100) if who == "mine" else (130, 1200)
         source = pa.concat_tables([rows(start, 5, seed=1), rows(new, 5)])
         table.merge(source, on="id").when_matched_update().when_not_matched_insert().execute()
+    elif op == "alter_schema":  # no data written: mine adds a column, theirs renames one
+        if who == "mine":
+            table.add_columns(pa.field("note", pa.string()))
+        else:
+            table.rename_column("category", "kind")
 
 
 def model(op, who, ids):
