@@ -784,8 +784,9 @@ def verdict(ok: bool | None) -> str:
 
 
 PARTS = ("merge", "update", "schema")
-#: ``--smoke``: every part at a size that runs in seconds (options given explicitly are kept).
-SMOKE = {"rows": 200_000, "fragment_rows": 50_000, "source_rows": 4_000, "runs": 1, "fragments": 1_000, "check_keys": 100}
+#: The sizes' defaults, and ``--smoke``'s: every part at a size that runs in seconds (options given are kept).
+SIZES = dict(rows=10_000_000, fragment_rows=1_000_000, source_rows=100_000, runs=3, fragments=100_000, check_keys=1000)
+SMOKE = dict(rows=200_000, fragment_rows=50_000, source_rows=4_000, runs=1, fragments=1_000, check_keys=100)
 #: The issue's bound for a schema change, and the table size it holds at.
 SCHEMA_BOUND_S, SCHEMA_BOUND_FRAGMENTS = 0.020, 100_000
 
@@ -796,30 +797,28 @@ def size(nbytes: float) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=10_000_000, help="rows in the table (N)")
-    ap.add_argument("--fragment-rows", type=int, default=1_000_000, help="rows per append (one fragment each)")
-    ap.add_argument("--source-rows", type=int, default=100_000, help="merge source rows: half matched, half new")
-    ap.add_argument("--runs", type=int, default=3, help="timed runs per operation and contender (median)")
+    ap.add_argument("--rows", type=int, help="rows in the table (N; 10,000,000)")
+    ap.add_argument("--fragment-rows", type=int, help="rows per append (one fragment each; 1,000,000)")
+    ap.add_argument("--source-rows", type=int, help="merge source rows: half matched, half new (100,000)")
+    ap.add_argument("--runs", type=int, help="timed runs per operation and contender (median; 3)")
     ap.add_argument(
         "--fragments",
         "--schema-fragments",
         dest="fragments",
         type=int,
-        default=100_000,
-        help="fragments (one row each) of the schema-change tables (0: none)",
+        help="fragments (one row each) of the schema-change tables (0: none; 100,000)",
     )
     ap.add_argument("--peer-fragments", type=int, help="fragments of the peers' schema-change tables (default: --fragments)")
     ap.add_argument("--only", action="append", choices=PARTS, help="run this part only (repeatable); schema alone: no main table")
     ap.add_argument("--smoke", action="store_true", help="a run of seconds: " + ", ".join(f"{k} {v:,}" for k, v in SMOKE.items()))
-    ap.add_argument("--check-keys", type=int, default=1000, help="keys spot-checked per kind after each run")
+    ap.add_argument("--check-keys", type=int, help="keys spot-checked per kind after each run (1,000)")
     ap.add_argument("--seed", type=int, default=34)
     ap.add_argument("--profile", action="store_true", help="cProfile Lamina's merge (btree), update and schema changes once each")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON (after the table)")
     args = ap.parse_args(argv)
-    if args.smoke:
-        for k, v in SMOKE.items():
-            if getattr(args, k) == ap.get_default(k):
-                setattr(args, k, v)
+    for k, v in (SMOKE if args.smoke else SIZES).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
     if args.rows < 100 or args.source_rows < 2 or args.runs < 1 or args.fragment_rows < 1:
         ap.error("--rows >= 100, --source-rows >= 2, --runs >= 1 and --fragment-rows >= 1")
     parts = [p for p in PARTS if p in (args.only or PARTS)]
@@ -960,8 +959,9 @@ def main(argv: list[str] | None = None) -> None:
             "beside them); written: median bytes the operation added or changed, of them in data files; commits: versions "
             "it made (Lamina)"
         )
+        w = max([7, *(len(" ".join(f"{x * 1e3:.1f}" for x in row["s"])) for row in schema)])  # the runs column
         print(
-            f"  {'operation':20} {'contender':10} {'fragments':>9} {'median ms':>10} {'runs ms':24} {'open ms':>8} "
+            f"  {'operation':20} {'contender':10} {'fragments':>9} {'median ms':>10} {'runs ms':{w}} {'open ms':>8} "
             f"{'written':>11} {'data bytes':>10} {'data files':>10} {'commits':>7}"
         )
         for op in SCHEMA_OPS:
@@ -969,7 +969,7 @@ def main(argv: list[str] | None = None) -> None:
                 runs = " ".join(f"{x * 1e3:.1f}" for x in row["s"])
                 commits = ",".join(str(x) for x in sorted(set(row["commits"]))) or "-"
                 print(
-                    f"  {op:20} {row['contender']:10} {row['fragments']:9,} {row['median_s'] * 1e3:10.1f} {runs:24} "
+                    f"  {op:20} {row['contender']:10} {row['fragments']:9,} {row['median_s'] * 1e3:10.1f} {runs:{w}} "
                     f"{statistics.median(row['open_s']) * 1e3:8.1f} {size(statistics.median(row['bytes'])):>11} "
                     f"{max(row['data_bytes']):10,} {max(row['data_files']):10,} {commits:>7}"
                 )
