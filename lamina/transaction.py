@@ -1262,7 +1262,13 @@ class AlterSchema(Transaction):
 
     def apply(self, base: Manifest) -> Manifest:
         change = evolution.change(base.schema, base.next_field_id, self.kind, self.arguments, _protected(base))
-        schemas = {**base.schemas, base.schema_id: base.schema}
+        schemas = dict(base.schemas)
+        if base.record.operation not in ("alter_schema", "create"):
+            # today's schema becomes an earlier one fragments may be written in; after a create or another
+            # change none can be yet (nothing was committed in it), so it is left out (a write racing this
+            # change that used it is committed in it again: ``check_schema`` adopts it), and a run of changes
+            # does not grow the root by a schema each
+            schemas[base.schema_id] = base.schema
         gone = {c for c in (ix.column for ix in base.indices) if c not in change.schema.names and c not in change.renamed}
         gone |= change.unindexed  # its keys are no longer the column's: created again by the user
         indices = tuple(
