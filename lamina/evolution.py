@@ -366,6 +366,10 @@ def _edit(fields: list[pa.Field], parts: list[str], path: str, schema: pa.Schema
 def _check_names(schema: pa.Schema) -> None:
     from lamina.schema import validate_schema
 
+    names = schema.names
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidArgument(f"the table would have two columns named {', '.join(map(repr, twice))}: a name already in use")
     validate_schema(schema)
     for path, f in _walk(schema):
         if pa.types.is_struct(f.type):
@@ -377,13 +381,14 @@ def _check_names(schema: pa.Schema) -> None:
 def add_columns(schema: pa.Schema, next_id: int, fields: Sequence[pa.Field], defaults: dict[str, Any]) -> tuple[pa.Schema, int]:
     """``schema`` with ``fields`` appended (new ids from ``next_id``); the new next id."""
     base = with_ids(schema)
+    for f in fields:
+        if not isinstance(f, pa.Field):
+            raise InvalidArgument(f"add_columns takes pyarrow fields (pa.field(name, type)), not {type(f).__name__}")
     unknown = sorted(set(defaults) - {f.name for f in fields})
     if unknown:
         raise InvalidArgument(f"defaults name columns {unknown} that are not being added")
     new = []
     for f in fields:
-        if not isinstance(f, pa.Field):
-            raise InvalidArgument(f"add_columns takes pyarrow fields (pa.field(name, type)), not {type(f).__name__}")
         if not f.nullable and f.name not in defaults:
             raise InvalidArgument(
                 f"column {f.name!r} is not nullable: the rows already written need a value; "

@@ -371,7 +371,12 @@ class Table:
         return self._alter("alter_column", name=name, type=new_type)
 
     def _alter(self, kind: str, **arguments: Any) -> int:
-        return self.commit_transaction(AlterSchema(self.version, kind, **arguments)).version
+        try:
+            return self.commit_transaction(AlterSchema(self.version, kind, **arguments)).version
+        except InvalidArgument as e:  # the change cannot be made (checked at commit, on the latest schema)
+            if self.uri in str(e):
+                raise
+            raise type(e)(f"{kind} on table {self.uri} (version {self.version}): {e}. Nothing was committed") from None
 
     def sample(self, columns: Sequence[str], fragments: int = 64) -> pa.Table:
         """The live rows of ``columns`` in up to ``fragments`` fragments spread evenly over the table (all
