@@ -117,6 +117,17 @@ def with_ids(schema: pa.Schema) -> pa.Schema:
     return out
 
 
+def same_shape(a: pa.Field, b: pa.Field) -> bool:
+    """Whether fields ``a`` and ``b`` (with their ids: ``with_ids``) are one field holding the same nested
+    fields, by name and id, at every level: so a value of ``a`` is one of ``b`` by a cast of its leaves,
+    wherever the two may differ in name or leaf types."""
+
+    def shape(f: pa.Field) -> list[tuple[str, int | None]]:
+        return [(p, field_id(x)) for p, x in _walk(_children(f.type))]
+
+    return field_id(a) == field_id(b) and shape(a) == shape(b)
+
+
 def next_field_id(schema: pa.Schema) -> int:
     """One more than the greatest id in ``schema`` (its ids as ``with_ids`` gives them)."""
     return 1 + max((field_id(f) or 0 for _, f in _walk(with_ids(schema))), default=-1)
