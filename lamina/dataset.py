@@ -183,7 +183,7 @@ def duckdb_files_view(table: Table, name: str, con: Any) -> None:
     httpfs extension and an S3 secret.
 
     DuckDB finds a file's columns by name, so the files of each schema the table had (docs/FORMAT.md
-    §2.1) are read apart, their columns selected as today's (``lamina.evolution``): renamed, cast where
+    §2.4) are read apart, their columns selected as today's (``lamina.evolution``): renamed, cast where
     widened, and a column added since read from a temp table ``<name>__lamina_added`` of its default or
     null; the reads are joined by ``union all``. A struct whose fields changed since a file was written
     (renamed, dropped, added) is refused: reader="lamina" reads it."""

@@ -214,7 +214,7 @@ def test_the_duckdb_reader_view(tmp_path, lamina_s3):
             s3.to_duckdb("remote", con, reader="duckdb")
 
 
-# -- an evolved table (docs/FORMAT.md §2.1): files of several schemas --------------------------------------
+# -- an evolved table (docs/FORMAT.md §2.4): files of several schemas --------------------------------------
 def _evolved(uri: str) -> lamina.Table:
     """Files written in five schemas: a column renamed and its name reused, one dropped and added again
     with a default, one widened, a date made a timestamp, a struct's field widened; deletions in several."""

@@ -1,4 +1,4 @@
-"""Schema evolution as metadata (lamina.evolution, docs/FORMAT.md §2.1) against a model of the rows in
+"""Schema evolution as metadata (lamina.evolution, docs/FORMAT.md §2.4) against a model of the rows in
 plain Python: every change is one commit writing no data file, and reads, filters (zone maps, row-group
 statistics, manifest-segment zone maps), ``take``, indices, time travel, restore and tags see today's
 schema on files written in earlier ones; a name dropped (or renamed away) and used again never shows the
