@@ -579,3 +579,56 @@ def test_changes_and_reads_on_s3(lamina_s3):
     assert s3.count_rows("label = 'n2'") == sum(r["name"] == "n2" for r in model) + (77 % 5 == 2)
     assert s3.to_arrow(filter="w = -90", columns=["id"]).column("id").to_pylist() == [r["id"] for r in model if r["w"] == -90]
     assert _read(s3.checkout(7).to_arrow()) == model
+
+
+def test_streamed_reads_of_old_files_prune_row_groups_only_by_columns_they_still_hold(local_table_uri):
+    """Fragments of 20 row groups read a few at a time: row-group statistics prune by a column the file keeps
+    under its name and type, never by one renamed away, re-added or widened since."""
+    s = pa.schema([("id", pa.int64()), ("x", pa.int32()), ("s", pa.string())])
+    t = lamina.create_table(local_table_uri, s, row_group_rows=100)
+    for k in range(3):
+        ids = np.arange(2000 * k, 2000 * (k + 1))
+        t.append(pa.table({"id": ids, "x": (ids % 50).astype(np.int32), "s": [f"s{i % 7}" for i in ids.tolist()]}, schema=s))
+    t.rename_column("s", "label")
+    t.drop_columns("x")
+    t.add_columns([pa.field("x", pa.int32()), pa.field("s", pa.string())], defaults={"x": 3})
+    every = t.to_arrow()
+    for text, keep in {
+        "id >= 1500 AND id < 1720": lambda r: 1500 <= r["id"] < 1720,
+        "x = 3 AND id < 300": lambda r: r["id"] < 300,
+        "x = 4": lambda r: False,
+        "label = 's3' AND id BETWEEN 100 AND 400": lambda r: r["label"] == "s3" and 100 <= r["id"] <= 400,
+        "s IS NULL AND id > 5900": lambda r: r["id"] > 5900,
+        "s = 's3'": lambda r: False,
+    }.items():
+        scan = t.scanner(filter=text, batch_size=64)
+        got = pa.Table.from_batches(list(scan.to_batches()), schema=scan.schema)
+        assert _read(got) == [r for r in _read(every) if keep(r)], text
+    scan = t.scanner(filter="id >= 1500 AND id < 1720", batch_size=64)
+    scan.to_table()
+    assert scan.stats.fragments_pruned == 2 and "17 pruned by min/max" in t.explain("id >= 1500 AND id < 1720")
+
+
+def test_an_overwrite_keeps_todays_schema_or_starts_over_with_its_own(grown):
+    t, model = grown
+    t.drop_columns("x")
+    t.add_columns(pa.field("x", pa.int32()))
+    ids = [evolution.field_id(f) for f in t.schema]
+    rows = _arrow([{**{k: v for k, v in _base_row(i).items() if k != "x"}, "x": 1} for i in range(5)], t.schema)
+    t.overwrite(rows)
+    assert [evolution.field_id(f) for f in t.schema] == ids and not t.manifest.schemas  # no file of an earlier one left
+    assert t.count_rows("x = 1") == 5 and _root(t)["format_version"] == 3
+    stale = lamina.open_table(t.uri)
+    t.rename_column("name", "label")
+    stale.overwrite(rows)  # written in the schema before the rename: rebased, read through it
+    now = lamina.open_table(t.uri)
+    assert (
+        now.schema.names[1] == "label"
+        and now.count_rows("label = 'n1'") == 1
+        and set(now.manifest.schemas) == {now.manifest.schema_id - 1}
+    )
+    plain = pa.schema([("a", pa.int64())])
+    now.overwrite(pa.table({"a": pa.array([1, 2], pa.int64())}), schema=plain)  # another schema: ids start over
+    assert now.schema.equals(plain) and not evolution.has_ids(now.schema) and not now.manifest.schemas
+    now.add_columns(pa.field("b", pa.int8()))
+    assert [evolution.field_id(f) for f in now.schema] == [0, 1] and now.count_rows("b IS NULL") == 2
