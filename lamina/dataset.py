@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
+from lamina import evolution
 from lamina.errors import InvalidArgument, InvalidConfig, Unsupported
 from lamina.scan import DEFAULT_BATCH_SIZE, Scanner
 
@@ -179,13 +180,14 @@ def duckdb_files_view(table: Table, name: str, con: Any) -> None:
     deleted row, ``file_index << 32 | file_row_number`` (DuckDB's virtual columns; with a DuckDB that
     has no ``file_index``, the file's name and the row number), and no join when nothing is deleted.
     DuckDB pushes filters into its reader; Lamina's indices are not used. An S3 table needs DuckDB's
-    httpfs extension and an S3 secret."""
+    httpfs extension and an S3 secret.
+
+    DuckDB finds a file's columns by name, so the files of each schema the table had (docs/FORMAT.md
+    §2.4) are read apart, their columns selected as today's (``lamina.evolution``): renamed, cast where
+    widened, and a column added since read from a temp table ``<name>__lamina_added`` of its default or
+    null; the reads are joined by ``union all``. A struct whose fields changed since a file was written
+    (renamed, dropped, added) is refused: reader="lamina" reads it."""
     schema = table.schema
-    if {"file_row_number", "file_index", "__lamina_file"} & set(schema.names):
-        raise InvalidArgument(
-            f'to_duckdb(reader="duckdb"): table {table.uri} has a column named file_row_number, file_index or '
-            f'__lamina_file, names the view needs for a row\'s place in its file; use reader="lamina"'
-        )
     files = table.live_files()
     if not files:  # read_parquet refuses an empty list
         con.register(name, schema.empty_table())
@@ -198,38 +200,110 @@ def duckdb_files_view(table: Table, name: str, con: Any) -> None:
                 f'to_duckdb(reader="duckdb") reads {table.uri} with DuckDB\'s httpfs extension, which did not load ({e}); '
                 f'run INSTALL httpfs and CREATE SECRET (TYPE s3, ...) on the connection, or use reader="lamina"'
             ) from None
-    columns = ", ".join(f"p.{_ident(c)}" for c in schema.names)
+    groups = _by_schema(table, files)
+    if {"file_row_number", "file_index", "__lamina_file"} & {
+        n for lay, _ in groups for n in [*schema.names, *lay.physical.names]
+    }:
+        raise InvalidArgument(
+            f'to_duckdb(reader="duckdb"): table {table.uri} has a column named file_row_number, file_index or '
+            f'__lamina_file, names the view needs for a row\'s place in its file; use reader="lamina"'
+        )
+    deleted, added = _ident(f"{name}__lamina_deleted"), _ident(f"{name}__lamina_added")
+    values: dict[str, pa.Array] = {}  # the added columns' values, one row (the view's temp table ``added``)
+    columns = [_projection(table, lay, con, values) for lay, _ in groups]  # (select list, reads ``a``)
+    by_file_index = any(f.deleted for f in files) and has_file_index(con, files[0].uri)
+    sources = [_source(group, g, deleted, by_file_index) for g, (_, group) in enumerate(groups)]
+    _temp_table(con, deleted, _deleted_positions(groups, by_file_index))
+    _temp_table(con, added, pa.table(values) if values else None)
+    selects = [
+        f"select {cols} from {src}" + (f" cross join {added} a" if uses else "") for (cols, uses), src in zip(columns, sources)
+    ]
+    con.execute(f"create or replace temp view {_ident(name)} as {' union all '.join(selects)}")
+
+
+def _by_schema(table: Table, files: list[Any]) -> list[tuple[evolution.Layout, list[Any]]]:
+    """``files`` (``LiveFile``) grouped by the schema they were written in, each with its ``Layout``."""
+    m = table.manifest
+    registry = m.schema_registry()
+    written_in = {f.id: f.schema_id for f in m.fragments}
+    groups: dict[int, list[Any]] = {}
+    for f in files:
+        groups.setdefault(written_in[f.id], []).append(f)
+    return [(evolution.layout(registry[sid], m.schema), group) for sid, group in groups.items()]
+
+
+def _projection(table: Table, lay: evolution.Layout, con: Any, values: dict[str, pa.Array]) -> tuple[str, bool]:
+    """The select list reading today's columns from files of ``lay`` (``p``), and whether it reads ``a``,
+    the one-row table of the values of columns added since (``values`` gets theirs)."""
+    if lay.same:
+        return ", ".join(f"p.{_ident(c)}" for c in lay.today.names), False
+    out, uses = [], False
+    for dst in evolution.with_ids(lay.today):
+        src = lay.sources[dst.name]
+        if src is None:  # added since: its default or null
+            key = f"c{len(values)}"
+            values[key] = evolution.missing(dst, 1)
+            out.append(f"a.{key} as {_ident(dst.name)}")
+            uses = True
+        elif not evolution.same_shape(src, dst):
+            raise Unsupported(
+                f'to_duckdb(reader="duckdb"): column {dst.name!r} of table {table.uri} (version {table.version}) is '
+                f"{dst.type} where files written before it changed hold {src.type} (a struct's fields renamed, dropped "
+                f'or added): DuckDB\'s Parquet reader cannot map them. Use reader="lamina" (the default), or compact '
+                f"the table so those files are rewritten in today's schema"
+            )
+        elif src.type.equals(dst.type):
+            out.append(f"p.{_ident(src.name)} as {_ident(dst.name)}")
+        else:  # widened: the same values in a wider type
+            duck = con.from_arrow(pa.schema([dst]).empty_table()).types[0]
+            out.append(f"cast(p.{_ident(src.name)} as {duck}) as {_ident(dst.name)}")
+    return ", ".join(out), uses
+
+
+def _source(files: list[Any], group: int, deleted: str, by_file_index: bool) -> str:
+    """The rows of ``files`` (one schema's) as relation ``p``, their deleted positions anti-joined."""
     paths = f"[{', '.join(_text(f.uri) for f in files)}]"
-    deleted = _ident(f"{name}__lamina_deleted")
     if not any(f.deleted for f in files):
-        con.execute(f"drop table if exists {deleted}")
-        con.execute(f"create or replace temp view {_ident(name)} as select {columns} from read_parquet({paths}) p")
-        return
-    if has_file_index(con, files[0].uri):
-        keys = np.concatenate([(np.int64(i) << 32) | np.asarray(f.deleted, np.int64) for i, f in enumerate(files) if f.deleted])
-        positions = pa.table({"k": keys})
-        source = (
-            f"read_parquet({paths}, file_row_number = true) p anti join {deleted} d "
+        return f"read_parquet({paths}) p"
+    if by_file_index:
+        return (
+            f"read_parquet({paths}, file_row_number = true) p anti join (select k from {deleted} where g = {group}) d "
             f"on ((p.file_index::BIGINT << 32) | p.file_row_number) = d.k"
         )
-    else:
-        positions = pa.table(
-            {
-                "__lamina_file": pa.array([f.uri for f in files for _ in f.deleted], pa.string()),
-                "file_row_number": pa.array([r for f in files for r in f.deleted], pa.int64()),
-            }
-        )
-        source = (
-            f"read_parquet({paths}, filename = '__lamina_file', file_row_number = true) p "
-            f"anti join {deleted} d using (__lamina_file, file_row_number)"
-        )
-    staging = f"__lamina_positions_{abs(hash(name))}"
-    con.register(staging, positions)
+    return (
+        f"read_parquet({paths}, filename = '__lamina_file', file_row_number = true) p "
+        f"anti join {deleted} d using (__lamina_file, file_row_number)"
+    )
+
+
+def _deleted_positions(groups: list[tuple[evolution.Layout, list[Any]]], by_file_index: bool) -> pa.Table | None:
+    """The deleted rows: (group, ``file_index << 32 | file_row_number``), or (file, row number)."""
+    files = [(g, i, f) for g, (_, group) in enumerate(groups) for i, f in enumerate(group) if f.deleted]
+    if not files:
+        return None
+    if by_file_index:
+        keys = np.concatenate([(np.int64(i) << 32) | np.asarray(f.deleted, np.int64) for _, i, f in files])
+        group = np.concatenate([np.full(len(f.deleted), g, np.int32) for g, _, f in files])
+        return pa.table({"g": group, "k": keys})
+    return pa.table(
+        {
+            "__lamina_file": pa.array([f.uri for _, _, f in files for _ in f.deleted], pa.string()),
+            "file_row_number": pa.array([r for _, _, f in files for r in f.deleted], pa.int64()),
+        }
+    )
+
+
+def _temp_table(con: Any, name: str, rows: pa.Table | None) -> None:
+    """Temp table ``name`` on ``con`` holding ``rows`` (None: dropped)."""
+    if rows is None:
+        con.execute(f"drop table if exists {name}")
+        return
+    staging = f"__lamina_staging_{abs(hash(name))}"
+    con.register(staging, rows)
     try:
-        con.execute(f"create or replace temp table {deleted} as select * from {_ident(staging)}")
+        con.execute(f"create or replace temp table {name} as select * from {_ident(staging)}")
     finally:
         con.unregister(staging)
-    con.execute(f"create or replace temp view {_ident(name)} as select {columns} from {source}")
 
 
 def _unsupported(name: str):

@@ -117,6 +117,17 @@ def with_ids(schema: pa.Schema) -> pa.Schema:
     return out
 
 
+def same_shape(a: pa.Field, b: pa.Field) -> bool:
+    """Whether fields ``a`` and ``b`` (with their ids: ``with_ids``) are one field holding the same nested
+    fields, by name and id, at every level: so a value of ``a`` is one of ``b`` by a cast of its leaves,
+    wherever the two may differ in name or leaf types."""
+
+    def shape(f: pa.Field) -> list[tuple[str, int | None]]:
+        return [(p, field_id(x)) for p, x in _walk(_children(f.type))]
+
+    return field_id(a) == field_id(b) and shape(a) == shape(b)
+
+
 def next_field_id(schema: pa.Schema) -> int:
     """One more than the greatest id in ``schema`` (its ids as ``with_ids`` gives them)."""
     return 1 + max((field_id(f) or 0 for _, f in _walk(with_ids(schema))), default=-1)
@@ -366,6 +377,10 @@ def _edit(fields: list[pa.Field], parts: list[str], path: str, schema: pa.Schema
 def _check_names(schema: pa.Schema) -> None:
     from lamina.schema import validate_schema
 
+    names = schema.names
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidArgument(f"the table would have two columns named {', '.join(map(repr, twice))}: a name already in use")
     validate_schema(schema)
     for path, f in _walk(schema):
         if pa.types.is_struct(f.type):
@@ -377,13 +392,14 @@ def _check_names(schema: pa.Schema) -> None:
 def add_columns(schema: pa.Schema, next_id: int, fields: Sequence[pa.Field], defaults: dict[str, Any]) -> tuple[pa.Schema, int]:
     """``schema`` with ``fields`` appended (new ids from ``next_id``); the new next id."""
     base = with_ids(schema)
+    for f in fields:
+        if not isinstance(f, pa.Field):
+            raise InvalidArgument(f"add_columns takes pyarrow fields (pa.field(name, type)), not {type(f).__name__}")
     unknown = sorted(set(defaults) - {f.name for f in fields})
     if unknown:
         raise InvalidArgument(f"defaults name columns {unknown} that are not being added")
     new = []
     for f in fields:
-        if not isinstance(f, pa.Field):
-            raise InvalidArgument(f"add_columns takes pyarrow fields (pa.field(name, type)), not {type(f).__name__}")
         if not f.nullable and f.name not in defaults:
             raise InvalidArgument(
                 f"column {f.name!r} is not nullable: the rows already written need a value; "

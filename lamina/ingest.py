@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lamina import _native
+from lamina import _native, evolution
 from lamina.datafile import write_fragments
 from lamina.errors import (
     CommitConflict,
@@ -199,26 +199,47 @@ def wal_schema_change(old: pa.Schema, new: pa.Schema, old_key: str | None, new_k
     producers of either schema can be read in ``new``); else why not.
 
     The row codec names columns by position and lays values out by type (docs/FORMAT.md
-    §11.2), so that holds when ``new`` keeps ``old``'s columns in place with their names,
-    value layouts and nullability (or relaxes it), adds only nullable columns after them, and
-    keeps the primary key.
+    §11.2), so that holds when ``new`` keeps ``old``'s columns in place with their value layouts
+    and nullability (or relaxes it), adds only nullable columns after them, with no default (rows
+    written before would decode it as null), and keeps the primary key. A column keeps its name, or
+    is renamed (the same field id: docs/FORMAT.md §2.4); a name dropped and added again in place is
+    another column, whose values the old rows must not give.
     """
     if old_key != new_key:
         return f"the primary key changed from {old_key!r} to {new_key!r}"
-    dropped = [f.name for f in old if f.name not in new.names]
+    # Field ids say what a column is once the table's schema changed by add_columns and the like; a
+    # schema without stored ids (never changed, or replaced by an overwrite) is matched by name.
+    by_id = evolution.has_ids(new)
+    old_ids, new_ids = evolution.with_ids(old), evolution.with_ids(new)
+    kept = {evolution.field_id(f) for f in new_ids} if by_id else set(new.names)
+    dropped = [f.name for f in old_ids if (evolution.field_id(f) if by_id else f.name) not in kept]
+    again = [n for n in dropped if n in new.names]
+    if again:
+        return (
+            f"column(s) {again} were dropped and added again: rows written before hold the old columns' values, "
+            f"which the new ones must not show"
+        )
     if dropped:
         return f"column(s) {dropped} were dropped"
     for i, f in enumerate(old):
         g = new.field(i)
-        if g.name != f.name:
+        if g.name != f.name and not (by_id and evolution.field_id(old_ids.field(i)) == evolution.field_id(new_ids.field(i))):
             return f"column {i} is {g.name!r}, was {f.name!r} (columns moved)"
+        if by_id and not evolution.same_shape(old_ids.field(i), new_ids.field(i)):
+            return (
+                f"a field of column {g.name!r} was dropped, added or renamed: rows written before are laid out as its fields were"
+            )
         if not (f.type.equals(g.type) or (f.type, g.type) in _SAME_ENCODING):
             return f"column {f.name!r} changed type from {f.type} to {g.type}"
         if f.nullable and not g.nullable:
             return f"column {f.name!r} is no longer nullable"
-    required = [g.name for g in list(new)[len(old) :] if not g.nullable]
+    added = list(new)[len(old) :]
+    required = [g.name for g in added if not g.nullable]
     if required:
         return f"new column(s) {required} are not nullable, and rows written before have no value for them"
+    defaulted = [g.name for g in added if evolution.default_of(g) is not None]
+    if defaulted:
+        return f"new column(s) {defaulted} have a default, which rows written before must read, and WAL rows decode them as null"
     try:
         _native.wal_check_schema(new)
     except InvalidArgument as e:
@@ -329,7 +350,7 @@ class ShardApplier:
 
     def _follow_schema(self) -> None:
         new = self.table.schema
-        if self._stopped is not None or new.equals(self.schema):
+        if self._stopped is not None or evolution.same(new, self.schema):
             return
         old, old_key = self.schema, self.pk
         new_key = self._table_key()
@@ -364,7 +385,7 @@ class ShardApplier:
         old = self.schema
         self._reload()
         self._check_running()
-        return not self.schema.equals(old)
+        return not evolution.same(self.schema, old)
 
     def _stop(self, message: str) -> None:
         self._stopped = ShardStopped(message)
@@ -465,7 +486,7 @@ class ShardApplier:
         if segment in self._readable_segments:
             return
         claim = read_claim(self.store, self.shard, segment)
-        if claim is not None and not claim[0].equals(self.schema):
+        if claim is not None and not evolution.same(claim[0], self.schema):
             why = wal_schema_change(claim[0], self.schema, claim[1], self.pk)
             if why is not None and self._schema_changed():  # the table may have moved on: read it again
                 why = wal_schema_change(claim[0], self.schema, claim[1], self.pk)

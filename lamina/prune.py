@@ -617,7 +617,8 @@ def summarize(
     pruned_ids: list[int] = []
     out = PruneSummary(pruned_ids=pruned_ids)
     for frag, plan in zip(fragments, plans):
-        assert plan is not None
+        if plan is None:  # statistics say nothing here (a file written in another schema): every row group is read
+            plan = FragmentPlan(list(range(len(frag.row_groups))), [g.rows for g in frag.row_groups])
         out.fragments += 1
         out.row_groups += len(plan.group_rows)
         out.row_groups_pruned += len(plan.group_rows) - len(plan.groups)

@@ -370,7 +370,10 @@ class LaminaDatasink(Datasink):
                     f"schema= differs from the schema of table {self.uri}; an append keeps the "
                     f"table's schema (mode='overwrite' with schema= replaces it)"
                 )
-            self.schema = self._explicit_schema if self._explicit_schema is not None else self._base.schema
+            # an append writes in the table's schema itself, field ids and all (docs/FORMAT.md §2.4): schema=
+            # names its columns and types, which a table whose schema changed numbers otherwise than by position
+            append = mode == "append" or self._explicit_schema is None
+            self.schema = self._base.schema if append else self._explicit_schema
             config = self._base.config
         else:
             self.schema = self._explicit_schema  # None: write_table takes the dataset's

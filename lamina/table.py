@@ -371,7 +371,12 @@ class Table:
         return self._alter("alter_column", name=name, type=new_type)
 
     def _alter(self, kind: str, **arguments: Any) -> int:
-        return self.commit_transaction(AlterSchema(self.version, kind, **arguments)).version
+        try:
+            return self.commit_transaction(AlterSchema(self.version, kind, **arguments)).version
+        except InvalidArgument as e:  # the change cannot be made (checked at commit, on the latest schema)
+            if self.uri in str(e):
+                raise
+            raise type(e)(f"{kind} on table {self.uri} (version {self.version}): {e}. Nothing was committed") from None
 
     def sample(self, columns: Sequence[str], fragments: int = 64) -> pa.Table:
         """The live rows of ``columns`` in up to ``fragments`` fragments spread evenly over the table (all
@@ -652,9 +657,10 @@ class Table:
 
         Files listed in version order, rows in file order, give the rows of ``to_arrow()`` in its
         order. A file written before a schema change (``add_columns``, ``rename_column``, ...) keeps its
-        columns as they were: its ``columns`` maps each of today's columns to the file's (None: read null).
-        The deletion files are read in parallel, the fragments stream from the manifest (no
-        directory is listed). ``lamina files URI --json`` prints the same (``LiveFile.to_dict``).
+        columns as they were: its ``columns`` maps each of today's columns to the file's (None: read null or
+        the column's default); ``to_duckdb(reader="duckdb")`` reads them so. The deletion files are read in
+        parallel, the fragments stream from the manifest (no directory is listed). ``lamina files URI
+        --json`` prints the same (``LiveFile.to_dict``).
 
         >>> [(f.path, f.rows, f.live_rows, f.keep) for f in table.live_files()]
         [('data/3f…e1.parquet', 400, 397, ((1, 3), (4, 399))), ('data/9a…07.parquet', 100, 100, ((0, 100),))]

@@ -42,7 +42,7 @@ from typing import Any, BinaryIO, NoReturn
 import numpy as np
 import pyarrow as pa
 
-from lamina import _native
+from lamina import _native, evolution
 from lamina.errors import (
     CorruptFile,
     InvalidArgument,
@@ -356,7 +356,7 @@ class WalWriter:
     def _check_table_schema(self, latest: Manifest) -> None:
         """At each segment roll: a writer whose table changed schema since it opened stops writing."""
         schema = latest.schema
-        if not schema.equals(self.schema):
+        if not evolution.same(schema, self.schema):  # a name dropped and added again is another column
             raise SchemaMismatch(
                 f"the schema of table {self.store.uri} changed since this WAL writer for shard {self.shard} opened "
                 f"(it writes ({_show(self.schema)}), the table now has ({_show(schema)})); the rows committed so far "

@@ -171,3 +171,31 @@ def test_table_pickles_into_ray_tasks_and_reads_through_indices(ray_cluster, loc
     n, plan = ray_cluster.get(lookup.remote(t, "id = 5000"))
     assert n == 1 and "index 'id_btree'" in plan
     assert isinstance(t.to_arrow(filter="id = 5000"), pa.Table)
+
+
+def test_job_builds_over_files_of_earlier_schemas(ray_cluster, local_table_uri):
+    """Ray build tasks read each fragment's column through the schema its file was written in (the column's
+    field, with its id, travels with the task): a renamed column, a name dropped and added again, a default."""
+    t = lamina.create_table(local_table_uri, rows(0, 1).schema, row_group_rows=500)
+    for k in range(4):
+        t.append(rows(1000 * k, 1000))
+    t.rename_column("category", "kind")
+    t.drop_columns("score")
+    t.add_columns(pa.field("score", pa.float64()), defaults={"score": -1.0})
+    t.add_columns(pa.field("category", pa.string()))
+    for column, kind in (("kind", "bitmap"), ("kind", "fts"), ("score", "btree"), ("category", "bitmap")):
+        result = run(local_table_uri, column, kind, options=SMALL)
+        assert result.action == "create" and result.uncovered_after == 0
+    t = lamina.open_table(local_table_uri)
+    for flt in (
+        "kind = 'b'",
+        "score = -1.0",
+        "score > 0",
+        "category IS NULL",
+        "category = 'a'",
+        "kind IN ('a', 'c') AND id < 900",
+    ):
+        assert t.to_arrow(filter=flt).equals(t.to_arrow(filter=flt, use_index=False)), flt
+    assert t.count_rows("score = -1.0") == 4000 and t.count_rows("category = 'a'") == 0
+    assert search_rows(t.checkout(t.version), "b") == 0  # search_rows names "category": the new, empty column
+    assert t.search("b", "kind", k=100000).num_rows == t.count_rows("kind = 'b'")

@@ -150,3 +150,45 @@ def test_applier_actor_stops_its_shard_when_the_table_is_dropped(ray_cluster, ta
         errors = ing.stop()
     assert "dropped" in errors[0]
     assert left_after_drop(uri, opts) == [], "the appliers wrote nothing into the dropped location"
+
+
+def test_applier_actor_follows_add_columns_and_stops_on_a_name_dropped_and_added_again(ray_cluster, local_table_uri):
+    """A keyed table's schema changes under a running applier actor (docs/FORMAT.md §2.4, §11.3): a nullable
+    column added is followed (the rows read before flush with it null, upserts replace rows of older files);
+    a column dropped and added again while the actor holds rows written before stops the shard, nothing lost."""
+    from lamina.errors import ShardStopped
+
+    uri = local_table_uri
+    lamina.create_table(uri, SCHEMA, primary_key="id")
+    ing = Ingestion.start(uri, 1, options=IngestOptions(flush_rows=10**6, flush_seconds=3600))
+    try:
+        produce(uri, 0, 0, 2, 10)  # ids 0..19
+        wait_for(lambda: ing.stats()[0]["applied_rows"] == 20)
+        assert ing.flush() is not None
+        old = WalWriter(uri, 0)
+        old.put_many([{"id": 5, "host": "old", "v": -5.0}])
+        old.commit()
+        wait_for(lambda: ing.stats()[0]["applied_rows"] == 21)
+        lamina.open_table(uri).add_columns(pa.field("extra", pa.int32()))
+        new = WalWriter(uri, 0)
+        new.put_many([{"id": 6, "host": "new", "v": -6.0, "extra": 6}, {"id": 100, "host": "new", "v": 1.0, "extra": 1}])
+        new.commit()
+        wait_for(lambda: ing.stats()[0]["applied_rows"] == 23)
+        assert ing.flush() is not None
+        rows = {r["id"]: r for r in lamina.open_table(uri).to_arrow().to_pylist()}
+        assert len(rows) == 21 and rows[5] == {"id": 5, "host": "old", "v": -5.0, "extra": None}
+        assert rows[6] == {"id": 6, "host": "new", "v": -6.0, "extra": 6} and rows[7]["extra"] is None
+        # rows written before a drop of "extra" and its new column of that name, still unflushed: a stop
+        new.put_many([{"id": 7, "host": "again", "v": 7.0, "extra": 777}])
+        new.commit()
+        wait_for(lambda: ing.stats()[0]["applied_rows"] == 24)
+        t = lamina.open_table(uri)
+        t.drop_columns("extra")
+        t.add_columns(pa.field("extra", pa.int32()))
+        with pytest.raises(ShardStopped, match=r"\['extra'\] were dropped and added again"):
+            ing.flush()
+        wait_for(lambda: not ing.stats()[0]["running"])
+        assert lamina.open_table(uri).count_rows("extra = 777") == 0 and lamina.open_table(uri).version == t.version
+    finally:
+        errors = ing.stop()
+    assert "dropped and added again" in errors[0]

@@ -83,6 +83,33 @@ def put_next_version(t, **changes) -> int:
     return nxt.version
 
 
+def as_format_1(m: Any) -> bytes:
+    """Manifest ``m`` as a format-1 root (every fragment in the root, no segments), as Lamina wrote before
+    manifest segments: the old tables the readers must still open."""
+    import hashlib
+    import json
+    import os
+
+    from lamina.manifest import encode_manifest
+    from lamina.manifest.codec import _canonical
+
+    before = os.environ.get("LAMINA_MANIFEST_INLINE_FRAGMENTS")
+    os.environ["LAMINA_MANIFEST_INLINE_FRAGMENTS"] = str(1 << 30)
+    try:
+        body = json.loads(encode_manifest(m.replace(segments=(), segment_lists=(), fragments=tuple(m.fragments))))
+    finally:
+        if before is None:
+            del os.environ["LAMINA_MANIFEST_INLINE_FRAGMENTS"]
+        else:
+            os.environ["LAMINA_MANIFEST_INLINE_FRAGMENTS"] = before
+    body.pop("checksum")
+    body.pop("segments")
+    body.pop("fragment_count")
+    body["format_version"] = 1
+    body["checksum"] = "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
+    return json.dumps(body, sort_keys=True, indent=1).encode()
+
+
 class Hook:
     """One rule of a ``HookedStore``: the calls it takes (a method, a path prefix or predicate, a number of
     times) and what it does to each: runs ``before()`` first, replaces the call (``instead(real, *args,

@@ -204,3 +204,75 @@ def test_fully_flushed_shard_follows_any_schema_migration(local_table_uri):
     assert restarted.poll() == 1 and restarted.flush() is not None
     got = lamina.open_table(local_table_uri).to_arrow().sort_by("id").to_pylist()
     assert got == [{"id": 100, "v": "x"}, {"id": 200, "v": "y"}, {"id": 201, "v": "z"}, {"id": 202, "v": "w"}]
+
+
+# -- schema evolution (Table.add_columns and the like, docs/FORMAT.md §2.4) ------------------------------
+def test_an_applier_follows_add_columns_and_its_upserts_read_old_files_in_the_new_schema(table_location):
+    uri, opts = table_location
+    w, applier = _setup(uri, opts)  # rows 0..9 in the table, 10..19 in the memtable
+    small = WalWriter(uri, 0, storage_options=opts, max_segment_rows=2)  # rolls to a new segment every 2 rows
+    t = lamina.open_table(uri, storage_options=opts)
+    t.add_columns(pa.field("extra", pa.int32()))
+    w.put_many(_rows(20, 2, "c"))  # the old producer goes on writing its segment in the old schema
+    w.commit()
+    w2 = WalWriter(uri, 0, storage_options=opts)  # a producer opened now writes the new column
+    w2.put_many([{"id": 5, "name": "upd5", "v": 5.5, "extra": 7}, {"id": 30, "name": "new30", "v": 3.0, "extra": 8}])
+    w2.commit()
+    applier.step()
+    assert applier.flush() is not None and applier.stopped is None
+    after = lamina.open_table(uri, storage_options=opts)
+    got = {r["id"]: r for r in after.to_arrow().to_pylist()}
+    expected = {i: {"id": i, "name": f"a{i}", "v": float(i), "extra": None} for i in range(10)}
+    expected |= {i: {"id": i, "name": f"b{i}", "v": float(i), "extra": None} for i in range(10, 20)}
+    expected |= {i: {"id": i, "name": f"c{i}", "v": float(i), "extra": None} for i in range(20, 22)}
+    expected[5] = {"id": 5, "name": "upd5", "v": 5.5, "extra": 7}  # the row in a file of the old schema replaced
+    expected[30] = {"id": 30, "name": "new30", "v": 3.0, "extra": 8}
+    assert got == expected and after.count_rows() == len(expected)
+    assert applier.get(3) == expected[3] and applier.get(5) == expected[5]
+    # an old producer stops at its next segment, naming what to do
+    small.put_many(_rows(100, 2, "d"))
+    small.commit()  # fills its segment (in the old schema)
+    small.put_many(_rows(102, 1, "d"))
+    with pytest.raises(SchemaMismatch, match="changed since this WAL writer"):
+        small.commit()
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (lambda t: (t.drop_columns("v"), t.add_columns(pa.field("v", pa.float64()))), "['v'] were dropped and added again"),
+        (lambda t: t.add_columns(pa.field("extra", pa.int32()), defaults={"extra": 1}), "['extra'] have a default"),
+        (lambda t: t.drop_columns("name"), "['name'] were dropped"),
+    ],
+)
+def test_an_applier_holding_rows_the_new_schema_would_misread_stops_and_loses_nothing(local_table_uri, change, why):
+    """The WAL's rows name columns by position: a column dropped and added again in its place would show
+    the old column's values in the new one, a default would read as null; such changes stop the shard."""
+    w, applier = _setup(local_table_uri)
+    t = lamina.open_table(local_table_uri)
+    change(t)
+    version = t.version
+    with pytest.raises(ShardStopped, match="shard 0") as stopped:
+        applier.flush()
+    assert why in str(stopped.value)
+    assert lamina.open_table(local_table_uri).version == version  # nothing committed
+    txns, _ = read_segment(t.store, 0, 0, lamina.open_table(local_table_uri).manifest.wal_watermarks["0/0000000000"])
+    assert [x.rows for x in txns] == [10], "the unflushed rows stay in the WAL"
+    # a fresh applier refuses the old producer's segment just the same (it never decodes it in the new schema)
+    fresh = ShardApplier(local_table_uri, 0)
+    with pytest.raises(ShardStopped):
+        fresh.poll()
+
+
+def test_an_applier_follows_a_rename_and_a_string_widening(local_table_uri):
+    w, applier = _setup(local_table_uri)
+    t = lamina.open_table(local_table_uri)
+    t.rename_column("name", "label")
+    t.alter_column("label", pa.large_string())
+    w.put_many(_rows(40, 1, "e"))  # the old producer's segment, in the old schema
+    w.commit()
+    applier.step()
+    assert applier.flush() is not None
+    got = {r["id"]: r for r in lamina.open_table(local_table_uri).to_arrow().to_pylist()}
+    assert got[12] == {"id": 12, "label": "b12", "v": 12.0} and got[40] == {"id": 40, "label": "e40", "v": 40.0}
+    assert got[3] == {"id": 3, "label": "a3", "v": 3.0} and len(got) == 21

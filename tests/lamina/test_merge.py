@@ -564,3 +564,73 @@ def test_a_wal_applier_that_loses_to_a_merge_of_its_key_flushes_again_with_one_r
     by_key = {r["id"]: r["name"] for r in got}
     assert by_key[5] == "wal" and by_key[7] == "merged"  # the flush committed after the merge: its row is the newest
     writer.close()
+
+
+# -- an evolved target (docs/FORMAT.md §2.4): its older files read through the schema they were written in --
+def _evolve(t: lamina.Table) -> None:
+    """``price`` renamed ``cost``, ``qty`` widened to int64, ``note`` dropped and added again with a default,
+    ``extra`` added: the target's files are all in the old schema."""
+    t.rename_column("price", "cost")
+    t.alter_column("qty", pa.int64())
+    t.drop_columns("note")
+    t.add_columns(pa.field("note", pa.string()), defaults={"note": "n/a"})
+    t.add_columns(pa.field("extra", pa.int8()))
+
+
+def _today(r: dict, note: str | None = "n/a", extra: int | None = None) -> dict:
+    """A row of SCHEMA as the evolved table has it (its columns in the table's order)."""
+    return {"id": r["id"], "region": r["region"], "qty": r["qty"], "cost": r["price"], "note": note, "extra": extra}
+
+
+@pytest.mark.parametrize("index", [None, "btree"])
+@pytest.mark.parametrize(
+    "m,insert,by_source", [("update", True, "filter"), ("update_columns", False, None), ("delete", True, "all")]
+)
+def test_a_merge_into_an_evolved_table_matches_the_model(local_table_uri, index, m, insert, by_source):
+    t, target = make_target(local_table_uri, index=index)
+    _evolve(t)
+    t = t.reload()
+    target = [_today(r) for r in target]
+    source = [_today(s, note=s["note"], extra=7) for s in source_rows()]
+    clauses = {**clauses_of(m, insert, by_source), "columns": ["qty", "extra"] if m == "update_columns" else None}
+    expected, counts = model(target, source, ("id",), clauses)
+    plain = pa.schema([(f.name, f.type) for f in t.schema])
+    result = build(t, pa.Table.from_pylist(source, schema=plain), "id", clauses).execute()
+    assert (result.inserted, result.updated, result.deleted) == (counts.inserted, counts.updated, counts.deleted)
+    assert table_rows(t) == canon(expected)
+    # a partial update kept the target's other columns as the old files read today: the default note, the cost
+    if m == "update_columns":
+        assert t.to_arrow(filter="id = 12").to_pylist() == [
+            {"id": 12, "region": "eu", "qty": 1012, "cost": 6.0, "note": "n/a", "extra": 7}
+        ]
+    assert_no_stray_data_files(t)
+
+
+def test_an_update_of_an_evolved_table_reads_old_rows_in_todays_schema(local_table_uri):
+    t, target = make_target(local_table_uri, index="btree")
+    _evolve(t)
+    t = t.reload()
+    n = t.update("cost >= 90 AND note = 'n/a' AND region = 'us'", values={"extra": 1}, expressions={"qty": "qty * 2"})
+    want = [r for r in target if r["id"] is not None and r["price"] >= 90 and r["region"] == "us"]
+    assert n == len(want) > 0
+    got = {r["id"]: r for r in t.to_arrow().to_pylist()}
+    for r in want:
+        assert got[r["id"]] == _today({**r, "qty": 2 * r["qty"]}, extra=1)
+    assert t.count_rows("extra IS NULL") == len(target) - len(want) and t.count_rows("note = 'n/a'") == len(target)
+
+
+def test_a_merge_racing_a_schema_change_lands_in_the_schema_it_read(local_table_uri):
+    """The merge wrote its rows in the schema it read; the change commits first; the merge rebases over it
+    and its files are read through that schema: ``note`` (dropped and added again meanwhile) reads the new
+    column's default on them, never the source's values for the old one."""
+    t, target = make_target(local_table_uri, index="btree")
+    stale = t.checkout(t.version)
+    _evolve(t)
+    clauses = clauses_of("update", True, None)
+    expected, counts = model(target, source_rows(), ("id",), clauses)
+    result = build(stale, pa.Table.from_pylist(source_rows(), schema=SCHEMA), "id", clauses).execute()
+    assert (result.inserted, result.updated, result.deleted) == (counts.inserted, counts.updated, counts.deleted)
+    latest = lamina.open_table(local_table_uri)
+    assert latest.manifest.record.operation == "merge" and latest.schema.names[-2:] == ["note", "extra"]
+    assert table_rows(latest) == canon([_today(r) for r in expected])
+    assert latest.count_rows("note = 'n/a'") == len(expected)

@@ -394,3 +394,30 @@ def test_a_table_with_storage_options_is_refused(tmp_path):
     t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
     with pytest.raises(lamina.errors.InvalidArgument, match="storage_options go with a URI"):
         scan_table(t, storage_options={"region": "x"})
+
+
+def test_an_evolved_table_scans_in_todays_schema(tmp_path):
+    """Files of three schemas (docs/FORMAT.md §2.4): Polars sees today's columns, and a predicate on a renamed,
+    widened or re-added column pushed into the scan gives the rows Polars gives in memory."""
+    t = lamina.create_table(str(tmp_path / "t"), SCHEMA)
+    for k in range(4):
+        t.append(rows(100 * k, 100))
+    t.delete("id < 20")
+    t.rename_column("category", "kind")
+    t.add_columns(pa.field("category", pa.string()))
+    t.alter_column("meta.a", pa.int64())
+    t.drop_columns("score")
+    t.add_columns(pa.field("score", pa.float64()), defaults={"score": -1.0})
+    lf = scan_table(t)
+    memory = pl.from_arrow(t.to_arrow())
+    assert lf.collect_schema().names() == t.schema.names
+    for query in (
+        lambda f: f.filter(pl.col("category").is_null()).select("id", "kind"),
+        lambda f: f.filter(pl.col("category") == "a").select("id"),
+        lambda f: f.filter((pl.col("kind") == "b") & (pl.col("score") == -1.0)).select("id", "score"),
+        lambda f: f.filter(pl.col("meta").struct.field("a") > 50).select("id"),
+        lambda f: f.group_by("kind").agg(pl.len()).sort("kind"),
+    ):
+        assert_frame_equal(query(lf).collect().sort(pl.all()), query(memory.lazy()).collect().sort(pl.all()))
+    assert lf.filter(pl.col("score") == -1.0).select(pl.len()).collect().item() == 380
+    assert lf.filter(pl.col("category") == "a").collect().height == 0

@@ -699,3 +699,85 @@ def test_a_failed_write_returns_only_after_its_running_tasks_removed_their_files
     else:
         with pytest.raises(TableNotFound):
             lamina.open_table(uri, storage_options=options)
+
+
+# -- evolved tables (docs/FORMAT.md §2.4) -------------------------------------------------------------
+def _evolved_table(uri: str, options) -> lamina.Table:
+    """Files of three schemas: ``category`` renamed to ``kind`` and its name used again, ``meta.a`` widened,
+    ``score`` dropped and added again with a default."""
+    t = _table(uri, options, batches=3, n=100)
+    t.delete("id < 10")
+    t.rename_column("category", "kind")
+    t.add_columns(pa.field("category", pa.string()))
+    t.alter_column("meta.a", pa.int64())
+    t.drop_columns("score")
+    t.add_columns(pa.field("score", pa.float64()), defaults={"score": -1.0})
+    t.append(_in(t.schema, rows(1000, 50), category="new"))
+    return t
+
+
+def _in(schema: pa.Schema, data: pa.Table, **constants) -> pa.Table:
+    """``data`` (helpers.SCHEMA's rows) as rows of the evolved table's ``schema``."""
+    cols = {
+        "id": data.column("id"),
+        "kind": data.column("category"),
+        "ts": data.column("ts"),
+        "vec": data.column("vec"),
+        "meta": data.column("meta").cast(pa.struct([("a", pa.int64()), ("b", pa.string())])),
+        "category": pa.array([constants.get("category")] * data.num_rows, pa.string()),
+        "score": data.column("score"),
+    }
+    return pa.table({f.name: cols[f.name] for f in schema})
+
+
+def test_reads_of_an_evolved_table_see_todays_schema(ray_cluster, table_location):
+    import lamina.ray
+
+    uri, options = table_location
+    t = _evolved_table(uri, options)
+    assert _by_id(_arrow(lamina.ray.read_table(uri, storage_options=options))).equals(_by_id(t.to_arrow()))
+    for flt in ["category IS NULL", "category = 'a'", "kind = 'a' AND score = -1.0", "meta.a > 50", "score > 0"]:
+        got = _arrow(lamina.ray.read_table(uri, columns=["id", "category", "score"], filter=flt, storage_options=options))
+        want = t.to_arrow(columns=["id", "category", "score"], filter=flt)
+        assert (got is None and want.num_rows == 0) or _by_id(got).equals(_by_id(want)), flt
+    assert t.count_rows("category = 'a'") == 0 and t.count_rows("score = -1.0") == 290
+
+
+def test_writes_to_an_evolved_table_are_in_todays_schema(ray_cluster, local_table_uri):
+    import lamina.ray
+
+    t = _evolved_table(local_table_uri, None)
+    new = _in(t.schema, rows(2000, 40), category="ray")
+    done = lamina.ray.write_table(_dataset(new, 2), local_table_uri, mode="append")
+    assert done.count_rows("category = 'ray'") == 40 and done.count_rows() == 290 + 50 + 40
+    assert {f.schema_id for f in done.manifest.fragments if f.rows == 20} == {done.manifest.schema_id}
+    # schema= naming today's columns and types is today's schema, field ids and all
+    plain = pa.schema([(f.name, f.type) for f in t.schema])
+    done = lamina.ray.write_table(_dataset(new.cast(plain), 1), local_table_uri, mode="append", schema=plain)
+    assert done.count_rows("category = 'ray'") == 80
+    with pytest.raises(SchemaMismatch, match="missing column"):  # rows in an earlier schema: refused, nothing written
+        lamina.ray.write_table(_dataset(rows(3000, 10), 1), local_table_uri, mode="append")
+    assert lamina.open_table(local_table_uri).version == done.version
+
+
+def test_an_append_racing_a_schema_change_lands_in_the_schema_it_was_written_in(ray_cluster, table_location):
+    """The write reads the table's schema when it starts; a column added while its tasks run does not stop
+    it: its files are read through the schema they were written in (the new column null on its rows)."""
+    import lamina.ray
+
+    uri, options = table_location
+    t = _table(uri, options, batches=2, n=100)
+
+    def step(batch):
+        other = lamina.open_table(uri, storage_options=options)
+        if "extra" not in other.schema.names:
+            other.add_columns(pa.field("extra", pa.int32()))
+        return batch
+
+    ds = _dataset(rows(1000, 60), 1).map_batches(step, batch_size=None, batch_format="pyarrow")
+    done = lamina.ray.write_table(ds, uri, mode="append", storage_options=options)
+    assert done.schema.names == [*SCHEMA.names, "extra"] and done.manifest.record.operation == "append"
+    got = done.to_arrow(filter="id >= 1000")
+    assert _by_id(got.drop_columns(["extra"])).equals(rows(1000, 60)) and got.column("extra").null_count == 60
+    assert {f.schema_id for f in done.manifest.fragments} == {0}, "every file in the schema it was written in"
+    assert done.count_rows() == 260 and t.reload().count_rows("extra IS NULL") == 260

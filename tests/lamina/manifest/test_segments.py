@@ -6,9 +6,7 @@ here has many segments.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import random
 
 import pyarrow as pa
@@ -27,14 +25,12 @@ from lamina.manifest import (
     ManifestSegment,
     RowGroup,
     decode_segment,
-    encode_manifest,
     lay_out,
     load_manifest,
     manifest_path,
 )
-from lamina.manifest.codec import _canonical
 from lamina.transaction import Append
-from tests.lamina.helpers import BeatenOnce
+from tests.lamina.helpers import BeatenOnce, as_format_1
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
 
@@ -118,27 +114,12 @@ def test_a_segment_round_trips_and_a_reader_with_cold_caches_reads_every_version
         assert _all_rows(lamina.open_table(local_table_uri, version=v)) == rows
 
 
-def _as_v1(m: Manifest) -> bytes:
-    """``m`` as a version-1 manifest (every fragment in the root), as Lamina wrote before segments."""
-    os.environ["LAMINA_MANIFEST_INLINE_FRAGMENTS"] = str(1 << 30)
-    try:
-        body = json.loads(encode_manifest(m.replace(segments=(), segment_lists=(), fragments=tuple(m.fragments))))
-    finally:
-        os.environ["LAMINA_MANIFEST_INLINE_FRAGMENTS"] = "2"
-    body.pop("checksum")
-    body.pop("segments")
-    body.pop("fragment_count")
-    body["format_version"] = 1
-    body["checksum"] = "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
-    return json.dumps(body, sort_keys=True, indent=1).encode()
-
-
 def test_a_version_1_table_is_read_converted_by_its_next_commit_and_time_travels_across(local_table_uri):
     t = lamina.create_table(local_table_uri, SCHEMA)
     _grow(t, 12)
     v1 = t.version
     rows_v1 = _all_rows(t)
-    t.store.put(manifest_path(v1), _as_v1(t.manifest))  # as an older Lamina left it
+    t.store.put(manifest_path(v1), as_format_1(t.manifest))  # as an older Lamina left it
     for o in t.store.list(SEGMENTS_DIR):
         t.store.delete([o.path])  # and no segments at all
     clear_caches()
@@ -419,7 +400,7 @@ def test_lamina_upgrade_converts_a_version_1_table_once(local_table_uri, capsys)
     t = lamina.create_table(local_table_uri, SCHEMA)
     _grow(t, 12)
     v1, rows_v1 = t.version, _all_rows(t)
-    t.store.put(manifest_path(v1), _as_v1(t.manifest))
+    t.store.put(manifest_path(v1), as_format_1(t.manifest))
     for o in t.store.list(SEGMENTS_DIR):
         t.store.delete([o.path])
     clear_caches()
