@@ -27,10 +27,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from lamina import curve
+from lamina import curve, evolution
 from lamina.errors import CorruptFile, InvalidArgument
 from lamina.manifest import Fragment, Manifest
-from lamina.zones import key_kind
+from lamina.zones import Zone, key_kind
 
 #: The manifest ``config`` entry holding a table's clustering.
 CONFIG_KEY = "clustering"
@@ -101,12 +101,13 @@ class Clustering:
         """(order, positions): the permutation sorting ``table``'s rows along the curve and their curve positions."""
         return curve.sort_order(table, self.columns, self.curve, [list(b) for b in self.boundaries])
 
-    def extents(self, fragment: Fragment) -> list[tuple[int, int]]:
+    def extents(self, fragment: Fragment, schema: pa.Schema | None = None) -> list[tuple[int, int]]:
         """Per key, the share of the grid the fragment's zone map allows, as ``(first, last)`` grid
         cells: to the end of the last cell's block (a key with k cut points has k + 1 cells spread
-        over the grid), the whole grid when it has no zone map."""
+        over the grid), the whole grid when it has no zone map. ``schema``: today's (a fragment written
+        in an earlier one has its zone maps read through it)."""
         grid = 2**curve.CELL_BITS
-        zones = {z.column: z for z in fragment.zones or ()}
+        zones = _zones(fragment, schema)
         out = []
         for column, bounds in zip(self.columns, self.boundaries):
             z = zones.get(column)
@@ -148,7 +149,15 @@ def choose(schema: pa.Schema, columns: Sequence[str], curve_name: str, sample: p
     return Clustering(tuple(columns), curve_name, tuple(boundaries))
 
 
-def drifted(clustering: Clustering, fragments: Iterable[Fragment]) -> str | None:
+def _zones(fragment: Fragment, schema: pa.Schema | None) -> dict[str, Zone]:
+    """A fragment's zone maps by today's column names (``schema``; None: as stored)."""
+    zones = fragment.zones or ()
+    if zones and schema is not None and fragment.schema is not None and fragment.schema is not schema:
+        zones = evolution.layout(fragment.schema, schema).zones(zones)
+    return {z.column: z for z in zones}
+
+
+def drifted(clustering: Clustering, fragments: Iterable[Fragment], schema: pa.Schema | None = None) -> str | None:
     """Why the boundaries should be sampled again (None: they still fit): none were sampled (the table was
     empty) and it now has rows, a key that had no cut points (one value, or none, when sampled) now holds
     several values, or ``DRIFT_SHARE`` of its live rows lie in fragments whose zone maps are outside the
@@ -160,7 +169,7 @@ def drifted(clustering: Clustering, fragments: Iterable[Fragment]) -> str | None
     held: list[set[Any] | None] = [set() for _ in clustering.columns]
     for f in fragments:
         live += f.live_rows
-        zones = {z.column: z for z in f.zones or ()}
+        zones = _zones(f, schema)
         out = False
         for i, (column, bounds) in enumerate(zip(clustering.columns, clustering.boundaries)):
             z = zones.get(column)
@@ -228,7 +237,7 @@ class ClusteringStats:
         )
 
 
-def overlap(clustering: Clustering, fragments: Iterable[Fragment]) -> ClusteringStats:
+def overlap(clustering: Clustering, fragments: Iterable[Fragment], schema: pa.Schema | None = None) -> ClusteringStats:
     """The clustering metric over ``fragments`` (from their zone maps and cluster ranges; no I/O)."""
     extents: list[list[tuple[int, int]]] = []
     clustered = 0
@@ -240,7 +249,7 @@ def overlap(clustering: Clustering, fragments: Iterable[Fragment]) -> Clustering
             runs.add(f.cluster.run)
         else:
             runs.add(f"fragment {f.id}")
-        extents.append(clustering.extents(f))
+        extents.append(clustering.extents(f, schema))
     return overlap_of(clustering, extents, clustered, len(runs))
 
 
@@ -260,7 +269,7 @@ def overlap_of(
 def clustering_stats(manifest: Manifest) -> ClusteringStats | None:
     """The clustering metric of a version (None: the table has no clustering keys)."""
     clustering = Clustering.from_config(manifest.config, f"version {manifest.version}")
-    return None if clustering is None else overlap(clustering, manifest.fragments)
+    return None if clustering is None else overlap(clustering, manifest.fragments, manifest.schema)
 
 
 __all__ = [

@@ -150,7 +150,7 @@ def resample_if_drifted(table: Table) -> str | None:
     clustering = Clustering.from_config(table.manifest.config, f"version {table.version}")
     if clustering is None:
         return None
-    why = drifted(clustering, table.manifest.fragments)
+    why = drifted(clustering, table.manifest.fragments, table.schema)
     if why is not None:
         log.info("resampling the clustering boundaries of %s: %s", table.uri, why)
         table.set_clustering(list(clustering.columns), clustering.curve)

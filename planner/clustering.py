@@ -37,6 +37,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from lamina.clustering import Clustering, ClusteringStats, overlap_of
 from lamina.curve import CELL_BITS
 from lamina.manifest import Fragment
@@ -137,10 +139,15 @@ def _describe(units: list[_Unit]) -> str:
 
 
 def plan_clustering(
-    fragments: Iterable[Fragment], clustering: Clustering, options: CompactionOptions, schema_id: int = 0
+    fragments: Iterable[Fragment],
+    clustering: Clustering,
+    options: CompactionOptions,
+    schema_id: int = 0,
+    schema: pa.Schema | None = None,
 ) -> tuple[list[ClusterGroup], ClusterReport]:
-    """The clustering groups of this pass and the report (``schema_id``: today's schema). One pass over
-    ``fragments``, keeping per fragment its id, size, run and zone-map cell extents."""
+    """The clustering groups of this pass and the report (``schema_id``, ``schema``: today's schema, through
+    which zone maps of files in an earlier one are read). One pass over ``fragments``, keeping per fragment
+    its id, size, run and zone-map cell extents."""
     r, w = options.cluster_tier_ratio, options.cluster_merge_width
     key = clustering.key
     ids: list[int] = []
@@ -153,7 +160,7 @@ def plan_clustering(
         ids.append(f.id)
         live_bytes = int(f.file_bytes * (f.live_rows / f.rows)) if f.rows else 0
         sizes.append((f.live_rows, live_bytes))
-        extents.append(clustering.extents(f))
+        extents.append(clustering.extents(f, schema))
         run = f.cluster.run if f.cluster is not None and f.cluster.key == key else None
         if run is None:
             units.append(_Unit(None, [p], f.live_rows, live_bytes))

@@ -400,7 +400,7 @@ def _plan_clustering(
     """The plan of a table with clustering keys: the clustering policy's groups (lamina.planner.clustering).
     A clustering task re-encodes every row, so its output is in today's schema whatever its sources'."""
     today = manifest.schema_id
-    planned, report = plan_clustering(earlier.count(manifest.fragments), clustering, options, today)
+    planned, report = plan_clustering(earlier.count(manifest.fragments), clustering, options, today, manifest.schema)
     id_groups, limited = _within([list(g.fragment_ids) for g in planned], options.max_plan_fragments)
     found = find_fragments(manifest.fragments, (i for g in id_groups for i in g))
     out = []

@@ -632,3 +632,44 @@ def test_an_overwrite_keeps_todays_schema_or_starts_over_with_its_own(grown):
     assert now.schema.equals(plain) and not evolution.has_ids(now.schema) and not now.manifest.schemas
     now.add_columns(pa.field("b", pa.int8()))
     assert [evolution.field_id(f) for f in now.schema] == [0, 1] and now.count_rows("b IS NULL") == 2
+
+
+def test_the_root_keeps_only_schemas_some_fragment_may_be_written_in(local_table_uri):
+    """A run of changes with no write between them registers no schema (none can hold a file); a schema
+    fragments were written in is kept until the commit that removes its last fragment."""
+    t = lamina.create_table(local_table_uri, pa.schema([("id", pa.int64()), ("v", pa.int32())]))
+    for k in range(30):  # a run of changes right after the create
+        t.add_columns(pa.field(f"c{k}", pa.int8()))
+        t.drop_columns([f"c{k}"])
+    assert t.manifest.schemas == {}
+    t.append(pa.table({"id": pa.array([1, 2], pa.int64()), "v": pa.array([5, 6], pa.int32())}))
+    written_in = t.manifest.schema_id
+    for k in range(30):
+        t.add_columns(pa.field(f"d{k}", pa.int8()))
+        t.drop_columns([f"d{k}"])
+    assert list(t.manifest.schemas) == [written_in]  # only the schema the append's file is in
+    t.delete("id = 1")  # the file stays (one row of it is live): so does its schema
+    assert list(t.manifest.schemas) == [written_in]
+    t.delete("id = 2")  # its last row: the fragment goes, and its schema with it
+    assert t.manifest.schemas == {} and t.count_rows() == 0
+
+
+def test_clustering_reads_old_fragments_zone_maps_by_field_id(local_table_uri):
+    """A clustering key on a name dropped and added again: the old fragments' zone maps (of the old
+    column) must not place them on the curve; the metric counts them as spanning every cell."""
+    from lamina.clustering import Clustering, clustering_stats
+
+    t = lamina.create_table(local_table_uri, pa.schema([("id", pa.int64()), ("x", pa.int64())]))
+    for k in range(4):  # old x: narrow ranges, as if clustered
+        t.append(pa.table({"id": pa.array(range(10 * k, 10 * k + 10), pa.int64()), "x": pa.array([k] * 10, pa.int64())}))
+    t.drop_columns("x")
+    t.add_columns(pa.field("x", pa.int64()))
+    t.append(pa.table({"id": pa.array(range(100, 140), pa.int64()), "x": pa.array(range(40), pa.int64())}))
+    t.set_clustering("x", curve="linear")
+    clustering = Clustering.from_config(t.manifest.config, "test")
+    grid = [(0, 2**8 - 1)]
+    for f in t.manifest.fragments[:4]:  # the old column's zone maps are not the new x's
+        assert clustering.extents(f, t.schema) == grid
+        assert clustering.extents(f) != grid  # (read by name, they would place it)
+    stats = clustering_stats(t.manifest)
+    assert stats is not None and stats.fragments == 5
