@@ -1122,16 +1122,27 @@ class Overwrite(Transaction):
     def rebase(self, theirs: Manifest, files: DeletionFiles) -> Transaction:
         if self.strict and not theirs.dropped:
             raise _conflict(self, theirs, files.uri, "a strict overwrite is redone on the latest version, never replayed")
-        return super().rebase(theirs, files)
+        out = super().rebase(theirs, files)
+        if theirs.record.operation in ("overwrite", "restore"):
+            # field ids may have started afresh since the read: its files' schema is no longer known by them
+            self._ids_reset = True
+        return out
+
+    #: Whether an overwrite or restore was committed since the read (``rebase``): the field ids of the
+    #: schema the files were written in may then name other fields, so that schema is never adopted.
+    _ids_reset = False
 
     def apply(self, base: Manifest) -> Manifest:
         schema, schema_id, next_field, registry = base.schema, base.schema_id, base.next_field_id, base.schema_registry()
+        adopt = not self._ids_reset
         if self.schema is not None and not evolution.same(self.schema, base.schema):
             # another schema: its own id (fragments of every earlier one are gone), field ids from its own
             schema, schema_id, next_field = self.schema, _next_schema_id(base), None
             registry = {schema_id: schema}
-        # (without a schema, data written before a concurrent schema change stays in the schema it was written in)
-        new, next_id, next_row = assign_ids(base, self.fragments, registry, adopt=False)
+            adopt = False
+        # (without a schema, data written before a concurrent schema change stays in the schema it was written
+        # in: registered, or adopted again if a change after a create or another change left it out)
+        new, next_id, next_row = assign_ids(base, self.fragments, registry, adopt=adopt)
         used = {f.schema_id for f in new}
         indices = tuple(
             dataclasses.replace(
