@@ -304,12 +304,17 @@ class Transaction(abc.ABC):
         """The fields every record of this transaction starts with (docs/FORMAT.md §6)."""
         return {"uuid": self.uuid, "read_version": self.read_version, "timestamp_ms": now_ms()}
 
-    def _next(self, base: Manifest, record: TransactionRecord, *, removes: bool = True, **changes: Any) -> Manifest:
+    def _next(
+        self, base: Manifest, record: TransactionRecord, *, removes: bool = True, forgets: bool = True, **changes: Any
+    ) -> Manifest:
         """The next version, produced by ``record``; index segments that no longer serve a live fragment
         are dropped (not looked for when the transaction ``removes`` no fragment: that costs a pass over
-        every fragment, the largest cost of a small append to a large table)."""
+        every fragment, the largest cost of a small append to a large table), and so are earlier schemas
+        no fragment is written in any more (looked for only when ``forgets``: it may have removed the
+        last fragment of an earlier schema; a delete that removes none reads no more manifest segments
+        on a table whose schema changed than on one whose schema never did)."""
         nxt = base.replace(version=base.version + 1, timestamp_ms=now_ms(), transaction=record.to_json(), **changes)
-        if not removes or not (nxt.indices or nxt.schemas):
+        if not removes or not (nxt.indices or (nxt.schemas and forgets)):
             return nxt
         live: dict[int, int] = {f.id: f.schema_id for f in nxt.fragments}
         if nxt.schemas:  # earlier schemas no fragment is written in any more are forgotten
@@ -553,10 +558,12 @@ class Delete(Transaction):
             prepared[fid] = (current, files.write(fid, merged))
         return self._replace(_files=prepared, _rows_deleted=rows_deleted)
 
-    def _deleted(self, base: Manifest, next_fragment_id: int, next_row_id: int) -> tuple[Any, list[int], list[int]]:
-        """(fragments with my deletion files, ids removed entirely, ids touched)."""
+    def _deleted(self, base: Manifest, next_fragment_id: int, next_row_id: int) -> tuple[Any, list[int], list[int], bool]:
+        """(fragments with my deletion files, ids removed entirely, ids touched, whether a fragment removed
+        was written in an earlier schema: only then may a schema be left without fragments)."""
         removed: list[int] = []
         touched: list[int] = []
+        earlier: list[int] = []
 
         def edit(f: Fragment) -> Fragment | None:
             entry = self._files.get(f.id)
@@ -564,14 +571,17 @@ class Delete(Transaction):
                 return f
             if entry[1].path == "":
                 removed.append(f.id)
+                if f.schema_id != base.schema_id:
+                    earlier.append(f.id)
                 return None
             touched.append(f.id)
             return dataclasses.replace(f, deletion=entry[1])
 
-        return edited(base.fragments, edit, next_fragment_id, next_row_id, touches=self._files), removed, touched
+        fragments = edited(base.fragments, edit, next_fragment_id, next_row_id, touches=self._files)
+        return fragments, removed, touched, bool(earlier)
 
     def apply(self, base: Manifest) -> Manifest:
-        fragments, removed, touched = self._deleted(base, base.next_fragment_id, base.next_row_id)
+        fragments, removed, touched, forgets = self._deleted(base, base.next_fragment_id, base.next_row_id)
         return self._next(
             base,
             DeleteRecord(
@@ -582,6 +592,7 @@ class Delete(Transaction):
                 rows=self._rows_deleted,
             ),
             fragments=fragments,
+            forgets=forgets,
         )
 
 
@@ -648,7 +659,7 @@ class WalFlush(Delete):
             raise CommitConflict(f"WAL segments {behind} moved since this flush read them; nothing was committed")
         registry = base.schema_registry()
         new, next_id, next_row = assign_ids(base, self.fragments, registry)
-        fragments, removed, touched = self._deleted(base, next_id, next_row)
+        fragments, removed, touched, forgets = self._deleted(base, next_id, next_row)
         record = WalFlushRecord(
             **self._header(),
             fragment_ids=tuple(f.id for f in new),
@@ -665,6 +676,7 @@ class WalFlush(Delete):
             next_fragment_id=next_id,
             next_row_id=next_row,
             wal_watermarks={**base.wal_watermarks, **self.watermarks},
+            forgets=forgets,
             **_registered(base, registry),
         )
 
@@ -788,7 +800,7 @@ class Merge(Delete):
     def apply(self, base: Manifest) -> Manifest:
         registry = base.schema_registry()
         new, next_id, next_row = assign_ids(base, self.fragments, registry)
-        fragments, removed, touched = self._deleted(base, next_id, next_row)
+        fragments, removed, touched, forgets = self._deleted(base, next_id, next_row)
         record = MergeRecord(
             **self._header(),
             kind=self.kind,
@@ -811,6 +823,7 @@ class Merge(Delete):
             fragments=appended(fragments, new, next_id, next_row),
             next_fragment_id=next_id,
             next_row_id=next_row,
+            forgets=forgets,
             **_registered(base, registry),
         )
 

@@ -11,6 +11,11 @@ import pyarrow as pa
 import pytest
 
 import lamina
+from lamina.cache import clear_caches
+from lamina.commit import commit
+from lamina.datafile import WriteOptions, write_fragments
+from lamina.store.scheduler import io_stats
+from lamina.transaction import Append
 
 IDX = pa.schema([("id", pa.int64()), ("x", pa.int32())])
 
@@ -79,3 +84,36 @@ def test_an_overwrite_racing_an_overwrite_that_reset_field_ids_is_still_refused(
     old = pa.table({"id": pa.array([5], pa.int64()), "x": pa.array([50], pa.int32()), "c": pa.array([9], pa.int16())})
     with pytest.raises(lamina.errors.SchemaMismatch):
         stale.overwrite(old)  # adopted, x would read as q and c as r
+
+
+# -- O(fragments) added to commits that touch a few ------------------------------------------------
+def _many_fragments(uri: str, n: int) -> lamina.Table:
+    t = lamina.create_table(uri, IDX)
+    one_row_files = WriteOptions(max_rows_per_file=1)
+    frags = write_fragments(t.store, t.schema, iter(_rows(0, n).to_batches(max_chunksize=1)), one_row_files)
+    commit(t.store, Append(t.version, frags), t.manifest)
+    t.reload()
+    return t
+
+
+def test_a_delete_on_a_changed_table_reads_no_more_manifest_segments(local_table_uri):
+    """A delete reads the manifest segments its filter needs; on a table whose schema changed (an earlier
+    schema registered) its commit walked every fragment, looking for schemas to forget, although it removed
+    no fragment of an earlier schema: every manifest segment read (O(fragments) per delete, WAL flush and
+    merge; a table with indices pays that pass anyway)."""
+    t = _many_fragments(local_table_uri, 200)
+    t.add_columns(pa.field("z", pa.int8()))
+    z = pa.array([None, None], pa.int8())
+    t.append(pa.table({"id": pa.array([1000, 1001], pa.int64()), "x": pa.array([0, 0], pa.int32()), "z": z}))
+    t.append(pa.table({"id": pa.array([2000], pa.int64()), "x": pa.array([0], pa.int32()), "z": z[:1]}))
+    assert t.manifest.schemas and len(t.manifest.segments) > 20
+    for where in ("id = 1000", "id = 2000"):  # a row of a fragment; a whole fragment, in today's schema
+        clear_caches()
+        t = lamina.open_table(t.uri)
+        io_stats(reset=True)
+        assert t.delete(where) == 1
+        assert io_stats()["local"]["GET"] < 10, where
+    t.delete("id < 199")  # every fragment of the earlier schema but one: it stays registered
+    assert t.manifest.schemas
+    t.delete("id = 199")  # its last: forgotten
+    assert t.manifest.schemas == {} and t.to_arrow().to_pylist() == [{"id": 1001, "x": 0, "z": None}]
