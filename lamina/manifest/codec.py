@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lamina import checksum
+from lamina import checksum, evolution
 from lamina.errors import CorruptFile, LaminaError
 from lamina.manifest.model import ClusterRange, DeletionFile, Fragment, IndexEntry, IndexSegment, Manifest, RowGroup
 from lamina.manifest.paths import DATA_DIR, DELETIONS_DIR, INDICES_DIR, SEGMENTS_DIR, stored_path
@@ -205,11 +205,18 @@ def decode_manifest(data: bytes, where: str, reader: SegmentReader | None = None
         raise corrupt("checksum mismatch")
     try:
         schema = _schema_from_json(body["schema"])
-        schema_id = int(body.get("schema_id", 0))
-        older = {int(s["id"]): _schema_from_json(s) for s in body.get("schemas", ())}
+        schema_id = body.get("schema_id", 0)
+        listed = list(body.get("schemas", ()))
+        ids = [schema_id, *(s["id"] for s in listed)]
+        if any(type(i) is not int or i < 0 for i in ids) or len(set(ids)) != len(ids):
+            raise corrupt(f"schema ids {str(ids)[:80]} are not distinct non-negative integers")
+        older = {s["id"]: _schema_from_json(s) for s in listed}
         next_field_id = body.get("next_field_id")
-        if schema_id < 0 or schema_id in older or (next_field_id is not None and type(next_field_id) is not int):
-            raise corrupt(f"schema id {schema_id} is negative or listed twice, or next_field_id {next_field_id!r} is malformed")
+        # an id below one in use would be given again to a column added next: it would read another's values
+        if next_field_id is not None and (
+            type(next_field_id) is not int or any(evolution.next_field_id(s) > next_field_id for s in (schema, *older.values()))
+        ):
+            raise corrupt(f"next_field_id {str(next_field_id)[:20]} is malformed or not above every field id in use")
         schemas = {**older, schema_id: schema}
         table_uuid = str(body.get("table_uuid", ""))
         list_entries = _entries(body.get("segment_lists", ()), f"manifest {where}")

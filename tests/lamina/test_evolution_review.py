@@ -5,7 +5,10 @@ The suite's small manifest layout (tests/conftest.py) keeps the fragments here i
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import hashlib
+import json
 
 import pyarrow as pa
 import pytest
@@ -14,6 +17,9 @@ import lamina
 from lamina.cache import clear_caches
 from lamina.commit import commit
 from lamina.datafile import WriteOptions, write_fragments
+from lamina.errors import CorruptFile
+from lamina.manifest import manifest_path
+from lamina.manifest.codec import _canonical, decode_manifest
 from lamina.store.scheduler import io_stats
 from lamina.transaction import Append
 
@@ -117,3 +123,45 @@ def test_a_delete_on_a_changed_table_reads_no_more_manifest_segments(local_table
     assert t.manifest.schemas
     t.delete("id = 199")  # its last: forgotten
     assert t.manifest.schemas == {} and t.to_arrow().to_pylist() == [{"id": 1001, "x": 0, "z": None}]
+
+
+# -- a root's schema registry, as decoded ---------------------------------------------------------
+def _evolved_root(uri: str) -> tuple[lamina.Table, dict]:
+    t = lamina.create_table(uri, IDX)
+    t.append(_rows(0, 1))
+    t.rename_column("x", "y")  # schema 1 today, 0 earlier (the first fragment's), next field id 2
+    root = json.loads(t.store.get(manifest_path(t.version)))
+    assert root["schema_id"] == 1 and [s["id"] for s in root["schemas"]] == [0] and root["next_field_id"] == 2
+    return t, root
+
+
+def _decode(root: dict, edit) -> None:
+    body = copy.deepcopy(root)
+    body.pop("checksum")
+    edit(body)
+    body["checksum"] = "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
+    decode_manifest(json.dumps(body).encode(), "v")
+
+
+def _negative(b: dict) -> None:
+    b["schemas"][0]["id"] = -3
+    b["fragments"][0]["schema_id"] = -3
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _negative,
+        lambda b: b["schemas"].append(dict(b["schemas"][0])),  # one id listed twice
+        lambda b: b.update(schema_id="1"),
+        lambda b: b.update(schema_id=1.5),
+        # a column added next would get id 1, y's: it would read y's values
+        lambda b: b.update(next_field_id=1),
+    ],
+    ids=["negative", "twice", "text", "float", "next_field_id_in_use"],
+)
+def test_a_malformed_schema_registry_is_corrupt(local_table_uri, edit):
+    _, root = _evolved_root(local_table_uri)
+    _decode(root, lambda b: None)  # as written: fine
+    with pytest.raises(CorruptFile):
+        _decode(root, edit)
