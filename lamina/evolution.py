@@ -389,6 +389,15 @@ def _check_names(schema: pa.Schema) -> None:
                 raise InvalidArgument(f"struct {path!r} would have duplicate field names {kids}")
 
 
+def _without_ids(f: pa.Field) -> pa.Field:
+    """``f`` with no field id at any depth: a type copied from a table's schema (or another table's) carries
+    its fields' ids, which an added column must not take over (``_numbered`` gives it new ones)."""
+    kids = _children(f.type)
+    typ = _with_children(f.type, [_without_ids(k) for k in kids]) if kids else f.type
+    meta = {k: v for k, v in (f.metadata or {}).items() if k != FIELD_ID}
+    return f.with_type(typ).with_metadata(meta or None)
+
+
 def add_columns(schema: pa.Schema, next_id: int, fields: Sequence[pa.Field], defaults: dict[str, Any]) -> tuple[pa.Schema, int]:
     """``schema`` with ``fields`` appended (new ids from ``next_id``); the new next id."""
     base = with_ids(schema)
@@ -410,7 +419,7 @@ def add_columns(schema: pa.Schema, next_id: int, fields: Sequence[pa.Field], def
             meta[DEFAULT] = _encode_default(f, defaults[f.name])
         elif not f.nullable:
             raise InvalidArgument(f"column {f.name!r} is not nullable, its default may not be None")
-        new.append(f.with_metadata(meta))
+        new.append(_without_ids(f).with_metadata(meta))
     counter = [next_id]
     out = pa.schema(list(base) + _numbered(new, counter))
     _check_names(out)

@@ -212,11 +212,14 @@ def decode_manifest(data: bytes, where: str, reader: SegmentReader | None = None
             raise corrupt(f"schema ids {str(ids)[:80]} are not distinct non-negative integers")
         older = {s["id"]: _schema_from_json(s) for s in listed}
         next_field_id = body.get("next_field_id")
-        # an id below one in use would be given again to a column added next: it would read another's values
+        # an id below a column's in use would be given again to a column added next: it would read the other's values
         if next_field_id is not None and (
-            type(next_field_id) is not int or any(evolution.next_field_id(s) > next_field_id for s in (schema, *older.values()))
+            type(next_field_id) is not int
+            or any(
+                (evolution.field_id(f) or 0) >= next_field_id for s in (schema, *older.values()) for f in evolution.with_ids(s)
+            )
         ):
-            raise corrupt(f"next_field_id {str(next_field_id)[:20]} is malformed or not above every field id in use")
+            raise corrupt(f"next_field_id {str(next_field_id)[:20]} is malformed or not above every column's field id")
         schemas = {**older, schema_id: schema}
         table_uuid = str(body.get("table_uuid", ""))
         list_entries = _entries(body.get("segment_lists", ()), f"manifest {where}")

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
+from lamina import evolution
 from lamina.cache import clear_caches
 from lamina.commit import commit
 from lamina.datafile import WriteOptions, write_fragments
@@ -165,3 +166,22 @@ def test_a_malformed_schema_registry_is_corrupt(local_table_uri, edit):
     _decode(root, lambda b: None)  # as written: fine
     with pytest.raises(CorruptFile):
         _decode(root, edit)
+
+
+def test_a_column_added_with_a_type_copied_from_a_schema_gets_new_ids_at_every_depth(local_table_uri):
+    """A struct type taken from the table's schema (or another table's) carries its fields' ids; add_columns
+    kept them: one id given twice (``s2.a`` = ``s.a``), or one above ``next_field_id`` (given again later)."""
+    st = pa.struct([("a", pa.int8())])
+    t = lamina.create_table(local_table_uri, pa.schema([("id", pa.int64()), ("s", st)]))
+    t.append(pa.table({"id": pa.array([1], pa.int64()), "s": pa.array([{"a": 1}], st)}))
+    t.add_columns(pa.field("s2", t.schema.field("s").type))
+    foreign = pa.struct([pa.field("b", pa.int8(), metadata={b"lamina:field_id": b"50"})])
+    t.add_columns(pa.field("s3", foreign))
+    ids = [evolution.field_id(f) for _, f in evolution._walk(t.schema)]
+    assert len(set(ids)) == len(ids) and max(ids) < t.manifest.next_field_id
+    t.append(pa.table({"id": pa.array([2], pa.int64()), "s": pa.array([{"a": 2}], st), "s2": pa.array([{"a": 3}], st),
+                       "s3": pa.array([{"b": 4}], pa.struct([("b", pa.int8())]))}))  # fmt: skip
+    assert lamina.open_table(t.uri).to_arrow().to_pylist() == [
+        {"id": 1, "s": {"a": 1}, "s2": None, "s3": None},
+        {"id": 2, "s": {"a": 2}, "s2": {"a": 3}, "s3": {"b": 4}},
+    ]
