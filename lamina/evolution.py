@@ -335,10 +335,11 @@ def widens(old: pa.DataType, new: pa.DataType) -> bool:
     if (old, new) in ((pa.string(), pa.large_string()), (pa.binary(), pa.large_binary())):
         return True
     if old == pa.date32() and pa.types.is_timestamp(new) and new.tz is None:
-        return True  # midnight of the day, exact in every unit for the dates a timestamp[ns] holds
-    if pa.types.is_timestamp(old) and pa.types.is_timestamp(new) and old.tz == new.tz:
-        units = ["s", "ms", "us", "ns"]
-        return units.index(new.unit) >= units.index(old.unit)
+        # midnight of the day; only seconds and milliseconds hold every date32 (±5.8 million years):
+        # microseconds reach ±292,000 years, nanoseconds 1677-2262. A finer timestamp unit is no widening
+        # either (its range is a thousandth), so neither is allowed: an old value outside would make every
+        # read of the column fail.
+        return new.unit in ("s", "ms")
     return False
 
 
@@ -463,7 +464,8 @@ def alter_column(schema: pa.Schema, path: str, new_type: pa.DataType) -> pa.Sche
             raise SchemaMismatch(
                 f"column {path!r} cannot change from {f.type} to {new_type} without rewriting data: only widenings "
                 f"where every old value is exactly a new one are metadata changes (int8→int16→int32→int64, "
-                f"float32→float64, string→large_string, date32→timestamp, ...). Rewrite the column with overwrite()"
+                f"float32→float64, string→large_string, date32→timestamp[s or ms], ...; a finer time unit holds a "
+                f"narrower range). Rewrite the column with overwrite()"
             )
         return f.with_type(new_type)
 

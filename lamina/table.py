@@ -366,8 +366,8 @@ class Table:
     def alter_column(self, name: str, new_type: pa.DataType) -> int:
         """Widens a column's type (``"a.b"`` for a struct's field); returns the new version. Only changes
         where every old value is exactly a new one are allowed (int8→int16→int32→int64, unsigned to wider,
-        float32→float64, small ints→float64, string→large_string, binary→large_binary, date32→timestamp,
-        timestamp to a finer unit); old files are cast as they are read."""
+        float32→float64, small ints→float64, string→large_string, binary→large_binary, date32→timestamp in
+        seconds or milliseconds: a finer unit's range cannot hold every date); old files are cast as read."""
         return self._alter("alter_column", name=name, type=new_type)
 
     def _alter(self, kind: str, **arguments: Any) -> int:

@@ -242,7 +242,7 @@ def _evolved(uri: str) -> lamina.Table:
     t.add_columns(pa.field("name", pa.string()))
     t.drop_columns("x")
     t.add_columns(pa.field("x", pa.int32()), defaults={"x": -1})
-    t.alter_column("d", pa.timestamp("us"))
+    t.alter_column("d", pa.timestamp("ms"))
     t.alter_column("st.a", pa.int32())
     today = pa.schema([(f.name, f.type) for f in t.schema])
     lo = 1000
@@ -251,7 +251,7 @@ def _evolved(uri: str) -> lamina.Table:
             {
                 "id": pa.array(range(lo, lo + 50), pa.int64()),
                 "label": [f"n{i % 3}" for i in range(lo, lo + 50)],
-                "d": pa.array([i * 86_400_000_000 for i in range(lo, lo + 50)], pa.timestamp("us")),
+                "d": pa.array([i * 86_400_000 for i in range(lo, lo + 50)], pa.timestamp("ms")),
                 "st": pa.array([{"a": 1000 + i} for i in range(lo, lo + 50)], today.field("st").type),
                 "name": [f"new{i % 2}" for i in range(lo, lo + 50)],
                 "x": pa.array([i % 4 for i in range(lo, lo + 50)], pa.int32()),

@@ -185,7 +185,7 @@ def test_each_change_is_one_version_writing_no_file_and_reads_as_the_model(grown
     t.append(_arrow([{**model[0], "id": 5000, "w": 3000}], t.schema))
     model.append({**model[0], "id": 5000, "w": 3000})
     _change(t, lambda t: t.alter_column("w", pa.int64()))
-    _change(t, lambda t: t.alter_column("d", pa.timestamp("us")))
+    _change(t, lambda t: t.alter_column("d", pa.timestamp("ms")))
     model = [{**r, "d": dt.datetime.combine(r["d"], dt.time())} for r in model]
     _check(
         t,
