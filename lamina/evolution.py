@@ -92,6 +92,24 @@ def _numbered(fields: Sequence[pa.Field], counter: list[int]) -> list[pa.Field]:
     return out
 
 
+def without_ids(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without field ids and defaults at any depth: a schema given by a user (e.g. one read from
+    another table, whose results carry them) starts a table of its own, whose ids this table gives."""
+    if not any(FIELD_ID in (f.metadata or {}) or DEFAULT in (f.metadata or {}) for _, f in _walk(schema)):
+        return schema
+
+    def clean(fields: Sequence[pa.Field]) -> list[pa.Field]:
+        out = []
+        for f in fields:
+            kids = _children(f.type)
+            typ = _with_children(f.type, clean(kids)) if kids else f.type
+            meta = {k: v for k, v in (f.metadata or {}).items() if k not in (FIELD_ID, DEFAULT)}
+            out.append(f.with_type(typ).with_metadata(meta))
+        return out
+
+    return pa.schema(clean(list(schema)), metadata=schema.metadata)
+
+
 def has_ids(schema: pa.Schema) -> bool:
     return any(field_id(f) is not None for f in schema)
 

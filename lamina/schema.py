@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from lamina.datafile import ROWADDR, ROWID
 from lamina.errors import InvalidArgument, SchemaMismatch
+from lamina.evolution import without_ids
 from lamina.keys import primary_key_domain
 
 #: Columns the reads add (row address, stable row id, offset): a schema may not use these names.
@@ -18,7 +19,8 @@ DataLike = Any  # pa.Table | pa.RecordBatch | pa.RecordBatchReader | pandas.Data
 
 
 def validate_schema(schema: Any) -> pa.Schema:
-    """``schema`` as a table schema: a pyarrow.Schema with unique, non-reserved names, metadata dropped."""
+    """``schema`` as a table schema: a pyarrow.Schema with unique, non-reserved names, metadata dropped
+    (Lamina's field ids and defaults too: a table numbers its own fields, docs/FORMAT.md §2.4)."""
     if not isinstance(schema, pa.Schema):
         raise InvalidArgument(f"schema must be a pyarrow.Schema, not {type(schema).__name__}")
     names = schema.names
@@ -27,7 +29,7 @@ def validate_schema(schema: Any) -> pa.Schema:
     bad = [n for n in names if not n or n in RESERVED_COLUMNS]
     if bad:
         raise InvalidArgument(f"column names {bad} are empty or reserved ({', '.join(RESERVED_COLUMNS)})")
-    return schema.remove_metadata()
+    return without_ids(schema.remove_metadata())
 
 
 def check_column_names(schema: pa.Schema, columns: Sequence[str] | None, table: str) -> list[str] | None:

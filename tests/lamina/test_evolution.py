@@ -673,3 +673,21 @@ def test_clustering_reads_old_fragments_zone_maps_by_field_id(local_table_uri):
         assert clustering.extents(f) != grid  # (read by name, they would place it)
     stats = clustering_stats(t.manifest)
     assert stats is not None and stats.fragments == 5
+
+
+def test_a_schema_read_from_a_changed_table_starts_a_new_table_with_ids_of_its_own(local_table_uri, tmp_path):
+    """Results carry their fields' ids and defaults (as pyiceberg's do); a table created, or overwritten,
+    with such a schema numbers its fields itself and gives old rows no default."""
+    t = lamina.create_table(local_table_uri, pa.schema([("id", pa.int64()), ("s", pa.struct([("a", pa.int8())]))]))
+    t.append([{"id": 1, "s": {"a": 1}}])
+    t.drop_columns("id")
+    t.add_columns(pa.field("n", pa.int32()), defaults={"n": 7})
+    read = t.to_arrow()
+    assert read.to_pylist() == [{"s": {"a": 1}, "n": 7}]
+    copy = lamina.create_table(str(tmp_path / "copy"), read.schema)
+    assert not evolution.has_ids(copy.schema) and evolution.default_of(copy.schema.field("n")) is None
+    copy.append(read)
+    copy.add_columns(pa.field("m", pa.int8()))
+    assert copy.to_arrow().to_pylist() == [{"s": {"a": 1}, "n": 7, "m": None}]
+    t.overwrite(read, schema=t.schema)  # the table's own schema given back: a schema of its own again
+    assert t.to_arrow().to_pylist() == [{"s": {"a": 1}, "n": 7}] and t.manifest.schemas == {}
