@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from lamina import evolution
 from lamina.errors import CommitConflict, SchemaMismatch, TableDropped, TableExists
+from lamina.io_pool import map_fragments
 from lamina.manifest import (
     DeletionFile,
     Fragment,
@@ -515,6 +516,7 @@ class Delete(Transaction):
         frags = find_fragments(base.fragments, self.deltas)
         prepared = dict(self._files)
         rows_deleted = 0
+        writes: list[tuple[int, str | None, np.ndarray]] = []  # (fragment, its deletion file now, offsets)
         for fid, delta in self.deltas.items():
             frag = frags.get(fid)
             if frag is None:
@@ -532,7 +534,11 @@ class Delete(Transaction):
             if len(merged) >= frag.rows:
                 prepared[fid] = (current, DeletionFile("", len(merged)))  # fragment disappears
                 continue
-            prepared[fid] = (current, files.write(fid, merged))
+            writes.append((fid, current, merged))
+        # Side by side: on a local disk each file is a put with its own fsyncs, which overlap.
+        written = map_fragments(lambda w: files.write(w[0], w[2]), writes)
+        for (fid, current, _), file in zip(writes, written):
+            prepared[fid] = (current, file)
         return self._replace(_files=prepared, _rows_deleted=rows_deleted)
 
     def _deleted(self, base: Manifest, next_fragment_id: int, next_row_id: int) -> tuple[Any, list[int], list[int]]:
