@@ -66,9 +66,9 @@ _SRC = "_src"
 #: A chunk's keys are looked up in an index while they are at most this share of the table's live rows
 #: (``index_lookup_keys``): a btree lookup reads about one index page per key, so once the keys outnumber
 #: the pages it reads the whole index (16 bytes a row) and the key column's pages besides; a scan reads
-#: the key column alone. The crossover measured on 10,000,000 integer keys lies between 30,000 and 100,000
-#: keys (docs/BENCHMARKS_HISTORY.md, merge and update).
-INDEX_KEYS_PER_ROW = 1 / 256
+#: the key column alone. Measured on 10,000,000 integer keys in 10 fragments, cold: the two cost about the
+#: same at 10,000 keys (docs/BENCHMARKS_HISTORY.md, merge and update).
+INDEX_KEYS_PER_ROW = 1 / 1024
 #: ... and at least this many keys, whatever the table's size (a few thousand lookups cost little).
 INDEX_KEYS_ALWAYS = 4096
 
