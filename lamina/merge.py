@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lamina.arrays import from_numpy
+from lamina.arrays import from_numpy, sorted_distinct
 from lamina.datafile import ROWADDR, chunk_batches, write_fragments
 from lamina.errors import DuplicateKey, InvalidArgument, InvalidFilter, SchemaMismatch
 from lamina.expr import And, Column, Compare, In, Node, conjuncts, to_arrow
@@ -437,7 +437,7 @@ def _not_matched_by_source(store: Any, manifest: Manifest, keys: pa.Table, on: t
 
 def by_fragment(addresses: np.ndarray) -> dict[int, np.ndarray]:
     """Row addresses as fragment id -> sorted distinct offsets."""
-    addrs = np.unique(np.asarray(addresses, dtype=np.uint64))
+    addrs = sorted_distinct(np.asarray(addresses, dtype=np.uint64))
     if not len(addrs):
         return {}
     fids = addrs >> np.uint64(ADDRESS_SHIFT)

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import evolution
+from lamina.arrays import sorted_distinct
 from lamina.errors import CommitConflict, SchemaMismatch, TableDropped, TableExists
 from lamina.io_pool import map_fragments
 from lamina.manifest import (
@@ -474,7 +475,7 @@ class Delete(Transaction):
     def __init__(self, read_version: int, deltas: dict[int, np.ndarray], predicate: str = ""):
         super().__init__(read_version)
         self.deltas: dict[int, np.ndarray] = {
-            fid: np.unique(np.asarray(o, dtype=np.uint32)) for fid, o in deltas.items() if len(o)
+            fid: sorted_distinct(np.asarray(o, dtype=np.uint32)) for fid, o in deltas.items() if len(o)
         }
         self.predicate = predicate
         # Set by prepare, carried from attempt to attempt: fid -> (deletion path it was merged with, file written).
@@ -523,7 +524,7 @@ class Delete(Transaction):
                 continue
             current = frag.deletion.path if frag.deletion else None
             existing = files.read(frag)
-            merged = np.union1d(existing, delta).astype(np.uint32)
+            merged = sorted_distinct(np.concatenate([existing, delta]).astype(np.uint32))
             rows_deleted += len(merged) - len(existing)
             cached = prepared.get(fid)
             if cached is not None and cached[0] == current:
@@ -716,7 +717,7 @@ class Merge(Delete):
         super().__init__(read_version, deltas, predicate=predicate)
         self.fragments = list(fragments)
         self.replaced: dict[int, np.ndarray] = {
-            fid: np.unique(np.asarray(o, dtype=np.uint32)) for fid, o in replaced.items() if len(o)
+            fid: sorted_distinct(np.asarray(o, dtype=np.uint32)) for fid, o in replaced.items() if len(o)
         }
         assert all(fid in self.deltas for fid in self.replaced), "a row a merge replaces is one it deletes"
         self.kind = kind
