@@ -46,6 +46,14 @@ def from_numpy(values: Any, type: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(type, len(values), [None, pa.py_buffer(values)])
 
 
+def sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)``, skipping its hashing and sorting when ``values`` are sorted and distinct already,
+    as row offsets and addresses mostly come (in table order). ``values`` itself is returned then."""
+    if len(values) < 2 or bool(np.all(values[1:] > values[:-1])):
+        return values
+    return np.unique(values)
+
+
 def to_numpy(array: pa.Array) -> np.ndarray:
     """A numeric Arrow array without nulls as a numpy array viewing its buffer (read-only)."""
     if array.null_count:

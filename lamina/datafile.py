@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lamina import _native, evolution, prune
-from lamina.arrays import from_numpy
+from lamina.arrays import from_numpy, to_numpy
 from lamina.checksum import check, of_bytes
 from lamina.deletion import live_mask, read_deleted
 from lamina.errors import CorruptFile, InvalidArgument, InvalidConfig, LaminaError, ObjectNotFound
@@ -36,6 +36,8 @@ from lamina.zones import Zone, zones_of, zones_of_many
 
 ROWADDR = "_rowaddr"
 ROWID = "_rowid"
+#: A row's physical offset, carried through a filter (``_finish``); never a column of a table.
+_OFFSET = "_lamina_offset"
 
 
 @dataclass(frozen=True)
@@ -363,12 +365,21 @@ def _finish(
     with_row_address: bool,
     with_row_id: bool,
 ) -> pa.Table:
-    """Adds the requested special columns for the physical ``offsets`` of ``table``'s rows, filters, projects."""
+    """Adds the requested special columns for the physical ``offsets`` of ``table``'s rows, filters, projects.
+    With a filter, the offsets ride through it (4 bytes a row) and the special columns are made for the rows
+    it keeps only: a selective scan of a large fragment does not build and filter an address per row."""
+    if flt is not None and (with_row_address or with_row_id):
+        kept = table.append_column(_OFFSET, from_numpy(offsets.astype(np.uint32, copy=False), pa.uint32()))
+        kept = kept.filter(flt.expression)
+        offsets = to_numpy(kept.column(_OFFSET).combine_chunks())
+        return _finish(kept.drop_columns([_OFFSET]), fragment, offsets, None, out_cols, with_row_address, with_row_id)
     special: dict[str, pa.Array] = {}
     if with_row_address:
-        special[ROWADDR] = from_numpy(
-            (np.uint64(fragment.id) << np.uint64(ADDRESS_SHIFT)) | offsets.astype(np.uint64), pa.uint64()
-        )
+        base = np.uint64(fragment.id) << np.uint64(ADDRESS_SHIFT)
+        # every row (offsets distinct and sorted, so 0..rows-1): one pass instead of a cast and an OR
+        whole = len(offsets) == fragment.rows
+        addrs = np.arange(base, base + np.uint64(len(offsets)), dtype=np.uint64) if whole else base | offsets.astype(np.uint64)
+        special[ROWADDR] = from_numpy(addrs, pa.uint64())
     if with_row_id:
         special[ROWID] = from_numpy(_row_ids(fragment)[offsets], pa.uint64())
     for name, arr in special.items():

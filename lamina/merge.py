@@ -9,8 +9,9 @@
         │  the source conformed to the table's columns (SchemaMismatch before anything is written)
         ▼  in chunks of chunk_rows rows
     chunk keys ──► target rows holding them: the key columns scanned (an IN lookup where a btree or
-                   bitmap index serves a key column, else the chunk's key range, which zone maps and
-                   Parquet statistics prune), hash-joined with the chunk's keys (Arrow's join)
+                   bitmap index serves a key column and the keys are few against the table's rows, else
+                   the chunk's key range, which zone maps and Parquet statistics prune), hash-joined with
+                   the chunk's keys (Arrow's join)
                ──► updated rows (the source's values; with ``columns``, the target row read by its address
                    and those columns from the source) and inserted rows, written as fragments
         ▼  after the last chunk
@@ -43,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lamina.arrays import from_numpy
+from lamina.arrays import from_numpy, sorted_distinct
 from lamina.datafile import ROWADDR, chunk_batches, write_fragments
 from lamina.errors import DuplicateKey, InvalidArgument, InvalidFilter, SchemaMismatch
 from lamina.expr import And, Column, Compare, In, Node, conjuncts, to_arrow
@@ -62,6 +63,14 @@ if TYPE_CHECKING:
 DEFAULT_CHUNK_ROWS = 1 << 20
 #: A chunk's row number, carried through the joins.
 _SRC = "_src"
+#: A chunk's keys are looked up in an index while they are at most this share of the table's live rows
+#: (``index_lookup_keys``): a btree lookup reads about one index page per key, so once the keys outnumber
+#: the pages it reads the whole index (16 bytes a row) and the key column's pages besides; a scan reads
+#: the key column alone. Measured on 10,000,000 integer keys in 10 fragments, cold: the two cost about the
+#: same at 10,000 keys (docs/BENCHMARKS_HISTORY.md, merge and update).
+INDEX_KEYS_PER_ROW = 1 / 1024
+#: ... and at least this many keys, whatever the table's size (a few thousand lookups cost little).
+INDEX_KEYS_ALWAYS = 4096
 
 
 @dataclass(frozen=True)
@@ -249,14 +258,15 @@ def run_merge(table: Table, source: DataLike, on: tuple[str, ...], clauses: Merg
             _check_unique(all_keys, uri)
         if clauses.by_source_delete:
             deleted.append(_not_matched_by_source(view.store, base, all_keys, on, by_source))
-        deltas = by_fragment(np.concatenate(replaced + deleted) if replaced or deleted else np.zeros(0, np.uint64))
+        updated = by_fragment(np.concatenate(replaced)) if replaced else {}
+        deltas = by_fragment(np.concatenate(replaced + deleted)) if deleted else updated
         if not fragments and not deltas:
             return MergeResult(0, 0, 0, table.version)
         txn = Merge(
             base.version,
             fragments,
             deltas,
-            by_fragment(np.concatenate(replaced)) if replaced else {},
+            updated,
             kind="merge",
             on=on,
             keys=all_keys,
@@ -345,12 +355,18 @@ def _check_unique(keys: pa.Table, uri: str) -> None:
         )
 
 
-def _lookup_filter(manifest: Manifest, keys: pa.Table, on: tuple[str, ...]) -> Filter:
+def index_lookup_keys(rows: int) -> int:
+    """The most keys of a chunk that a merge looks up in a btree or bitmap index of a table of ``rows`` live rows;
+    more keys and it scans the key columns instead (``INDEX_KEYS_PER_ROW``, ``INDEX_KEYS_ALWAYS``)."""
+    return max(INDEX_KEYS_ALWAYS, int(rows * INDEX_KEYS_PER_ROW))
+
+
+def _lookup_filter(manifest: Manifest, keys: pa.Table, on: tuple[str, ...], use_index: bool = True) -> Filter:
     """The target rows that may hold one of ``keys``: ``col IN (...)`` on each key column a btree or bitmap index
     serves (the index answers it), the keys' range on the others (zone maps and statistics prune it). A superset:
-    the join with the keys decides."""
+    the join with the keys decides. Not ``use_index``: every column bounded by its range."""
     schema = manifest.schema
-    indexed = {ix.column for ix in manifest.indices if ix.kind in ("btree", "bitmap")}
+    indexed = {ix.column for ix in manifest.indices if ix.kind in ("btree", "bitmap")} if use_index else set()
     nodes: list[Node] = []
     for name in on:
         col = Column((name,), schema.field(name).type)
@@ -381,8 +397,12 @@ def _join(
 
 def _match(store: Any, manifest: Manifest, keys: pa.Table, on: tuple[str, ...]) -> pa.Table:
     """The live target rows whose key is one of ``keys``: their address (``_rowaddr``, ascending) and the
-    chunk row holding it (``_src``)."""
-    scan = Scanner(store, manifest, list(on), _lookup_filter(manifest, keys, on), with_row_address=True)
+    chunk row holding it (``_src``). Past ``index_lookup_keys`` keys no index is used: the lookups would read
+    nearly every index page and still decode the pages of the key column that hold the rows found, which a
+    scan of that column decodes once."""
+    use_index = keys.num_rows <= index_lookup_keys(manifest.rows)
+    flt = _lookup_filter(manifest, keys, on, use_index)
+    scan = Scanner(store, manifest, list(on), flt, with_row_address=True, use_index=use_index)
     return _join(scan.to_reader(), keys, on, "inner", [ROWADDR], [_SRC]).sort_by(ROWADDR)
 
 
@@ -417,7 +437,7 @@ def _not_matched_by_source(store: Any, manifest: Manifest, keys: pa.Table, on: t
 
 def by_fragment(addresses: np.ndarray) -> dict[int, np.ndarray]:
     """Row addresses as fragment id -> sorted distinct offsets."""
-    addrs = np.unique(np.asarray(addresses, dtype=np.uint64))
+    addrs = sorted_distinct(np.asarray(addresses, dtype=np.uint64))
     if not len(addrs):
         return {}
     fids = addrs >> np.uint64(ADDRESS_SHIFT)

@@ -481,6 +481,11 @@ def _zone_chunk(z: Zone, schema: pa.Schema) -> Chunk:
 
 def _zones_allow(pruner: Any, zones: tuple[Zone, ...], schema: pa.Schema) -> bool:
     """Whether rows bounded by ``zones`` may match the compiled filter."""
+    return bool(_zone_outcomes(pruner, zones, schema) & T)
+
+
+def _zone_outcomes(pruner: Any, zones: tuple[Zone, ...], schema: pa.Schema) -> int:
+    """The possible outcomes of the compiled filter on rows bounded by ``zones``."""
     seen: dict[str, Chunk] = {}
 
     def chunk(column: str) -> Chunk:
@@ -490,7 +495,7 @@ def _zones_allow(pruner: Any, zones: tuple[Zone, ...], schema: pa.Schema) -> boo
             c = seen[column] = UNKNOWN if z is None else _zone_chunk(z, schema)
         return c
 
-    return bool(_eval(pruner.tree, chunk) & T)
+    return _eval(pruner.tree, chunk)
 
 
 def prune_fragments(fragments: Iterable[Fragment], schema: pa.Schema, flt: Filter) -> tuple[list[Fragment], int]:
@@ -516,14 +521,35 @@ def fragments_ruled_out(schema: pa.Schema, flt: Filter) -> Callable[[Fragment], 
         return None
 
     def ruled_out(frag: Fragment) -> bool:
-        zones = frag.zones
+        zones = _fragment_zones(frag, schema)
         if zones is None:
             return False
-        if frag.schema is not None and frag.schema is not schema:  # written in an earlier schema: its zones renamed
-            zones = evolution.layout(frag.schema, schema).zones(zones)
         return not (frag.rows and _zones_allow(pruner, zones, schema))
 
     return ruled_out
+
+
+def fragments_all_match(schema: pa.Schema, flt: Filter) -> Callable[[Fragment], bool] | None:
+    """A test of a fragment: True when its zone maps show that every row matches ``flt`` (none can make it
+    false or NULL), so a scan returns its rows without evaluating the filter on them; None when no term of
+    the filter reads statistics. A merge's key range over fragments wholly inside it is such a filter."""
+    pruner = compile_filter(flt, schema)
+    if not pruner.columns:
+        return None
+
+    def all_match(frag: Fragment) -> bool:
+        zones = _fragment_zones(frag, schema)
+        return zones is not None and frag.rows > 0 and _zone_outcomes(pruner, zones, schema) == T
+
+    return all_match
+
+
+def _fragment_zones(frag: Fragment, schema: pa.Schema) -> tuple[Zone, ...] | None:
+    """``frag``'s zone maps under today's column names (None: written before zone maps)."""
+    zones = frag.zones
+    if zones is not None and frag.schema is not None and frag.schema is not schema:  # an earlier schema: renamed
+        zones = evolution.layout(frag.schema, schema).zones(zones)
+    return zones
 
 
 def segments_ruled_out(schema: pa.Schema, flt: Filter, earlier: Iterable[pa.Schema] = ()) -> Callable[[Any], bool] | None:

@@ -58,11 +58,13 @@ DEFAULT_BATCH_SIZE = 65_536
 @dataclass(frozen=True)
 class _Scan:
     """Scan ``groups`` of ``fragment`` (None: all of them); ``drop``: rows of ``offset`` still to skip
-    when it starts (the fragments before it were skipped by their live-row counts; no filter only)."""
+    when it starts (the fragments before it were skipped by their live-row counts; no filter only);
+    ``final``: every live row matches the filter (its zone maps show it), which is then not applied."""
 
     fragment: Fragment
     groups: tuple[int, ...] | None
     drop: int = 0
+    final: bool = False
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,7 @@ class Scanner:
                 continue
             drop = max(0, skip - before)
             for i, piece in enumerate(self._pieces(frag) if streaming else [_Scan(frag, None)]):
-                yield dataclasses.replace(piece, drop=drop) if i == 0 and drop else piece
+                yield dataclasses.replace(piece, drop=drop if i == 0 else 0, final=read.final)
         if takes:
             yield _Take(tuple(takes))
 
@@ -276,6 +278,7 @@ class Scanner:
         if isinstance(unit, _Take):
             items = [(r.fragment, r.offsets, r.final) for r in unit.reads]
             return _concat(read_rows_many(store, schema, items, columns, flt, **kwargs))  # type: ignore[arg-type]
+        flt = None if unit.final else flt
         return read_fragment(store, unit.fragment, schema, columns, flt, row_groups=unit.groups, **kwargs)
 
     def _tables(self, columns: list[str] | None, *, streaming: bool) -> Iterator[pa.Table]:

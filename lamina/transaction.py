@@ -32,7 +32,9 @@ import numpy as np
 import pyarrow as pa
 
 from lamina import evolution
+from lamina.arrays import sorted_distinct
 from lamina.errors import CommitConflict, SchemaMismatch, TableDropped, TableExists
+from lamina.io_pool import map_fragments
 from lamina.manifest import (
     DeletionFile,
     Fragment,
@@ -496,7 +498,7 @@ class Delete(Transaction):
     def __init__(self, read_version: int, deltas: dict[int, np.ndarray], predicate: str = ""):
         super().__init__(read_version)
         self.deltas: dict[int, np.ndarray] = {
-            fid: np.unique(np.asarray(o, dtype=np.uint32)) for fid, o in deltas.items() if len(o)
+            fid: sorted_distinct(np.asarray(o, dtype=np.uint32)) for fid, o in deltas.items() if len(o)
         }
         self.predicate = predicate
         # Set by prepare, carried from attempt to attempt: fid -> (deletion path it was merged with, file written).
@@ -538,13 +540,14 @@ class Delete(Transaction):
         frags = find_fragments(base.fragments, self.deltas)
         prepared = dict(self._files)
         rows_deleted = 0
+        writes: list[tuple[int, str | None, np.ndarray]] = []  # (fragment, its deletion file now, offsets)
         for fid, delta in self.deltas.items():
             frag = frags.get(fid)
             if frag is None:
                 continue
             current = frag.deletion.path if frag.deletion else None
             existing = files.read(frag)
-            merged = np.union1d(existing, delta).astype(np.uint32)
+            merged = sorted_distinct(np.concatenate([existing, delta]).astype(np.uint32))
             rows_deleted += len(merged) - len(existing)
             cached = prepared.get(fid)
             if cached is not None and cached[0] == current:
@@ -555,7 +558,11 @@ class Delete(Transaction):
             if len(merged) >= frag.rows:
                 prepared[fid] = (current, DeletionFile("", len(merged)))  # fragment disappears
                 continue
-            prepared[fid] = (current, files.write(fid, merged))
+            writes.append((fid, current, merged))
+        # Side by side: on a local disk each file is a put with its own fsyncs, which overlap.
+        written = map_fragments(lambda w: files.write(w[0], w[2]), writes)
+        for (fid, current, _), file in zip(writes, written):
+            prepared[fid] = (current, file)
         return self._replace(_files=prepared, _rows_deleted=rows_deleted)
 
     def _deleted(self, base: Manifest, next_fragment_id: int, next_row_id: int) -> tuple[Any, list[int], list[int], bool]:
@@ -742,7 +749,7 @@ class Merge(Delete):
         super().__init__(read_version, deltas, predicate=predicate)
         self.fragments = list(fragments)
         self.replaced: dict[int, np.ndarray] = {
-            fid: np.unique(np.asarray(o, dtype=np.uint32)) for fid, o in replaced.items() if len(o)
+            fid: sorted_distinct(np.asarray(o, dtype=np.uint32)) for fid, o in replaced.items() if len(o)
         }
         assert all(fid in self.deltas for fid in self.replaced), "a row a merge replaces is one it deletes"
         self.kind = kind

@@ -85,13 +85,30 @@ def _keys(scalars: Sequence[pa.Scalar]) -> list[Any]:
     return [k.encode() if isinstance(k, str) else k for k in keys]
 
 
-def _point_keys(points: pa.Array) -> list[Any]:
-    """An IN list's values (an array of the column's type) as keys, in one conversion."""
+def _point_keys(points: pa.Array) -> np.ndarray:
+    """An IN list's values (an array of the column's type) as points: distinct, sorted keys, NULL and NaN
+    dropped (they equal nothing). Numeric keys stay one numpy array, so a list of many keys (a merge's
+    source keys) costs no Python step per key; bytes keys go through Python values."""
     try:
-        keys = key_array(points).to_pylist()
+        keys = key_array(points.drop_null())
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
-        return [key_value(s) for s in points]
-    return [k.encode() if isinstance(k, str) else k for k in keys]
+        return _points([key_value(s) for s in points])
+    if pa.types.is_int64(keys.type) or pa.types.is_uint64(keys.type) or pa.types.is_float64(keys.type):
+        values = arrays.to_numpy(keys)
+        if values.dtype.kind == "f":
+            values = values[~np.isnan(values)]
+        return np.unique(values)  # -0.0 and 0.0 are one key
+    return _points([k.encode() if isinstance(k, str) else k for k in keys.to_pylist()])
+
+
+def _points(keys: list[Any]) -> np.ndarray:
+    """Keys (Python values of one kind) as points: distinct and sorted, None and NaN dropped."""
+    kept = [k for k in keys if k is not None and not (isinstance(k, float) and math.isnan(k))]
+    if kept and isinstance(kept[0], bytes):
+        values = np.empty(len(kept), dtype=object)  # not np.array(kept): that would make fixed-width bytes
+        values[:] = kept
+        return np.unique(values)
+    return np.unique(np.array(kept))
 
 
 def _is_point(r: tuple[Any, bool, Any, bool]) -> bool:
@@ -105,14 +122,16 @@ def _is_nan(k: Any) -> bool:
 class _KeySet:
     """The AND of one column's conjuncts as keys: within one range, and (when some conjunct is
     a list of points) among a set of points. A NaN or null bound, or an empty intersection,
-    leaves nothing: every comparison with NaN or NULL is false, so the terms match no row."""
+    leaves nothing: every comparison with NaN or NULL is false, so the terms match no row.
+    Points are a sorted numpy array (``_point_keys``): intersected and bounded without a Python
+    step per key."""
 
     def __init__(self) -> None:
         self.lo: Any = None
         self.lo_inc = False
         self.hi: Any = None
         self.hi_inc = False
-        self.points: set[Any] | None = None
+        self.points: np.ndarray | None = None
         self.empty = False
 
     def add_range(self, lo: Any, lo_inc: bool, hi: Any, hi_inc: bool) -> None:
@@ -127,21 +146,27 @@ class _KeySet:
             if self.lo > self.hi or (self.lo == self.hi and not (self.lo_inc and self.hi_inc)):
                 self.empty = True
 
-    def add_points(self, keys: list[Any]) -> None:
-        found = {k for k in keys if k is not None and not _is_nan(k)}  # -0.0 and 0.0 are one key
-        self.points = found if self.points is None else self.points & found
+    def add_points(self, points: np.ndarray) -> None:
+        """``points``: distinct and sorted (``_point_keys`` / ``_points``)."""
+        self.points = points if self.points is None else np.intersect1d(self.points, points, assume_unique=True)
 
-    def _within(self, k: Any) -> bool:
-        if self.lo is not None and (k < self.lo or (k == self.lo and not self.lo_inc)):
-            return False
-        return not (self.hi is not None and (k > self.hi or (k == self.hi and not self.hi_inc)))
+    def _within(self, keys: np.ndarray) -> np.ndarray:
+        keep = np.ones(len(keys), dtype=bool)
+        if self.lo is not None:
+            keep &= (keys >= self.lo) if self.lo_inc else (keys > self.lo)
+        if self.hi is not None:
+            keep &= (keys <= self.hi) if self.hi_inc else (keys < self.hi)
+        return keep
 
     def ranges(self) -> list[tuple[Any, bool, Any, bool]]:
         if self.empty:
             return []
         if self.points is None:
             return [(self.lo, self.lo_inc, self.hi, self.hi_inc)]
-        return [(k, True, k, True) for k in sorted(self.points) if self._within(k)]
+        points = self.points
+        if len(points) and (self.lo is not None or self.hi is not None):
+            points = points[self._within(points)]
+        return [(k, True, k, True) for k in points.tolist()]
 
 
 def _column_ranges(conjs: Sequence[Conjunct]) -> tuple[list[tuple[Any, bool, Any, bool]], list[Conjunct]]:
@@ -160,7 +185,7 @@ def _column_ranges(conjs: Sequence[Conjunct]) -> tuple[list[tuple[Any, bool, Any
             else:
                 acc.add_range(lo_k, lo_inc, hi_k, hi_inc)
         elif all(_is_point(r) for r in c.ranges):
-            acc.add_points(_keys([r[0] for r in c.ranges]))
+            acc.add_points(_points(_keys([r[0] for r in c.ranges])))
         else:
             continue
         used.append(c)
@@ -253,8 +278,9 @@ class ReadCounts:
 @dataclass(frozen=True)
 class Read:
     """What a read does with one fragment of the version: ``offsets`` None, scan it (its row groups
-    pruned by statistics); else take those rows, the index's live candidates (sorted), which are
-    exactly the matches when ``final``. ``position``: the fragment's place in the table."""
+    pruned by statistics); else take those rows, the index's live candidates (sorted). ``final``: those
+    rows (scanning: every live row, as its zone maps show) are exactly the matches, so the filter is not
+    applied to them. ``position``: the fragment's place in the table."""
 
     fragment: Fragment
     position: int
@@ -295,6 +321,7 @@ def plan_reads(
         else None
     )
     ruled_out = prune.fragments_ruled_out(schema, flt) if flt is not None else None
+    all_match = prune.fragments_all_match(schema, flt) if flt is not None else None
 
     def runs() -> Iterator[tuple[int, Sequence[Fragment]]]:
         """(position of the first fragment, fragments) runs in table order; a manifest segment whose
@@ -331,7 +358,7 @@ def plan_reads(
                 sel.zone_pruned_fragments += 1  # its zone maps rule it out: no file opened
                 continue
             sel.scanned_fragments += 1
-            yield Read(frag, at)
+            yield Read(frag, at, final=all_match is not None and all_match(frag))
 
 
 def explain(manifest: Manifest, flt: Filter, where: str, store: ObjectStore | None = None, map_fn=None) -> str:

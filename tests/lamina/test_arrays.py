@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -81,3 +82,14 @@ def test_what_it_does_not_build_is_left_to_pyarrow_which_converts_or_raises_alik
 def test_scalars_of_types_it_does_not_build_keep_their_precision():
     ns = [pa.scalar(1_000_000_001, pa.timestamp("ns")), pa.scalar(None, pa.timestamp("ns"))]  # as_py would lose the ns
     assert arrays.array_of_scalars(ns, pa.timestamp("ns")).equals(pa.array(ns, type=pa.timestamp("ns")))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], [7], [1, 2, 5, 9], [1, 1, 2], [5, 3, 9, 3], [0, 2**32 - 1]],
+    ids=["empty", "one", "sorted", "repeat", "unsorted", "extremes"],
+)
+def test_sorted_distinct_equals_numpy_unique(values):
+    a = np.asarray(values, dtype=np.uint32)
+    got = arrays.sorted_distinct(a)
+    assert got.dtype == np.uint32 and got.tolist() == np.unique(a).tolist()

@@ -170,8 +170,9 @@ def test_the_btree_index_answers_the_key_lookup(local_table_uri, monkeypatch):
     seen = []
     real = merge_module._lookup_filter
 
-    def spy(manifest, keys, on):
-        flt = real(manifest, keys, on)
+    def spy(manifest, keys, on, use_index):
+        assert use_index
+        flt = real(manifest, keys, on, use_index)
         seen.append(lamina.open_table(local_table_uri).explain(flt))
         return flt
 
@@ -189,6 +190,34 @@ def test_a_key_without_an_index_is_bounded_by_its_range_and_scans_only_what_may_
     scan = t.scanner(["id"], flt)
     assert sorted(scan.to_table().column("id").to_pylist()) == list(range(120, 131))
     assert scan.stats.fragments_pruned == 4  # zone maps: only the fragment of ids 100..149 is read
+
+
+def test_past_the_index_threshold_the_key_column_is_scanned_with_the_same_result(tmp_path, monkeypatch):
+    """At ``index_lookup_keys`` keys the btree answers the key lookup; one key more and the key column is scanned
+    instead: the same rows and counts either way."""
+    import lamina.merge as merge_module
+
+    source = source_rows()
+    keys = sum(1 for r in source if r["id"] is not None)
+    clauses = {"matched": "update", "columns": None, "insert": True, "by_source": None}
+    monkeypatch.setattr(merge_module, "INDEX_KEYS_PER_ROW", 0.0)
+    real = merge_module.Scanner
+    used: list[bool] = []
+
+    def spy(*args, **kwargs):
+        used.append(kwargs["use_index"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(merge_module, "Scanner", spy)
+    for always, indexed in ((keys, True), (keys - 1, False)):
+        monkeypatch.setattr(merge_module, "INDEX_KEYS_ALWAYS", always)
+        t, target = make_target(str(tmp_path / f"at-{always}"), index="btree")
+        want, counts = model(target, source, ("id",), clauses)
+        used.clear()
+        result = build(t, pa.Table.from_pylist(source, schema=SCHEMA), "id", clauses).execute()
+        assert used == [indexed]
+        assert (result.inserted, result.updated, result.deleted) == (counts.inserted, counts.updated, counts.deleted)
+        assert table_rows(t) == canon(want)
 
 
 def test_composite_keys_with_nulls(table_location):

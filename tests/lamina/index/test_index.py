@@ -73,6 +73,11 @@ FILTERS = [
     "f >= 2.5 AND f <= 3.0",
     "ts >= TIMESTAMP '2024-01-01T00:01:00' AND ts < TIMESTAMP '2024-01-01T00:01:05'",
     "flag = TRUE AND id < -400",
+    "id IN (-3, 0, 17, 499, 1000) AND id > 10",  # points within a range
+    "id IN (1, 2, 3, 17, 40) AND id IN (3, 17, 40, 41)",  # two lists: their intersection
+    "f IN (0.0, -0.0, 2.5, 3.25, 100.0)",  # -0.0 and 0.0 one key
+    "cat IN ('c1', 'c3', 'c9') AND cat >= 'c2'",
+    "ts IN (TIMESTAMP '2024-01-01T00:01:00', TIMESTAMP '2024-01-01T00:00:07')",
     "id = 5 OR cat = 'c0'",  # OR: no index, scan
     "id > 0 AND id < 0",  # empty
 ]
