@@ -255,8 +255,8 @@ class Layout:
     def conform(self, table: pa.Table, names: Sequence[str]) -> pa.Table:
         """``table`` (the file's ``read_columns(names)``) as today's ``names``: renamed, widened, with
         added columns filled in."""
-        if self.same:
-            return table
+        if self.same or not names:  # (no columns: a count of rows, which a table built from none would lose)
+            return table.select([]) if not names else table
         cols, fields = [], []
         for n in names:
             dst = self.today.field(n)
