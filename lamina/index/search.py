@@ -14,16 +14,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lamina import _native, evolution
-from lamina.datafile import reading, take_many
+from lamina.datafile import take_many
 from lamina.deletion import read_deleted
 from lamina.errors import CorruptFile, IndexNotFound, InvalidArgument, ObjectNotFound
 from lamina.index.options import IndexOptions, check_indexable
-from lamina.index.segments import CACHE, fetch_blocks, on_broken, open_segment
+from lamina.index.segments import CACHE, fetch_blocks, on_broken, open_segment, read_key_column
 from lamina.io_pool import pool_size
-from lamina.keys import key_array
 from lamina.manifest import ADDRESS_SHIFT, Fragment, Manifest, find_fragments
 from lamina.store import ObjectStore
 
@@ -40,16 +38,8 @@ class _TextSource:
 def _memory_source(store: ObjectStore, frag: Fragment, field: pa.Field, options: IndexOptions) -> _TextSource:
     """A segment built in memory over ``frag``'s text column (today's ``field``, read through the
     schema the file was written in)."""
-    source, conform = evolution.source_of(frag.schema, field)
-    if source is None:
-        values = evolution.missing(field, frag.rows)
-    else:
-        with reading(store, frag, "cannot be decoded"):
-            pf = pq.ParquetFile(store.open_input(frag.path, frag.file_bytes))
-            values = pf.read(columns=[source], use_threads=True).column(0)
-        if conform is not None:
-            values = conform(values)
-    built = _native.build_index_segment("fts", [(0, key_array(values))], None, **options.native())
+    values = read_key_column(store, frag, field.name, "fts", field)
+    built = _native.build_index_segment("fts", [(0, values)], None, **options.native())
     data: bytes = built["data"]
     off, length = _native.index_directory_range(data, len(data), f"(scan of fragment {frag.id})")
     reader = _native.IndexSegment(

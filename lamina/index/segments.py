@@ -13,6 +13,7 @@ segments are immutable, so nothing is ever invalidated. Formats: docs/FORMAT.md 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import uuid
@@ -122,21 +123,44 @@ def fetch_blocks(
 def read_key_column(store: ObjectStore, fragment: Fragment, column: str, kind: str, field: pa.Field | None = None) -> pa.Array:
     """Every physical row of ``column`` in ``fragment`` (deleted rows too: reads filter them). ``field``:
     the column's field today, when the fragment may be written in an earlier schema (``lamina.evolution``)."""
-    source, conform = evolution.source_of(fragment.schema, field) if field is not None else (column, None)
-    if source is None:  # added after the file was written
-        return key_array(evolution.missing(field, fragment.rows))
-    dictionary = [source] if kind == "bitmap" else None
     with reading(store, fragment, "cannot be decoded"):
-        pf = pq.ParquetFile(store.open_input(fragment.path, fragment.file_bytes), read_dictionary=dictionary)
-        values = pf.read(columns=[source], use_threads=True).column(0)
-    if conform is not None:
-        values = conform(values)
+        values = _column_values(
+            lambda dictionary: pq.ParquetFile(store.open_input(fragment.path, fragment.file_bytes), read_dictionary=dictionary),
+            fragment.rows,
+            column,
+            kind,
+            field,
+            fragment.schema,
+        )
     if len(values) != fragment.rows:
         raise CorruptFile(
             f"data file {store.describe(fragment.path)} of fragment {fragment.id} has {len(values)} rows, "
             f"the manifest says {fragment.rows}"
         )
     return key_array(values)
+
+
+def _open_local(path: str, read_dictionary: list[str] | None) -> pq.ParquetFile:
+    return pq.ParquetFile(path, read_dictionary=read_dictionary)
+
+
+def _column_values(
+    open_file: Callable[[list[str] | None], pq.ParquetFile],
+    rows: int,
+    column: str,
+    kind: str,
+    field: pa.Field | None,
+    physical: pa.Schema | None,
+) -> pa.Array | pa.ChunkedArray:
+    """Every row of ``column`` of a data file of ``rows`` rows written in ``physical``: with today's
+    ``field``, read by its field id (``lamina.evolution.source_of``), its default or nulls when the file
+    does not have it; ``open_file(read_dictionary)`` opens the file (a bitmap reads strings as a dictionary)."""
+    source, conform = evolution.source_of(physical, field) if field is not None else (column, None)
+    if source is None:  # added after the file was written
+        assert field is not None
+        return evolution.missing(field, rows)
+    values = open_file([source] if kind == "bitmap" else None).read(columns=[source], use_threads=True).column(0)
+    return values if conform is None else conform(values)
 
 
 def build_local(kind: str, inputs: list[tuple[int, pa.Array]], path: str | None, options: IndexOptions) -> dict[str, Any]:
@@ -217,18 +241,12 @@ def segment_for_outputs(
     column's field today, and ``physical``: the schema the outputs are written in when it may be an
     earlier one (a binary copy keeps its sources' schema): the column is then read by its field id
     (``lamina.evolution.source_of``), as ``read_key_column`` reads a fragment."""
-    source, conform = evolution.source_of(physical, field) if field is not None else (column, None)
     columns: list[pa.Array | pa.ChunkedArray] = []
     for local, rows in outputs:
-        if source is None:  # added after the outputs' schema: every row has its default
-            assert field is not None
-            columns.append(evolution.missing(field, rows))
-            continue
-        pf = pq.ParquetFile(local, read_dictionary=[source] if kind == "bitmap" else None)
-        values = pf.read(columns=[source], use_threads=True).column(0)
+        values = _column_values(functools.partial(_open_local, local), rows, column, kind, field, physical)
         if len(values) != rows:
             raise CorruptFile(f"compaction output {local} has {len(values)} rows, expected {rows}")
-        columns.append(values if conform is None else conform(values))
+        columns.append(values)
     return segment_over(store, kind, options, columns)
 
 
